@@ -1,1 +1,196 @@
-//! placeholder
+//! The drivers of fastpath: listening sockets and the concurrency models that run connections.
+//!
+//! A driver moves bytes and knows no protocol. It accepts connections, reads what arrives into
+//! a connection's [`Input`], hands it to a [`Handler`], and sends what the handler queued in the
+//! connection's [`Output`] (inline bytes, shared cache buffers, file ranges sent with sendfile).
+//! The handler answers each call with a [`Next`] that says what the connection waits for. The
+//! HTTP server is one such handler; every model runs the same handler code, so a model is
+//! chosen by configuration without touching the protocol.
+//!
+//! Models live in files of their own behind one entry point, [`run`]; today that is the epoll
+//! event loop (`epoll.rs`): one loop per worker thread, each with its own SO_REUSEPORT listener,
+//! its own connections and its own buffers, sharing nothing mutable but a connection counter.
+//!
+//! Timers are coarse: deadlines are checked by a sweep every [`TICK`], which costs one pass over
+//! a worker's connections and no timer structure updates on the hot path.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use std::sync::atomic::AtomicBool;
+//! use std::time::Instant;
+//! use fastpath_drivers::{bind_listeners, run, DriverConfig, Handler, Io, Next, CloseReason};
+//!
+//! /// Echoes every byte back.
+//! struct Echo;
+//! impl Handler for Echo {
+//!     type Conn = ();
+//!     fn on_open(&mut self, _peer: SocketAddr, _now: Instant) {}
+//!     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+//!         let data = io.input.data().to_vec();
+//!         io.write(&data);
+//!         io.input.consume(data.len());
+//!         if io.eof { Next::Close } else { Next::Read }
+//!     }
+//!     fn on_timeout(&mut self, _conn: &mut (), _io: &mut Io<'_>) -> Next { Next::Close }
+//!     fn on_close(&mut self, _conn: (), _reason: CloseReason) {}
+//! }
+//!
+//! static STOP: AtomicBool = AtomicBool::new(false);
+//! let config = DriverConfig::default();
+//! let listeners = bind_listeners(&["127.0.0.1:7000".parse().unwrap()], 2).unwrap();
+//! run(listeners, &config, |_worker| Echo, &STOP).unwrap();
+//! ```
+#![deny(missing_docs)]
+
+mod buffers;
+mod epoll;
+mod listener;
+pub mod signals;
+mod sys;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
+pub use listener::{
+    bind_listeners, ListenerFeatures, Listeners, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
+};
+pub use sys::ignore_sigpipe;
+
+/// How often deadlines are checked and [`Handler::on_tick`] runs.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// What a connection waits for after a handler call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// More input: call [`Handler::on_ready`] again when bytes arrive (queued output is sent
+    /// meanwhile).
+    Read,
+    /// Queued output must be sent first: call [`Handler::on_ready`] again once it all has been
+    /// (used for backpressure on pipelined requests and large responses).
+    Drain,
+    /// Send what is queued, then close gracefully: shut down the sending side right after the
+    /// last byte (the FIN follows the data at once) and discard late input for the linger time
+    /// so the response is not destroyed by a reset.
+    Close,
+    /// Close at once, dropping queued output.
+    Abort,
+}
+
+/// Why a connection ended, for the handler's bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The handler asked for it ([`Next::Close`] or [`Next::Abort`]).
+    Done,
+    /// The peer closed or reset the connection.
+    PeerGone,
+    /// The peer accepted no output for the send timeout.
+    SendTimeout,
+    /// A file ended before the length that was promised for it.
+    FileShrunk,
+    /// A socket error.
+    Error,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// What a handler sees of one connection during a call.
+pub struct Io<'a> {
+    /// Bytes received and not yet consumed.
+    pub input: &'a mut Input,
+    /// Bytes queued for sending.
+    pub output: &'a mut Output,
+    /// The worker's buffer pool, lent to [`Output::write_with`].
+    pub pool: &'a mut BufferPool,
+    /// The peer has finished sending (nothing more will arrive).
+    pub eof: bool,
+    /// The time of this loop iteration.
+    pub now: Instant,
+    /// When [`Handler::on_timeout`] should be called; `None` for never.
+    pub deadline: &'a mut Option<Instant>,
+}
+
+impl Io<'_> {
+    /// Queues inline bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        self.output
+            .write_with(self.pool, |buf| buf.extend_from_slice(bytes));
+    }
+
+    /// Queues inline bytes produced by `write`.
+    pub fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        self.output.write_with(self.pool, write)
+    }
+}
+
+/// The protocol side of a server: one value per worker, holding one `Conn` per connection.
+pub trait Handler {
+    /// Per-connection protocol state.
+    type Conn;
+
+    /// A connection was accepted.
+    fn on_open(&mut self, peer: SocketAddr, now: Instant) -> Self::Conn;
+
+    /// New input arrived (or end of input), or the output drained after [`Next::Drain`].
+    fn on_ready(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
+
+    /// The deadline set through [`Io::deadline`] has passed.
+    fn on_timeout(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
+
+    /// The connection is gone.
+    fn on_close(&mut self, conn: Self::Conn, reason: CloseReason);
+
+    /// Called every [`TICK`] or so (flush logs, refresh clocks).
+    fn on_tick(&mut self, _now: Instant) {}
+
+    /// Called once when the worker stops.
+    fn on_stop(&mut self) {}
+
+    /// Bytes sent to a connection refused because the connection limit is reached, before it
+    /// is closed.
+    fn refusal(&self) -> &[u8] {
+        b""
+    }
+}
+
+/// Transport settings shared by every model.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Connections open at once across all workers; past it new ones are refused.
+    pub max_connections: usize,
+    /// A connection whose queued output makes no progress for this long is closed.
+    pub send_timeout: Duration,
+    /// After a graceful close, late input is discarded for at most this long.
+    pub linger_timeout: Duration,
+    /// Input a handler may leave unconsumed before the connection is aborted; handlers enforce
+    /// their own, smaller limits, this one only guards against a handler that does not.
+    pub max_input: usize,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            max_connections: 10_000,
+            send_timeout: Duration::from_secs(60),
+            linger_timeout: Duration::from_secs(2),
+            max_input: 1024 * 1024,
+        }
+    }
+}
+
+/// Runs one epoll event loop per worker until `stop` is set; `make_handler(worker)` builds each
+/// worker's handler on its own thread.
+pub fn run<H, F>(
+    listeners: Listeners,
+    config: &DriverConfig,
+    make_handler: F,
+    stop: &'static AtomicBool,
+) -> io::Result<()>
+where
+    H: Handler,
+    F: Fn(usize) -> H + Sync,
+{
+    epoll::run(listeners, config, &make_handler, stop)
+}

@@ -1,0 +1,388 @@
+//! Per-connection input and output buffers, and the per-worker pool that lends them.
+//!
+//! An idle connection owns no buffer memory: buffers are borrowed from the worker's pool while
+//! bytes are in flight and returned as soon as they are empty, so 10,000 idle keep-alive
+//! connections cost a few hundred bytes each, not 10,000 buffers.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use crate::sys::syscall;
+
+/// Size of a pooled buffer: large enough for any ordinary request head or response head.
+pub const BUFFER_SIZE: usize = 16 * 1024;
+/// A buffer that grew past this (a huge pipelined burst) is dropped instead of pooled.
+const MAX_POOLED_CAPACITY: usize = 256 * 1024;
+/// Buffers kept for reuse per worker; more than that are freed.
+const MAX_POOLED_BUFFERS: usize = 256;
+/// iovecs gathered into one sendmsg.
+const MAX_IOVECS: usize = 64;
+/// Largest count passed to one sendfile call (the kernel's own per-call cap).
+const MAX_SENDFILE: u64 = 0x7fff_f000;
+
+/// A worker's stock of empty buffers.
+#[derive(Default)]
+pub struct BufferPool {
+    free: Vec<Vec<u8>>,
+}
+
+impl BufferPool {
+    /// Takes an empty buffer with at least [`BUFFER_SIZE`] capacity.
+    pub fn take(&mut self) -> Vec<u8> {
+        self.free
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BUFFER_SIZE))
+    }
+
+    /// Returns a buffer; it is cleared, and dropped if it grew too large or the pool is full.
+    pub fn give(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() < BUFFER_SIZE
+            || buf.capacity() > MAX_POOLED_CAPACITY
+            || self.free.len() >= MAX_POOLED_BUFFERS
+        {
+            return;
+        }
+        buf.clear();
+        self.free.push(buf);
+    }
+}
+
+/// Bytes received on a connection and not yet consumed by the handler.
+#[derive(Default)]
+pub struct Input {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Input {
+    /// The unconsumed bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// Number of unconsumed bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// True when every received byte has been consumed.
+    pub fn is_empty(&self) -> bool {
+        self.start == self.buf.len()
+    }
+
+    /// Marks `n` bytes at the front as consumed.
+    pub fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.buf.len());
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+    }
+
+    /// Reads from `fd` into this buffer, borrowing a pooled buffer when empty.
+    pub(crate) fn read_from(&mut self, fd: RawFd, pool: &mut BufferPool) -> io::Result<usize> {
+        if self.buf.capacity() == 0 {
+            self.buf = pool.take();
+        } else if self.start > 0 && self.buf.capacity() - self.buf.len() < BUFFER_SIZE / 4 {
+            // Slide the unconsumed tail to the front instead of growing.
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let want = (self.buf.capacity() - self.buf.len()).max(BUFFER_SIZE / 4);
+        crate::sys::read_into(fd, &mut self.buf, want)
+    }
+
+    /// Hands the buffer back to the pool if nothing is left in it.
+    pub(crate) fn release_if_empty(&mut self, pool: &mut BufferPool) {
+        if self.is_empty() && self.buf.capacity() > 0 {
+            pool.give(std::mem::take(&mut self.buf));
+            self.start = 0;
+        }
+    }
+}
+
+enum Segment {
+    /// Bytes of `Output::buf` up to this end offset.
+    Inline { end: usize },
+    /// Bytes shared with a cache; `pos` bytes already sent.
+    Shared { data: Arc<[u8]>, pos: usize },
+    /// A file range sent with sendfile.
+    File {
+        file: Arc<File>,
+        offset: u64,
+        remaining: u64,
+    },
+}
+
+/// Why flushing output stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flush {
+    /// Everything queued has been handed to the kernel.
+    Done,
+    /// The socket buffer is full; wait until it is writable.
+    WouldBlock,
+}
+
+/// Error from flushing: the socket failed, or a file ended before the promised length
+/// (it shrank while being sent), in which case the connection must be closed.
+#[derive(Debug)]
+pub enum FlushError {
+    /// The socket reported an error (the peer reset the connection, say).
+    Io(io::Error),
+    /// A file delivered fewer bytes than queued.
+    FileShrunk,
+}
+
+/// Response bytes queued on a connection, in order: inline bytes, shared buffers and file ranges.
+#[derive(Default)]
+pub struct Output {
+    buf: Vec<u8>,
+    /// Offset in `buf` of the first unsent inline byte.
+    sent: usize,
+    segments: VecDeque<Segment>,
+    pending: u64,
+}
+
+impl Output {
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+
+    /// Bytes queued and not yet sent (file ranges included).
+    pub fn pending(&self) -> u64 {
+        self.pending
+    }
+
+    /// Appends inline bytes written by `write` into the connection's buffer, which is borrowed
+    /// from `pool` if the connection holds none.
+    pub fn write_with<R>(
+        &mut self,
+        pool: &mut BufferPool,
+        write: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> R {
+        if self.buf.capacity() == 0 {
+            self.buf = pool.take();
+        }
+        let before = self.buf.len();
+        let result = write(&mut self.buf);
+        let end = self.buf.len();
+        if end > before {
+            self.pending += (end - before) as u64;
+            match self.segments.back_mut() {
+                Some(Segment::Inline { end: last }) => *last = end,
+                _ => self.segments.push_back(Segment::Inline { end }),
+            }
+        }
+        result
+    }
+
+    /// Queues a buffer shared with a cache.
+    pub fn push_shared(&mut self, data: Arc<[u8]>) {
+        if data.is_empty() {
+            return;
+        }
+        self.pending += data.len() as u64;
+        self.segments.push_back(Segment::Shared { data, pos: 0 });
+    }
+
+    /// Queues `len` bytes of `file` from `offset`, to be sent with sendfile.
+    pub fn push_file(&mut self, file: Arc<File>, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        self.pending += len;
+        self.segments.push_back(Segment::File {
+            file,
+            offset,
+            remaining: len,
+        });
+    }
+
+    /// Drops everything queued.
+    pub fn clear(&mut self, pool: &mut BufferPool) {
+        self.segments.clear();
+        self.pending = 0;
+        self.sent = 0;
+        self.buf.clear();
+        self.release(pool);
+    }
+
+    fn release(&mut self, pool: &mut BufferPool) {
+        if self.buf.capacity() > 0 {
+            pool.give(std::mem::take(&mut self.buf));
+        }
+    }
+
+    /// Sends as much as the socket takes. Inline and shared bytes go out in one gathered
+    /// sendmsg, with MSG_MORE when a file range follows so the head leaves in the same
+    /// packet as the first file data; file ranges go with sendfile.
+    pub(crate) fn flush(&mut self, fd: RawFd, pool: &mut BufferPool) -> Result<Flush, FlushError> {
+        loop {
+            let Some(front) = self.segments.front_mut() else {
+                self.sent = 0;
+                self.buf.clear();
+                self.release(pool);
+                return Ok(Flush::Done);
+            };
+            if let Segment::File {
+                file,
+                offset,
+                remaining,
+            } = front
+            {
+                let mut off = *offset as libc::off_t;
+                let count = (*remaining).min(MAX_SENDFILE) as usize;
+                match syscall!(sendfile(fd, file.as_raw_fd(), &mut off, count)) {
+                    Ok(0) => return Err(FlushError::FileShrunk),
+                    Ok(n) => {
+                        let n = n as u64;
+                        *offset += n;
+                        *remaining -= n;
+                        self.pending -= n;
+                        if *remaining == 0 {
+                            self.segments.pop_front();
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Ok(Flush::WouldBlock)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(FlushError::Io(e)),
+                }
+                continue;
+            }
+            match self.send_gathered(fd) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flush::WouldBlock),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FlushError::Io(e)),
+            }
+        }
+    }
+
+    /// One sendmsg over the leading inline/shared segments.
+    fn send_gathered(&mut self, fd: RawFd) -> io::Result<()> {
+        let mut iov: [libc::iovec; MAX_IOVECS] = unsafe { std::mem::zeroed() };
+        let mut count = 0;
+        let mut inline_pos = self.sent;
+        let mut file_follows = false;
+        for segment in self.segments.iter() {
+            if count == MAX_IOVECS {
+                break;
+            }
+            let slice: &[u8] = match segment {
+                Segment::Inline { end } => {
+                    let s = &self.buf[inline_pos..*end];
+                    inline_pos = *end;
+                    s
+                }
+                Segment::Shared { data, pos } => &data[*pos..],
+                Segment::File { .. } => {
+                    file_follows = true;
+                    break;
+                }
+            };
+            iov[count] = libc::iovec {
+                iov_base: slice.as_ptr() as *mut libc::c_void,
+                iov_len: slice.len(),
+            };
+            count += 1;
+        }
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = count as _;
+        let flags = libc::MSG_NOSIGNAL | if file_follows { libc::MSG_MORE } else { 0 };
+        let mut n = syscall!(sendmsg(fd, &msg, flags))? as usize;
+        self.pending -= n as u64;
+        while n > 0 {
+            let Some(front) = self.segments.front_mut() else {
+                break;
+            };
+            match front {
+                Segment::Inline { end } => {
+                    let left = *end - self.sent;
+                    if n >= left {
+                        n -= left;
+                        self.sent = *end;
+                        self.segments.pop_front();
+                    } else {
+                        self.sent += n;
+                        n = 0;
+                    }
+                }
+                Segment::Shared { data, pos } => {
+                    let left = data.len() - *pos;
+                    if n >= left {
+                        n -= left;
+                        self.segments.pop_front();
+                    } else {
+                        *pos += n;
+                        n = 0;
+                    }
+                }
+                Segment::File { .. } => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn flush_sends_inline_shared_and_file_in_order() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut pool = BufferPool::default();
+        let mut out = Output::default();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"0123456789").unwrap();
+        out.write_with(&mut pool, |b| b.extend_from_slice(b"head:"));
+        out.push_file(Arc::new(file), 2, 5);
+        out.write_with(&mut pool, |b| b.extend_from_slice(b":mid:"));
+        out.push_shared(Arc::from(&b"shared"[..]));
+        assert_eq!(out.pending(), 5 + 5 + 5 + 6);
+        assert_eq!(out.flush(a.as_raw_fd(), &mut pool).unwrap(), Flush::Done);
+        assert!(out.is_empty());
+        drop(a);
+        let mut got = String::new();
+        b.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "head:23456:mid:shared");
+    }
+
+    #[test]
+    fn a_file_shorter_than_queued_is_an_error() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut pool = BufferPool::default();
+        let mut out = Output::default();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"abc").unwrap();
+        out.push_file(Arc::new(file), 0, 10);
+        assert!(matches!(
+            out.flush(a.as_raw_fd(), &mut pool),
+            Err(FlushError::FileShrunk)
+        ));
+    }
+
+    #[test]
+    fn input_consumes_and_returns_its_buffer() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut pool = BufferPool::default();
+        let mut input = Input::default();
+        a.write_all(b"hello").unwrap();
+        assert_eq!(input.read_from(b.as_raw_fd(), &mut pool).unwrap(), 5);
+        assert_eq!(input.data(), b"hello");
+        input.consume(2);
+        assert_eq!(input.data(), b"llo");
+        input.consume(3);
+        input.release_if_empty(&mut pool);
+        assert_eq!(pool.free.len(), 1);
+    }
+}
