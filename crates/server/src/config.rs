@@ -1,0 +1,324 @@
+//! The fastpath configuration file (TOML).
+//!
+//! The file is parsed with `toml_edit` rather than serde because we want to
+//! report *every* mistake at once, each with the line and column of the
+//! offending key or value (like `nginx -t`), instead of stopping at the
+//! first one. See `docs/configuration.md` for the user-facing reference.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+mod check;
+#[cfg(test)]
+mod tests;
+
+/// The whole server configuration, with every default filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Addresses to listen on (`listen`); default `127.0.0.1:8080`.
+    pub listen: Vec<SocketAddr>,
+    /// Number of worker threads (`workers`); 0 means one per CPU core.
+    pub workers: usize,
+    /// Concurrency model (`model`).
+    pub model: Model,
+    /// Protocol limits (`[limits]`).
+    pub limits: Limits,
+    /// Connection timeouts (`[timeouts]`).
+    pub timeouts: Timeouts,
+    /// Logging (`[log]`).
+    pub log: LogConfig,
+    /// The host built from the top-level `root`, `index`, `dotfiles` and
+    /// `precompressed` keys; it has no names and serves requests that match
+    /// no `[[host]]` unless one of those is marked `default = true`.
+    pub default_host: HostConfig,
+    /// Virtual hosts (`[[host]]`), in file order.
+    pub hosts: Vec<HostConfig>,
+}
+
+/// Concurrency model used to run connections.
+///
+/// New models are added as variants here and in [`Model::ALL`] /
+/// [`Model::name`]; parsing and error messages pick them up from there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Model {
+    /// Let fastpath pick the best model available on this system.
+    #[default]
+    Auto,
+    /// Event loop on epoll, one loop per worker thread.
+    Epoll,
+}
+
+/// Limits that protect the server from oversized or abusive clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Maximum number of simultaneously open client connections.
+    pub max_connections: usize,
+    /// Longest accepted request line in bytes, without its line ending;
+    /// longer gets 414.
+    pub max_request_line: usize,
+    /// Largest accepted request head in bytes (request line, fields and the
+    /// blank line); larger gets 431.
+    pub max_header_bytes: usize,
+    /// Maximum number of header fields in one request; more gets 431.
+    pub max_headers: usize,
+    /// A request body sent to a static path up to this many bytes is read
+    /// and discarded so the connection can be kept alive; a larger one makes
+    /// the server close the connection after the response.
+    pub max_discard_body: u64,
+    /// Requests served on one connection before it is closed.
+    pub max_requests_per_connection: u64,
+}
+
+/// Connection timeouts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeouts {
+    /// The whole request head must arrive within this after its first byte.
+    pub header: Duration,
+    /// Idle time allowed between requests on a kept-alive connection.
+    pub keepalive: Duration,
+    /// A client that accepts no response bytes for this long is disconnected.
+    pub send: Duration,
+    /// After the last response on a closing connection, unread client bytes
+    /// are drained this long so a TCP reset does not destroy the response.
+    pub linger: Duration,
+}
+
+/// Logging configuration (`[log]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Where access log lines go; default stdout.
+    pub access: LogTarget,
+    /// Where error and diagnostic messages go; default stderr, never off.
+    pub error: LogTarget,
+    /// Minimum level of diagnostics: `error`, `warn`, `info`, `debug` or `trace`.
+    pub level: String,
+}
+
+/// Destination of a log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// Logging disabled.
+    Off,
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// Append to this file (relative paths are resolved against the
+    /// configuration file's directory).
+    File(PathBuf),
+}
+
+/// One virtual host, or the top-level default host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    /// Lower-cased host names: exact (`example.com`) or wildcards
+    /// (`*.example.com`, any subdomain but not the bare domain). Empty for
+    /// the top-level default host.
+    pub names: Vec<String>,
+    /// Document root, resolved against the configuration file's directory
+    /// and checked to be an existing directory when parsed.
+    pub root: PathBuf,
+    /// File names tried, in order, when a directory is requested.
+    pub index: Vec<String>,
+    /// Serve files and directories whose name starts with `.`
+    /// (`.well-known` is always served).
+    pub dotfiles: bool,
+    /// Serve `X.br` / `X.gz` siblings to clients that accept them.
+    pub precompressed: bool,
+    /// This `[[host]]` replaces the top-level host as the default.
+    pub is_default: bool,
+}
+
+/// One problem found in a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// 1-based line; 0 when the error has no position (e.g. unreadable file).
+    pub line: usize,
+    /// 1-based column in characters; 0 when the error has no position.
+    pub column: usize,
+    /// What is wrong, naming the key or value concerned.
+    pub message: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            workers: 0,
+            model: Model::Auto,
+            limits: Limits::default(),
+            timeouts: Timeouts::default(),
+            log: LogConfig::default(),
+            default_host: HostConfig::default(),
+            hosts: Vec::new(),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            max_request_line: 8192,
+            max_header_bytes: 16 * 1024,
+            max_headers: 100,
+            max_discard_body: 1024 * 1024,
+            max_requests_per_connection: 10_000,
+        }
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(10),
+            keepalive: Duration::from_secs(75),
+            send: Duration::from_secs(60),
+            linger: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            access: LogTarget::Stdout,
+            error: LogTarget::Stderr,
+            level: "info".to_owned(),
+        }
+    }
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            names: Vec::new(),
+            root: PathBuf::from("."),
+            index: vec!["index.html".to_owned()],
+            dotfiles: false,
+            precompressed: true,
+            is_default: false,
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a configuration.
+    ///
+    /// Relative paths (`root`, log files) are resolved against `base_dir`,
+    /// normally the directory of the configuration file. On failure every
+    /// problem found is returned, sorted by position; a TOML syntax error
+    /// stops parsing and is returned alone.
+    pub fn from_toml(text: &str, base_dir: &Path) -> Result<Config, Vec<ConfigError>> {
+        check::parse(text, base_dir)
+    }
+
+    /// Reads and parses the configuration file at `path`; relative paths in
+    /// it are resolved against the file's directory.
+    ///
+    /// A file that cannot be read gives one error at position 0:0.
+    pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![ConfigError {
+                line: 0,
+                column: 0,
+                message: format!("cannot read the configuration file: {e}"),
+            }]
+        })?;
+        let base_dir = path.parent().unwrap_or(Path::new(""));
+        Config::from_toml(&text, base_dir)
+    }
+
+    /// The host that serves requests matching no `[[host]]` name: the one
+    /// marked `default = true`, else the top-level host.
+    pub fn fallback_host(&self) -> &HostConfig {
+        self.hosts
+            .iter()
+            .find(|h| h.is_default)
+            .unwrap_or(&self.default_host)
+    }
+
+    /// Replaces the top-level document root (the `serve DIR` argument).
+    ///
+    /// `[[host]]` tables that inherited the old top-level root (their root is
+    /// the same path) follow the new one, as if the file had said `root =
+    /// DIR`. `dir` is used as given (relative to the current directory), and
+    /// must be a directory.
+    pub fn set_root(&mut self, dir: &Path) -> Result<(), String> {
+        check::check_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let old = std::mem::replace(&mut self.default_host.root, dir.to_path_buf());
+        for host in &mut self.hosts {
+            if host.root == old {
+                host.root = dir.to_path_buf();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Model {
+    /// Every model, in the order shown in error messages and help text.
+    pub const ALL: &[Model] = &[Model::Auto, Model::Epoll];
+
+    /// The name used in the configuration file and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::Auto => "auto",
+            Model::Epoll => "epoll",
+        }
+    }
+
+    /// The model called `name` (exact, lower-case), if any.
+    pub fn from_name(name: &str) -> Option<Model> {
+        Model::ALL.iter().copied().find(|m| m.name() == name)
+    }
+
+    /// Comma-separated list of the valid names, for error messages.
+    pub fn valid_names() -> String {
+        let names: Vec<&str> = Model::ALL.iter().map(|m| m.name()).collect();
+        names.join(", ")
+    }
+}
+
+impl FromStr for Model {
+    type Err = String;
+
+    /// Parses a model name; the error lists the valid names.
+    fn from_str(s: &str) -> Result<Model, String> {
+        Model::from_name(s).ok_or_else(|| {
+            format!(
+                "unknown model `{s}`; valid models are: {}",
+                Model::valid_names()
+            )
+        })
+    }
+}
+
+impl fmt::Display for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for LogTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogTarget::Off => f.write_str("off"),
+            LogTarget::Stdout => f.write_str("stdout"),
+            LogTarget::Stderr => f.write_str("stderr"),
+            LogTarget::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    /// `line:column: message`, so a caller can prefix the file name.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.line, self.column, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}

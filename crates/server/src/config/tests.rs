@@ -1,0 +1,848 @@
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::check::edit_distance;
+use super::{Config, ConfigError, HostConfig, LogTarget, Model};
+
+/// A temporary config directory containing a `site/` directory and a
+/// regular file `file.txt`.
+fn base() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("site")).unwrap();
+    fs::write(dir.path().join("file.txt"), "x").unwrap();
+    dir
+}
+
+fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+    let dir = base();
+    Config::from_toml(text, dir.path())
+}
+
+fn ok(text: &str) -> Config {
+    match parse(text) {
+        Ok(c) => c,
+        Err(errors) => panic!("unexpected errors: {errors:#?}"),
+    }
+}
+
+/// All errors as `line:column: message`.
+fn errors(text: &str) -> Vec<String> {
+    match parse(text) {
+        Ok(_) => panic!("expected errors in:\n{text}"),
+        Err(errors) => errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// The single error of `text`, as (line, column, message).
+fn one_error(text: &str) -> (usize, usize, String) {
+    let errors = parse(text).expect_err("expected an error");
+    assert_eq!(errors.len(), 1, "expected exactly one error: {errors:#?}");
+    let e = &errors[0];
+    (e.line, e.column, e.message.clone())
+}
+
+fn assert_error(text: &str, line: usize, column: usize, needle: &str) {
+    let (l, c, message) = one_error(text);
+    assert_eq!((l, c), (line, column), "position of: {message}");
+    assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+}
+
+fn example_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fastpath.toml")
+}
+
+#[test]
+fn defaults() {
+    let c = Config::default();
+    assert_eq!(
+        c.listen,
+        vec!["127.0.0.1:8080".parse::<SocketAddr>().unwrap()]
+    );
+    assert_eq!(c.workers, 0);
+    assert_eq!(c.model, Model::Auto);
+    assert_eq!(c.limits.max_connections, 10_000);
+    assert_eq!(c.limits.max_request_line, 8192);
+    assert_eq!(c.limits.max_header_bytes, 16384);
+    assert_eq!(c.limits.max_headers, 100);
+    assert_eq!(c.limits.max_discard_body, 1 << 20);
+    assert_eq!(c.limits.max_requests_per_connection, 10_000);
+    assert_eq!(c.timeouts.header, Duration::from_secs(10));
+    assert_eq!(c.timeouts.keepalive, Duration::from_secs(75));
+    assert_eq!(c.timeouts.send, Duration::from_secs(60));
+    assert_eq!(c.timeouts.linger, Duration::from_secs(2));
+    assert_eq!(c.log.access, LogTarget::Stdout);
+    assert_eq!(c.log.error, LogTarget::Stderr);
+    assert_eq!(c.log.level, "info");
+    assert_eq!(c.default_host.names, Vec::<String>::new());
+    assert_eq!(c.default_host.root, PathBuf::from("."));
+    assert_eq!(c.default_host.index, vec!["index.html"]);
+    assert!(!c.default_host.dotfiles);
+    assert!(c.default_host.precompressed);
+    assert!(!c.default_host.is_default);
+    assert!(c.hosts.is_empty());
+}
+
+#[test]
+fn empty_file_gives_defaults_rooted_at_base_dir() {
+    let dir = base();
+    let c = Config::from_toml("# nothing\n", dir.path()).unwrap();
+    let expected = Config {
+        default_host: HostConfig {
+            root: dir.path().to_path_buf(),
+            ..HostConfig::default()
+        },
+        ..Config::default()
+    };
+    assert_eq!(c, expected);
+}
+
+#[test]
+fn full_file_with_every_key() {
+    let dir = base();
+    fs::create_dir(dir.path().join("other")).unwrap();
+    let text = r#"
+listen = ["0.0.0.0:80", "[::1]:8443"]
+workers = 4
+model = "epoll"
+root = "site"
+index = ["index.html", "index.htm"]
+dotfiles = true
+precompressed = false
+
+[limits]
+max_connections = 500
+max_request_line = "4k"
+max_header_bytes = 32768
+max_headers = 50
+max_discard_body = "2MiB"
+max_requests_per_connection = 7
+
+[timeouts]
+header = "500ms"
+keepalive = 30
+send = "2m"
+linger = "1h"
+
+[log]
+access = "logs/access.log"
+error = "stdout"
+level = "debug"
+
+[[host]]
+names = ["Example.COM", "*.example.com"]
+root = "other"
+index = ["default.html"]
+dotfiles = false
+precompressed = true
+default = true
+
+[[host]]
+names = "static.test"
+"#;
+    let c = Config::from_toml(text, dir.path()).unwrap();
+    assert_eq!(
+        c.listen,
+        vec![
+            "0.0.0.0:80".parse::<SocketAddr>().unwrap(),
+            "[::1]:8443".parse().unwrap()
+        ]
+    );
+    assert_eq!(c.workers, 4);
+    assert_eq!(c.model, Model::Epoll);
+    assert_eq!(c.limits.max_connections, 500);
+    assert_eq!(c.limits.max_request_line, 4096);
+    assert_eq!(c.limits.max_header_bytes, 32768);
+    assert_eq!(c.limits.max_headers, 50);
+    assert_eq!(c.limits.max_discard_body, 2 << 20);
+    assert_eq!(c.limits.max_requests_per_connection, 7);
+    assert_eq!(c.timeouts.header, Duration::from_millis(500));
+    assert_eq!(c.timeouts.keepalive, Duration::from_secs(30));
+    assert_eq!(c.timeouts.send, Duration::from_secs(120));
+    assert_eq!(c.timeouts.linger, Duration::from_secs(3600));
+    assert_eq!(
+        c.log.access,
+        LogTarget::File(dir.path().join("logs/access.log"))
+    );
+    assert_eq!(c.log.error, LogTarget::Stdout);
+    assert_eq!(c.log.level, "debug");
+
+    let top = HostConfig {
+        names: vec![],
+        root: dir.path().join("site"),
+        index: vec!["index.html".into(), "index.htm".into()],
+        dotfiles: true,
+        precompressed: false,
+        is_default: false,
+    };
+    assert_eq!(c.default_host, top);
+    assert_eq!(
+        c.hosts,
+        vec![
+            HostConfig {
+                names: vec!["example.com".into(), "*.example.com".into()],
+                root: dir.path().join("other"),
+                index: vec!["default.html".into()],
+                dotfiles: false,
+                precompressed: true,
+                is_default: true,
+            },
+            // Everything but the names inherited from the top level.
+            HostConfig {
+                names: vec!["static.test".into()],
+                ..top.clone()
+            },
+        ]
+    );
+    assert_eq!(c.fallback_host(), &c.hosts[0]);
+}
+
+#[test]
+fn example_file_loads() {
+    let c = Config::load(&example_path()).unwrap_or_else(|e| panic!("{e:#?}"));
+    let site = example_path().parent().unwrap().join("site");
+    assert_eq!(
+        fs::canonicalize(&c.default_host.root).unwrap(),
+        fs::canonicalize(site).unwrap()
+    );
+    assert_eq!(c.hosts.len(), 2);
+    assert!(c.hosts[1].is_default);
+    assert_eq!(c.hosts[1].names, vec!["*.example.com"]);
+    // The example documents the defaults for everything else.
+    assert_eq!(c.limits, Config::default().limits);
+    assert_eq!(c.timeouts, Config::default().timeouts);
+    assert_eq!(c.log, Config::default().log);
+}
+
+#[test]
+fn example_file_uses_every_key() {
+    let text = fs::read_to_string(example_path()).unwrap();
+    let keys = [
+        "listen",
+        "workers",
+        "model",
+        "root",
+        "index",
+        "dotfiles",
+        "precompressed",
+        "[limits]",
+        "max_connections",
+        "max_request_line",
+        "max_header_bytes",
+        "max_headers",
+        "max_discard_body",
+        "max_requests_per_connection",
+        "[timeouts]",
+        "header",
+        "keepalive",
+        "send",
+        "linger",
+        "[log]",
+        "access",
+        "error",
+        "level",
+        "[[host]]",
+        "names",
+        "default",
+    ];
+    for key in keys {
+        let used = text
+            .lines()
+            .any(|l| l.trim_start().starts_with(key) && !l.trim_start().starts_with('#'));
+        assert!(used, "example does not set {key}");
+    }
+}
+
+#[test]
+fn load_reports_unreadable_file_at_0_0() {
+    let dir = base();
+    let errors = Config::load(&dir.path().join("missing.toml")).unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert_eq!((errors[0].line, errors[0].column), (0, 0));
+    assert!(errors[0].message.contains("cannot read"), "{}", errors[0]);
+}
+
+#[test]
+fn load_resolves_relative_to_the_file() {
+    let dir = base();
+    let path = dir.path().join("fastpath.toml");
+    fs::write(&path, "root = \"site\"\n[log]\naccess = \"a.log\"\n").unwrap();
+    let c = Config::load(&path).unwrap();
+    assert_eq!(c.default_host.root, dir.path().join("site"));
+    assert_eq!(c.log.access, LogTarget::File(dir.path().join("a.log")));
+}
+
+#[test]
+fn relative_root_resolution() {
+    let dir = base();
+    fs::create_dir_all(dir.path().join("site/sub")).unwrap();
+    let root = |text: &str| Config::from_toml(text, dir.path()).unwrap();
+    assert_eq!(root("root = \".\"").default_host.root, dir.path());
+    assert_eq!(
+        root("root = \"site\"").default_host.root,
+        dir.path().join("site")
+    );
+    assert_eq!(
+        root("root = \"./site/\"").default_host.root,
+        dir.path().join("site")
+    );
+    assert_eq!(
+        root("root = \"site/./sub\"").default_host.root,
+        dir.path().join("site/sub")
+    );
+    // Absolute roots are kept.
+    let abs = dir.path().join("site");
+    let c = root(&format!("root = {:?}", abs.to_str().unwrap()));
+    assert_eq!(c.default_host.root, abs);
+    // [[host]] roots resolve the same way, and default to the top-level one.
+    let c = root("root = \"site\"\n[[host]]\nnames = [\"a\"]\n[[host]]\nnames = [\"b\"]\nroot = \"site/sub\"\n");
+    assert_eq!(c.hosts[0].root, dir.path().join("site"));
+    assert_eq!(c.hosts[1].root, dir.path().join("site/sub"));
+}
+
+#[test]
+fn host_inherits_top_level_values_in_any_key_order() {
+    // An inline host array written before the top-level keys it inherits.
+    let c = ok(r#"
+host = [{ names = ["a.test"] }, { names = ["b.test"], dotfiles = false, index = [] }]
+precompressed = false
+dotfiles = true
+index = ["home.html"]
+root = "site"
+"#);
+    let a = &c.hosts[0];
+    assert_eq!(a.index, vec!["home.html"]);
+    assert!(a.dotfiles);
+    assert!(!a.precompressed);
+    assert_eq!(a.root, c.default_host.root);
+    let b = &c.hosts[1];
+    assert!(b.index.is_empty());
+    assert!(!b.dotfiles);
+    assert!(!b.precompressed);
+}
+
+#[test]
+fn listen_accepts_a_single_string() {
+    let c = ok("listen = \"[::]:443\"");
+    assert_eq!(c.listen, vec!["[::]:443".parse::<SocketAddr>().unwrap()]);
+}
+
+#[test]
+fn durations_and_sizes() {
+    let c = ok(r#"
+[limits]
+max_request_line = "64"
+max_header_bytes = "1K"
+max_discard_body = "1g"
+[timeouts]
+header = "2s"
+keepalive = "10"
+send = "1ms"
+linger = 3
+"#);
+    assert_eq!(c.limits.max_request_line, 64);
+    assert_eq!(c.limits.max_header_bytes, 1024);
+    assert_eq!(c.limits.max_discard_body, 1 << 30);
+    assert_eq!(c.timeouts.header, Duration::from_secs(2));
+    assert_eq!(c.timeouts.keepalive, Duration::from_secs(10));
+    assert_eq!(c.timeouts.send, Duration::from_millis(1));
+    assert_eq!(c.timeouts.linger, Duration::from_secs(3));
+    let c = ok("[limits]\nmax_discard_body = 0\nmax_header_bytes = \"16kib\"");
+    assert_eq!(c.limits.max_discard_body, 0);
+    assert_eq!(c.limits.max_header_bytes, 16384);
+}
+
+// ---- one test per error kind, with exact positions ----
+
+#[test]
+fn syntax_error_stops_with_position() {
+    // Also has a semantic error, which is not reported: syntax comes first.
+    let errors = parse("workers = \"x\"\nmodel = \"epoll\nroot = 1\n").unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!((errors[0].line, errors[0].column), (2, 15));
+    assert!(
+        errors[0].message.starts_with("TOML syntax error"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[test]
+fn duplicate_key_is_a_syntax_error_naming_the_key() {
+    assert_error(
+        "workers = 1\nworkers = 2\n",
+        2,
+        1,
+        "duplicate key `workers`",
+    );
+}
+
+#[test]
+fn unknown_top_level_key() {
+    let (l, c, m) = one_error("workers = 1\nwrokers = 2\n");
+    assert_eq!((l, c), (2, 1));
+    assert!(m.contains("unknown key `wrokers` at the top level"), "{m}");
+    assert!(m.contains("did you mean `workers`?"), "{m}");
+    assert!(
+        m.contains("allowed keys: listen, workers, model, root"),
+        "{m}"
+    );
+}
+
+#[test]
+fn unknown_key_in_section() {
+    let (l, c, m) = one_error("[limits]\nmax_connections = 5\n  bogus = 1\n");
+    assert_eq!((l, c), (3, 3));
+    assert!(m.contains("unknown key `bogus` in [limits]"), "{m}");
+    assert!(!m.contains("did you mean"), "{m}");
+    assert!(m.contains("max_requests_per_connection"), "{m}");
+    assert_error("[log]\nlevl = \"info\"", 2, 1, "did you mean `level`?");
+    assert_error(
+        "[timeouts]\nidle = 5",
+        2,
+        1,
+        "allowed keys: header, keepalive, send, linger",
+    );
+    assert_error(
+        "[[host]]\nnames = [\"a\"]\nalias = 1",
+        3,
+        1,
+        "unknown key `alias` in [[host]]",
+    );
+    // Unknown table headers and dotted keys point at the key.
+    assert_error(
+        "[server]\nx = 1",
+        1,
+        2,
+        "unknown key `server` at the top level",
+    );
+    assert_error(
+        "timeouts.idle = 1",
+        1,
+        10,
+        "unknown key `idle` in [timeouts]",
+    );
+}
+
+#[test]
+fn wrong_types() {
+    assert_error(
+        "workers = \"4\"",
+        1,
+        11,
+        "`workers` must be an integer, found a string",
+    );
+    assert_error(
+        "model = 1",
+        1,
+        9,
+        "`model` must be a string, found an integer",
+    );
+    assert_error("dotfiles = \"yes\"", 1, 12, "`dotfiles` must be a boolean");
+    assert_error(
+        "listen = 8080",
+        1,
+        10,
+        "`listen` must be a string or an array of strings, found an integer",
+    );
+    assert_error(
+        "listen = [\"127.0.0.1:80\", 81]",
+        1,
+        27,
+        "`listen` entries must be strings, found an integer",
+    );
+    assert_error(
+        "limits = 5",
+        1,
+        10,
+        "`limits` must be a table, found an integer",
+    );
+    assert_error("[timeouts]\nsend = 1.5", 2, 8, "`send` must be a duration");
+    assert_error(
+        "[limits]\nmax_headers = \"10\"",
+        2,
+        15,
+        "`max_headers` must be an integer, found a string",
+    );
+    assert_error(
+        "[limits]\nmax_header_bytes = true",
+        2,
+        20,
+        "`max_header_bytes` must be a size",
+    );
+    assert_error(
+        "[host]\nnames = [\"a\"]",
+        1,
+        1,
+        "`host` must be an array of tables",
+    );
+    assert_error(
+        "host = [1]",
+        1,
+        9,
+        "`host` entries must be tables, found an integer",
+    );
+    assert_error(
+        "[log]\nlevel = 3",
+        2,
+        9,
+        "`level` must be a string, found an integer",
+    );
+    assert_error(
+        "index = [\"a\", {x = 1}]",
+        1,
+        15,
+        "`index` entries must be strings, found a table",
+    );
+}
+
+#[test]
+fn out_of_range_values() {
+    assert_error(
+        "workers = -1",
+        1,
+        11,
+        "`workers` must not be negative, found -1",
+    );
+    assert_error("workers = 100000", 1, 11, "`workers` must be at most 4096");
+    assert_error(
+        "[limits]\nmax_connections = 0",
+        2,
+        19,
+        "`max_connections` must be at least 1, found 0",
+    );
+    assert_error(
+        "[limits]\nmax_request_line = 63",
+        2,
+        20,
+        "`max_request_line` must be at least 64 bytes, found 63 bytes",
+    );
+    assert_error(
+        "[limits]\nmax_header_bytes = \"255\"",
+        2,
+        20,
+        "at least 256 bytes",
+    );
+    assert_error("[limits]\nmax_headers = 0", 2, 15, "at least 1");
+    assert_error(
+        "[limits]\nmax_requests_per_connection = 0",
+        2,
+        31,
+        "at least 1",
+    );
+    assert_error(
+        "[limits]\nmax_discard_body = -5",
+        2,
+        20,
+        "`max_discard_body` must not be negative, found -5",
+    );
+    assert_error(
+        "[timeouts]\nheader = -1",
+        2,
+        10,
+        "`header` must not be negative",
+    );
+    assert_error(
+        "[timeouts]\nlinger = \"200h\"",
+        2,
+        10,
+        "`linger` must be at most 7 days",
+    );
+}
+
+#[test]
+fn bad_addresses() {
+    assert_error(
+        "listen = [\"127.0.0.1:80\", \"localhost:80\"]",
+        1,
+        27,
+        "`listen` address \"localhost:80\" is not IP:PORT",
+    );
+    assert_error("listen = \"::1:80\"", 1, 10, "is not IP:PORT");
+    assert_error("listen = \"127.0.0.1\"", 1, 10, "is not IP:PORT");
+    assert_error("listen = []", 1, 10, "`listen` must not be empty");
+    assert_error(
+        "listen = [\"1.2.3.4:5\",\n  \"1.2.3.4:5\"]",
+        2,
+        3,
+        "listed twice",
+    );
+}
+
+#[test]
+fn unknown_model_lists_valid_names() {
+    assert_error(
+        "\nmodel = \"io_uring\"",
+        2,
+        9,
+        "unknown model `io_uring`; valid models are: auto, epoll",
+    );
+}
+
+#[test]
+fn bad_durations() {
+    for bad in [
+        "\"10x\"", "\"s\"", "\"1.5s\"", "\"-1s\"", "\"10 s\"", "\"1S\"", "\"\"",
+    ] {
+        assert_error(
+            &format!("[timeouts]\nkeepalive = {bad}"),
+            2,
+            13,
+            "has a bad duration",
+        );
+    }
+    assert_error(
+        "[timeouts]\nheader = 0",
+        2,
+        10,
+        "`header` must be longer than zero",
+    );
+    assert_error(
+        "[timeouts]\nheader = \"0ms\"",
+        2,
+        10,
+        "must be longer than zero",
+    );
+    assert_error(
+        "[timeouts]\nheader = \"99999999999999999999h\"",
+        2,
+        10,
+        "has a bad duration",
+    );
+}
+
+#[test]
+fn bad_sizes() {
+    for bad in [
+        "\"16q\"",
+        "\"k\"",
+        "\"1.5k\"",
+        "\"-1k\"",
+        "\"16 k\"",
+        "\"\"",
+        "\"99999999999g\"",
+    ] {
+        assert_error(
+            &format!("[limits]\nmax_discard_body = {bad}"),
+            2,
+            20,
+            "has a bad size",
+        );
+    }
+}
+
+#[test]
+fn root_must_be_an_existing_directory() {
+    assert_error("\nroot = \"nope\"", 2, 8, "`root` \"nope\"");
+    assert_error("root = \"file.txt\"", 1, 8, "not a directory");
+    assert_error("root = \"\"", 1, 8, "`root` must not be empty");
+    assert_error(
+        "[[host]]\nnames = [\"a\"]\nroot = \"nope\"",
+        3,
+        8,
+        "`root` \"nope\"",
+    );
+}
+
+#[test]
+fn host_name_rules() {
+    assert_error("[[host]]\nroot = \"site\"", 1, 1, "[[host]] needs `names`");
+    assert_error("[[host]]\nnames = []", 2, 9, "`names` must not be empty");
+    assert_error(
+        "[[host]]\nnames = [\"a.com\", \"b.*.com\"]",
+        2,
+        19,
+        "must have the form \"*.domain\"",
+    );
+    for bad in ["\"*\"", "\"*.\"", "\"a*.com\"", "\"*.*.com\"", "\"**.com\""] {
+        assert_error(&format!("[[host]]\nnames = [{bad}]"), 2, 10, "\"*.domain\"");
+    }
+    assert_error(
+        "[[host]]\nnames = \"a.com:80\"",
+        2,
+        9,
+        "must not include a port",
+    );
+    assert_error(
+        "[[host]]\nnames = \"[::1]:80\"",
+        2,
+        9,
+        "must not include a port",
+    );
+    assert_error(
+        "[[host]]\nnames = \"a..com\"",
+        2,
+        9,
+        "not a valid domain name",
+    );
+    assert_error(
+        "[[host]]\nnames = \"a com\"",
+        2,
+        9,
+        "not a valid domain name",
+    );
+    assert_error("[[host]]\nnames = \"\"", 2, 9, "must not be empty");
+    assert_error(
+        "[[host]]\nnames = \"[zz]\"",
+        2,
+        9,
+        "not a valid IPv6 literal",
+    );
+    let c = ok("[[host]]\nnames = [\"[::1]\", \"127.0.0.1\", \"A_b-C.Example\"]");
+    assert_eq!(
+        c.hosts[0].names,
+        vec!["[::1]", "127.0.0.1", "a_b-c.example"]
+    );
+}
+
+#[test]
+fn duplicate_host_names_across_hosts() {
+    // Case-insensitive, since names are lower-cased.
+    let text = "[[host]]\nnames = [\"a.com\"]\n\n[[host]]\nnames = [\"b.com\", \"A.com\"]\n";
+    assert_error(text, 5, 19, "host name `a.com` is already used at 2:10");
+}
+
+#[test]
+fn at_most_one_default_host() {
+    let text = "[[host]]\nnames = [\"a\"]\ndefault = true\n[[host]]\nnames = [\"b\"]\ndefault = false\n[[host]]\nnames = [\"c\"]\ndefault = true\n";
+    assert_error(text, 9, 1, "another one already has it at 3:1");
+    assert_error(
+        "[[host]]\nnames = [\"a\"]\ndefault = 1",
+        3,
+        11,
+        "`default` must be a boolean",
+    );
+}
+
+#[test]
+fn log_rules() {
+    assert_error("[log]\nerror = \"off\"", 2, 9, "`error` cannot be \"off\"");
+    assert_error("[log]\naccess = \"\"", 2, 10, "`access` must not be empty");
+    assert_error(
+        "[log]\nlevel = \"verbose\"",
+        2,
+        9,
+        "`level` must be one of error, warn, info, debug, trace",
+    );
+    let c = ok("[log]\naccess = \"off\"\nerror = \"/var/log/fp.err\"\nlevel = \"trace\"");
+    assert_eq!(c.log.access, LogTarget::Off);
+    assert_eq!(
+        c.log.error,
+        LogTarget::File(PathBuf::from("/var/log/fp.err"))
+    );
+    assert_eq!(c.log.level, "trace");
+}
+
+#[test]
+fn index_entries_are_plain_file_names() {
+    assert_error(
+        "index = [\"ok.html\", \"a/b.html\"]",
+        1,
+        21,
+        "plain file name",
+    );
+    assert_error("index = \"..\"", 1, 9, "plain file name");
+    let c = ok("index = \"home.htm\"");
+    assert_eq!(c.default_host.index, vec!["home.htm"]);
+}
+
+#[test]
+fn several_errors_all_reported_in_order() {
+    let text = r#"workers = "many"
+model = "threads"
+colour = "blue"
+
+[limits]
+max_connections = 0
+max_header_bytes = "lots"
+
+[timeouts]
+header = 0
+
+[log]
+error = "off"
+
+[[host]]
+names = ["a.com"]
+default = true
+
+[[host]]
+names = ["a.com", "x.*"]
+root = "missing"
+default = true
+"#;
+    let got = errors(text);
+    let positions: Vec<&str> = got.iter().map(|e| e.split(": ").next().unwrap()).collect();
+    assert_eq!(
+        positions,
+        ["1:11", "2:9", "3:1", "6:19", "7:20", "10:10", "13:9", "20:10", "20:19", "21:8", "22:1"],
+        "{got:#?}"
+    );
+}
+
+#[test]
+fn columns_count_characters_and_handle_crlf() {
+    // "é" is two bytes but one column.
+    assert_error(
+        "# é\r\n[log]\r\nlevel = \"é\"\r\n",
+        3,
+        9,
+        "`level` must be one of",
+    );
+    assert_error("index = [\"é\", \"é/x\"]", 1, 15, "plain file name");
+}
+
+#[test]
+fn error_display_is_line_colon_column() {
+    let e = ConfigError {
+        line: 3,
+        column: 7,
+        message: "oops".into(),
+    };
+    assert_eq!(e.to_string(), "3:7: oops");
+}
+
+#[test]
+fn model_names_round_trip() {
+    for &m in Model::ALL {
+        assert_eq!(m.name().parse::<Model>(), Ok(m));
+        assert_eq!(m.to_string(), m.name());
+    }
+    let e = "fibers".parse::<Model>().unwrap_err();
+    assert!(e.contains("auto, epoll"), "{e}");
+}
+
+#[test]
+fn set_root_moves_inheriting_hosts() {
+    let dir = base();
+    fs::create_dir(dir.path().join("other")).unwrap();
+    let text =
+        "root = \"site\"\n[[host]]\nnames = [\"a\"]\n[[host]]\nnames = [\"b\"]\nroot = \"other\"";
+    let mut c = Config::from_toml(text, dir.path()).unwrap();
+    let new_root = dir.path().join("other");
+    c.set_root(&new_root).unwrap();
+    assert_eq!(c.default_host.root, new_root);
+    assert_eq!(c.hosts[0].root, new_root);
+    assert_eq!(c.hosts[1].root, new_root);
+
+    let site = dir.path().join("site");
+    c.set_root(&site).unwrap();
+    assert_eq!(c.hosts[0].root, site);
+    assert!(c.set_root(&dir.path().join("file.txt")).is_err());
+    assert!(c.set_root(&dir.path().join("missing")).is_err());
+    assert_eq!(c.default_host.root, site);
+}
+
+#[test]
+fn fallback_host_is_top_level_without_default() {
+    let c = ok("[[host]]\nnames = [\"a\"]");
+    assert_eq!(c.fallback_host(), &c.default_host);
+}
+
+#[test]
+fn suggestion_distance() {
+    assert_eq!(edit_distance("wrokers", "workers"), 2);
+    assert_eq!(edit_distance("", "abc"), 3);
+    assert_eq!(edit_distance("same", "same"), 0);
+}
