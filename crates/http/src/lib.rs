@@ -1,1 +1,71 @@
-//! placeholder
+//! The HTTP/1.x protocol layer of fastpath, with no I/O in it.
+//!
+//! Bytes go in, decisions and bytes come out: [`Parser`] turns a read buffer
+//! into a [`Request`] view (or an error carrying the status to answer with),
+//! [`ChunkedDecoder`] unframes chunked bodies, and the helper functions read
+//! request-targets, paths, ranges, validators and Accept-Encoding, and write
+//! status lines, header fields and dates.
+//!
+//! Why it is shaped this way:
+//! - **Sans-I/O.** The server owns sockets, buffers and timeouts; this crate
+//!   owns the protocol. Keeping them apart means every rule here can be
+//!   tested — and fuzzed — with plain byte slices, and the same code serves
+//!   any I/O driver.
+//! - **Borrowing, not copying.** A [`Request`] is a set of offsets into the
+//!   caller's buffer; the [`Parser`] reuses its field table across requests,
+//!   so the hot path allocates nothing after warm-up.
+//! - **Split-invariant.** Parsing is incremental (O(n) however the bytes
+//!   trickle in) and its result depends only on the bytes, not on how reads
+//!   split them. The hidden `fuzzing` module checks exactly that.
+//!
+//! ```
+//! use fastpath_http::{normalize_path, parse_target, BodyFraming, Limits, Parser, Target};
+//!
+//! let mut parser = Parser::new(Limits::default());
+//! let buf = b"GET /docs/../index.html?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n";
+//!
+//! // A prefix is not enough yet...
+//! assert!(parser.parse(&buf[..20]).unwrap().is_none());
+//! // ...and the full head parses without rescanning the prefix.
+//! let req = parser.parse(buf).unwrap().expect("complete head");
+//! assert_eq!(req.method, "GET");
+//! assert_eq!(req.host, Some("example.com"));
+//! assert_eq!(req.framing, BodyFraming::None);
+//! assert!(req.keep_alive);
+//!
+//! let Target::Origin { path, query } = parse_target(req.target).unwrap() else {
+//!     panic!("origin-form expected");
+//! };
+//! assert_eq!(query, Some("x=1"));
+//! let mut fs_path = Vec::new();
+//! normalize_path(path, &mut fs_path).unwrap();
+//! assert_eq!(fs_path, b"/index.html");
+//! ```
+#![deny(missing_docs)]
+
+mod chunked;
+mod conditional;
+mod encoding;
+mod error;
+mod limits;
+mod range;
+mod request;
+mod response;
+mod syntax;
+mod target;
+
+#[doc(hidden)]
+pub mod fuzzing;
+
+pub use chunked::ChunkedDecoder;
+pub use conditional::{etag_list_matches, parse_http_date, write_http_date};
+pub use encoding::{parse_accept_encoding, AcceptEncoding};
+pub use error::RequestError;
+pub use limits::{
+    Limits, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_REQUEST_LINE,
+    MAX_CHUNK_LINE, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,
+};
+pub use range::{parse_range, RangeRequest};
+pub use request::{BodyFraming, Parser, Request, Version};
+pub use response::{reason_phrase, write_header, write_header_u64, write_status_line};
+pub use target::{is_valid_host, normalize_path, parse_target, PathError, Target};

@@ -1,0 +1,42 @@
+//! Replays the cargo-fuzz seed corpus through the same checks the fuzz
+//! targets run, so every stable `cargo test` guards past findings.
+
+use std::fs;
+use std::path::PathBuf;
+
+fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
+    let mut files: Vec<(PathBuf, Vec<u8>)> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.expect("directory entry").path();
+            let data = fs::read(&path).expect("corpus file");
+            (path, data)
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{} is empty", dir.display());
+    files
+}
+
+#[test]
+fn http_request_corpus() {
+    let files = corpus("http_request");
+    assert!(files.len() >= 30, "only {} request seeds", files.len());
+    for (path, data) in files {
+        println!("{}", path.display());
+        fastpath_http::fuzzing::request(&data);
+    }
+}
+
+#[test]
+fn chunked_corpus() {
+    let files = corpus("chunked");
+    assert!(files.len() >= 10, "only {} chunked seeds", files.len());
+    for (path, data) in files {
+        println!("{}", path.display());
+        fastpath_http::fuzzing::chunked(&data);
+    }
+}
