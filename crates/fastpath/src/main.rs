@@ -1,1 +1,147 @@
-fn main() {}
+//! `fastpath`: the command-line entry point. It only parses arguments and wires the crates
+//! together; exit codes are decided here and nowhere else.
+//!
+//! ```text
+//! fastpath serve [DIR] [--listen ADDR:PORT] [--config FILE] [--workers N] [--model NAME]
+//! fastpath check --config FILE
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use fastpath_server::config::{Config, ConfigError, Model};
+
+#[derive(Parser)]
+#[command(
+    name = "fastpath",
+    version,
+    about = "A fast static web server with hand-over to a backend"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a directory (or the sites of a configuration file).
+    Serve {
+        /// Document root of the default host (overrides `root` in the file). Default: "."
+        dir: Option<PathBuf>,
+        /// Address to listen on, e.g. 127.0.0.1:8080 or [::1]:8080; replaces `listen`.
+        #[arg(long, short)]
+        listen: Vec<std::net::SocketAddr>,
+        /// Configuration file (TOML).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Worker threads; 0 means one per CPU.
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Concurrency model (auto, epoll).
+        #[arg(long)]
+        model: Option<String>,
+    },
+    /// Validate a configuration file and print every error with its line and column.
+    Check {
+        /// Configuration file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => check(&config),
+        Command::Serve {
+            dir,
+            listen,
+            config,
+            workers,
+            model,
+        } => serve(dir, listen, config, workers, model),
+    }
+}
+
+fn print_config_errors(path: &Path, errors: &[ConfigError]) {
+    for error in errors {
+        eprintln!(
+            "{}:{}:{}: {}",
+            path.display(),
+            error.line,
+            error.column,
+            error.message
+        );
+    }
+}
+
+fn check(path: &Path) -> ExitCode {
+    match Config::load(path) {
+        Ok(_) => {
+            println!("{}: configuration ok", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            print_config_errors(path, &errors);
+            eprintln!("{}: {} error(s)", path.display(), errors.len());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(
+    dir: Option<PathBuf>,
+    listen: Vec<std::net::SocketAddr>,
+    config_path: Option<PathBuf>,
+    workers: Option<usize>,
+    model: Option<String>,
+) -> ExitCode {
+    let mut config = match &config_path {
+        Some(path) => match Config::load(path) {
+            Ok(config) => config,
+            Err(errors) => {
+                print_config_errors(path, &errors);
+                return ExitCode::FAILURE;
+            }
+        },
+        None => Config::default(),
+    };
+    if let Some(dir) = dir {
+        if let Err(e) = config.set_root(&dir) {
+            eprintln!("fastpath: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if !listen.is_empty() {
+        config.listen = listen;
+    }
+    if let Some(workers) = workers {
+        config.workers = workers;
+    }
+    if let Some(name) = model {
+        match Model::from_name(&name) {
+            Some(model) => config.model = model,
+            None => {
+                eprintln!(
+                    "fastpath: unknown model `{name}` (expected one of {})",
+                    Model::valid_names()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Err(e) = fastpath_server::init_error_log(&config.log) {
+        eprintln!("fastpath: cannot open the error log: {e}");
+        return ExitCode::FAILURE;
+    }
+    let stop = fastpath_drivers::signals::install_stop_handler();
+    match fastpath_server::serve(&config, stop) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("fastpath: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

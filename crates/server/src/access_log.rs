@@ -1,0 +1,200 @@
+//! The access log in Combined Log Format.
+//!
+//! Each worker appends lines to its own buffer and hands full buffers (or, every tick, whatever
+//! it has) to one writer thread over a bounded channel. A worker never waits for the disk or a
+//! slow stdout reader: when the channel is full the lines are dropped and counted, and the
+//! count is reported in the error log.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+
+use crate::config::LogTarget;
+
+/// A worker hands its buffer over once it holds this much.
+const FLUSH_AT: usize = 32 * 1024;
+/// Buffers queued for the writer before workers start dropping lines.
+const CHANNEL_DEPTH: usize = 256;
+
+/// The writer thread and the way to reach it.
+pub struct AccessLog {
+    sender: Option<SyncSender<Vec<u8>>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl AccessLog {
+    /// Opens the target and starts the writer; `Off` gives a log that records nothing.
+    pub fn start(target: &LogTarget) -> io::Result<AccessLog> {
+        let sink: Box<dyn Write + Send> = match target {
+            LogTarget::Off => {
+                return Ok(AccessLog {
+                    sender: None,
+                    writer: None,
+                })
+            }
+            LogTarget::Stdout => Box::new(io::stdout()),
+            LogTarget::Stderr => Box::new(io::stderr()),
+            LogTarget::File(path) => Box::new(open_append(path)?),
+        };
+        let (sender, receiver) = sync_channel(CHANNEL_DEPTH);
+        let writer = std::thread::Builder::new()
+            .name("fastpath-access-log".into())
+            .spawn(move || write_loop(receiver, sink))?;
+        Ok(AccessLog {
+            sender: Some(sender),
+            writer: Some(writer),
+        })
+    }
+
+    /// A buffer for one worker.
+    pub(crate) fn buffer(&self) -> Option<AccessLogBuffer> {
+        self.sender.as_ref().map(|sender| AccessLogBuffer {
+            buf: Vec::with_capacity(FLUSH_AT + 1024),
+            sender: sender.clone(),
+            dropped: 0,
+        })
+    }
+
+    /// Waits until every worker's buffer has been written (workers must have stopped).
+    pub fn finish(mut self) {
+        self.sender = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+fn write_loop(receiver: Receiver<Vec<u8>>, mut sink: Box<dyn Write + Send>) {
+    while let Ok(chunk) = receiver.recv() {
+        if let Err(e) = sink.write_all(&chunk).and_then(|_| sink.flush()) {
+            tracing::error!("access log write failed: {e}");
+        }
+    }
+}
+
+/// One worker's pending access-log lines.
+pub(crate) struct AccessLogBuffer {
+    buf: Vec<u8>,
+    sender: SyncSender<Vec<u8>>,
+    dropped: u64,
+}
+
+/// The fields of one access-log line.
+pub(crate) struct Entry<'a> {
+    pub peer: SocketAddr,
+    pub time: &'a [u8],
+    pub request_line: &'a [&'a [u8]],
+    pub status: u16,
+    pub body_bytes: u64,
+    pub referer: Option<&'a [u8]>,
+    pub user_agent: Option<&'a [u8]>,
+}
+
+impl AccessLogBuffer {
+    /// Appends one line:
+    /// `host - - [time] "request" status bytes "referer" "user-agent"`.
+    pub(crate) fn record(&mut self, entry: &Entry<'_>) {
+        let buf = &mut self.buf;
+        let _ = write!(buf, "{} - - ", entry.peer.ip());
+        buf.extend_from_slice(entry.time);
+        buf.extend_from_slice(b" \"");
+        if entry.request_line.is_empty() {
+            buf.push(b'-');
+        }
+        for (i, part) in entry.request_line.iter().enumerate() {
+            if i > 0 {
+                buf.push(b' ');
+            }
+            escape_into(part, buf);
+        }
+        let _ = write!(buf, "\" {} ", entry.status);
+        if entry.body_bytes == 0 {
+            buf.push(b'-');
+        } else {
+            let _ = write!(buf, "{}", entry.body_bytes);
+        }
+        for field in [entry.referer, entry.user_agent] {
+            buf.extend_from_slice(b" \"");
+            match field {
+                Some(value) => escape_into(value, buf),
+                None => buf.push(b'-'),
+            }
+            buf.push(b'"');
+        }
+        buf.push(b'\n');
+        if self.buf.len() >= FLUSH_AT {
+            self.flush();
+        }
+    }
+
+    /// Hands what is buffered to the writer without waiting.
+    pub(crate) fn flush(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(FLUSH_AT + 1024));
+        match self.sender.try_send(chunk) {
+            Ok(()) => {
+                if self.dropped > 0 {
+                    tracing::warn!(
+                        "access log could not keep up: {} lines dropped",
+                        self.dropped
+                    );
+                    self.dropped = 0;
+                }
+            }
+            Err(TrySendError::Full(chunk)) | Err(TrySendError::Disconnected(chunk)) => {
+                self.dropped += chunk.iter().filter(|&&b| b == b'\n').count() as u64;
+            }
+        }
+    }
+}
+
+/// Escapes quotes, backslashes and non-printable bytes as nginx does (`\x22`), so a client
+/// cannot forge log lines or fields.
+fn escape_into(value: &[u8], out: &mut Vec<u8>) {
+    for &b in value {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+            let _ = write!(out, "\\x{b:02X}");
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_a_combined_log_line() {
+        let (sender, receiver) = sync_channel(4);
+        let mut buffer = AccessLogBuffer {
+            buf: Vec::new(),
+            sender,
+            dropped: 0,
+        };
+        buffer.record(&Entry {
+            peer: "127.0.0.1:5000".parse().unwrap(),
+            time: b"[21/Nov/2026:22:50:00 +0000]",
+            request_line: &[b"GET", b"/a\"b", b"HTTP/1.1"],
+            status: 200,
+            body_bytes: 5,
+            referer: None,
+            user_agent: Some(b"curl/8"),
+        });
+        buffer.flush();
+        let line = receiver.recv().unwrap();
+        assert_eq!(
+            String::from_utf8(line).unwrap(),
+            "127.0.0.1 - - [21/Nov/2026:22:50:00 +0000] \"GET /a\\x22b HTTP/1.1\" 200 5 \"-\" \"curl/8\"\n"
+        );
+    }
+}

@@ -1,0 +1,542 @@
+//! The HTTP/1.x connection handler: the same code runs under every concurrency model.
+//!
+//! All state for one connection lives in [`HttpConn`]; everything shared by a worker's
+//! connections (the clock, the access-log buffer, scratch space) lives in [`HttpHandler`].
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fastpath_content::{Body, Part, Reply, StaticRequest};
+use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Output};
+use fastpath_http::{
+    normalize_path, parse_target, write_header, write_status_line, BodyFraming, ChunkedDecoder,
+    Parser, Request, Target, Version,
+};
+
+use crate::access_log::{AccessLogBuffer, Entry};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::vhosts::VirtualHosts;
+
+/// Queued output past which pipelined requests wait until it is sent: bounds the memory a
+/// client can make the server hold by pipelining without reading.
+const OUTPUT_HIGH_WATER: u64 = 64 * 1024;
+/// Longest request line quoted in the access log for a request that could not be parsed.
+const MAX_LOGGED_BAD_LINE: usize = 256;
+/// The methods a static path allows.
+const ALLOW: &[u8] = b"GET, HEAD";
+/// Sent to connections turned away at the connection limit.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nServer: fastpath\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 32\r\nRetry-After: 1\r\nConnection: close\r\n\r\nToo many connections, try again\n";
+
+/// Settings the handler needs, taken from the configuration once.
+pub(crate) struct HandlerSettings {
+    pub limits: fastpath_http::Limits,
+    pub header_timeout: Duration,
+    pub keepalive_timeout: Duration,
+    pub max_discard_body: u64,
+    pub max_requests_per_connection: u64,
+}
+
+impl HandlerSettings {
+    pub(crate) fn from_config(config: &Config) -> Self {
+        HandlerSettings {
+            limits: fastpath_http::Limits {
+                max_request_line: config.limits.max_request_line,
+                max_header_bytes: config.limits.max_header_bytes,
+                max_headers: config.limits.max_headers,
+            },
+            header_timeout: config.timeouts.header,
+            keepalive_timeout: config.timeouts.keepalive,
+            max_discard_body: config.limits.max_discard_body,
+            max_requests_per_connection: config.limits.max_requests_per_connection,
+        }
+    }
+}
+
+/// One worker's HTTP handler.
+pub(crate) struct HttpHandler {
+    hosts: Arc<VirtualHosts>,
+    settings: Arc<HandlerSettings>,
+    clock: Clock,
+    access_log: Option<AccessLogBuffer>,
+    path: Vec<u8>,
+}
+
+/// What a connection is doing between requests.
+enum Phase {
+    /// Waiting for (the rest of) a request head.
+    Head,
+    /// Discarding this many more bytes of a request body.
+    DiscardLength(u64),
+    /// Discarding a chunked request body; counts what was discarded.
+    DiscardChunked(Box<ChunkedDecoder>, u64),
+}
+
+/// Everything the server keeps for one connection.
+pub(crate) struct HttpConn {
+    peer: SocketAddr,
+    phase: Phase,
+    parser: Parser,
+    requests: u64,
+    head_started: Option<Instant>,
+}
+
+/// What answering a request decided about the connection.
+struct Outcome {
+    head_len: usize,
+    close: bool,
+    discard: Phase,
+}
+
+impl HttpHandler {
+    pub(crate) fn new(
+        hosts: Arc<VirtualHosts>,
+        settings: Arc<HandlerSettings>,
+        access_log: Option<AccessLogBuffer>,
+    ) -> Self {
+        HttpHandler {
+            hosts,
+            settings,
+            clock: Clock::new(),
+            access_log,
+            path: Vec::with_capacity(256),
+        }
+    }
+
+    fn process(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        loop {
+            if io.output.pending() >= OUTPUT_HIGH_WATER {
+                *io.deadline = None;
+                return Next::Drain;
+            }
+            match &mut conn.phase {
+                Phase::Head => {}
+                Phase::DiscardLength(remaining) => {
+                    let take = (*remaining).min(io.input.len() as u64);
+                    io.input.consume(take as usize);
+                    *remaining -= take;
+                    if *remaining > 0 {
+                        *io.deadline = Some(io.now + self.settings.header_timeout);
+                        return Next::Read;
+                    }
+                    conn.phase = Phase::Head;
+                }
+                Phase::DiscardChunked(decoder, discarded) => {
+                    match decoder.feed(io.input.data(), |_| {}) {
+                        Ok((used, done)) => {
+                            io.input.consume(used);
+                            *discarded += used as u64;
+                            if *discarded > self.settings.max_discard_body {
+                                // The response has been queued already: close after it.
+                                return Next::Close;
+                            }
+                            if !done {
+                                *io.deadline = Some(io.now + self.settings.header_timeout);
+                                return Next::Read;
+                            }
+                            conn.phase = Phase::Head;
+                        }
+                        Err(e) => {
+                            tracing::debug!("{}: bad chunked body: {e}", conn.peer);
+                            return Next::Close;
+                        }
+                    }
+                }
+            }
+            if io.input.is_empty() {
+                conn.head_started = None;
+                if io.eof {
+                    return Next::Close;
+                }
+                // The first request gets the header timeout, later ones the idle timeout.
+                let wait = if conn.requests == 0 {
+                    self.settings.header_timeout
+                } else {
+                    self.settings.keepalive_timeout
+                };
+                *io.deadline = Some(io.now + wait);
+                return Next::Read;
+            }
+            let started = *conn.head_started.get_or_insert(io.now);
+            let peer = conn.peer;
+            let requests = conn.requests;
+            let outcome = match conn.parser.parse(io.input.data()) {
+                Ok(None) => {
+                    if io.eof {
+                        return Next::Close;
+                    }
+                    *io.deadline = Some(started + self.settings.header_timeout);
+                    return Next::Read;
+                }
+                Err(e) => {
+                    tracing::debug!("{peer}: bad request: {e}");
+                    let line = first_line(io.input.data());
+                    self.error_reply(io.output, io.pool, e.status, Version::Http11, false, true);
+                    self.log(peer, &[line], e.status, 0, None, None);
+                    return Next::Close;
+                }
+                Ok(Some(request)) => self.respond(peer, requests, &request, io.output, io.pool),
+            };
+            io.input.consume(outcome.head_len);
+            conn.parser.reset();
+            conn.head_started = None;
+            conn.requests += 1;
+            if outcome.close {
+                return Next::Close;
+            }
+            conn.phase = outcome.discard;
+        }
+    }
+
+    /// Answers one parsed request by queueing the whole response.
+    fn respond(
+        &mut self,
+        peer: SocketAddr,
+        served: u64,
+        request: &Request<'_>,
+        output: &mut Output,
+        pool: &mut BufferPool,
+    ) -> Outcome {
+        let head = request.method == "HEAD";
+        let mut close =
+            !request.keep_alive || served + 1 >= self.settings.max_requests_per_connection;
+        // A body we do not want is read and dropped, unless it is too large or the client
+        // waits for 100 Continue before sending it: then the connection closes after the reply.
+        let discard = match request.framing {
+            BodyFraming::None | BodyFraming::Length(0) => Phase::Head,
+            _ if request.expect_continue => {
+                close = true;
+                Phase::Head
+            }
+            BodyFraming::Length(n) if n > self.settings.max_discard_body => {
+                close = true;
+                Phase::Head
+            }
+            BodyFraming::Length(n) => Phase::DiscardLength(n),
+            BodyFraming::Chunked => Phase::DiscardChunked(Box::new(ChunkedDecoder::new()), 0),
+        };
+        let version = request.version;
+        let (status, body_bytes) = match self.route(request) {
+            Route::Error(status) => {
+                self.error_reply(output, pool, status, version, head, close);
+                (status, 0)
+            }
+            Route::MethodNotAllowed => {
+                self.error_reply_with(output, pool, 405, version, head, close, |out| {
+                    write_header("Allow", ALLOW, out)
+                });
+                (405, 0)
+            }
+            Route::Static(reply) => self.static_reply(output, pool, &reply, version, head, close),
+        };
+        let version_text: &[u8] = match version {
+            Version::Http10 => b"HTTP/1.0",
+            Version::Http11 => b"HTTP/1.1",
+        };
+        self.log(
+            peer,
+            &[
+                request.method.as_bytes(),
+                request.target.as_bytes(),
+                version_text,
+            ],
+            status,
+            body_bytes,
+            request.header("referer"),
+            request.header("user-agent"),
+        );
+        Outcome {
+            head_len: request.head_len,
+            close,
+            discard,
+        }
+    }
+
+    /// Decides what a request gets: a static reply, or an error status.
+    fn route(&mut self, request: &Request<'_>) -> Route {
+        let target = match parse_target(request.target) {
+            Ok(target) => target,
+            Err(e) => return Route::Error(e.status),
+        };
+        let (authority, raw_path, query) = match target {
+            Target::Origin { path, query } => (None, path, query),
+            Target::Absolute {
+                authority,
+                path,
+                query,
+                ..
+            } => (Some(authority), path, query),
+            Target::Authority(_) | Target::Asterisk => {
+                return match request.method {
+                    "CONNECT" | "OPTIONS" => Route::MethodNotAllowed,
+                    _ => Route::Error(400),
+                }
+            }
+        };
+        match request.method {
+            "GET" | "HEAD" => {}
+            "POST" | "PUT" | "DELETE" | "CONNECT" | "OPTIONS" | "TRACE" | "PATCH" => {
+                return Route::MethodNotAllowed
+            }
+            _ => return Route::Error(501),
+        }
+        if let Err(e) = normalize_path(raw_path, &mut self.path) {
+            return Route::Error(e.status());
+        }
+        // An absolute-form target's authority wins over Host (RFC 9112 §3.2.2).
+        let host = authority
+            .map(str::as_bytes)
+            .or(request.host.map(str::as_bytes));
+        let site = self.hosts.select(host);
+        let reply = site.serve(&StaticRequest {
+            head: request.method == "HEAD",
+            path: &self.path,
+            raw_path,
+            query,
+            if_match: request.header("if-match"),
+            if_none_match: request.header("if-none-match"),
+            if_modified_since: request.header("if-modified-since"),
+            if_unmodified_since: request.header("if-unmodified-since"),
+            if_range: request.header("if-range"),
+            range: request.header("range"),
+            accept_encoding: request.header("accept-encoding"),
+        });
+        Route::Static(reply)
+    }
+
+    /// Writes the status line and the headers every response has.
+    fn write_common(&self, out: &mut Vec<u8>, status: u16) {
+        write_status_line(status, out);
+        out.extend_from_slice(b"Server: fastpath\r\nDate: ");
+        out.extend_from_slice(self.clock.http_date());
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn write_connection(out: &mut Vec<u8>, version: Version, close: bool) {
+        if close {
+            out.extend_from_slice(b"Connection: close\r\n");
+        } else if version == Version::Http10 {
+            out.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+    }
+
+    fn static_reply(
+        &self,
+        output: &mut Output,
+        pool: &mut BufferPool,
+        reply: &Reply,
+        version: Version,
+        head: bool,
+        close: bool,
+    ) -> (u16, u64) {
+        let status = reply.status;
+        if matches!(reply.body, Body::None) && (status >= 400 || status == 301) {
+            self.error_reply_with(output, pool, status, version, head, close, |out| {
+                write_reply_fields(reply, out)
+            });
+            return (status, 0);
+        }
+        output.write_with(pool, |out| {
+            self.write_common(out, status);
+            write_reply_fields(reply, out);
+            if status != 304 {
+                write_content_length(reply.content_length, out);
+            }
+            Self::write_connection(out, version, close);
+            out.extend_from_slice(b"\r\n");
+        });
+        if head || status == 304 {
+            return (status, 0);
+        }
+        match &reply.body {
+            Body::None => {}
+            Body::File { file, offset, len } => output.push_file(file.clone(), *offset, *len),
+            Body::Parts { file, parts } => {
+                for part in parts {
+                    match part {
+                        Part::Bytes(bytes) => {
+                            output.write_with(pool, |out| out.extend_from_slice(bytes))
+                        }
+                        Part::File { offset, len } => output.push_file(file.clone(), *offset, *len),
+                    }
+                }
+            }
+        }
+        (status, reply.content_length)
+    }
+
+    fn error_reply(
+        &self,
+        output: &mut Output,
+        pool: &mut BufferPool,
+        status: u16,
+        version: Version,
+        head: bool,
+        close: bool,
+    ) {
+        self.error_reply_with(output, pool, status, version, head, close, |_| {});
+    }
+
+    /// A short HTML page for an error or redirect status, with extra headers from `extra`.
+    #[allow(clippy::too_many_arguments)]
+    fn error_reply_with(
+        &self,
+        output: &mut Output,
+        pool: &mut BufferPool,
+        status: u16,
+        version: Version,
+        head: bool,
+        close: bool,
+        extra: impl FnOnce(&mut Vec<u8>),
+    ) {
+        let reason = fastpath_http::reason_phrase(status);
+        output.write_with(pool, |out| {
+            self.write_common(out, status);
+            extra(out);
+            let page_len = PAGE_OVERHEAD + 2 * (4 + reason.len());
+            out.extend_from_slice(b"Content-Type: text/html; charset=utf-8\r\n");
+            write_content_length(page_len as u64, out);
+            Self::write_connection(out, version, close);
+            out.extend_from_slice(b"\r\n");
+            if !head {
+                let before = out.len();
+                let _ = write!(
+                    out,
+                    "<!DOCTYPE html>\n<html><head><title>{status} {reason}</title></head><body><h1>{status} {reason}</h1></body></html>\n"
+                );
+                debug_assert_eq!(out.len() - before, page_len);
+            }
+        });
+    }
+
+    fn log(
+        &mut self,
+        peer: SocketAddr,
+        request_line: &[&[u8]],
+        status: u16,
+        body_bytes: u64,
+        referer: Option<&[u8]>,
+        user_agent: Option<&[u8]>,
+    ) {
+        if let Some(log) = self.access_log.as_mut() {
+            log.record(&Entry {
+                peer,
+                time: self.clock.log_time(),
+                request_line,
+                status,
+                body_bytes,
+                referer,
+                user_agent,
+            });
+        }
+    }
+}
+
+/// Bytes of the error page without its two "NNN Reason" strings.
+const PAGE_OVERHEAD: usize =
+    "<!DOCTYPE html>\n<html><head><title></title></head><body><h1></h1></body></html>\n".len();
+
+enum Route {
+    Static(Reply),
+    MethodNotAllowed,
+    Error(u16),
+}
+
+fn write_content_length(len: u64, out: &mut Vec<u8>) {
+    let _ = write!(out, "Content-Length: {len}\r\n");
+}
+
+/// The headers a static reply carries besides the common ones and Content-Length.
+fn write_reply_fields(reply: &Reply, out: &mut Vec<u8>) {
+    if let Some(location) = &reply.location {
+        write_header("Location", location.as_bytes(), out);
+    }
+    if reply.status < 300 || reply.status == 304 {
+        if let Some(content_type) = &reply.content_type {
+            if reply.status != 304 {
+                write_header("Content-Type", content_type.as_bytes(), out);
+            }
+        }
+        if let Some(encoding) = reply.content_encoding {
+            write_header("Content-Encoding", encoding.as_bytes(), out);
+        }
+    }
+    if let Some(modified) = reply.last_modified {
+        out.extend_from_slice(b"Last-Modified: ");
+        fastpath_http::write_http_date(modified, out);
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(etag) = &reply.etag {
+        write_header("ETag", etag.as_bytes(), out);
+    }
+    if reply.accept_ranges {
+        out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+    }
+    if let Some(range) = &reply.content_range {
+        write_header("Content-Range", range.as_bytes(), out);
+    }
+    if reply.vary_accept_encoding {
+        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    }
+}
+
+/// The first line of what a client sent, for logging a request that could not be parsed.
+fn first_line(data: &[u8]) -> &[u8] {
+    let end = data
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(data.len())
+        .min(MAX_LOGGED_BAD_LINE);
+    &data[..end]
+}
+
+impl Handler for HttpHandler {
+    type Conn = HttpConn;
+
+    fn on_open(&mut self, peer: SocketAddr, _now: Instant) -> HttpConn {
+        HttpConn {
+            peer,
+            phase: Phase::Head,
+            parser: Parser::new(self.settings.limits),
+            requests: 0,
+            head_started: None,
+        }
+    }
+
+    fn on_ready(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        self.process(conn, io)
+    }
+
+    fn on_timeout(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        if matches!(conn.phase, Phase::Head) && conn.head_started.is_some() {
+            // A request began but did not finish in time: say so, then close.
+            self.error_reply(io.output, io.pool, 408, Version::Http11, false, true);
+            let line = first_line(io.input.data());
+            self.log(conn.peer, &[line], 408, 0, None, None);
+            let unread = io.input.len();
+            io.input.consume(unread);
+        }
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: HttpConn, _reason: CloseReason) {}
+
+    fn on_tick(&mut self, _now: Instant) {
+        self.clock.refresh();
+        if let Some(log) = self.access_log.as_mut() {
+            log.flush();
+        }
+    }
+
+    fn on_stop(&mut self) {
+        if let Some(log) = self.access_log.as_mut() {
+            log.flush();
+        }
+    }
+
+    fn refusal(&self) -> &[u8] {
+        REFUSAL
+    }
+}
