@@ -52,11 +52,15 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+mod cache;
 mod deps;
 mod open;
 mod ranges;
+mod resource;
 mod site;
+mod watch;
 
+pub use cache::{CacheLimits, ContentCache};
 pub use ranges::{MAX_MULTIPART_RANGES, MERGE_GAP};
 pub use site::Site;
 
@@ -142,6 +146,9 @@ pub struct Reply {
     pub content_length: u64,
     /// Where the body bytes come from.
     pub body: Body,
+    /// For a full 200 reply of a cached file: its header lines from Content-Type to
+    /// Content-Length, prebuilt, to be written as they are instead of the fields above.
+    pub fields: Option<Arc<[u8]>>,
 }
 
 /// The source of a reply body.
@@ -159,13 +166,31 @@ pub enum Body {
         /// Byte count; may be 0.
         len: u64,
     },
+    /// `len` bytes of a file's content held in memory, starting at `offset`.
+    Memory {
+        /// The whole content (shared with the cache).
+        data: Arc<[u8]>,
+        /// Start offset.
+        offset: usize,
+        /// Byte count; may be 0.
+        len: usize,
+    },
     /// A `multipart/byteranges` body: the parts in order.
     Parts {
-        /// The open file that [`Part::File`] refers to.
-        file: Arc<File>,
-        /// The body, as literal bytes and file slices in order.
+        /// What [`Part::File`] slices refer to.
+        source: Source,
+        /// The body, as literal bytes and slices of the source in order.
         parts: Vec<Part>,
     },
+}
+
+/// Where the bytes of a file come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// An open file, sent with sendfile.
+    File(Arc<File>),
+    /// Its whole content in memory.
+    Memory(Arc<[u8]>),
 }
 
 /// One piece of a multipart body.
@@ -173,7 +198,7 @@ pub enum Body {
 pub enum Part {
     /// Literal bytes (boundaries and part headers).
     Bytes(Vec<u8>),
-    /// A slice of the reply's file.
+    /// A slice of the reply's source.
     File {
         /// Start offset.
         offset: u64,
@@ -197,6 +222,7 @@ impl Reply {
             accept_ranges: false,
             content_length: 0,
             body: Body::None,
+            fields: None,
         }
     }
 }

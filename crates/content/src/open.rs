@@ -67,6 +67,11 @@ impl Root {
         Ok(root)
     }
 
+    /// The canonical path of the root.
+    pub(crate) fn canonical(&self) -> &Path {
+        &self.canonical
+    }
+
     /// Whether the kernel resolves paths for us (`openat2`).
     pub(crate) fn uses_openat2(&self) -> bool {
         self.openat2
@@ -77,7 +82,14 @@ impl Root {
         let rel: &[u8] = if rel.is_empty() { b"." } else { rel };
         if self.openat2 {
             let c = CString::new(rel).map_err(|_| io::Error::from_raw_os_error(libc::ENOENT))?;
-            self.openat2(&c, CONTENT_FLAGS).map(File::from)
+            match self.openat2(&c, CONTENT_FLAGS) {
+                Ok(fd) => Ok(File::from(fd)),
+                // RESOLVE_BENEATH refuses every absolute symlink, even one that points back
+                // inside the root (common in deployed sites); those get the containment check
+                // on the canonical path instead, which still refuses anything outside.
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => self.open_fallback(rel),
+                Err(e) => Err(e),
+            }
         } else {
             self.open_fallback(rel)
         }

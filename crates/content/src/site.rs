@@ -8,11 +8,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::cache::ContentCache;
 use crate::deps::{
     etag_list_matches, parse_accept_encoding, parse_http_date, parse_range, RangeRequest,
 };
 use crate::open::{status_for, Root};
 use crate::ranges::{boundary, coalesce, multipart, MAX_MULTIPART_RANGES};
+use crate::resource::{Representation, Resource};
+use crate::watch::Watch;
 use crate::{Body, Reply, SiteOptions, StaticRequest};
 
 /// A document root plus its serving options.
@@ -24,13 +29,18 @@ use crate::{Body, Reply, SiteOptions, StaticRequest};
 pub struct Site {
     root: Root,
     options: SiteOptions,
+    /// Tells cached lookups when something under the root may have changed.
+    watch: Option<Watch>,
+    /// Distinguishes this site's entries in a shared [`ContentCache`].
+    id: u32,
 }
 
 /// A precompressed sibling: file suffix, `Content-Encoding`, ETag suffix.
-struct Coding {
-    suffix: &'static [u8],
-    name: &'static str,
-    tag: &'static str,
+#[derive(Debug)]
+pub(crate) struct Coding {
+    pub(crate) suffix: &'static [u8],
+    pub(crate) name: &'static str,
+    pub(crate) tag: &'static str,
 }
 
 const BR: Coding = Coding {
@@ -44,29 +54,51 @@ const GZIP: Coding = Coding {
     tag: "-gz",
 };
 
-/// The file chosen to answer with and what is known about it.
-struct Selected {
-    file: File,
-    meta: Metadata,
-    coding: Option<&'static Coding>,
+/// What a path resolves to, before any request header is looked at: the part
+/// of serving that the cache can keep.
+#[derive(Debug, Clone)]
+pub(crate) enum Resolved {
+    /// An error status (404, 403, 500).
+    Status(u16),
+    /// A directory named without its trailing slash: 301 to add it.
+    Redirect,
+    /// A regular file and its precompressed siblings.
+    File(Arc<Resource>),
 }
 
 impl Site {
     /// Opens the document root and detects whether `openat2(2)` is usable.
     pub fn open(root: &Path, options: SiteOptions) -> io::Result<Site> {
-        Ok(Site {
-            root: Root::open(root, true)?,
-            options,
-        })
+        Site::open_with(root, options, true)
     }
 
     /// Like [`Site::open`] but never uses `openat2`, to test the fallback.
     #[cfg(test)]
     pub(crate) fn open_fallback(root: &Path, options: SiteOptions) -> io::Result<Site> {
+        Site::open_with(root, options, false)
+    }
+
+    fn open_with(root: &Path, options: SiteOptions, allow_openat2: bool) -> io::Result<Site> {
+        static NEXT_ID: AtomicU32 = AtomicU32::new(0);
         Ok(Site {
-            root: Root::open(root, false)?,
+            root: Root::open(root, allow_openat2)?,
             options,
+            watch: None,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
+    }
+
+    /// Starts watching the tree with inotify so that [`Site::serve_cached`] can keep
+    /// lookups. Without a watch (or if it fails: too many watches, no inotify),
+    /// `serve_cached` behaves like [`Site::serve`] and caches nothing.
+    pub fn watch(&mut self) -> io::Result<()> {
+        self.watch = Some(Watch::start(self.root.canonical())?);
+        Ok(())
+    }
+
+    /// Whether changes under the root are being watched (and lookups cached).
+    pub fn is_watched(&self) -> bool {
+        self.watch.is_some()
     }
 
     /// Whether paths are resolved by the kernel (`openat2`) rather than by
@@ -80,36 +112,59 @@ impl Site {
         &self.options
     }
 
-    /// Decides the reply to a GET or HEAD request. Never panics.
+    /// Decides the reply to a GET or HEAD request, looking at the file system
+    /// afresh. Never panics.
     pub fn serve(&self, req: &StaticRequest<'_>) -> Reply {
-        let path = req.path;
+        let resolved = self.resolve(req.path, 0);
+        respond(&resolved, req)
+    }
+
+    /// Like [`Site::serve`], but keeps what a path resolves to in `cache` (with the
+    /// content of files up to the cache's `max_file_size`) until the watch reports a
+    /// change under the root, so a hit costs no system call at all.
+    pub fn serve_cached(&self, cache: &mut ContentCache, req: &StaticRequest<'_>) -> Reply {
+        let Some(watch) = &self.watch else {
+            return self.serve(req);
+        };
+        // Read the generation before looking at the files: a change that lands while
+        // resolving then makes the new entry stale at once instead of never.
+        let generation = watch.generation();
+        if let Some(resolved) = cache.get(self.id, req.path, generation) {
+            return respond(resolved, req);
+        }
+        let resolved = self.resolve(req.path, cache.max_file_size());
+        let reply = respond(&resolved, req);
+        cache.insert(self.id, req.path, generation, resolved);
+        reply
+    }
+
+    /// Maps a path to what it names; `in_memory` is the largest file read into memory.
+    pub(crate) fn resolve(&self, path: &[u8], in_memory: u64) -> Resolved {
         // The server promises these; re-checking is cheap insurance.
         if path.first() != Some(&b'/') || path.contains(&0) {
-            return Reply::status(404);
+            return Resolved::Status(404);
         }
         if !self.options.dotfiles && has_hidden_segment(path) {
-            return Reply::status(404);
+            return Resolved::Status(404);
         }
         let rel = trim_leading_slashes(path);
         let file = match self.root.open_file(rel) {
             Ok(f) => f,
-            Err(e) => return Reply::status(status_for(&e)),
+            Err(e) => return Resolved::Status(status_for(&e)),
         };
         let meta = match file.metadata() {
             Ok(m) => m,
-            Err(_) => return Reply::status(500),
+            Err(_) => return Resolved::Status(500),
         };
         if meta.is_file() {
-            return self.serve_file(req, rel, file, meta);
+            return self.resource(rel, file, meta, in_memory);
         }
         if !meta.is_dir() {
             // FIFO, socket, device: never content.
-            return Reply::status(403);
+            return Resolved::Status(403);
         }
         if !path.ends_with(b"/") {
-            let mut reply = Reply::status(301);
-            reply.location = Some(redirect_location(req.raw_path, req.query));
-            return reply;
+            return Resolved::Redirect;
         }
         drop(file);
         for name in &self.options.index {
@@ -120,15 +175,11 @@ impl Site {
             let mut index_rel = rel.to_vec();
             index_rel.extend_from_slice(name);
             // Any failure just means "this index is not there"; try the next.
-            let Ok(file) = self.root.open_file(&index_rel) else {
-                continue;
-            };
-            match file.metadata() {
-                Ok(meta) if meta.is_file() => return self.serve_file(req, &index_rel, file, meta),
-                _ => continue,
+            if let Some((file, meta)) = self.open_regular(&index_rel) {
+                return self.resource(&index_rel, file, meta, in_memory);
             }
         }
-        Reply::status(403)
+        Resolved::Status(403)
     }
 
     /// Opens `rel` if it is a regular file beneath the root.
@@ -138,165 +189,178 @@ impl Site {
         meta.is_file().then_some((file, meta))
     }
 
-    /// Picks a precompressed variant of `rel` if there is an acceptable one.
-    /// Returns it (if chosen) and whether any variant exists (for `Vary`).
-    fn select_variant(&self, req: &StaticRequest<'_>, rel: &[u8]) -> (Option<Selected>, bool) {
-        // Already-compressed files are served as themselves; looking for
-        // "x.gz.gz" would only cost syscalls.
-        if !self.options.precompressed || rel.ends_with(BR.suffix) || rel.ends_with(GZIP.suffix) {
-            return (None, false);
-        }
-        let ae = parse_accept_encoding(req.accept_encoding);
-        // Higher q first; br wins ties (it is usually smaller).
-        let order: [(&'static Coding, f32); 2] = if ae.gzip > ae.br {
-            [(&GZIP, ae.gzip), (&BR, ae.br)]
-        } else {
-            [(&BR, ae.br), (&GZIP, ae.gzip)]
-        };
-        let mut probed = [false; 2];
-        for (i, &(coding, q)) in order.iter().enumerate() {
-            if q.is_nan() || q <= 0.0 {
-                continue;
-            }
-            probed[i] = true;
-            let mut variant = rel.to_vec();
-            variant.extend_from_slice(coding.suffix);
-            if let Some((file, meta)) = self.open_regular(&variant) {
-                let selected = Selected {
-                    file,
-                    meta,
-                    coding: Some(coding),
-                };
-                return (Some(selected), true);
-            }
-        }
-        // Nothing acceptable was found, but Vary must still be sent if a
-        // variant exists, or a shared cache could hand it to other clients.
-        let exists = order.iter().zip(probed).any(|(&(coding, _), probed)| {
-            if probed {
-                return false;
-            }
-            let mut variant = rel.to_vec();
-            variant.extend_from_slice(coding.suffix);
-            self.open_regular(&variant).is_some()
-        });
-        (None, exists)
-    }
-
-    fn serve_file(&self, req: &StaticRequest<'_>, rel: &[u8], file: File, meta: Metadata) -> Reply {
-        let (variant, vary) = self.select_variant(req, rel);
-        let Selected { file, meta, coding } = variant.unwrap_or(Selected {
-            file,
-            meta,
-            coding: None,
-        });
-        let size = meta.len();
-        let etag = entity_tag(&meta, coding.map_or("", |c| c.tag));
-        let last_modified = last_modified(&meta, SystemTime::now());
-
-        // Fields every reply about this file carries (RFC 9110 §15.4.5 wants
-        // ETag, Last-Modified and Vary on 304 too).
-        let mut reply = Reply::status(200);
-        reply.vary_accept_encoding = vary;
-        reply.etag = Some(etag.clone());
-        reply.last_modified = last_modified;
-        let etag = etag.as_str();
-
-        // RFC 9110 §13.2.2, steps 1-4.
-        if let Some(v) = req.if_match {
-            if !etag_list_matches(v, etag, true) {
-                reply.status = 412;
-                return reply;
-            }
-        } else if let (Some(lm), Some(date)) = (
-            last_modified,
-            req.if_unmodified_since.and_then(parse_http_date),
-        ) {
-            if lm > date {
-                reply.status = 412;
-                return reply;
-            }
-        }
-        if let Some(v) = req.if_none_match {
-            if etag_list_matches(v, etag, false) {
-                reply.status = 304;
-                return reply;
-            }
-        } else if let (Some(lm), Some(date)) = (
-            last_modified,
-            req.if_modified_since.and_then(parse_http_date),
-        ) {
-            if lm <= date {
-                reply.status = 304;
-                return reply;
-            }
-        }
-
-        // Step 5: ranges, GET only; a failed If-Range means "send it all".
-        let use_range = !req.head
-            && req.range.is_some()
-            && req
-                .if_range
-                .is_none_or(|v| if_range_matches(v, etag, last_modified));
-        let range = if use_range {
-            parse_range(req.range, size)
-        } else {
-            RangeRequest::Ignore
-        };
-
+    /// A resource for the regular file `rel`, with its precompressed siblings.
+    fn resource(&self, rel: &[u8], file: File, meta: Metadata, in_memory: u64) -> Resolved {
         let name = rel.rsplit(|&b| b == b'/').next().unwrap_or_default();
         let content_type = content_type_for(name);
-        reply.accept_ranges = true;
-        let ranges = match range {
-            RangeRequest::Ignore => Vec::new(),
-            RangeRequest::Unsatisfiable => return unsatisfiable(reply, size),
-            RangeRequest::Ranges(r) => {
-                // Do not trust the parser's bounds: they feed offsets/lengths.
-                let r: Vec<_> = r.into_iter().filter(|&(a, b)| a <= b && b < size).collect();
-                if r.is_empty() {
-                    return unsatisfiable(reply, size);
-                }
-                coalesce(r)
-            }
+        let identity = match Representation::new(file, meta, None, in_memory) {
+            Ok(rep) => rep,
+            Err(_) => return Resolved::Status(500),
         };
-        reply.content_encoding = coding.map(|c| c.name);
-        let file = Arc::new(file);
-        match ranges.as_slice() {
-            &[(a, b)] => {
-                reply.status = 206;
-                reply.content_range = Some(format!("bytes {a}-{b}/{size}"));
-                reply.content_type = Some(content_type);
-                reply.content_length = b - a + 1;
-                reply.body = Body::File {
-                    file,
-                    offset: a,
-                    len: b - a + 1,
+        let mut resource = Resource {
+            identity,
+            br: None,
+            gzip: None,
+            content_type,
+        };
+        // Already-compressed files are served as themselves; looking for
+        // "x.gz.gz" would only cost system calls.
+        if self.options.precompressed && !rel.ends_with(BR.suffix) && !rel.ends_with(GZIP.suffix) {
+            for coding in [&BR, &GZIP] {
+                let mut variant = rel.to_vec();
+                variant.extend_from_slice(coding.suffix);
+                let Some((file, meta)) = self.open_regular(&variant) else {
+                    continue;
                 };
-            }
-            // Multipart with a Content-Encoding would claim the multipart
-            // framing itself is compressed, so encoded variants get the
-            // whole representation instead (ignoring Range is always allowed).
-            r if r.len() > 1 && r.len() <= MAX_MULTIPART_RANGES && coding.is_none() => {
-                let b = boundary(etag);
-                let (parts, len) = multipart(r, size, &content_type, &b);
-                reply.status = 206;
-                reply.content_type =
-                    Some(Cow::Owned(format!("multipart/byteranges; boundary={b}")));
-                reply.content_length = len;
-                reply.body = Body::Parts { file, parts };
-            }
-            _ => {
-                reply.content_type = Some(content_type);
-                reply.content_length = size;
-                reply.body = Body::File {
-                    file,
-                    offset: 0,
-                    len: size,
+                let Ok(rep) = Representation::new(file, meta, Some(coding), in_memory) else {
+                    continue;
                 };
+                match coding.name {
+                    "br" => resource.br = Some(rep),
+                    _ => resource.gzip = Some(rep),
+                }
             }
         }
-        reply
+        if in_memory > 0 {
+            // Only cached resources are answered often enough to pay for this.
+            resource.prebuild_fields();
+        }
+        Resolved::File(Arc::new(resource))
     }
+}
+
+/// Decides the reply for a resolved path and the request's headers.
+pub(crate) fn respond(resolved: &Resolved, req: &StaticRequest<'_>) -> Reply {
+    match resolved {
+        Resolved::Status(status) => Reply::status(*status),
+        Resolved::Redirect => {
+            let mut reply = Reply::status(301);
+            reply.location = Some(redirect_location(req.raw_path, req.query));
+            reply
+        }
+        Resolved::File(resource) => respond_file(resource, req),
+    }
+}
+
+/// Picks the representation to send: the acceptable precompressed variant with the
+/// highest q-value (br on ties), else the file itself.
+fn select<'r>(resource: &'r Resource, req: &StaticRequest<'_>) -> &'r Representation {
+    if resource.br.is_none() && resource.gzip.is_none() {
+        return &resource.identity;
+    }
+    let ae = parse_accept_encoding(req.accept_encoding);
+    let acceptable = |q: f32| !q.is_nan() && q > 0.0;
+    let order = if ae.gzip > ae.br {
+        [(&resource.gzip, ae.gzip), (&resource.br, ae.br)]
+    } else {
+        [(&resource.br, ae.br), (&resource.gzip, ae.gzip)]
+    };
+    order
+        .into_iter()
+        .find_map(|(rep, q)| rep.as_ref().filter(|_| acceptable(q)))
+        .unwrap_or(&resource.identity)
+}
+
+fn respond_file(resource: &Resource, req: &StaticRequest<'_>) -> Reply {
+    let rep = select(resource, req);
+    let size = rep.size;
+    let etag = rep.etag.as_str();
+    let last_modified = rep.last_modified;
+
+    // Fields every reply about this file carries (RFC 9110 §15.4.5 wants
+    // ETag, Last-Modified and Vary on 304 too).
+    let mut reply = Reply::status(200);
+    reply.vary_accept_encoding = resource.has_variants();
+    reply.etag = Some(rep.etag.clone());
+    reply.last_modified = last_modified;
+
+    // RFC 9110 §13.2.2, steps 1-4.
+    if let Some(v) = req.if_match {
+        if !etag_list_matches(v, etag, true) {
+            reply.status = 412;
+            return reply;
+        }
+    } else if let (Some(lm), Some(date)) = (
+        last_modified,
+        req.if_unmodified_since.and_then(parse_http_date),
+    ) {
+        if lm > date {
+            reply.status = 412;
+            return reply;
+        }
+    }
+    if let Some(v) = req.if_none_match {
+        if etag_list_matches(v, etag, false) {
+            reply.status = 304;
+            return reply;
+        }
+    } else if let (Some(lm), Some(date)) = (
+        last_modified,
+        req.if_modified_since.and_then(parse_http_date),
+    ) {
+        if lm <= date {
+            reply.status = 304;
+            return reply;
+        }
+    }
+
+    // Step 5: ranges, GET only; a failed If-Range means "send it all".
+    let use_range = !req.head
+        && req.range.is_some()
+        && req
+            .if_range
+            .is_none_or(|v| if_range_matches(v, etag, last_modified));
+    let range = if use_range {
+        parse_range(req.range, size)
+    } else {
+        RangeRequest::Ignore
+    };
+
+    reply.accept_ranges = true;
+    let ranges = match range {
+        RangeRequest::Ignore => Vec::new(),
+        RangeRequest::Unsatisfiable => return unsatisfiable(reply, size),
+        RangeRequest::Ranges(r) => {
+            // Do not trust the parser's bounds: they feed offsets/lengths.
+            let r: Vec<_> = r.into_iter().filter(|&(a, b)| a <= b && b < size).collect();
+            if r.is_empty() {
+                return unsatisfiable(reply, size);
+            }
+            coalesce(r)
+        }
+    };
+    reply.content_encoding = rep.coding.map(|c| c.name);
+    let content_type = resource.content_type.clone();
+    match ranges.as_slice() {
+        &[(a, b)] => {
+            reply.status = 206;
+            reply.content_range = Some(format!("bytes {a}-{b}/{size}"));
+            reply.content_type = Some(content_type);
+            reply.content_length = b - a + 1;
+            reply.body = rep.slice(a, b - a + 1);
+        }
+        // Multipart with a Content-Encoding would claim the multipart
+        // framing itself is compressed, so encoded variants get the
+        // whole representation instead (ignoring Range is always allowed).
+        r if r.len() > 1 && r.len() <= MAX_MULTIPART_RANGES && rep.coding.is_none() => {
+            let b = boundary(etag);
+            let (parts, len) = multipart(r, size, &content_type, &b);
+            reply.status = 206;
+            reply.content_type = Some(Cow::Owned(format!("multipart/byteranges; boundary={b}")));
+            reply.content_length = len;
+            reply.body = Body::Parts {
+                source: rep.source(),
+                parts,
+            };
+        }
+        _ => {
+            reply.content_type = Some(content_type);
+            reply.content_length = size;
+            reply.body = rep.slice(0, size);
+            reply.fields = rep.fields_200.clone();
+        }
+    }
+    reply
 }
 
 fn unsatisfiable(mut reply: Reply, size: u64) -> Reply {
@@ -326,7 +390,7 @@ fn if_range_matches(value: &[u8], etag: &str, last_modified: Option<SystemTime>)
 /// Any rewrite changes mtime or size, a replace-by-rename changes the inode,
 /// and the suffix (`-br`, `-gz`) keeps encoded variants distinct from the
 /// identity file even if their stat fields coincided.
-fn entity_tag(meta: &Metadata, suffix: &str) -> String {
+pub(crate) fn entity_tag(meta: &Metadata, suffix: &str) -> String {
     format!(
         "\"{:x}.{:x}-{:x}-{:x}{suffix}\"",
         meta.mtime(),
@@ -340,7 +404,7 @@ fn entity_tag(meta: &Metadata, suffix: &str) -> String {
 /// with dates clients echo back are exact), clamped to `now` as RFC 9110
 /// §8.8.2.1 requires for future mtimes. `None` before 1970: HTTP-dates cannot
 /// express it (and `httpdate` would panic formatting it).
-fn last_modified(meta: &Metadata, now: SystemTime) -> Option<SystemTime> {
+pub(crate) fn last_modified(meta: &Metadata, now: SystemTime) -> Option<SystemTime> {
     let mtime = meta.modified().ok()?.min(now);
     let secs = mtime.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))

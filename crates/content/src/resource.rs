@@ -1,0 +1,192 @@
+//! Resolved files: what the cache keeps for a path.
+
+use std::borrow::Cow;
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::site::{entity_tag, last_modified, Coding};
+use crate::{Body, Source};
+
+/// Attempts at reading a file whose metadata stays the same before and after the read.
+const SNAPSHOT_ATTEMPTS: usize = 3;
+
+/// A regular file and its precompressed siblings.
+#[derive(Debug)]
+pub(crate) struct Resource {
+    pub(crate) identity: Representation,
+    pub(crate) br: Option<Representation>,
+    pub(crate) gzip: Option<Representation>,
+    /// The type of the identity file (variants share it).
+    pub(crate) content_type: Cow<'static, str>,
+}
+
+impl Resource {
+    pub(crate) fn has_variants(&self) -> bool {
+        self.br.is_some() || self.gzip.is_some()
+    }
+
+    /// Memory the resource holds (file contents and headers), for cache accounting.
+    pub(crate) fn memory(&self) -> usize {
+        [Some(&self.identity), self.br.as_ref(), self.gzip.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|rep| {
+                rep.bytes.as_ref().map_or(0, |b| b.len())
+                    + rep.fields_200.as_ref().map_or(0, |f| f.len())
+                    + rep.etag.len()
+            })
+            .sum::<usize>()
+            + std::mem::size_of::<Resource>()
+    }
+
+    /// Descriptors the resource keeps open, for the open-file limit.
+    pub(crate) fn open_files(&self) -> usize {
+        [Some(&self.identity), self.br.as_ref(), self.gzip.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter(|rep| rep.bytes.is_none())
+            .count()
+    }
+
+    /// Fills in the prebuilt header lines of every representation's 200 response.
+    pub(crate) fn prebuild_fields(&mut self) {
+        let vary = self.has_variants();
+        let content_type = self.content_type.clone();
+        for rep in [
+            Some(&mut self.identity),
+            self.br.as_mut(),
+            self.gzip.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            rep.fields_200 = Some(rep.build_fields(&content_type, vary));
+        }
+    }
+}
+
+/// One file that can be sent: the identity file or a precompressed sibling.
+#[derive(Debug)]
+pub(crate) struct Representation {
+    /// Open while the content is not held in memory.
+    pub(crate) file: Option<Arc<File>>,
+    /// The whole content, for files small enough to keep.
+    pub(crate) bytes: Option<Arc<[u8]>>,
+    pub(crate) size: u64,
+    pub(crate) etag: String,
+    pub(crate) last_modified: Option<SystemTime>,
+    pub(crate) coding: Option<&'static Coding>,
+    /// The header lines of a full 200 response after the Date (Content-Type through
+    /// Content-Length), built once for cached resources.
+    pub(crate) fields_200: Option<Arc<[u8]>>,
+}
+
+impl Representation {
+    /// Describes an open file; reads it whole if it is no larger than `in_memory`.
+    pub(crate) fn new(
+        file: File,
+        meta: Metadata,
+        coding: Option<&'static Coding>,
+        in_memory: u64,
+    ) -> io::Result<Representation> {
+        let (meta, bytes, file) = if in_memory > 0 && meta.len() <= in_memory {
+            match snapshot(&file, meta)? {
+                (meta, Some(bytes)) => (meta, Some(bytes), None),
+                (meta, None) => (meta, None, Some(Arc::new(file))),
+            }
+        } else {
+            (meta, None, Some(Arc::new(file)))
+        };
+        Ok(Representation {
+            file,
+            bytes,
+            size: meta.len(),
+            etag: entity_tag(&meta, coding.map_or("", |c| c.tag)),
+            last_modified: last_modified(&meta, SystemTime::now()),
+            coding,
+            fields_200: None,
+        })
+    }
+
+    /// Where the body comes from.
+    pub(crate) fn source(&self) -> Source {
+        match (&self.bytes, &self.file) {
+            (Some(bytes), _) => Source::Memory(bytes.clone()),
+            (None, Some(file)) => Source::File(file.clone()),
+            // `new` always sets one of the two.
+            (None, None) => Source::Memory(Arc::from(&[][..])),
+        }
+    }
+
+    /// `len` bytes from `offset` as a body.
+    pub(crate) fn slice(&self, offset: u64, len: u64) -> Body {
+        match self.source() {
+            Source::Memory(data) => Body::Memory {
+                data,
+                offset: offset as usize,
+                len: len as usize,
+            },
+            Source::File(file) => Body::File { file, offset, len },
+        }
+    }
+
+    fn build_fields(&self, content_type: &str, vary: bool) -> Arc<[u8]> {
+        use fastpath_http::{write_header, write_header_u64, write_http_date};
+        let mut out = Vec::with_capacity(200);
+        write_header("Content-Type", content_type.as_bytes(), &mut out);
+        if let Some(coding) = self.coding {
+            write_header("Content-Encoding", coding.name.as_bytes(), &mut out);
+        }
+        if let Some(modified) = self.last_modified {
+            out.extend_from_slice(b"Last-Modified: ");
+            write_http_date(modified, &mut out);
+            out.extend_from_slice(b"\r\n");
+        }
+        write_header("ETag", self.etag.as_bytes(), &mut out);
+        out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+        if vary {
+            out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+        }
+        write_header_u64("Content-Length", self.size, &mut out);
+        Arc::from(out)
+    }
+}
+
+/// Reads the whole file, and keeps the bytes only if its metadata (size, mtime, ctime)
+/// is the same before and after the read: a file rewritten meanwhile is read again, so
+/// the bytes kept are one version of the file, never a mix. A file that keeps
+/// changing is left to be sent from its descriptor.
+fn snapshot(file: &File, mut before: Metadata) -> io::Result<(Metadata, Option<Arc<[u8]>>)> {
+    for _ in 0..SNAPSHOT_ATTEMPTS {
+        let size = before.len() as usize;
+        let mut bytes = vec![0u8; size];
+        let mut filled = 0;
+        while filled < size {
+            match file.read_at(&mut bytes[filled..], filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let after = file.metadata()?;
+        if filled == size && same_version(&before, &after) {
+            return Ok((after, Some(Arc::from(bytes))));
+        }
+        before = after;
+    }
+    Ok((before, None))
+}
+
+/// True when two stats of one file describe the same content version.
+pub(crate) fn same_version(a: &Metadata, b: &Metadata) -> bool {
+    a.len() == b.len()
+        && a.mtime() == b.mtime()
+        && a.mtime_nsec() == b.mtime_nsec()
+        && a.ctime() == b.ctime()
+        && a.ctime_nsec() == b.ctime_nsec()
+        && a.ino() == b.ino()
+}

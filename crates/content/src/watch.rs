@@ -1,0 +1,174 @@
+//! Watching a document root with inotify, so cached lookups know when to look again.
+//!
+//! Every directory under the root gets a watch; any event anywhere (a file written,
+//! replaced, renamed, deleted or created, a directory added, the event queue
+//! overflowing) bumps one generation counter. Cache entries remember the generation
+//! they were made at and are resolved afresh once it has moved. That throws away more
+//! than strictly needed when files change often, but it is simple enough to be
+//! obviously right: no event can be mapped to the wrong entry.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Events that can change what a path serves.
+const WATCH_MASK: u32 = libc::IN_MODIFY
+    | libc::IN_ATTRIB
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF
+    | libc::IN_ONLYDIR;
+/// How often the watcher thread checks whether its site is gone.
+const POLL_MS: i32 = 500;
+/// Directories watched at most per site; past it the watch fails and nothing is cached.
+const MAX_WATCHED_DIRS: usize = 100_000;
+
+/// The shared side of a watch: the generation counter.
+#[derive(Debug)]
+struct Shared {
+    generation: AtomicU64,
+}
+
+/// A running watch on one document root; the thread ends when this is dropped.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    shared: Arc<Shared>,
+}
+
+impl Watch {
+    /// Watches every directory under `root` (not following symlinks out of it) and
+    /// starts the thread that reads the events.
+    pub(crate) fn start(root: &Path) -> io::Result<Watch> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut dirs = HashMap::new();
+        add_tree(&inotify, root, &mut dirs)?;
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("fastpath-watch".into())
+            .spawn(move || watch_loop(inotify, dirs, weak))?;
+        Ok(Watch { shared })
+    }
+
+    /// The current generation; it moves whenever something under the root changed.
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared.generation.load(Ordering::Acquire)
+    }
+}
+
+/// Adds a watch on `dir` and every directory below it.
+fn add_tree(inotify: &OwnedFd, dir: &Path, dirs: &mut HashMap<i32, PathBuf>) -> io::Result<()> {
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        if dirs.len() >= MAX_WATCHED_DIRS {
+            return Err(io::Error::other(format!(
+                "more than {MAX_WATCHED_DIRS} directories to watch"
+            )));
+        }
+        let c = CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // IN_DONT_FOLLOW: a symlinked directory is reached through its real location if
+        // that is inside the root; one outside the root is never served anyway.
+        // SAFETY: valid descriptor and NUL-terminated path.
+        let wd = unsafe {
+            libc::inotify_add_watch(
+                inotify.as_raw_fd(),
+                c.as_ptr(),
+                WATCH_MASK | libc::IN_DONT_FOLLOW,
+            )
+        };
+        if wd < 0 {
+            let err = io::Error::last_os_error();
+            // A directory that vanished meanwhile needs no watch.
+            if matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) {
+                continue;
+            }
+            return Err(err);
+        }
+        dirs.insert(wd, dir.clone());
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                pending.push(entry.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn watch_loop(inotify: OwnedFd, mut dirs: HashMap<i32, PathBuf>, shared: Weak<Shared>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let mut poll = libc::pollfd {
+            fd: inotify.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, POLL_MS) };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if ready <= 0 {
+            continue;
+        }
+        // SAFETY: reading into a buffer we own, of the length passed.
+        let n = unsafe {
+            libc::read(
+                inotify.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        let mut new_dirs = Vec::new();
+        let mut offset = 0usize;
+        let header = std::mem::size_of::<libc::inotify_event>();
+        while offset + header <= n as usize {
+            // SAFETY: the kernel wrote whole events; read_unaligned copes with alignment.
+            let event: libc::inotify_event =
+                unsafe { std::ptr::read_unaligned(buf.as_ptr().add(offset) as *const _) };
+            let name_start = offset + header;
+            let name_end = (name_start + event.len as usize).min(n as usize);
+            let name = &buf[name_start..name_end];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if event.mask & libc::IN_ISDIR != 0
+                && event.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0
+            {
+                if let Some(parent) = dirs.get(&event.wd) {
+                    new_dirs.push(parent.join(std::ffi::OsStr::from_bytes(name)));
+                }
+            }
+            if event.mask & libc::IN_IGNORED != 0 {
+                dirs.remove(&event.wd);
+            }
+            offset = name_end;
+        }
+        for dir in new_dirs {
+            // Files may already sit in the new directory; the bump below covers them.
+            let _ = add_tree(&inotify, &dir, &mut dirs);
+        }
+        shared.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
