@@ -28,6 +28,8 @@ pub struct Config {
     pub limits: Limits,
     /// Connection timeouts (`[timeouts]`).
     pub timeouts: Timeouts,
+    /// Table `[cache]`.
+    pub cache: CacheConfig,
     /// Logging (`[log]`).
     pub log: LogConfig,
     /// The host built from the top-level `root`, `index`, `dotfiles` and
@@ -49,6 +51,9 @@ pub enum Model {
     Auto,
     /// Event loop on epoll, one loop per worker thread.
     Epoll,
+    /// Completion loop on io_uring, one per worker thread; falls back to epoll (with a
+    /// warning) where the kernel cannot run it.
+    Uring,
 }
 
 /// Limits that protect the server from oversized or abusive clients.
@@ -84,6 +89,31 @@ pub struct Timeouts {
     /// After the last response on a closing connection, unread client bytes
     /// are drained this long so a TCP reset does not destroy the response.
     pub linger: Duration,
+}
+
+/// The content cache (`[cache]`): per worker, shared-nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Keep what paths resolve to (and small files' bytes) in memory, invalidated by
+    /// inotify; default true.
+    pub enabled: bool,
+    /// Memory for cached entries, all workers together; default 64 MiB.
+    pub max_memory: u64,
+    /// Files up to this size are kept in memory whole; default 64 KiB.
+    pub max_file_size: u64,
+    /// Descriptors of larger files kept open, all workers together; default 1024.
+    pub max_open_files: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: true,
+            max_memory: 64 * 1024 * 1024,
+            max_file_size: 64 * 1024,
+            max_open_files: 1024,
+        }
+    }
 }
 
 /// Logging configuration (`[log]`).
@@ -151,6 +181,7 @@ impl Default for Config {
             model: Model::Auto,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
+            cache: CacheConfig::default(),
             log: LogConfig::default(),
             default_host: HostConfig::default(),
             hosts: Vec::new(),
@@ -261,13 +292,14 @@ impl Config {
 
 impl Model {
     /// Every model, in the order shown in error messages and help text.
-    pub const ALL: &[Model] = &[Model::Auto, Model::Epoll];
+    pub const ALL: &[Model] = &[Model::Auto, Model::Epoll, Model::Uring];
 
     /// The name used in the configuration file and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Model::Auto => "auto",
             Model::Epoll => "epoll",
+            Model::Uring => "uring",
         }
     }
 

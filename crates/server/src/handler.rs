@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastpath_content::{Body, Part, Reply, StaticRequest};
+use fastpath_content::{Body, ContentCache, Part, Reply, Source, StaticRequest};
 use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Output};
 use fastpath_http::{
     normalize_path, parse_target, write_header, write_status_line, BodyFraming, ChunkedDecoder,
@@ -61,6 +61,7 @@ pub(crate) struct HttpHandler {
     settings: Arc<HandlerSettings>,
     clock: Clock,
     access_log: Option<AccessLogBuffer>,
+    cache: ContentCache,
     path: Vec<u8>,
 }
 
@@ -95,12 +96,14 @@ impl HttpHandler {
         hosts: Arc<VirtualHosts>,
         settings: Arc<HandlerSettings>,
         access_log: Option<AccessLogBuffer>,
+        cache: ContentCache,
     ) -> Self {
         HttpHandler {
             hosts,
             settings,
             clock: Clock::new(),
             access_log,
+            cache,
             path: Vec::with_capacity(256),
         }
     }
@@ -173,8 +176,15 @@ impl HttpHandler {
                 Err(e) => {
                     tracing::debug!("{peer}: bad request: {e}");
                     let line = first_line(io.input.data());
-                    self.error_reply(io.output, io.pool, e.status, Version::Http11, false, true);
-                    self.log(peer, &[line], e.status, 0, None, None);
+                    let sent = self.error_reply(
+                        io.output,
+                        io.pool,
+                        e.status,
+                        Version::Http11,
+                        false,
+                        true,
+                    );
+                    self.log(peer, &[line], e.status, sent, None, None);
                     return Next::Close;
                 }
                 Ok(Some(request)) => self.respond(peer, requests, &request, io.output, io.pool),
@@ -219,16 +229,16 @@ impl HttpHandler {
         };
         let version = request.version;
         let (status, body_bytes) = match self.route(request) {
-            Route::Error(status) => {
-                self.error_reply(output, pool, status, version, head, close);
-                (status, 0)
-            }
-            Route::MethodNotAllowed => {
+            Route::Error(status) => (
+                status,
+                self.error_reply(output, pool, status, version, head, close),
+            ),
+            Route::MethodNotAllowed => (
+                405,
                 self.error_reply_with(output, pool, 405, version, head, close, |out| {
                     write_header("Allow", ALLOW, out)
-                });
-                (405, 0)
-            }
+                }),
+            ),
             Route::Static(reply) => self.static_reply(output, pool, &reply, version, head, close),
         };
         let version_text: &[u8] = match version {
@@ -290,19 +300,22 @@ impl HttpHandler {
             .map(str::as_bytes)
             .or(request.host.map(str::as_bytes));
         let site = self.hosts.select(host);
-        let reply = site.serve(&StaticRequest {
-            head: request.method == "HEAD",
-            path: &self.path,
-            raw_path,
-            query,
-            if_match: request.header("if-match"),
-            if_none_match: request.header("if-none-match"),
-            if_modified_since: request.header("if-modified-since"),
-            if_unmodified_since: request.header("if-unmodified-since"),
-            if_range: request.header("if-range"),
-            range: request.header("range"),
-            accept_encoding: request.header("accept-encoding"),
-        });
+        let reply = site.serve_cached(
+            &mut self.cache,
+            &StaticRequest {
+                head: request.method == "HEAD",
+                path: &self.path,
+                raw_path,
+                query,
+                if_match: request.header("if-match"),
+                if_none_match: request.header("if-none-match"),
+                if_modified_since: request.header("if-modified-since"),
+                if_unmodified_since: request.header("if-unmodified-since"),
+                if_range: request.header("if-range"),
+                range: request.header("range"),
+                accept_encoding: request.header("accept-encoding"),
+            },
+        );
         Route::Static(reply)
     }
 
@@ -333,16 +346,21 @@ impl HttpHandler {
     ) -> (u16, u64) {
         let status = reply.status;
         if matches!(reply.body, Body::None) && (status >= 400 || status == 301) {
-            self.error_reply_with(output, pool, status, version, head, close, |out| {
+            let sent = self.error_reply_with(output, pool, status, version, head, close, |out| {
                 write_reply_fields(reply, out)
             });
-            return (status, 0);
+            return (status, sent);
         }
         output.write_with(pool, |out| {
             self.write_common(out, status);
-            write_reply_fields(reply, out);
-            if status != 304 {
-                write_content_length(reply.content_length, out);
+            match &reply.fields {
+                Some(fields) => out.extend_from_slice(fields),
+                None => {
+                    write_reply_fields(reply, out);
+                    if status != 304 {
+                        write_content_length(reply.content_length, out);
+                    }
+                }
             }
             Self::write_connection(out, version, close);
             out.extend_from_slice(b"\r\n");
@@ -353,13 +371,27 @@ impl HttpHandler {
         match &reply.body {
             Body::None => {}
             Body::File { file, offset, len } => output.push_file(file.clone(), *offset, *len),
-            Body::Parts { file, parts } => {
+            // A whole in-memory file goes out shared with the cache; a slice is copied.
+            Body::Memory { data, offset, len } if *offset == 0 && *len == data.len() => {
+                output.push_shared(data.clone())
+            }
+            Body::Memory { data, offset, len } => {
+                let slice = &data[*offset..*offset + *len];
+                output.write_with(pool, |out| out.extend_from_slice(slice));
+            }
+            Body::Parts { source, parts } => {
                 for part in parts {
-                    match part {
-                        Part::Bytes(bytes) => {
+                    match (part, source) {
+                        (Part::Bytes(bytes), _) => {
                             output.write_with(pool, |out| out.extend_from_slice(bytes))
                         }
-                        Part::File { offset, len } => output.push_file(file.clone(), *offset, *len),
+                        (Part::File { offset, len }, Source::File(file)) => {
+                            output.push_file(file.clone(), *offset, *len)
+                        }
+                        (Part::File { offset, len }, Source::Memory(data)) => {
+                            let slice = &data[*offset as usize..(*offset + *len) as usize];
+                            output.write_with(pool, |out| out.extend_from_slice(slice));
+                        }
                     }
                 }
             }
@@ -375,8 +407,8 @@ impl HttpHandler {
         version: Version,
         head: bool,
         close: bool,
-    ) {
-        self.error_reply_with(output, pool, status, version, head, close, |_| {});
+    ) -> u64 {
+        self.error_reply_with(output, pool, status, version, head, close, |_| {})
     }
 
     /// A short HTML page for an error or redirect status, with extra headers from `extra`.
@@ -390,7 +422,7 @@ impl HttpHandler {
         head: bool,
         close: bool,
         extra: impl FnOnce(&mut Vec<u8>),
-    ) {
+    ) -> u64 {
         let reason = fastpath_http::reason_phrase(status);
         output.write_with(pool, |out| {
             self.write_common(out, status);
@@ -409,6 +441,11 @@ impl HttpHandler {
                 debug_assert_eq!(out.len() - before, page_len);
             }
         });
+        if head {
+            0
+        } else {
+            (PAGE_OVERHEAD + 2 * (4 + reason.len())) as u64
+        }
     }
 
     fn log(
@@ -512,9 +549,9 @@ impl Handler for HttpHandler {
     fn on_timeout(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
         if matches!(conn.phase, Phase::Head) && conn.head_started.is_some() {
             // A request began but did not finish in time: say so, then close.
-            self.error_reply(io.output, io.pool, 408, Version::Http11, false, true);
+            let sent = self.error_reply(io.output, io.pool, 408, Version::Http11, false, true);
             let line = first_line(io.input.data());
-            self.log(conn.peer, &[line], 408, 0, None, None);
+            self.log(conn.peer, &[line], 408, sent, None, None);
             let unread = io.input.len();
             io.input.consume(unread);
         }

@@ -21,9 +21,11 @@ const TOP_KEYS: &[&str] = &[
     "precompressed",
     "limits",
     "timeouts",
+    "cache",
     "log",
     "host",
 ];
+const CACHE_KEYS: &[&str] = &["enabled", "max_memory", "max_file_size", "max_open_files"];
 const LIMITS_KEYS: &[&str] = &[
     "max_connections",
     "max_request_line",
@@ -187,6 +189,9 @@ impl<'a> Checker<'a> {
         if let Some(s) = self.section(top, "timeouts") {
             self.timeouts(&s, &mut c);
         }
+        if let Some(s) = self.section(top, "cache") {
+            self.cache(&s, &mut c);
+        }
         if let Some(s) = self.section(top, "log") {
             self.log(&s, &mut c);
         }
@@ -262,6 +267,31 @@ impl<'a> Checker<'a> {
                 if let Some(d) = self.duration(f) {
                     *slot = d;
                 }
+            }
+        }
+    }
+
+    fn cache(&mut self, s: &Section<'a>, c: &mut Config) {
+        self.check_keys(s.table, CACHE_KEYS, "in [cache]");
+        let t = s.table;
+        if let Some(f) = Field::get(t, "enabled") {
+            if let Some(b) = self.boolean(f) {
+                c.cache.enabled = b;
+            }
+        }
+        if let Some(f) = Field::get(t, "max_memory") {
+            if let Some(n) = self.size(f, 0) {
+                c.cache.max_memory = n;
+            }
+        }
+        if let Some(f) = Field::get(t, "max_file_size") {
+            if let Some(n) = self.size(f, 0) {
+                c.cache.max_file_size = n;
+            }
+        }
+        if let Some(f) = Field::get(t, "max_open_files") {
+            if let Some(n) = self.count(f, 0, 1 << 20) {
+                c.cache.max_open_files = to_usize(n);
             }
         }
     }
