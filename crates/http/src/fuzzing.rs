@@ -56,6 +56,7 @@ pub fn request(data: &[u8]) {
     let whole = check_parser(data, Limits::default());
     if let Ok(Some(s)) = &whole {
         compare_with_httparse(data, s);
+        check_target(&s.target);
     }
     let _ = check_parser(
         data,

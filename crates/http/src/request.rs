@@ -215,15 +215,16 @@ impl Parser {
                     // rather than trust stale offsets.
                     self.reset();
                 }
-                match self.advance(buf).and_then(|done| match done {
-                    true => self.analyze(buf).map(Some),
-                    false => Ok(None),
-                }) {
-                    Ok(Some(info)) => {
+                let checked = match self.advance(buf) {
+                    Ok(true) => self.analyze(buf),
+                    Ok(false) => return Ok(None),
+                    Err(e) => Err(e),
+                };
+                match checked {
+                    Ok(info) => {
                         self.phase = Phase::Complete(info);
                         info
                     }
-                    Ok(None) => return Ok(None),
                     Err(e) => {
                         self.phase = Phase::Failed(e);
                         return Err(e);
@@ -277,6 +278,11 @@ impl Parser {
             }
             let Some(i) = memchr::memchr(b'\n', &buf[from..end]) else {
                 self.scan = end;
+                if matches!(self.phase, Phase::RequestLine) {
+                    // Reject a request line whose method is already invalid (a TLS
+                    // ClientHello, say) without waiting for a line end that never comes.
+                    check_partial_method(&buf[self.line_start..end])?;
+                }
                 return if buf.len() >= window {
                     Err(over)
                 } else {
@@ -303,6 +309,9 @@ impl Parser {
                         }
                         continue;
                     }
+                    // The method is judged before the length, as it is while the line is
+                    // still arriving, so the error does not depend on how bytes are split.
+                    check_method(line)?;
                     if line.len() > self.limits.max_request_line {
                         return Err(RequestError::new(414, "request line too long"));
                     }
@@ -552,3 +561,23 @@ fn parse_field_line(line: &[u8], base: usize) -> Result<FieldSpan, RequestError>
 #[cfg(test)]
 #[path = "request_tests.rs"]
 mod tests;
+
+/// Checks the method of a request line that has not ended yet: every byte before the
+/// first space must be a token character. A final CR may begin the line's CRLF and is
+/// left for the complete line to judge.
+fn check_partial_method(partial: &[u8]) -> Result<(), RequestError> {
+    match partial.split_last() {
+        Some((b'\r', rest)) if memchr::memchr(b' ', partial).is_none() => check_method(rest),
+        _ => check_method(partial),
+    }
+}
+
+/// Checks that every byte of a request line before its first space is a token character.
+fn check_method(line: &[u8]) -> Result<(), RequestError> {
+    let method_end = memchr::memchr(b' ', line).unwrap_or(line.len());
+    if line[..method_end].iter().all(|&b| is_tchar(b)) {
+        Ok(())
+    } else {
+        Err(bad("invalid method"))
+    }
+}

@@ -633,3 +633,16 @@ fn pipelined_second_request_parses_after_reset() {
     }
     assert_eq!(p.parse(rest).unwrap().unwrap().target, "/b");
 }
+
+#[test]
+fn a_tls_client_hello_is_rejected_before_any_line_end() {
+    let mut parser = Parser::new(Limits::default());
+    let hello = [0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00];
+    let err = parser.parse(&hello).unwrap_err();
+    assert_eq!(err.status, 400);
+    // A method still arriving, or a CR that may start the line's CRLF, is not judged yet.
+    let mut parser = Parser::new(Limits::default());
+    assert!(parser.parse(b"GE").unwrap().is_none());
+    let mut parser = Parser::new(Limits::default());
+    assert!(parser.parse(b"GET\r").unwrap().is_none());
+}

@@ -19,7 +19,7 @@ pub enum Target<'a> {
     Absolute {
         /// "http" or "https" as sent (any case).
         scheme: &'a str,
-        /// host[:port] from the URI.
+        /// `host[:port]` from the URI.
         authority: &'a str,
         /// Path, "/" when the URI had none.
         path: &'a str,
@@ -77,9 +77,9 @@ pub fn parse_target(target: &str) -> Result<Target<'_>, RequestError> {
                 query,
             });
         }
-        // authority-form requires an explicit, non-empty port.
+        // authority-form = uri-host ":" port, with a non-empty port.
         let port = &target[target.rfind(':').unwrap_or(colon) + 1..];
-        if !port.is_empty() && is_valid_host(bytes) {
+        if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && is_valid_host(bytes) {
             return Ok(Target::Authority(target));
         }
     }
