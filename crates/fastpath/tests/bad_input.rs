@@ -1,0 +1,351 @@
+//! Malformed and unacceptable requests: each gets a precise status, and then
+//! the server closes the connection without reading another request.
+
+use std::time::Duration;
+
+use crate::util::*;
+
+fn site() -> Site {
+    let site = Site::new();
+    site.file("a.txt", "hello");
+    site
+}
+
+/// Sends `raw` followed by a valid pipelined request, and asserts that the
+/// answer is one response with `status`, after which the connection closes
+/// (the pipelined request is never answered).
+#[track_caller]
+fn rejects(srv: &Server, raw: impl AsRef<[u8]>, status: u16) {
+    let raw = raw.as_ref();
+    let mut c = srv.connect();
+    let mut all = raw.to_vec();
+    all.extend_from_slice(req("GET", "/a.txt", &[]).as_bytes());
+    c.send(&all);
+    let r = c.read_response();
+    assert_eq!(
+        r.status,
+        status,
+        "request {:?}; response:\n{r}",
+        String::from_utf8_lossy(raw)
+    );
+    r.assert_common(false);
+    if let Err(e) = c.wait_closed(IO_TIMEOUT) {
+        panic!(
+            "request {:?}: after the {status} response: {e}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+}
+
+httptest!(malformed_request_line, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(&srv, "GET /\r\n\r\n", 400);
+    rejects(&srv, "GET  / HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    rejects(&srv, "GET / HTTP/1.1 extra\r\nHost: x\r\n\r\n", 400);
+    rejects(&srv, "GET /a.txt  HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    rejects(&srv, " GET / HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    rejects(&srv, "\x01\x02garbage\r\n\r\n", 400);
+    rejects(&srv, "G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    rejects(&srv, "GET / HTTP/1.x\r\nHost: x\r\n\r\n", 400);
+    rejects(&srv, "GET / FTP/1.1\r\nHost: x\r\n\r\n", 400);
+    // A target that is neither origin-form nor absolute-form: 400 (the
+    // connection may stay open, as for any bad path).
+    srv.request("GET a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+        .assert_status(400);
+});
+
+httptest!(tls_handshake_is_rejected_at_once, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    // The start of a TLS ClientHello: no line end will ever come, and the
+    // first byte is already not a method token.
+    let hello = [
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0xaa, 0xbb,
+    ];
+    let mut c = srv.connect();
+    c.send(hello);
+    let start = std::time::Instant::now();
+    let r = c.read_response();
+    r.assert_status(400).assert_common(false);
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    c.expect_closed();
+});
+
+httptest!(unsupported_versions, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(&srv, "GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505);
+    rejects(&srv, "GET / HTTP/3.0\r\nHost: x\r\n\r\n", 505);
+    rejects(&srv, "GET / HTTP/0.9\r\nHost: x\r\n\r\n", 505);
+});
+
+httptest!(http_1_2_is_served_as_1_1, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    let mut c = srv.connect();
+    let r = c.exchange("GET /a.txt HTTP/1.2\r\nHost: x\r\n\r\n");
+    r.assert_ok(200, "hello");
+    assert_eq!(r.version, "HTTP/1.1");
+    // Persistent, like 1.1.
+    c.exchange("GET /a.txt HTTP/1.2\r\nHost: x\r\n\r\n")
+        .assert_ok(200, "hello");
+});
+
+httptest!(request_line_too_long, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    let long = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(9000));
+    rejects(&srv, long, 414);
+    // Just under the limit is a normal request.
+    let fits = format!(
+        "GET /a.txt?{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "q".repeat(8000)
+    );
+    srv.request(fits).assert_ok(200, "hello");
+});
+
+httptest!(header_block_too_large, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    let mut raw = String::from("GET /a.txt HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..20 {
+        raw.push_str(&format!("X-Filler-{i}: {}\r\n", "v".repeat(1000)));
+    }
+    raw.push_str("\r\n");
+    rejects(&srv, raw, 431);
+    // One large field alone.
+    let raw = format!(
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nCookie: {}\r\n\r\n",
+        "c".repeat(17000)
+    );
+    rejects(&srv, raw, 431);
+    // 12 KB of fields is fine.
+    let mut raw = String::from("GET /a.txt HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..12 {
+        raw.push_str(&format!("X-Filler-{i}: {}\r\n", "v".repeat(1000)));
+    }
+    raw.push_str("\r\n");
+    srv.request(raw).assert_ok(200, "hello");
+});
+
+httptest!(too_many_header_fields, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    let with_fields = |n: usize| {
+        let mut raw = String::from("GET /a.txt HTTP/1.1\r\nHost: x\r\n");
+        for i in 1..n {
+            raw.push_str(&format!("X-{i}: {i}\r\n"));
+        }
+        raw.push_str("\r\n");
+        raw
+    };
+    srv.request(with_fields(100)).assert_ok(200, "hello");
+    rejects(&srv, with_fields(101), 431);
+    rejects(&srv, with_fields(500), 431);
+});
+
+httptest!(content_length_with_transfer_encoding, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(
+        &srv,
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        400,
+    );
+    rejects(
+        &srv,
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+        400,
+    );
+});
+
+httptest!(bad_content_length, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    for cl in [
+        "Content-Length: 5\r\nContent-Length: 6",
+        "Content-Length: 5, 6",
+        "Content-Length: -1",
+        "Content-Length: abc",
+        "Content-Length: +5",
+        "Content-Length: 0x5",
+        "Content-Length: 99999999999999999999999999",
+        "Content-Length: ",
+    ] {
+        rejects(
+            &srv,
+            format!("POST /a.txt HTTP/1.1\r\nHost: x\r\n{cl}\r\n\r\n"),
+            400,
+        );
+    }
+});
+
+httptest!(obs_fold, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nX-Long: part one\r\n part two\r\n\r\n",
+        400,
+    );
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nX-Long: part one\r\n\tpart two\r\n\r\n",
+        400,
+    );
+    // A first field line that starts with whitespace.
+    rejects(&srv, "GET /a.txt HTTP/1.1\r\n Host: x\r\n\r\n", 400);
+});
+
+httptest!(malformed_fields, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(&srv, "GET /a.txt HTTP/1.1\r\nHost : x\r\n\r\n", 400);
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nX-A\t: y\r\n\r\n",
+        400,
+    );
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nNo-Colon\r\n\r\n",
+        400,
+    );
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\n: empty-name\r\n\r\n",
+        400,
+    );
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nX(A): y\r\n\r\n",
+        400,
+    );
+});
+
+httptest!(control_characters_in_values, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    for value in [&b"a\x01b"[..], b"a\x00b", b"a\x7fb", b"a\x1bb", b"a\rb"] {
+        let mut raw = b"GET /a.txt HTTP/1.1\r\nHost: x\r\nX-Value: ".to_vec();
+        raw.extend_from_slice(value);
+        raw.extend_from_slice(b"\r\n\r\n");
+        rejects(&srv, raw, 400);
+    }
+    // Tabs and obs-text are allowed in values.
+    srv.request(b"GET /a.txt HTTP/1.1\r\nHost: x\r\nX-Value: a\tb \xe9t\xe9\r\n\r\n")
+        .assert_ok(200, "hello");
+});
+
+httptest!(second_host, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        400,
+    );
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
+        400,
+    );
+    rejects(&srv, "GET /a.txt HTTP/1.1\r\nHost: a, b\r\n\r\n", 400);
+});
+
+httptest!(transfer_coding_not_chunked_last, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(
+        &srv,
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+        400,
+    );
+    rejects(
+        &srv,
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        400,
+    );
+});
+
+httptest!(unknown_transfer_coding, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(
+        &srv,
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: foo, chunked\r\n\r\n0\r\n\r\n",
+        501,
+    );
+});
+
+httptest!(transfer_encoding_in_http10, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(
+        &srv,
+        "POST /a.txt HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        400,
+    );
+});
+
+httptest!(unknown_expectation, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    rejects(
+        &srv,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\n\r\n",
+        417,
+    );
+});
+
+httptest!(bad_chunked_body, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    for body in [
+        "zz\r\nhello\r\n0\r\n\r\n",
+        "5\r\nhelloXX0\r\n\r\n",
+        "-5\r\nhello\r\n0\r\n\r\n",
+        "fffffffffffffffffffffff\r\n",
+    ] {
+        let raw =
+            format!("POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+        let mut c = srv.connect();
+        c.send(format!("{raw}{}", req("GET", "/a.txt", &[])));
+        // The server may answer the method (405) before it meets the broken
+        // body, or the body (400) first; either way the connection ends there.
+        let r = c.read_response();
+        assert!(
+            r.status == 400 || r.status == 405,
+            "chunked body {body:?}; response:\n{r}"
+        );
+        if let Err(e) = c.wait_closed(IO_TIMEOUT) {
+            panic!(
+                "chunked body {body:?}: after the {} response: {e}",
+                r.status
+            );
+        }
+    }
+});
+
+httptest!(server_survives_bad_input, |model| {
+    let site = site();
+    let srv = site.serve(model);
+    for raw in [
+        &b"\r\n\r\n\r\n\r\nGET"[..],
+        b"\xff\xfe\xfd\r\n\r\n",
+        b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n",
+    ] {
+        let mut c = srv.connect();
+        c.send(raw);
+        c.shutdown_write();
+        // Whatever the answer, the server neither hangs nor dies.
+        let _ = c.try_read_response("GET");
+    }
+    srv.get("/a.txt").assert_ok(200, "hello");
+});

@@ -1,0 +1,214 @@
+//! `fastpath check --config FILE`: validation without serving.
+
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use crate::util::*;
+
+/// Runs `cmd` to completion, killing it (and failing) after 10 s.
+fn run(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err = thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = wait_for(Duration::from_secs(10), || child.try_wait().unwrap());
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "{cmd:?} still running after 10 s\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.join().unwrap()),
+            String::from_utf8_lossy(&err.join().unwrap())
+        );
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+fn check(path: &std::path::Path) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("check").arg("--config").arg(path);
+    run(cmd)
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "status: {}\n---- stdout ----\n{}\n---- stderr ----\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+const VALID: &str = r#"# Every key, set to something other than its default.
+listen = ["127.0.0.1:8181", "127.0.0.1:8182"]
+workers = 2
+model = "epoll"
+root = "root"
+index = ["index.html", "index.htm"]
+dotfiles = false
+precompressed = true
+
+[limits]
+max_connections = 500
+max_request_line = 4096
+max_header_bytes = 8192
+max_headers = 50
+max_discard_body = 65536
+max_requests_per_connection = 1000
+
+[timeouts]
+header = "5s"
+keepalive = 30
+send = "500ms"
+linger = "1s"
+
+[log]
+access = "stdout"
+error = "stderr"
+level = "info"
+
+[[host]]
+names = ["a.example", "*.b.example"]
+root = "root"
+index = ["home.html"]
+dotfiles = true
+precompressed = false
+
+[[host]]
+names = ["fallback.example"]
+root = "root"
+default = true
+"#;
+
+#[test]
+fn valid_config_passes() {
+    let site = Site::new();
+    let path = site.config(VALID);
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("ok"), "{}", show(&out));
+}
+
+#[test]
+fn minimal_config_passes() {
+    let site = Site::new();
+    let path = site.config("listen = \"127.0.0.1:8080\"\n");
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+}
+
+/// Finds a `FILE:LINE:COLUMN: message` line for `line` and returns the message.
+fn error_at<'a>(stderr: &'a str, file: &str, line: usize) -> Option<&'a str> {
+    let prefix = format!("{file}:{line}:");
+    stderr.lines().find_map(|l| {
+        let rest = l.strip_prefix(&prefix)?;
+        let (col, msg) = rest.split_once(':')?;
+        let col: usize = col.parse().ok()?;
+        (col >= 1 && !msg.trim().is_empty()).then_some(msg)
+    })
+}
+
+#[test]
+fn errors_name_file_line_and_column() {
+    let site = Site::new();
+    let path = site.config(
+        "listen = \"127.0.0.1:8080\"\nworkers = \"many\"\n\n[timeouts]\nheader = \"10 parsecs\"\n",
+    );
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let file = path.display().to_string();
+    assert!(
+        error_at(&stderr, &file, 2).is_some(),
+        "no error for line 2 (workers)\n{}",
+        show(&out)
+    );
+    assert!(
+        error_at(&stderr, &file, 5).is_some(),
+        "no error for line 5 (header)\n{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn more_errors_are_all_reported() {
+    let site = Site::new();
+    let path = site.config(
+        "model = \"no-such-model\"\n[limits]\nmax_connections = -5\n[log]\naccess = 12\n[[host]]\nnames = [\"ok.example\"]\ndefault = \"yes\"\n",
+    );
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let file = path.display().to_string();
+    for line in [1, 3, 5, 8] {
+        assert!(
+            error_at(&stderr, &file, line).is_some(),
+            "no error for line {line}\n{}",
+            show(&out)
+        );
+    }
+}
+
+#[test]
+fn toml_syntax_error_has_position() {
+    let site = Site::new();
+    let path = site.config("listen = \"127.0.0.1:8080\"\nworkers = = 2\n");
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        error_at(&stderr, &path.display().to_string(), 2).is_some(),
+        "{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn missing_file_fails() {
+    let site = Site::new();
+    let out = check(&site.base().join("nope.toml"));
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(!out.stderr.is_empty(), "{}", show(&out));
+}
+
+#[test]
+fn serve_refuses_invalid_config() {
+    let site = Site::new();
+    let path = site.config("root = \"root\"\nworkers = \"many\"\n");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path);
+    let out = run(cmd);
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        error_at(&stderr, &path.display().to_string(), 2).is_some(),
+        "{}",
+        show(&out)
+    );
+}

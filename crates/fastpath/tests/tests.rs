@@ -1,0 +1,23 @@
+//! End-to-end tests: each one starts the real `fastpath` binary on a
+//! temporary site and talks to it over TCP (or runs `fastpath check`, or
+//! curl). HTTP tests are written once with `httptest!` and run against every
+//! concurrency model; see `macros.rs`.
+
+#[macro_use]
+mod macros;
+
+mod util;
+
+mod bad_input;
+mod basic;
+mod bodies;
+mod cache;
+mod check;
+mod conditional;
+mod curl;
+mod limits;
+mod logs;
+mod paths;
+mod precompressed;
+mod ranges;
+mod vhosts;

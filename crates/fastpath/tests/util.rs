@@ -1,0 +1,1144 @@
+//! The test harness.
+//!
+//! Every test builds a [`Site`] (a temporary directory with a document root in
+//! it), starts the real `fastpath` binary on it with `--listen 127.0.0.1:0`, and
+//! talks to it over plain TCP with [`Conn`], which writes raw bytes and parses
+//! the responses with a small HTTP/1.1 reader of its own, so that a test sees
+//! exactly what went over the wire. The server is killed when the [`Server`]
+//! value is dropped; when the test fails, the command line, the files of the
+//! site and everything the server printed are written to the test's output.
+
+#![allow(dead_code)]
+
+use std::fmt;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_fastpath");
+
+/// How long a read or a write on a test connection may block before the
+/// test fails: generous, since a server that answers at all answers in
+/// microseconds here, and a hang must fail rather than stall the suite.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the server has to print its `listening on` line.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A concurrency model name, as given to `--model`.
+pub type Model = &'static str;
+
+// ---------------------------------------------------------------------------
+// Sites
+
+/// A temporary directory laid out as:
+///
+/// ```text
+/// BASE/root/       the document root served by default
+/// BASE/outside/    a directory outside the root, for escaping symlinks
+/// BASE/*.toml      configuration files written by the test
+/// ```
+pub struct Site {
+    tmp: tempfile::TempDir,
+}
+
+impl Default for Site {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Site {
+    pub fn new() -> Site {
+        let tmp = tempfile::Builder::new()
+            .prefix("fastpath-test-")
+            .tempdir()
+            .expect("create temporary directory");
+        fs::create_dir(tmp.path().join("root")).unwrap();
+        fs::create_dir(tmp.path().join("outside")).unwrap();
+        Site { tmp }
+    }
+
+    /// The temporary directory that holds everything.
+    pub fn base(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// The default document root, `BASE/root`.
+    pub fn root(&self) -> PathBuf {
+        self.base().join("root")
+    }
+
+    /// Writes `BASE/rel`, creating its parent directories.
+    pub fn write(&self, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.base().join(rel);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).unwrap();
+        }
+        fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// Writes the file `rel` inside the document root.
+    pub fn file(&self, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        self.write(&format!("root/{rel}"), contents)
+    }
+
+    /// Creates the directory `rel` inside the document root.
+    pub fn mkdir(&self, rel: &str) -> PathBuf {
+        let path = self.root().join(rel);
+        fs::create_dir_all(&path).unwrap();
+        path
+    }
+
+    /// Creates a symbolic link `rel` inside the document root pointing at `target`.
+    pub fn symlink(&self, target: impl AsRef<Path>, rel: &str) -> PathBuf {
+        let path = self.root().join(rel);
+        std::os::unix::fs::symlink(target, &path).unwrap();
+        path
+    }
+
+    /// Creates a named pipe `rel` inside the document root.
+    pub fn mkfifo(&self, rel: &str) -> PathBuf {
+        let path = self.root().join(rel);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+        assert_eq!(
+            rc,
+            0,
+            "mkfifo {}: {}",
+            path.display(),
+            io::Error::last_os_error()
+        );
+        path
+    }
+
+    /// Sets the modification time of `BASE/root/rel`.
+    pub fn set_mtime(&self, rel: &str, time: SystemTime) {
+        let f = fs::File::options()
+            .write(true)
+            .open(self.root().join(rel))
+            .unwrap();
+        f.set_modified(time).unwrap();
+    }
+
+    /// Writes `BASE/fastpath.toml` and returns its path.
+    pub fn config(&self, text: &str) -> PathBuf {
+        self.write("fastpath.toml", text)
+    }
+
+    /// Starts `fastpath serve BASE/root` with `model`.
+    pub fn serve(&self, model: Model) -> Server {
+        self.server(model).start()
+    }
+
+    /// Writes `text` as `BASE/fastpath.toml` and starts `fastpath serve --config` on it.
+    /// Relative roots in `text` resolve against BASE: `root = "root"` is the default root.
+    pub fn serve_config(&self, model: Model, text: &str) -> Server {
+        self.server(model).config(text).start()
+    }
+
+    /// A builder for a server with more options.
+    pub fn server(&self, model: Model) -> ServerBuilder<'_> {
+        ServerBuilder {
+            site: self,
+            model,
+            config: None,
+            args: Vec::new(),
+            nofile: None,
+            listening_in: None,
+        }
+    }
+
+    /// A listing of the files in the site, for failure reports.
+    pub fn listing(&self) -> String {
+        fn walk(dir: &Path, base: &Path, out: &mut String) {
+            let Ok(entries) = fs::read_dir(dir) else {
+                return;
+            };
+            let mut entries: Vec<_> = entries.flatten().collect();
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let path = e.path();
+                let rel = path.strip_prefix(base).unwrap_or(&path);
+                let meta = fs::symlink_metadata(&path);
+                match meta {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        let target = fs::read_link(&path).unwrap_or_default();
+                        out.push_str(&format!("  {} -> {}\n", rel.display(), target.display()));
+                    }
+                    Ok(m) if m.is_dir() => {
+                        out.push_str(&format!("  {}/\n", rel.display()));
+                        walk(&path, base, out);
+                    }
+                    Ok(m) => out.push_str(&format!("  {} ({} bytes)\n", rel.display(), m.len())),
+                    Err(_) => {}
+                }
+            }
+        }
+        let mut out = String::new();
+        walk(self.base(), self.base(), &mut out);
+        out
+    }
+}
+
+/// Options for starting a server.
+pub struct ServerBuilder<'a> {
+    site: &'a Site,
+    model: Model,
+    config: Option<PathBuf>,
+    args: Vec<String>,
+    nofile: Option<u64>,
+    listening_in: Option<PathBuf>,
+}
+
+impl ServerBuilder<'_> {
+    /// Writes `text` as `BASE/fastpath.toml` and passes `--config` instead of a root.
+    pub fn config(mut self, text: &str) -> Self {
+        self.config = Some(self.site.config(text));
+        self
+    }
+
+    /// Appends a command-line argument.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    /// Starts the server with RLIMIT_NOFILE (soft and hard) set to `n`.
+    pub fn nofile(mut self, n: u64) -> Self {
+        self.nofile = Some(n);
+        self
+    }
+
+    /// The error log goes to `path` rather than stderr: wait for the
+    /// `listening on` line there.
+    pub fn listening_line_in(mut self, path: PathBuf) -> Self {
+        self.listening_in = Some(path);
+        self
+    }
+
+    pub fn start(self) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve");
+        match &self.config {
+            Some(path) => {
+                cmd.arg("--config").arg(path);
+            }
+            None => {
+                cmd.arg(self.site.root());
+            }
+        }
+        cmd.args(["--listen", "127.0.0.1:0", "--model", self.model]);
+        cmd.args(&self.args);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // The server leads a process group of its own, so that dropping it
+        // ends every process it started, and it is killed when the thread
+        // that started it goes away, so that no server outlives its test.
+        cmd.process_group(0);
+        let nofile = self.nofile;
+        // SAFETY: prctl and setrlimit are async-signal-safe; nothing else runs
+        // in the child between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if let Some(n) = nofile {
+                    let lim = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut cmdline = format!("{cmd:?}");
+        if let Some(n) = self.nofile {
+            cmdline = format!("(ulimit -n {n}) {cmdline}");
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmdline}: {e}"));
+
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel::<SocketAddr>();
+        {
+            let mut pipe = child.stdout.take().unwrap();
+            let stdout = stdout.clone();
+            thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                loop {
+                    match pipe.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => stdout.lock().unwrap().extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+        {
+            let pipe = child.stderr.take().unwrap();
+            let stderr = stderr.clone();
+            let watch = self.listening_in.is_none();
+            thread::spawn(move || {
+                let mut reader = BufReader::new(pipe);
+                let mut line = Vec::new();
+                let mut sent = false;
+                loop {
+                    line.clear();
+                    match reader.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                    stderr.lock().unwrap().extend_from_slice(&line);
+                    if watch && !sent {
+                        if let Some(addr) = listening_addr(&String::from_utf8_lossy(&line)) {
+                            sent = tx.send(addr).is_ok();
+                        }
+                    }
+                }
+            });
+        }
+
+        let mut server = Server {
+            child: Some(child),
+            addr: "127.0.0.1:0".parse().unwrap(),
+            cmdline,
+            stdout,
+            stderr,
+            listing: self.site.listing(),
+            config: self
+                .config
+                .as_ref()
+                .map(|p| fs::read_to_string(p).unwrap_or_default()),
+        };
+        let found = match &self.listening_in {
+            None => match rx.recv_timeout(START_TIMEOUT) {
+                Ok(addr) => Ok(addr),
+                Err(mpsc::RecvTimeoutError::Timeout) => Err("no `listening on` line in time"),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    Err("the server closed its stderr before saying `listening on`")
+                }
+            },
+            Some(path) => {
+                let deadline = Instant::now() + START_TIMEOUT;
+                loop {
+                    let text = fs::read_to_string(path).unwrap_or_default();
+                    if let Some(addr) = text.lines().find_map(listening_addr) {
+                        break Ok(addr);
+                    }
+                    if Instant::now() > deadline {
+                        break Err("no `listening on` line in the error log file in time");
+                    }
+                    if let Ok(Some(_)) = server.child.as_mut().unwrap().try_wait() {
+                        break Err("the server exited");
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        };
+        match found {
+            Ok(addr) => server.addr = addr,
+            Err(why) => {
+                // Give the pipes a moment so the report holds the whole story.
+                let child = server.child.as_mut().unwrap();
+                let deadline = Instant::now() + Duration::from_millis(300);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        break;
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+                thread::sleep(Duration::from_millis(50));
+                panic!("server did not start: {why}\n{}", server.report());
+            }
+        }
+        server
+    }
+}
+
+/// Finds `listening on ADDR` in a log line.
+fn listening_addr(line: &str) -> Option<SocketAddr> {
+    let at = line.find("listening on ")?;
+    let rest = &line[at + "listening on ".len()..];
+    let rest = rest.trim_start_matches(['"', '\'', '`']);
+    let end = rest
+        .find(|c: char| !(c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']')))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+// ---------------------------------------------------------------------------
+// Servers
+
+/// A running `fastpath serve`, killed on drop.
+pub struct Server {
+    child: Option<Child>,
+    addr: SocketAddr,
+    cmdline: String,
+    stdout: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    listing: String,
+    config: Option<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: plain kill(2) on the process group our child leads.
+            let rc = unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            if rc != 0 {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+        if thread::panicking() {
+            eprintln!("{}", self.report());
+        }
+    }
+}
+
+impl Server {
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// The process id of the server.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Opens a new connection.
+    pub fn connect(&self) -> Conn {
+        Conn::open(self.addr)
+    }
+
+    /// Everything the server wrote to stdout so far.
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
+    }
+
+    /// Everything the server wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until stdout holds a line for which `pred` is true; returns that line.
+    pub fn wait_stdout_line(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Option<String> {
+        wait_for(timeout, || {
+            self.stdout().lines().find(|l| pred(l)).map(str::to_string)
+        })
+    }
+
+    /// Waits until stderr contains `needle`.
+    pub fn wait_stderr(&self, timeout: Duration, needle: &str) -> bool {
+        wait_for(timeout, || self.stderr().contains(needle).then_some(())).is_some()
+    }
+
+    /// Sends `sig` to the server.
+    pub fn signal(&self, sig: libc::c_int) {
+        if let Some(child) = &self.child {
+            // SAFETY: plain kill(2) on our own child.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, sig);
+            }
+        }
+    }
+
+    /// Sends `sig` and waits up to `timeout` for the server to exit; panics if it does not.
+    pub fn stop(&mut self, sig: libc::c_int, timeout: Duration) -> ExitStatus {
+        self.signal(sig);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut().expect("server already stopped");
+            if let Some(status) = child.try_wait().unwrap() {
+                // Let the reader threads drain the pipes.
+                thread::sleep(Duration::from_millis(100));
+                self.child = None;
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!("server did not exit within {timeout:?} of signal {sig}");
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the server process is still running.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Sends `raw` on a new connection and reads one response (a HEAD
+    /// response if `raw` starts with `HEAD `).
+    pub fn request(&self, raw: impl AsRef<[u8]>) -> Response {
+        let mut conn = self.connect();
+        conn.exchange(raw)
+    }
+
+    /// `GET path` with `Host: localhost` on a new connection.
+    pub fn get(&self, path: &str) -> Response {
+        self.request(req("GET", path, &[]))
+    }
+
+    /// `GET path` with extra header fields on a new connection.
+    pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        self.request(req("GET", path, headers))
+    }
+
+    /// `HEAD path` with extra header fields on a new connection.
+    pub fn head_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        self.request(req("HEAD", path, headers))
+    }
+
+    /// The failure report: command line, configuration, files, and output.
+    pub fn report(&self) -> String {
+        let mut out = String::new();
+        out.push_str("---- server command ----\n");
+        out.push_str(&self.cmdline);
+        out.push('\n');
+        if let Some(config) = &self.config {
+            out.push_str("---- configuration ----\n");
+            out.push_str(config);
+            if !config.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        out.push_str("---- site ----\n");
+        out.push_str(&self.listing);
+        out.push_str("---- server stdout ----\n");
+        out.push_str(&tail(&self.stdout(), 8000));
+        out.push_str("\n---- server stderr ----\n");
+        out.push_str(&tail(&self.stderr(), 8000));
+        out.push_str("\n------------------------\n");
+        out
+    }
+}
+
+fn tail(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[... {start} bytes cut ...]{}", &s[start..])
+}
+
+/// Calls `f` every 20 ms until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Builds `METHOD path HTTP/1.1` with `Host: localhost` (unless `headers`
+/// has a Host) and the given fields.
+pub fn req(method: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    let mut s = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        s.push_str("Host: localhost\r\n");
+    }
+    for (n, v) in headers {
+        s.push_str(&format!("{n}: {v}\r\n"));
+    }
+    s.push_str("\r\n");
+    s
+}
+
+// ---------------------------------------------------------------------------
+// Connections
+
+/// How a connection ended when the test expected it to end.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// read returned 0: the server closed (or shut down) its side.
+    Eof,
+    /// The server reset the connection.
+    Reset,
+}
+
+/// One client connection with a read buffer.
+pub struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
+            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Conn {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The underlying socket.
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// Writes all of `bytes`; panics on error.
+    pub fn send(&mut self, bytes: impl AsRef<[u8]>) {
+        let bytes = bytes.as_ref();
+        self.stream
+            .write_all(bytes)
+            .unwrap_or_else(|e| panic!("send {} bytes: {e}", bytes.len()));
+    }
+
+    /// Writes all of `bytes`, returning the error instead of panicking.
+    pub fn try_send(&mut self, bytes: impl AsRef<[u8]>) -> io::Result<()> {
+        self.stream.write_all(bytes.as_ref())
+    }
+
+    /// Closes the writing half (sends FIN).
+    pub fn shutdown_write(&self) {
+        let _ = self.stream.shutdown(Shutdown::Write);
+    }
+
+    /// Sends `raw` and reads one response, a HEAD response if `raw` starts with `HEAD `.
+    pub fn exchange(&mut self, raw: impl AsRef<[u8]>) -> Response {
+        let raw = raw.as_ref();
+        self.send(raw);
+        let method = if raw.starts_with(b"HEAD ") {
+            "HEAD"
+        } else {
+            "GET"
+        };
+        self.read_response_to(method)
+    }
+
+    /// Reads one response to a request that may carry a body (not HEAD).
+    pub fn read_response(&mut self) -> Response {
+        self.read_response_to("GET")
+    }
+
+    /// Reads one response to a HEAD request.
+    pub fn read_head_response(&mut self) -> Response {
+        self.read_response_to("HEAD")
+    }
+
+    /// Reads one response, skipping interim (1xx) responses.
+    pub fn read_final_response(&mut self) -> Response {
+        loop {
+            let r = self.read_response();
+            if !(100..200).contains(&r.status) {
+                return r;
+            }
+        }
+    }
+
+    /// Reads one response to a request with `method`; panics with what was
+    /// received on error, timeout or end of stream.
+    pub fn read_response_to(&mut self, method: &str) -> Response {
+        match self.try_read_response(method) {
+            Ok(Some(r)) => r,
+            Ok(None) => panic!("the server closed the connection instead of responding"),
+            Err(e) => panic!(
+                "reading a response: {e}; received so far: {:?}",
+                String::from_utf8_lossy(&self.buf)
+            ),
+        }
+    }
+
+    /// Reads the responses to pipelined requests, one per method, in order.
+    pub fn read_responses(&mut self, methods: &[&str]) -> Vec<Response> {
+        methods.iter().map(|m| self.read_response_to(m)).collect()
+    }
+
+    /// Reads one response; `Ok(None)` if the connection ends cleanly before
+    /// the first byte of it.
+    pub fn try_read_response(&mut self, method: &str) -> io::Result<Option<Response>> {
+        // The head.
+        let head_end = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            if self.fill()? == 0 {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "end of stream inside a response head",
+                ));
+            }
+        };
+        let head: Vec<u8> = self.buf.drain(..head_end).collect();
+        let head_text = String::from_utf8(head)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "response head not UTF-8"))?;
+        let mut lines = head_text.trim_end_matches("\r\n").split("\r\n");
+        let status_line = lines.next().unwrap_or_default();
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+        let mut parts = status_line.splitn(3, ' ');
+        let version = parts.next().unwrap_or_default().to_string();
+        if !version.starts_with("HTTP/") {
+            return Err(bad(&format!("bad status line {status_line:?}")));
+        }
+        let status: u16 = parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad(&format!("bad status code in {status_line:?}")))?;
+        let reason = parts.next().unwrap_or_default().to_string();
+        let mut headers = Vec::new();
+        for line in lines {
+            let (name, value) = line
+                .split_once(':')
+                .ok_or_else(|| bad(&format!("bad header line {line:?}")))?;
+            if name.is_empty() || name.ends_with([' ', '\t']) {
+                return Err(bad(&format!("bad header name in {line:?}")));
+            }
+            headers.push((name.to_string(), value.trim().to_string()));
+        }
+        let mut r = Response {
+            version,
+            status,
+            reason,
+            headers,
+            body: Vec::new(),
+            head: head_text,
+        };
+
+        // The body.
+        let no_body =
+            method == "HEAD" || (100..200).contains(&status) || status == 204 || status == 304;
+        if no_body {
+            return Ok(Some(r));
+        }
+        let chunked = r
+            .header("transfer-encoding")
+            .map(|te| {
+                te.rsplit(',')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .eq_ignore_ascii_case("chunked")
+            })
+            .unwrap_or(false);
+        if chunked {
+            r.body = self.read_chunked()?;
+        } else if let Some(cl) = r.header("content-length") {
+            let n: usize = cl
+                .parse()
+                .map_err(|_| bad(&format!("bad Content-Length {cl:?}")))?;
+            while self.buf.len() < n {
+                if self.fill()? == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("end of stream after {} of {n} body bytes", self.buf.len()),
+                    ));
+                }
+            }
+            r.body = self.buf.drain(..n).collect();
+        } else {
+            // Delimited by the end of the connection.
+            loop {
+                match self.fill() {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            r.body = std::mem::take(&mut self.buf);
+        }
+        Ok(Some(r))
+    }
+
+    fn read_line(&mut self) -> io::Result<String> {
+        loop {
+            if let Some(i) = find(&self.buf, b"\r\n") {
+                let line: Vec<u8> = self.buf.drain(..i + 2).collect();
+                return Ok(String::from_utf8_lossy(&line[..i]).into_owned());
+            }
+            if self.fill()? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "end of stream inside a chunked body",
+                ));
+            }
+        }
+    }
+
+    fn read_chunked(&mut self) -> io::Result<Vec<u8>> {
+        let mut body = Vec::new();
+        loop {
+            let line = self.read_line()?;
+            let size = line.split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size, 16).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("bad chunk size {line:?}"),
+                )
+            })?;
+            if size == 0 {
+                // Trailer fields up to the empty line.
+                while !self.read_line()?.is_empty() {}
+                return Ok(body);
+            }
+            while self.buf.len() < size + 2 {
+                if self.fill()? == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "end of stream inside a chunk",
+                    ));
+                }
+            }
+            body.extend(self.buf.drain(..size));
+            let crlf: Vec<u8> = self.buf.drain(..2).collect();
+            if crlf != b"\r\n" {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "chunk not followed by CRLF",
+                ));
+            }
+        }
+    }
+
+    /// Reads more bytes into the buffer; returns how many (0 at the end of stream).
+    fn fill(&mut self) -> io::Result<usize> {
+        let mut tmp = [0u8; 65536];
+        let n = self.stream.read(&mut tmp)?;
+        self.buf.extend_from_slice(&tmp[..n]);
+        Ok(n)
+    }
+
+    /// Waits up to `timeout` for the server to close the connection; returns
+    /// how it closed, or `Err` with a description if it did not (or sent
+    /// more bytes instead).
+    pub fn wait_closed(&mut self, timeout: Duration) -> Result<Closed, String> {
+        if !self.buf.is_empty() {
+            return Err(format!(
+                "unexpected bytes after the response: {:?}",
+                String::from_utf8_lossy(&self.buf)
+            ));
+        }
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+        let mut tmp = [0u8; 4096];
+        let res = self.stream.read(&mut tmp);
+        self.stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        match res {
+            Ok(0) => Ok(Closed::Eof),
+            Ok(n) => Err(format!(
+                "expected the connection to be closed, got more bytes: {:?}",
+                String::from_utf8_lossy(&tmp[..n])
+            )),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Ok(Closed::Reset),
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
+            {
+                Err(format!("the connection is still open after {timeout:?}"))
+            }
+            Err(e) => Err(format!("read error instead of a close: {e}")),
+        }
+    }
+
+    /// Asserts that the server closes the connection (read returns 0, or the
+    /// connection is reset) within [`IO_TIMEOUT`], with nothing more sent.
+    pub fn expect_closed(&mut self) -> Closed {
+        self.wait_closed(IO_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Asserts that the connection stays open and silent for `d`.
+    pub fn expect_open_for(&mut self, d: Duration) {
+        match self.wait_closed(d) {
+            Err(e) if e.starts_with("the connection is still open") => {}
+            Err(e) => panic!("{e}"),
+            Ok(how) => panic!("the server closed the connection ({how:?}) within {d:?}"),
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+// ---------------------------------------------------------------------------
+// Responses
+
+/// A parsed response.
+#[derive(Clone, Debug)]
+pub struct Response {
+    /// `HTTP/1.1`.
+    pub version: String,
+    pub status: u16,
+    pub reason: String,
+    /// Fields in the order received, values trimmed.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The head as received, status line and fields.
+    pub head: String,
+}
+
+impl fmt::Display for Response {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.head)?;
+        let body = String::from_utf8_lossy(&self.body);
+        if body.len() > 600 {
+            let mut cut = 600;
+            while !body.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            write!(f, "{}[... {} body bytes]", &body[..cut], self.body.len())
+        } else {
+            write!(f, "{body}")
+        }
+    }
+}
+
+impl Response {
+    /// The first field called `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every field called `name`.
+    pub fn headers_all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// The field `name`; panics with the response if it is missing.
+    pub fn expect_header(&self, name: &str) -> &str {
+        self.header(name)
+            .unwrap_or_else(|| panic!("no {name} field in the response:\n{self}"))
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Asserts the status code.
+    #[track_caller]
+    pub fn assert_status(&self, status: u16) -> &Self {
+        assert_eq!(self.status, status, "unexpected status; response:\n{self}");
+        self
+    }
+
+    /// Asserts status and body.
+    #[track_caller]
+    pub fn assert_ok(&self, status: u16, body: impl AsRef<[u8]>) -> &Self {
+        self.assert_status(status);
+        assert_eq!(
+            self.body,
+            body.as_ref(),
+            "unexpected body; response:\n{self}"
+        );
+        self
+    }
+
+    /// Asserts a field value (exact, after trimming).
+    #[track_caller]
+    pub fn assert_header(&self, name: &str, value: &str) -> &Self {
+        assert_eq!(
+            self.header(name),
+            Some(value),
+            "unexpected {name}; response:\n{self}"
+        );
+        self
+    }
+
+    /// Asserts that a field is absent.
+    #[track_caller]
+    pub fn assert_no_header(&self, name: &str) -> &Self {
+        assert_eq!(
+            self.header(name),
+            None,
+            "unexpected {name} field; response:\n{self}"
+        );
+        self
+    }
+
+    /// Whether a `Connection` field lists `token`.
+    pub fn connection_has(&self, token: &str) -> bool {
+        self.headers_all("connection")
+            .iter()
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    }
+
+    /// Asserts what every response carries: `HTTP/1.1`, a Date that parses,
+    /// a Server, and (except for 1xx and 304) a Content-Length that matches
+    /// the body (`head`: the request was HEAD, so the body is not there).
+    #[track_caller]
+    pub fn assert_common(&self, head: bool) -> &Self {
+        assert_eq!(
+            self.version, "HTTP/1.1",
+            "response version; response:\n{self}"
+        );
+        let date = self.expect_header("date");
+        assert!(
+            httpdate::parse_http_date(date).is_ok(),
+            "Date {date:?} is not an HTTP date; response:\n{self}"
+        );
+        assert!(
+            !self.expect_header("server").is_empty(),
+            "empty Server field; response:\n{self}"
+        );
+        if !(100..200).contains(&self.status) && self.status != 304 {
+            let cl = self.expect_header("content-length");
+            let cl: usize = cl
+                .parse()
+                .unwrap_or_else(|_| panic!("bad Content-Length {cl:?}; response:\n{self}"));
+            if !head {
+                assert_eq!(
+                    cl,
+                    self.body.len(),
+                    "Content-Length vs body; response:\n{self}"
+                );
+            }
+        }
+        self
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Other helpers
+
+/// Formats `t` as an HTTP date (IMF-fixdate).
+pub fn http_date(t: SystemTime) -> String {
+    httpdate::fmt_http_date(t)
+}
+
+/// A fixed point in time (2020-01-01T00:00:00Z) for modification times.
+pub fn jan_2020() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_577_836_800)
+}
+
+/// Raises this process's soft RLIMIT_NOFILE to its hard limit; returns the new soft limit.
+#[allow(clippy::unnecessary_cast)] // rlim_t is not u64 everywhere
+pub fn raise_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain getrlimit/setrlimit on a valid struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        if lim.rlim_cur < lim.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                lim = want;
+            }
+        }
+    }
+    lim.rlim_cur as u64
+}
+
+/// Runs `curl` with `args`; `None` (after saying so) if curl is not installed.
+pub fn curl(args: &[&str]) -> Option<Output> {
+    let ok = Command::new("curl")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("skipping: curl is not installed");
+        return None;
+    }
+    let out = Command::new("curl")
+        .args(["--max-time", "10"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run curl");
+    Some(out)
+}
+
+/// A gzip member holding `data` in stored (uncompressed) deflate blocks:
+/// enough for a client to decode, with no compressor needed.
+pub fn gzip_stored(data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
+    let mut chunks = data.chunks(65535).peekable();
+    if chunks.peek().is_none() {
+        out.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+    }
+    while let Some(chunk) = chunks.next() {
+        let last = chunks.peek().is_none();
+        out.push(u8::from(last));
+        let len = chunk.len() as u16;
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(chunk);
+    }
+    out.extend_from_slice(&crc32(data).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            let mask = (crc & 1).wrapping_neg();
+            crc = (crc >> 1) ^ (0xedb8_8320 & mask);
+        }
+    }
+    !crc
+}
+
+/// Deterministic pseudo-random bytes (xorshift), for large files.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
