@@ -23,6 +23,9 @@ use crate::vhosts::VirtualHosts;
 /// Queued output past which pipelined requests wait until it is sent: bounds the memory a
 /// client can make the server hold by pipelining without reading.
 const OUTPUT_HIGH_WATER: u64 = 64 * 1024;
+/// Parsers a worker keeps for reuse: enough for every connection that is mid-head at once
+/// in ordinary traffic; more are freed when they come back.
+const MAX_POOLED_PARSERS: usize = 1024;
 /// Longest request line quoted in the access log for a request that could not be parsed.
 const MAX_LOGGED_BAD_LINE: usize = 256;
 /// The methods a static path allows.
@@ -63,6 +66,8 @@ pub(crate) struct HttpHandler {
     access_log: Option<AccessLogBuffer>,
     cache: ContentCache,
     path: Vec<u8>,
+    /// Parsers not lent to any connection.
+    parsers: Vec<Box<Parser>>,
 }
 
 /// What a connection is doing between requests.
@@ -79,7 +84,9 @@ enum Phase {
 pub(crate) struct HttpConn {
     peer: SocketAddr,
     phase: Phase,
-    parser: Parser,
+    /// Lent from the worker while a request head is being read; an idle connection holds
+    /// none, which keeps idle keep-alive connections small.
+    parser: Option<Box<Parser>>,
     requests: u64,
     head_started: Option<Instant>,
 }
@@ -105,6 +112,14 @@ impl HttpHandler {
             access_log,
             cache,
             path: Vec::with_capacity(256),
+            parsers: Vec::new(),
+        }
+    }
+
+    fn give_parser(&mut self, mut parser: Box<Parser>) {
+        if self.parsers.len() < MAX_POOLED_PARSERS {
+            parser.reset();
+            self.parsers.push(parser);
         }
     }
 
@@ -150,6 +165,9 @@ impl HttpHandler {
             }
             if io.input.is_empty() {
                 conn.head_started = None;
+                if let Some(parser) = conn.parser.take() {
+                    self.give_parser(parser);
+                }
                 if io.eof {
                     return Next::Close;
                 }
@@ -165,7 +183,13 @@ impl HttpHandler {
             let started = *conn.head_started.get_or_insert(io.now);
             let peer = conn.peer;
             let requests = conn.requests;
-            let outcome = match conn.parser.parse(io.input.data()) {
+            let limits = self.settings.limits;
+            let parser = conn.parser.get_or_insert_with(|| {
+                self.parsers
+                    .pop()
+                    .unwrap_or_else(|| Box::new(Parser::new(limits)))
+            });
+            let outcome = match parser.parse(io.input.data()) {
                 Ok(None) => {
                     if io.eof {
                         return Next::Close;
@@ -190,7 +214,9 @@ impl HttpHandler {
                 Ok(Some(request)) => self.respond(peer, requests, &request, io.output, io.pool),
             };
             io.input.consume(outcome.head_len);
-            conn.parser.reset();
+            if let Some(parser) = conn.parser.as_mut() {
+                parser.reset();
+            }
             conn.head_started = None;
             conn.requests += 1;
             if outcome.close {
@@ -536,7 +562,7 @@ impl Handler for HttpHandler {
         HttpConn {
             peer,
             phase: Phase::Head,
-            parser: Parser::new(self.settings.limits),
+            parser: None,
             requests: 0,
             head_started: None,
         }
@@ -558,7 +584,11 @@ impl Handler for HttpHandler {
         Next::Close
     }
 
-    fn on_close(&mut self, _conn: HttpConn, _reason: CloseReason) {}
+    fn on_close(&mut self, conn: HttpConn, _reason: CloseReason) {
+        if let Some(parser) = conn.parser {
+            self.give_parser(parser);
+        }
+    }
 
     fn on_tick(&mut self, _now: Instant) {
         self.clock.refresh();
