@@ -66,7 +66,9 @@ pub(crate) struct HttpHandler {
     access_log: Option<AccessLogBuffer>,
     cache: ContentCache,
     path: Vec<u8>,
-    /// Parsers not lent to any connection.
+    /// Parsers not lent to any connection, boxed as connections hold them, so lending one
+    /// moves a pointer rather than the parser.
+    #[allow(clippy::vec_box)]
     parsers: Vec<Box<Parser>>,
 }
 
