@@ -19,7 +19,7 @@ const MAX_POOLED_CAPACITY: usize = 256 * 1024;
 /// Buffers kept for reuse per worker; more than that are freed.
 const MAX_POOLED_BUFFERS: usize = 256;
 /// iovecs gathered into one sendmsg.
-const MAX_IOVECS: usize = 64;
+pub(crate) const MAX_IOVECS: usize = 64;
 /// Largest count passed to one sendfile call (the kernel's own per-call cap).
 const MAX_SENDFILE: u64 = 0x7fff_f000;
 
@@ -82,8 +82,14 @@ impl Input {
         }
     }
 
-    /// Reads from `fd` into this buffer, borrowing a pooled buffer when empty.
-    pub(crate) fn read_from(&mut self, fd: RawFd, pool: &mut BufferPool) -> io::Result<usize> {
+    /// Reads from `fd` into this buffer, borrowing a pooled buffer when empty. Returns the
+    /// byte count and whether the read filled all the space offered: a read that did not
+    /// took everything the socket had, so the next one would only say EAGAIN.
+    pub(crate) fn read_from(
+        &mut self,
+        fd: RawFd,
+        pool: &mut BufferPool,
+    ) -> io::Result<(usize, bool)> {
         if self.buf.capacity() == 0 {
             self.buf = pool.take();
         } else if self.start > 0 && self.buf.capacity() - self.buf.len() < BUFFER_SIZE / 4 {
@@ -92,7 +98,28 @@ impl Input {
             self.start = 0;
         }
         let want = (self.buf.capacity() - self.buf.len()).max(BUFFER_SIZE / 4);
-        crate::sys::read_into(fd, &mut self.buf, want)
+        let n = crate::sys::read_into(fd, &mut self.buf, want)?;
+        Ok((n, n == want))
+    }
+
+    /// Takes in freshly received bytes held in `buf`. When nothing is left unconsumed, `buf`
+    /// itself becomes the input, with no copy, and the previous (empty) buffer is returned;
+    /// otherwise the bytes are appended after the unconsumed ones and `buf` is returned. The
+    /// returned buffer is empty, ready to receive again.
+    pub(crate) fn receive(&mut self, mut buf: Vec<u8>) -> Vec<u8> {
+        if self.is_empty() {
+            std::mem::swap(&mut self.buf, &mut buf);
+            self.start = 0;
+        } else {
+            if self.start > 0 && self.buf.capacity() - self.buf.len() < buf.len() {
+                // Slide the unconsumed tail to the front instead of growing.
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            self.buf.extend_from_slice(&buf);
+        }
+        buf.clear();
+        buf
     }
 
     /// Hands the buffer back to the pool if nothing is left in it.
@@ -222,36 +249,13 @@ impl Output {
     /// packet as the first file data; file ranges go with sendfile.
     pub(crate) fn flush(&mut self, fd: RawFd, pool: &mut BufferPool) -> Result<Flush, FlushError> {
         loop {
-            let Some(front) = self.segments.front_mut() else {
-                self.sent = 0;
-                self.buf.clear();
-                self.release(pool);
+            if self.segments.is_empty() {
+                self.release_if_empty(pool);
                 return Ok(Flush::Done);
-            };
-            if let Segment::File {
-                file,
-                offset,
-                remaining,
-            } = front
-            {
-                let mut off = *offset as libc::off_t;
-                let count = (*remaining).min(MAX_SENDFILE) as usize;
-                match syscall!(sendfile(fd, file.as_raw_fd(), &mut off, count)) {
-                    Ok(0) => return Err(FlushError::FileShrunk),
-                    Ok(n) => {
-                        let n = n as u64;
-                        *offset += n;
-                        *remaining -= n;
-                        self.pending -= n;
-                        if *remaining == 0 {
-                            self.segments.pop_front();
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        return Ok(Flush::WouldBlock)
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(FlushError::Io(e)),
+            }
+            if self.front_is_file() {
+                if self.send_files(fd)? == Flush::WouldBlock {
+                    return Ok(Flush::WouldBlock);
                 }
                 continue;
             }
@@ -264,14 +268,73 @@ impl Output {
         }
     }
 
+    /// True when the next bytes to send belong to a file range.
+    pub(crate) fn front_is_file(&self) -> bool {
+        matches!(self.segments.front(), Some(Segment::File { .. }))
+    }
+
+    /// Sends the file ranges at the front with sendfile until the front holds something else
+    /// (or nothing), which is `Done`, or the socket is full.
+    pub(crate) fn send_files(&mut self, fd: RawFd) -> Result<Flush, FlushError> {
+        while let Some(Segment::File {
+            file,
+            offset,
+            remaining,
+        }) = self.segments.front_mut()
+        {
+            let mut off = *offset as libc::off_t;
+            let count = (*remaining).min(MAX_SENDFILE) as usize;
+            match syscall!(sendfile(fd, file.as_raw_fd(), &mut off, count)) {
+                Ok(0) => return Err(FlushError::FileShrunk),
+                Ok(n) => {
+                    let n = n as u64;
+                    *offset += n;
+                    *remaining -= n;
+                    self.pending -= n;
+                    if *remaining == 0 {
+                        self.segments.pop_front();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flush::WouldBlock),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FlushError::Io(e)),
+            }
+        }
+        Ok(Flush::Done)
+    }
+
+    /// Gives the inline buffer back to the pool once everything queued has been sent.
+    pub(crate) fn release_if_empty(&mut self, pool: &mut BufferPool) {
+        if self.segments.is_empty() {
+            self.sent = 0;
+            self.buf.clear();
+            self.release(pool);
+        }
+    }
+
     /// One sendmsg over the leading inline/shared segments.
     fn send_gathered(&mut self, fd: RawFd) -> io::Result<()> {
         let mut iov: [libc::iovec; MAX_IOVECS] = unsafe { std::mem::zeroed() };
+        let (count, file_follows) = self.gather(&mut iov);
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = count as _;
+        let flags = libc::MSG_NOSIGNAL | if file_follows { libc::MSG_MORE } else { 0 };
+        let n = syscall!(sendmsg(fd, &msg, flags))? as usize;
+        self.advance(n);
+        Ok(())
+    }
+
+    /// Points `iov` at the leading inline and shared bytes, up to the first file range or the
+    /// end of `iov`; returns how many entries were filled and whether a file range follows
+    /// them. The bytes stay where they are until [`Output::advance`] or [`Output::clear`], as
+    /// long as nothing is written meanwhile (a write may move the inline buffer).
+    pub(crate) fn gather(&self, iov: &mut [libc::iovec]) -> (usize, bool) {
         let mut count = 0;
         let mut inline_pos = self.sent;
         let mut file_follows = false;
         for segment in self.segments.iter() {
-            if count == MAX_IOVECS {
+            if count == iov.len() {
                 break;
             }
             let slice: &[u8] = match segment {
@@ -292,11 +355,11 @@ impl Output {
             };
             count += 1;
         }
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = count as _;
-        let flags = libc::MSG_NOSIGNAL | if file_follows { libc::MSG_MORE } else { 0 };
-        let mut n = syscall!(sendmsg(fd, &msg, flags))? as usize;
+        (count, file_follows)
+    }
+
+    /// Marks the first `n` gathered bytes as sent.
+    pub(crate) fn advance(&mut self, mut n: usize) {
         self.pending -= n as u64;
         while n > 0 {
             let Some(front) = self.segments.front_mut() else {
@@ -327,7 +390,6 @@ impl Output {
                 Segment::File { .. } => break,
             }
         }
-        Ok(())
     }
 }
 
@@ -372,12 +434,51 @@ mod tests {
     }
 
     #[test]
+    fn input_receive_takes_the_buffer_when_empty_and_appends_otherwise() {
+        let mut input = Input::default();
+        let mut buf = Vec::with_capacity(BUFFER_SIZE);
+        buf.extend_from_slice(b"hello");
+        let at = buf.as_ptr();
+        let spare = input.receive(buf);
+        assert_eq!(input.data(), b"hello");
+        assert_eq!(input.data().as_ptr(), at, "no copy");
+        assert!(spare.is_empty());
+        input.consume(2);
+        let spare = input.receive(b" world".to_vec());
+        assert_eq!(input.data(), b"llo world");
+        assert!(spare.is_empty() && spare.capacity() >= 6);
+    }
+
+    #[test]
+    fn gather_and_advance_follow_partial_sends() {
+        let mut pool = BufferPool::default();
+        let mut out = Output::default();
+        let file = tempfile::tempfile().unwrap();
+        out.write_with(&mut pool, |b| b.extend_from_slice(b"head"));
+        out.push_shared(Arc::from(&b"shared"[..]));
+        out.push_file(Arc::new(file), 0, 3);
+        let mut iov: [libc::iovec; 4] = unsafe { std::mem::zeroed() };
+        assert_eq!(out.gather(&mut iov), (2, true));
+        assert_eq!((iov[0].iov_len, iov[1].iov_len), (4, 6));
+        out.advance(5);
+        assert_eq!(out.gather(&mut iov), (1, true));
+        assert_eq!(iov[0].iov_len, 5);
+        assert_eq!(out.pending(), 5 + 3);
+        out.advance(5);
+        assert!(out.front_is_file());
+        assert_eq!(out.gather(&mut iov), (0, true));
+    }
+
+    #[test]
     fn input_consumes_and_returns_its_buffer() {
         let (mut a, b) = UnixStream::pair().unwrap();
         let mut pool = BufferPool::default();
         let mut input = Input::default();
         a.write_all(b"hello").unwrap();
-        assert_eq!(input.read_from(b.as_raw_fd(), &mut pool).unwrap(), 5);
+        assert_eq!(
+            input.read_from(b.as_raw_fd(), &mut pool).unwrap(),
+            (5, false)
+        );
         assert_eq!(input.data(), b"hello");
         input.consume(2);
         assert_eq!(input.data(), b"llo");

@@ -80,6 +80,8 @@ struct Slot<C> {
     send_deadline: Option<Instant>,
     readable: bool,
     writable: bool,
+    /// The peer's FIN (or an error) has been signalled: read until the end is seen.
+    hangup: bool,
     eof: bool,
 }
 
@@ -310,6 +312,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
             readable: true,
             writable: true,
+            hangup: false,
             eof: false,
         });
         self.drive(index);
@@ -402,8 +405,12 @@ impl<'a, H: Handler> Worker<'a, H> {
                         return;
                     }
                     match slot.input.read_from(fd, &mut self.pool) {
-                        Ok(0) => slot.eof = true,
-                        Ok(_) => {}
+                        Ok((0, _)) => slot.eof = true,
+                        // A short read emptied the socket: with edge triggering the next
+                        // arrival brings a new event, so skip the read that would say EAGAIN;
+                        // unless the FIN was already signalled, which brings no new event.
+                        Ok((_, false)) => slot.readable = slot.hangup,
+                        Ok((_, true)) => {}
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                             slot.readable = false;
                             slot.input.release_if_empty(&mut self.pool);

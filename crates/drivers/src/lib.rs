@@ -7,9 +7,12 @@
 //! HTTP server is one such handler; every model runs the same handler code, so a model is
 //! chosen by configuration without touching the protocol.
 //!
-//! Models live in files of their own behind one entry point, [`run`]; today that is the epoll
-//! event loop (`epoll.rs`): one loop per worker thread, each with its own SO_REUSEPORT listener,
-//! its own connections and its own buffers, sharing nothing mutable but a connection counter.
+//! Models live in files of their own behind one entry point, [`run`], which takes the [`Model`]:
+//! the epoll event loop (`epoll.rs`) and the io_uring completion loop (`uring.rs`). Both run
+//! one loop per worker thread, each with its own SO_REUSEPORT listener, its own connections and
+//! its own buffers, sharing nothing mutable but a connection counter, and both honour the same
+//! contract towards the handler, so the choice is a matter of speed only. The epoll model
+//! works everywhere; [`uring_available`] says whether the io_uring one can run here.
 //!
 //! Timers are coarse: deadlines are checked by a sweep every [`TICK`], which costs one pass over
 //! a worker's connections and no timer structure updates on the hot path.
@@ -18,7 +21,7 @@
 //! use std::net::SocketAddr;
 //! use std::sync::atomic::AtomicBool;
 //! use std::time::Instant;
-//! use fastpath_drivers::{bind_listeners, run, DriverConfig, Handler, Io, Next, CloseReason};
+//! use fastpath_drivers::{bind_listeners, run, DriverConfig, Handler, Io, Model, Next, CloseReason};
 //!
 //! /// Echoes every byte back.
 //! struct Echo;
@@ -38,7 +41,8 @@
 //! static STOP: AtomicBool = AtomicBool::new(false);
 //! let config = DriverConfig::default();
 //! let listeners = bind_listeners(&["127.0.0.1:7000".parse().unwrap()], 2).unwrap();
-//! run(listeners, &config, |_worker| Echo, &STOP).unwrap();
+//! let model = if fastpath_drivers::uring_available().is_ok() { Model::Uring } else { Model::Epoll };
+//! run(model, listeners, &config, |_worker| Echo, &STOP).unwrap();
 //! ```
 #![deny(missing_docs)]
 
@@ -47,6 +51,7 @@ mod epoll;
 mod listener;
 pub mod signals;
 mod sys;
+mod uring;
 
 use std::io;
 use std::net::SocketAddr;
@@ -180,9 +185,28 @@ impl Default for DriverConfig {
     }
 }
 
-/// Runs one epoll event loop per worker until `stop` is set; `make_handler(worker)` builds each
+/// A concurrency model: how a worker learns that its connections can make progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model {
+    /// One edge-triggered epoll loop per worker, with a system call per read and per send.
+    Epoll,
+    /// One io_uring completion loop per worker: multishot accept and receive, and the sends of
+    /// a whole loop iteration submitted in one system call. Check [`uring_available`] first.
+    Uring,
+}
+
+/// Checks whether the io_uring model can run on this kernel: a ring can be set up (it can be
+/// compiled out, or disabled by `kernel.io_uring_disabled`), it has timed waits and every
+/// operation the model uses, and a provided-buffer ring can be registered. The error says
+/// what is missing.
+pub fn uring_available() -> Result<(), io::Error> {
+    uring::probe()
+}
+
+/// Runs one loop of `model` per worker until `stop` is set; `make_handler(worker)` builds each
 /// worker's handler on its own thread.
 pub fn run<H, F>(
+    model: Model,
     listeners: Listeners,
     config: &DriverConfig,
     make_handler: F,
@@ -192,5 +216,8 @@ where
     H: Handler,
     F: Fn(usize) -> H + Sync,
 {
-    epoll::run(listeners, config, &make_handler, stop)
+    match model {
+        Model::Epoll => epoll::run(listeners, config, &make_handler, stop),
+        Model::Uring => uring::run(listeners, config, &make_handler, stop),
+    }
 }

@@ -25,7 +25,8 @@ use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use fastpath_content::{Site, SiteOptions};
+use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
+use fastpath_drivers::Model as DriverModel;
 use fastpath_drivers::{bind_listeners, DriverConfig};
 
 pub use access_log::AccessLog;
@@ -71,8 +72,8 @@ pub fn worker_count(configured: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn open_site(host: &HostConfig) -> Result<Site, ServeError> {
-    Site::open(
+fn open_site(host: &HostConfig, cache: bool) -> Result<Site, ServeError> {
+    let mut site = Site::open(
         &host.root,
         SiteOptions {
             index: host.index.clone(),
@@ -80,16 +81,26 @@ fn open_site(host: &HostConfig) -> Result<Site, ServeError> {
             precompressed: host.precompressed,
         },
     )
-    .map_err(|e| ServeError::Site(host.root.clone(), e))
+    .map_err(|e| ServeError::Site(host.root.clone(), e))?;
+    if cache {
+        if let Err(e) = site.watch() {
+            tracing::warn!(
+                "cannot watch {} for changes ({e}); its files will not be cached",
+                host.root.display()
+            );
+        }
+    }
+    Ok(site)
 }
 
 /// Opens the sites and maps every configured name to its site.
 fn virtual_hosts(config: &Config) -> Result<VirtualHosts, ServeError> {
-    let mut sites = vec![open_site(&config.default_host)?];
+    let cache = config.cache.enabled;
+    let mut sites = vec![open_site(&config.default_host, cache)?];
     let mut names = Vec::new();
     let mut default = 0;
     for host in &config.hosts {
-        sites.push(open_site(host)?);
+        sites.push(open_site(host, cache)?);
         let index = sites.len() - 1;
         if host.is_default {
             default = index;
@@ -99,23 +110,48 @@ fn virtual_hosts(config: &Config) -> Result<VirtualHosts, ServeError> {
     Ok(VirtualHosts::new(sites, default, names))
 }
 
+/// The driver model for a configured one; io_uring falls back to epoll, with one warning,
+/// where the kernel cannot run it.
+fn driver_model(model: Model) -> DriverModel {
+    match model {
+        // epoll until a benchmark shows io_uring ahead across the SPECweb mix; then `auto`
+        // becomes io_uring where uring_available() says it can run.
+        Model::Auto | Model::Epoll => DriverModel::Epoll,
+        Model::Uring => match fastpath_drivers::uring_available() {
+            Ok(()) => DriverModel::Uring,
+            Err(reason) => {
+                tracing::warn!("io_uring unavailable ({reason}); using epoll");
+                DriverModel::Epoll
+            }
+        },
+    }
+}
+
 /// Runs the server described by `config` until `stop` is set.
 pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeError> {
     fastpath_drivers::ignore_sigpipe();
     let hosts = Arc::new(virtual_hosts(config)?);
     let settings = Arc::new(HandlerSettings::from_config(config));
     let workers = worker_count(config.workers);
-    let model = match config.model {
-        Model::Auto | Model::Epoll => "epoll",
+    let model = driver_model(config.model);
+    let model_name = match model {
+        DriverModel::Epoll => "epoll",
+        DriverModel::Uring => "uring",
     };
     let listeners = bind_listeners(&config.listen, workers).map_err(ServeError::Bind)?;
     if !listeners.features.defer_accept {
         tracing::info!("TCP_DEFER_ACCEPT is not available; accepting connections before their first bytes arrive");
     }
     for addr in &listeners.local_addrs {
-        tracing::info!("listening on {addr} ({model}, {workers} workers)");
+        tracing::info!("listening on {addr} ({model_name}, {workers} workers)");
     }
     let access_log = AccessLog::start(&config.log.access).map_err(ServeError::AccessLog)?;
+    // The budget is for the whole server: each worker keeps its own share.
+    let cache_limits = CacheLimits {
+        max_memory: (config.cache.max_memory / workers as u64) as usize,
+        max_file_size: config.cache.max_file_size,
+        max_open_files: config.cache.max_open_files / workers,
+    };
     let driver_config = DriverConfig {
         max_connections: config.limits.max_connections,
         send_timeout: config.timeouts.send,
@@ -123,9 +159,17 @@ pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeErro
         ..DriverConfig::default()
     };
     let result = fastpath_drivers::run(
+        model,
         listeners,
         &driver_config,
-        |_worker| HttpHandler::new(hosts.clone(), settings.clone(), access_log.buffer()),
+        |_worker| {
+            HttpHandler::new(
+                hosts.clone(),
+                settings.clone(),
+                access_log.buffer(),
+                ContentCache::new(cache_limits),
+            )
+        },
         stop,
     );
     access_log.finish();

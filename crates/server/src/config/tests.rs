@@ -576,7 +576,7 @@ fn unknown_model_lists_valid_names() {
         "\nmodel = \"io_uring\"",
         2,
         9,
-        "unknown model `io_uring`; valid models are: auto, epoll",
+        "unknown model `io_uring`; valid models are: auto, epoll, uring",
     );
 }
 

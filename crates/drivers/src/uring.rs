@@ -1,0 +1,1181 @@
+//! The io_uring model: one completion loop per worker thread.
+//!
+//! It has the shape of the epoll model (a worker per thread, each with its own SO_REUSEPORT
+//! listeners, connections, buffer pool and handler, sharing only the connection count), but a
+//! worker asks the kernel for completed work instead of readiness, and batches its requests:
+//!
+//! - every listener has one multishot accept armed, which yields each new connection;
+//! - every connection has one multishot receive armed, whose bytes land in buffers the kernel
+//!   takes from a ring the worker provides (see `bufring.rs`), so an idle connection holds no
+//!   buffer. A received buffer becomes the connection's [`Input`] as it is when the handler
+//!   left nothing unconsumed (no copy); otherwise its bytes are appended. Either way the ring
+//!   gets a buffer back at once;
+//! - the sends of every connection with output are prepared after all completions of one wait
+//!   have been handled, and go to the kernel with the next wait in one io_uring_enter.
+//!
+//! Inline and shared bytes go out with IORING_OP_SENDMSG, its iovecs pointing into the
+//! connection's [`Output`] (MSG_MORE when a file range follows, so the head leaves with the
+//! first file bytes). File ranges go out with sendfile(2), called directly on the non-blocking
+//! socket, with an IORING_OP_POLL_ADD to wait when the socket is full: the same system call per
+//! chunk as the epoll model. Splicing file → pipe → socket with two linked requests was the
+//! alternative; it was not taken because io_uring runs splice in its worker threads (a
+//! blocked thread per slow client), a short first splice breaks the link and leaves bytes in
+//! the pipe, and one pipe per worker would make every file send of the worker wait for the
+//! slowest client. Registered (fixed) descriptors are not used either: sendfile, shutdown and
+//! the refusal path need real descriptors, and the per-call lookup they would save is small
+//! next to the batching. A graceful close calls shutdown(2) directly once the last send has
+//! completed: it happens once per connection, and an IORING_OP_SHUTDOWN would have to wait
+//! for that completion all the same.
+//!
+//! Rules that keep the kernel's view of our memory sound:
+//!
+//! - a connection has at most one receive and one send (SENDMSG or POLL_ADD) in flight, each
+//!   counted on its slot; a slot, its descriptor and the memory a send reads are released
+//!   only once every operation naming the slot has completed. The slot's generation is part
+//!   of every operation's user_data, so a late cancellation can never hit the slot's next
+//!   connection;
+//! - the handler is not called while a SENDMSG of its connection is in flight, since a write
+//!   may move the inline bytes the kernel is reading. Input that arrives meanwhile is kept and
+//!   handed over when the send completes (and a deadline waits for the next tick);
+//! - when the worker stops, every operation is cancelled and waited for before any buffer is
+//!   freed; buffers are leaked rather than freed if the kernel does not finish in time.
+
+mod bufring;
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
+
+use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
+use crate::sys::syscall;
+use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
+use bufring::BufRing;
+
+/// Submission queue size: the requests one wait can carry before an extra enter is needed.
+const SQ_ENTRIES: u32 = 1024;
+/// Completion queue size: room for the multishot completions that pile up between two waits.
+const CQ_ENTRIES: u32 = 8192;
+/// Receive buffers per worker (of [`BUFFER_SIZE`] each): more than the receives that complete
+/// between two waits under load; when they run out a receive ends with ENOBUFS and is re-armed.
+const RECV_BUFFERS: u16 = 256;
+/// The buffer group of the receive ring.
+const RECV_GROUP: u16 = 0;
+/// Unconsumed input past which the receive is paused while the handler is not looking at
+/// input (draining output), so a client that pipelines without reading is held back by TCP
+/// as under epoll instead of filling memory.
+const RECV_PAUSE: usize = 4 * BUFFER_SIZE;
+/// How long accepting pauses when the process is out of file descriptors: long enough for
+/// connections to close, short enough that clients hardly notice.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// At most one "out of descriptors" message per worker per this interval.
+const FD_WARNING_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a stopping worker waits for the kernel to finish its cancelled operations.
+const STOP_DRAIN: Duration = Duration::from_secs(2);
+
+/// Checks that this kernel has everything the model uses: a ring can be set up (io_uring may
+/// be compiled out or disabled by `kernel.io_uring_disabled`), timed waits, the opcodes, and a
+/// provided-buffer ring can be registered.
+pub(crate) fn probe() -> io::Result<()> {
+    // On a thread of its own: the kernel tears a ring down later, in the background, and
+    // interrupts the blocking calls of every thread that used it, which would be the caller.
+    std::thread::Builder::new()
+        .name("fastpath-probe".into())
+        .spawn(probe_here)?
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the io_uring probe panicked")))
+}
+
+fn probe_here() -> io::Result<()> {
+    let ring = IoUring::new(8)
+        .map_err(|e| io::Error::new(e.kind(), format!("io_uring_setup failed: {e}")))?;
+    if !ring.params().is_feature_ext_arg() {
+        return Err(io::Error::other(
+            "the kernel has no timed io_uring waits (5.11)",
+        ));
+    }
+    let mut probe = Probe::new();
+    ring.submitter()
+        .register_probe(&mut probe)
+        .map_err(|e| io::Error::new(e.kind(), format!("io_uring probe failed: {e}")))?;
+    let needed = [
+        (opcode::AcceptMulti::CODE, "ACCEPT"),
+        (opcode::RecvMulti::CODE, "RECV"),
+        (opcode::SendMsg::CODE, "SENDMSG"),
+        (opcode::PollAdd::CODE, "POLL_ADD"),
+        (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
+        // Not used, but it came with multishot receive (6.0), which the probe cannot see.
+        (opcode::SendZc::CODE, "SEND_ZC (multishot receive)"),
+    ];
+    for (code, name) in needed {
+        if !probe.is_supported(code) {
+            return Err(io::Error::other(format!(
+                "the kernel has no IORING_OP_{name}"
+            )));
+        }
+    }
+    let mut pool = BufferPool::default();
+    let mut buffers = BufRing::new(&ring, RECV_GROUP, 1, &mut pool)?;
+    buffers.retire(&ring);
+    Ok(())
+}
+
+pub(crate) fn run<H, F>(
+    listeners: Listeners,
+    config: &DriverConfig,
+    make_handler: &F,
+    stop: &'static AtomicBool,
+) -> io::Result<()>
+where
+    H: Handler,
+    F: Fn(usize) -> H + Sync,
+{
+    let active = AtomicUsize::new(0);
+    let active = &active;
+    std::thread::scope(|scope| {
+        let mut threads = Vec::new();
+        for (worker_id, sockets) in listeners.per_worker.into_iter().enumerate() {
+            let thread = std::thread::Builder::new()
+                .name(format!("fastpath-w{worker_id}"))
+                .spawn_scoped(scope, move || -> io::Result<()> {
+                    let handler = make_handler(worker_id);
+                    Worker::new(sockets, handler, config, active, stop)?.run()
+                })?;
+            threads.push(thread);
+        }
+        let mut result = Ok(());
+        for thread in threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = Err(e),
+                Err(_) => result = Err(io::Error::other("a worker thread panicked")),
+            }
+        }
+        result
+    })
+}
+
+/// Sets up a worker's ring. Only the worker's thread submits, and it wants completions only
+/// when it waits, which lets the kernel skip locking and run completion work in batches at the
+/// wait; older kernels without those flags get a plain ring.
+fn build_ring() -> io::Result<IoUring> {
+    let tuned = IoUring::builder()
+        .setup_cqsize(CQ_ENTRIES)
+        .setup_submit_all()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(SQ_ENTRIES);
+    match tuned {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::builder()
+            .setup_cqsize(CQ_ENTRIES)
+            .build(SQ_ENTRIES),
+        other => other,
+    }
+}
+
+/// What an operation is, kept in the top byte of its user_data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Accept = 1,
+    Recv = 2,
+    Send = 3,
+    Poll = 4,
+    /// A cancellation request: its own completion carries nothing we need.
+    Cancel = 5,
+}
+
+/// Bits of a slot's generation carried in user_data.
+const GENERATION_MASK: u32 = 0x00ff_ffff;
+
+/// user_data of an operation: kind (8 bits), generation (24 bits), slot or listener index (32).
+fn token(op: Op, index: usize, generation: u32) -> u64 {
+    ((op as u64) << 56) | (((generation & GENERATION_MASK) as u64) << 32) | index as u64
+}
+
+fn untoken(user_data: u64) -> (Option<Op>, usize, u32) {
+    let op = match user_data >> 56 {
+        1 => Some(Op::Accept),
+        2 => Some(Op::Recv),
+        3 => Some(Op::Send),
+        4 => Some(Op::Poll),
+        5 => Some(Op::Cancel),
+        _ => None,
+    };
+    let generation = ((user_data >> 32) as u32) & GENERATION_MASK;
+    (op, (user_data & 0xffff_ffff) as usize, generation)
+}
+
+fn cancel(user_data: u64) -> squeue::Entry {
+    opcode::AsyncCancel::new(user_data)
+        .build()
+        .user_data(token(Op::Cancel, 0, 0))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Reading,
+    Draining,
+    Closing,
+    Lingering,
+}
+
+/// The send operation a connection has in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    Idle,
+    /// A SENDMSG reading the connection's output.
+    Msg,
+    /// A POLL_ADD waiting for room to sendfile into.
+    Poll,
+}
+
+/// Whether a connection's receive should be armed.
+fn wants_input<C>(c: &Conn<C>) -> bool {
+    if c.eof {
+        return false;
+    }
+    match c.state {
+        // Late input is read and discarded, as the epoll model does while lingering.
+        State::Closing | State::Lingering => true,
+        State::Reading if !c.ready_pending => true,
+        State::Reading | State::Draining => c.input.len() < RECV_PAUSE,
+    }
+}
+
+/// Everything a worker holds for one open connection.
+struct Conn<C> {
+    fd: OwnedFd,
+    conn: C,
+    input: Input,
+    output: Output,
+    state: State,
+    deadline: Option<Instant>,
+    send_deadline: Option<Instant>,
+    eof: bool,
+    recv_armed: bool,
+    /// A cancellation of the armed receive has been requested.
+    recv_cancelled: bool,
+    sending: Sending,
+    /// Input (or its end) arrived while a SENDMSG was in flight: call the handler once it
+    /// completes.
+    ready_pending: bool,
+    /// Listed in `Worker::dirty`.
+    dirty: bool,
+}
+
+/// The msghdr and iovecs of a SENDMSG, boxed so they stay put for the kernel. About 1 KiB, so
+/// a slot holds one only while its send is in flight and the worker keeps the spares.
+struct SendMsg {
+    hdr: libc::msghdr,
+    iov: [libc::iovec; MAX_IOVECS],
+}
+
+impl SendMsg {
+    fn boxed() -> Box<SendMsg> {
+        Box::new(SendMsg {
+            // SAFETY: all-zero is a valid msghdr and iovec (null pointers, zero lengths);
+            // they are filled in before each send.
+            hdr: unsafe { std::mem::zeroed() },
+            iov: unsafe { std::mem::zeroed() },
+        })
+    }
+}
+
+/// Spare SENDMSG boxes a worker keeps: enough for the sends of one busy loop iteration.
+const SPARE_SEND_MSGS: usize = 1024;
+
+/// A connection slot: outlives its connection until the kernel is done with it.
+struct Slot<C> {
+    generation: u32,
+    /// Operations submitted (or queued) for this slot that have not completed for good.
+    in_flight: u32,
+    /// The SENDMSG in flight's msghdr and iovecs.
+    msg: Option<Box<SendMsg>>,
+    /// The descriptor of a closed connection, kept open until its operations have completed
+    /// so its number cannot be reused under them.
+    retired_fd: Option<OwnedFd>,
+    /// The output of a closed connection that an in-flight SENDMSG may still be reading.
+    retired_output: Option<Output>,
+    conn: Option<Conn<C>>,
+}
+
+struct Listener {
+    fd: OwnedFd,
+    armed: bool,
+}
+
+struct Worker<'a, H: Handler> {
+    ring: IoUring,
+    buffers: BufRing,
+    listeners: Vec<Listener>,
+    handler: H,
+    slots: Vec<Slot<H::Conn>>,
+    free: Vec<usize>,
+    /// Connections to look at before the next wait: output to send, state to advance.
+    dirty: Vec<usize>,
+    /// Spare SENDMSG boxes; boxed so that handing one to a slot moves a pointer, and the
+    /// kernel's copy of its address stays right while the slot holds it.
+    #[allow(clippy::vec_box)]
+    send_msgs: Vec<Box<SendMsg>>,
+    /// Requests prepared for the next enter.
+    sqes: Vec<squeue::Entry>,
+    /// Completions taken from the ring (user_data, result, flags).
+    cqes: Vec<(u64, i32, u32)>,
+    pool: BufferPool,
+    config: &'a DriverConfig,
+    active: &'a AtomicUsize,
+    stop: &'static AtomicBool,
+    now: Instant,
+    accept_paused_until: Option<Instant>,
+    last_fd_warning: Option<Instant>,
+    stopping: bool,
+}
+
+impl<'a, H: Handler> Worker<'a, H> {
+    fn new(
+        listeners: Vec<OwnedFd>,
+        handler: H,
+        config: &'a DriverConfig,
+        active: &'a AtomicUsize,
+        stop: &'static AtomicBool,
+    ) -> io::Result<Self> {
+        let ring = build_ring()?;
+        let mut pool = BufferPool::default();
+        let buffers = BufRing::new(&ring, RECV_GROUP, RECV_BUFFERS, &mut pool)?;
+        Ok(Worker {
+            ring,
+            buffers,
+            listeners: listeners
+                .into_iter()
+                .map(|fd| Listener { fd, armed: false })
+                .collect(),
+            handler,
+            slots: Vec::new(),
+            free: Vec::new(),
+            dirty: Vec::new(),
+            send_msgs: Vec::new(),
+            sqes: Vec::with_capacity(SQ_ENTRIES as usize),
+            cqes: Vec::with_capacity(CQ_ENTRIES as usize),
+            pool,
+            config,
+            active,
+            stop,
+            now: Instant::now(),
+            accept_paused_until: None,
+            last_fd_warning: None,
+            stopping: false,
+        })
+    }
+
+    fn run(mut self) -> io::Result<()> {
+        for i in 0..self.listeners.len() {
+            self.arm_accept(i);
+        }
+        let result = self.serve();
+        self.shutdown();
+        result
+    }
+
+    fn serve(&mut self) -> io::Result<()> {
+        let mut next_tick = Instant::now() + TICK;
+        while !self.stop.load(Ordering::Relaxed) {
+            self.submit_and_wait(next_tick)?;
+            self.now = Instant::now();
+            self.reap();
+            if self.now >= next_tick {
+                next_tick = self.now + TICK;
+                self.sweep();
+                self.handler.on_tick(self.now);
+            }
+            self.flush_dirty();
+        }
+        Ok(())
+    }
+
+    /// Submits every prepared request and waits for at least one completion or `until`.
+    fn submit_and_wait(&mut self, until: Instant) -> io::Result<()> {
+        self.push_sqes()?;
+        let wait = until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_micros(100));
+        let timespec = types::Timespec::from(wait);
+        let args = types::SubmitArgs::new().timespec(&timespec);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e) => match e.raw_os_error() {
+                // Timed out, interrupted, or completions must be reaped first.
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => Ok(()),
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Moves prepared requests into the submission queue, submitting early when it fills.
+    fn push_sqes(&mut self) -> io::Result<()> {
+        let mut done = 0;
+        while done < self.sqes.len() {
+            {
+                let mut queue = self.ring.submission();
+                for entry in &self.sqes[done..] {
+                    // SAFETY: every buffer a request points to (msghdr and iovecs in the
+                    // slot's box, output bytes, ring buffers) stays alive and in place until
+                    // the request completes; see the module docs.
+                    if unsafe { queue.push(entry) }.is_err() {
+                        break;
+                    }
+                    done += 1;
+                }
+            }
+            if done < self.sqes.len() {
+                match self.ring.submit() {
+                    Ok(_) => {}
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EINTR)) => {
+                        // The rest waits for the next round, after completions are reaped.
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.sqes.drain(..done);
+        Ok(())
+    }
+
+    /// Handles every completion in the ring.
+    fn reap(&mut self) {
+        loop {
+            let mut cqes = std::mem::take(&mut self.cqes);
+            cqes.clear();
+            cqes.extend(
+                self.ring
+                    .completion()
+                    .map(|cqe| (cqe.user_data(), cqe.result(), cqe.flags())),
+            );
+            if cqes.is_empty() {
+                self.cqes = cqes;
+                return;
+            }
+            for &(user_data, result, flags) in &cqes {
+                self.complete(user_data, result, flags);
+            }
+            self.cqes = cqes;
+        }
+    }
+
+    fn complete(&mut self, user_data: u64, result: i32, flags: u32) {
+        let (op, index, generation) = untoken(user_data);
+        match op {
+            Some(Op::Accept) => self.on_accept(index, result, flags),
+            Some(Op::Recv) => self.on_recv(index, generation, result, flags),
+            Some(Op::Send) => self.on_send(index, generation, result),
+            Some(Op::Poll) => self.on_poll(index, generation, result),
+            Some(Op::Cancel) | None => {}
+        }
+    }
+
+    /// Accounts for a completion of a slot's operation (`last`: the operation is over);
+    /// true when the slot holds the live connection the operation belongs to.
+    fn op_done(&mut self, index: usize, generation: u32, last: bool) -> bool {
+        let Some(slot) = self.slots.get_mut(index) else {
+            return false;
+        };
+        if slot.generation & GENERATION_MASK != generation {
+            return false;
+        }
+        if last {
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+        }
+        if slot.conn.is_some() {
+            return true;
+        }
+        if slot.in_flight == 0 {
+            self.free_slot(index);
+        }
+        false
+    }
+
+    fn arm_accept(&mut self, index: usize) {
+        if self.stopping || self.accept_paused_until.is_some() {
+            return;
+        }
+        let listener = &mut self.listeners[index];
+        if listener.armed {
+            return;
+        }
+        listener.armed = true;
+        let entry = opcode::AcceptMulti::new(types::Fd(listener.fd.as_raw_fd()))
+            .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(token(Op::Accept, index, 0));
+        self.sqes.push(entry);
+    }
+
+    fn on_accept(&mut self, index: usize, result: i32, flags: u32) {
+        let Some(listener) = self.listeners.get_mut(index) else {
+            return;
+        };
+        let more = cqueue::more(flags);
+        if !more {
+            listener.armed = false;
+        }
+        if result >= 0 {
+            // SAFETY: the accept completed with a fresh descriptor that nothing else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(result) };
+            if self.stopping {
+                return;
+            }
+            if !more {
+                self.arm_accept(index);
+            }
+            if self.active.fetch_add(1, Ordering::Relaxed) >= self.config.max_connections {
+                self.active.fetch_sub(1, Ordering::Relaxed);
+                refuse(fd.as_raw_fd(), self.handler.refusal());
+                return;
+            }
+            self.open(fd);
+            return;
+        }
+        let error = io::Error::from_raw_os_error(-result);
+        match -result {
+            libc::ECANCELED => {}
+            libc::EINTR | libc::EAGAIN | libc::ECONNABORTED | libc::EPROTO => {
+                if !more {
+                    self.arm_accept(index);
+                }
+            }
+            libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+                self.pause_accepting(&error)
+            }
+            _ => {
+                tracing::error!("accept failed: {error}");
+                // Retried after a pause rather than at once, so a lasting error cannot spin.
+                self.accept_paused_until = Some(self.now + ACCEPT_PAUSE);
+            }
+        }
+    }
+
+    /// Out of descriptors (or memory): the multishot accept has ended; it is re-armed after a
+    /// pause (by the tick sweep) instead of at once, so pending clients wait in the backlog
+    /// until descriptors are free again rather than the worker spinning on errors.
+    fn pause_accepting(&mut self, error: &io::Error) {
+        let warn = self
+            .last_fd_warning
+            .is_none_or(|at| self.now.duration_since(at) >= FD_WARNING_INTERVAL);
+        if warn {
+            self.last_fd_warning = Some(self.now);
+            tracing::warn!(
+                "accept failed: {error} (out of file descriptors or memory); pausing new connections for {} ms, open connections: {}",
+                ACCEPT_PAUSE.as_millis(),
+                self.slots.iter().filter(|s| s.conn.is_some()).count()
+            );
+        }
+        self.accept_paused_until = Some(self.now + ACCEPT_PAUSE);
+    }
+
+    fn open(&mut self, fd: OwnedFd) {
+        // Multishot accept reports no address; one getpeername per connection stands in.
+        let peer = peer_addr(fd.as_raw_fd())
+            .unwrap_or_else(|| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    in_flight: 0,
+                    msg: None,
+                    retired_fd: None,
+                    retired_output: None,
+                    conn: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let conn = self.handler.on_open(peer, self.now);
+        self.slots[index].conn = Some(Conn {
+            fd,
+            conn,
+            input: Input::default(),
+            output: Output::default(),
+            state: State::Reading,
+            deadline: None,
+            send_deadline: None,
+            eof: false,
+            recv_armed: false,
+            recv_cancelled: false,
+            sending: Sending::Idle,
+            ready_pending: false,
+            dirty: false,
+        });
+        // The receive is armed before the next wait; with TCP_DEFER_ACCEPT the request is
+        // usually there already and completes within that same enter.
+        self.mark_dirty(index);
+    }
+
+    fn mark_dirty(&mut self, index: usize) {
+        if let Some(c) = self.slots[index].conn.as_mut() {
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty.push(index);
+            }
+        }
+    }
+
+    fn on_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
+        let more = cqueue::more(flags);
+        let mut data = None;
+        if let Some(bid) = cqueue::buffer_select(flags) {
+            match self.buffers.take(bid, result.max(0) as usize) {
+                Some(buf) => data = Some((bid, buf)),
+                None => tracing::error!("receive completed with an unknown buffer {bid}"),
+            }
+        }
+        if !self.op_done(index, generation, !more) {
+            if let Some((bid, buf)) = data {
+                self.buffers.provide(bid, buf);
+            }
+            return;
+        }
+        let c = self.slots[index].conn.as_mut().expect("live connection");
+        if !more {
+            c.recv_armed = false;
+            c.recv_cancelled = false;
+        }
+        if result > 0 {
+            let Some((bid, buf)) = data else {
+                self.close(index, CloseReason::Error);
+                return;
+            };
+            match c.state {
+                State::Closing | State::Lingering => {
+                    // Late input after the last response is discarded.
+                    self.buffers.provide(bid, buf);
+                    if !more {
+                        self.mark_dirty(index);
+                    }
+                    return;
+                }
+                State::Reading | State::Draining => {}
+            }
+            // The guard against a handler that leaves input unconsumed; input that piled up
+            // while the handler was not looking (draining, or a send in flight) is not its doing.
+            if c.state == State::Reading
+                && !c.ready_pending
+                && c.input.len() >= self.config.max_input
+            {
+                self.buffers.provide(bid, buf);
+                self.close(index, CloseReason::Error);
+                return;
+            }
+            let spare = c.input.receive(buf);
+            let spare = if spare.capacity() >= BUFFER_SIZE {
+                spare
+            } else {
+                self.pool.take()
+            };
+            self.buffers.provide(bid, spare);
+            if c.state == State::Reading && !self.ready(index) {
+                return;
+            }
+            self.pause_receive_if_unwanted(index);
+            self.mark_dirty(index);
+            return;
+        }
+        if let Some((bid, buf)) = data {
+            self.buffers.provide(bid, buf);
+        }
+        if result == 0 {
+            c.eof = true;
+            match c.state {
+                State::Lingering => self.close(index, CloseReason::Done),
+                // Seen by the handler once the output has drained.
+                State::Closing | State::Draining => {}
+                State::Reading => {
+                    if self.ready(index) {
+                        self.mark_dirty(index);
+                    }
+                }
+            }
+            return;
+        }
+        match -result {
+            // The ring ran dry (it is refilled by now), the receive was paused, or it was
+            // interrupted: the flush re-arms it when input is wanted.
+            libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN => self.mark_dirty(index),
+            _ if c.state == State::Lingering => self.close(index, CloseReason::Done),
+            _ => self.close(index, CloseReason::PeerGone),
+        }
+    }
+
+    /// New input for a reading connection: calls the handler now, or once the in-flight send
+    /// completes. False when the connection is gone.
+    fn ready(&mut self, index: usize) -> bool {
+        let c = self.slots[index].conn.as_mut().expect("live connection");
+        if c.sending == Sending::Msg {
+            c.ready_pending = true;
+            return true;
+        }
+        let next = self.call(index, false);
+        self.apply(index, next)
+    }
+
+    /// Cancels the receive while input piles up that the handler is not looking at.
+    fn pause_receive_if_unwanted(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        let Some(c) = slot.conn.as_mut() else {
+            return;
+        };
+        if c.recv_armed && !c.recv_cancelled && !wants_input(c) {
+            c.recv_cancelled = true;
+            self.sqes
+                .push(cancel(token(Op::Recv, index, slot.generation)));
+        }
+    }
+
+    fn on_send(&mut self, index: usize, generation: u32, result: i32) {
+        if let Some(slot) = self.slots.get_mut(index) {
+            if slot.generation & GENERATION_MASK == generation {
+                if let Some(msg) = slot.msg.take() {
+                    if self.send_msgs.len() < SPARE_SEND_MSGS {
+                        self.send_msgs.push(msg);
+                    }
+                }
+            }
+        }
+        if !self.op_done(index, generation, true) {
+            return;
+        }
+        let c = self.slots[index].conn.as_mut().expect("live connection");
+        c.sending = Sending::Idle;
+        if result < 0 && matches!(-result, libc::EAGAIN | libc::EINTR) {
+            self.mark_dirty(index);
+            return;
+        }
+        if result <= 0 {
+            tracing::debug!("send failed: {}", io::Error::from_raw_os_error(-result));
+            self.close(index, CloseReason::PeerGone);
+            return;
+        }
+        c.output.advance(result as usize);
+        c.send_deadline = None;
+        if c.ready_pending && c.state == State::Reading {
+            c.ready_pending = false;
+            let next = self.call(index, false);
+            if !self.apply(index, next) {
+                return;
+            }
+        }
+        self.mark_dirty(index);
+    }
+
+    fn on_poll(&mut self, index: usize, generation: u32, result: i32) {
+        if !self.op_done(index, generation, true) {
+            return;
+        }
+        let c = self.slots[index].conn.as_mut().expect("live connection");
+        c.sending = Sending::Idle;
+        c.send_deadline = None;
+        if result < 0 && !matches!(-result, libc::EAGAIN | libc::EINTR) {
+            self.close(index, CloseReason::PeerGone);
+            return;
+        }
+        // Room to send (or an error, which the next sendfile reports).
+        self.mark_dirty(index);
+    }
+
+    /// Advances every connection that had something happen, preparing their sends.
+    fn flush_dirty(&mut self) {
+        while !self.dirty.is_empty() {
+            let mut dirty = std::mem::take(&mut self.dirty);
+            for &index in &dirty {
+                self.flush(index);
+            }
+            dirty.clear();
+            if self.dirty.is_empty() {
+                // Keep the allocation for the next round.
+                self.dirty = dirty;
+            }
+        }
+    }
+
+    /// Moves a connection forward as far as it goes without waiting: calls the handler when
+    /// output has drained, starts the next send, closes, and arms the receive.
+    fn flush(&mut self, index: usize) {
+        loop {
+            let Some(c) = self.slots[index].conn.as_mut() else {
+                return;
+            };
+            c.dirty = false;
+            if c.sending != Sending::Idle {
+                break;
+            }
+            if c.ready_pending && c.state == State::Reading {
+                c.ready_pending = false;
+                let next = self.call(index, false);
+                if !self.apply(index, next) {
+                    return;
+                }
+                continue;
+            }
+            if !c.output.is_empty() {
+                if c.output.front_is_file() {
+                    match c.output.send_files(c.fd.as_raw_fd()) {
+                        Ok(Flush::Done) => {
+                            c.send_deadline = None;
+                            continue;
+                        }
+                        Ok(Flush::WouldBlock) => {
+                            self.start_poll(index);
+                            break;
+                        }
+                        Err(FlushError::FileShrunk) => {
+                            self.close(index, CloseReason::FileShrunk);
+                            return;
+                        }
+                        Err(FlushError::Io(e)) => {
+                            tracing::debug!("sendfile failed: {e}");
+                            self.close(index, CloseReason::PeerGone);
+                            return;
+                        }
+                    }
+                }
+                self.start_sendmsg(index);
+                break;
+            }
+            c.send_deadline = None;
+            c.output.release_if_empty(&mut self.pool);
+            match c.state {
+                State::Reading | State::Lingering => break,
+                State::Draining => {
+                    c.state = State::Reading;
+                    let next = self.call(index, false);
+                    if !self.apply(index, next) {
+                        return;
+                    }
+                }
+                State::Closing => {
+                    // The FIN goes out right behind the last response byte.
+                    let _ = syscall!(shutdown(c.fd.as_raw_fd(), libc::SHUT_WR));
+                    if c.eof {
+                        self.close(index, CloseReason::Done);
+                        return;
+                    }
+                    c.state = State::Lingering;
+                    c.deadline = Some(self.now + self.config.linger_timeout);
+                    let unread = c.input.len();
+                    c.input.consume(unread);
+                    c.input.release_if_empty(&mut self.pool);
+                    break;
+                }
+            }
+        }
+        self.arm_receive(index);
+    }
+
+    fn arm_receive(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        let Some(c) = slot.conn.as_mut() else {
+            return;
+        };
+        if c.recv_armed || !wants_input(c) {
+            return;
+        }
+        c.recv_armed = true;
+        c.recv_cancelled = false;
+        slot.in_flight += 1;
+        let entry = opcode::RecvMulti::new(types::Fd(c.fd.as_raw_fd()), self.buffers.group())
+            .build()
+            .user_data(token(Op::Recv, index, slot.generation));
+        self.sqes.push(entry);
+    }
+
+    /// Queues a SENDMSG of the leading inline and shared bytes.
+    fn start_sendmsg(&mut self, index: usize) {
+        let mut msg = self.send_msgs.pop().unwrap_or_else(SendMsg::boxed);
+        let slot = &mut self.slots[index];
+        let Some(c) = slot.conn.as_mut() else {
+            return;
+        };
+        let (count, file_follows) = c.output.gather(&mut msg.iov);
+        // SAFETY: all-zero is a valid msghdr; the fields that matter are set below.
+        msg.hdr = unsafe { std::mem::zeroed() };
+        msg.hdr.msg_iov = msg.iov.as_mut_ptr();
+        msg.hdr.msg_iovlen = count as _;
+        let flags = libc::MSG_NOSIGNAL | if file_follows { libc::MSG_MORE } else { 0 };
+        let entry = opcode::SendMsg::new(types::Fd(c.fd.as_raw_fd()), &msg.hdr)
+            .flags(flags as u32)
+            .build()
+            .user_data(token(Op::Send, index, slot.generation));
+        slot.msg = Some(msg);
+        self.sqes.push(entry);
+        slot.in_flight += 1;
+        c.sending = Sending::Msg;
+        c.send_deadline
+            .get_or_insert(self.now + self.config.send_timeout);
+    }
+
+    /// Queues a wait for room in the socket, for sendfile to go on.
+    fn start_poll(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        let Some(c) = slot.conn.as_mut() else {
+            return;
+        };
+        let entry = opcode::PollAdd::new(types::Fd(c.fd.as_raw_fd()), libc::POLLOUT as u32)
+            .build()
+            .user_data(token(Op::Poll, index, slot.generation));
+        self.sqes.push(entry);
+        slot.in_flight += 1;
+        c.sending = Sending::Poll;
+        c.send_deadline
+            .get_or_insert(self.now + self.config.send_timeout);
+    }
+
+    /// Calls the handler's `on_ready` (or `on_timeout`) for a connection.
+    fn call(&mut self, index: usize, timeout: bool) -> Next {
+        let c = self.slots[index].conn.as_mut().expect("live connection");
+        let mut io = Io {
+            input: &mut c.input,
+            output: &mut c.output,
+            pool: &mut self.pool,
+            eof: c.eof,
+            now: self.now,
+            deadline: &mut c.deadline,
+        };
+        let next = if timeout {
+            self.handler.on_timeout(&mut c.conn, &mut io)
+        } else {
+            self.handler.on_ready(&mut c.conn, &mut io)
+        };
+        c.input.release_if_empty(&mut self.pool);
+        next
+    }
+
+    /// Records what the handler asked for; false when the connection is gone.
+    fn apply(&mut self, index: usize, next: Next) -> bool {
+        let c = self.slots[index].conn.as_mut().expect("live connection");
+        c.state = match next {
+            // Nothing more can arrive, so waiting for input would wait forever.
+            Next::Read if c.eof => State::Closing,
+            Next::Read => State::Reading,
+            Next::Drain => State::Draining,
+            Next::Close => State::Closing,
+            Next::Abort => {
+                self.close(index, CloseReason::Done);
+                return false;
+            }
+        };
+        true
+    }
+
+    /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
+    fn sweep(&mut self) {
+        if self
+            .accept_paused_until
+            .is_some_and(|until| self.now >= until)
+        {
+            self.accept_paused_until = None;
+            for i in 0..self.listeners.len() {
+                self.arm_accept(i);
+            }
+        }
+        for index in 0..self.slots.len() {
+            let Some(c) = self.slots[index].conn.as_mut() else {
+                continue;
+            };
+            if c.send_deadline.is_some_and(|d| d <= self.now) && !c.output.is_empty() {
+                self.close(index, CloseReason::SendTimeout);
+                continue;
+            }
+            if c.deadline.is_none_or(|d| d > self.now) {
+                continue;
+            }
+            match c.state {
+                State::Lingering => self.close(index, CloseReason::Done),
+                State::Closing => c.deadline = None,
+                // The handler may write, which must wait until the kernel has read the
+                // bytes it is sending: try again next tick.
+                State::Reading | State::Draining if c.sending == Sending::Msg => {}
+                State::Reading | State::Draining => {
+                    c.deadline = None;
+                    let next = self.call(index, true);
+                    if self.apply(index, next) {
+                        self.mark_dirty(index);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends a connection for the handler at once; the slot follows when the kernel is done.
+    fn close(&mut self, index: usize, reason: CloseReason) {
+        let slot = &mut self.slots[index];
+        let Some(mut c) = slot.conn.take() else {
+            return;
+        };
+        if c.recv_armed && !c.recv_cancelled {
+            self.sqes
+                .push(cancel(token(Op::Recv, index, slot.generation)));
+        }
+        match c.sending {
+            Sending::Idle => {}
+            Sending::Msg => {
+                self.sqes
+                    .push(cancel(token(Op::Send, index, slot.generation)));
+                slot.retired_output = Some(std::mem::take(&mut c.output));
+            }
+            Sending::Poll => {
+                self.sqes
+                    .push(cancel(token(Op::Poll, index, slot.generation)));
+            }
+        }
+        c.output.clear(&mut self.pool);
+        let unread = c.input.len();
+        c.input.consume(unread);
+        c.input.release_if_empty(&mut self.pool);
+        slot.retired_fd = Some(c.fd);
+        self.handler.on_close(c.conn, reason);
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        if slot.in_flight == 0 {
+            self.free_slot(index);
+        }
+    }
+
+    /// Releases a slot whose connection is closed and whose operations have all completed.
+    fn free_slot(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        // Closing the descriptor here, once, after the kernel has let go of it.
+        slot.retired_fd = None;
+        if let Some(mut output) = slot.retired_output.take() {
+            output.clear(&mut self.pool);
+        }
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+    }
+
+    fn ops_in_flight(&self) -> usize {
+        let slots: usize = self.slots.iter().map(|s| s.in_flight as usize).sum();
+        slots + self.listeners.iter().filter(|l| l.armed).count()
+    }
+
+    /// Closes every connection, cancels every operation and waits for the kernel to finish
+    /// them, so no buffer is freed under it.
+    fn shutdown(&mut self) {
+        self.stopping = true;
+        self.now = Instant::now();
+        for index in 0..self.slots.len() {
+            self.close(index, CloseReason::Shutdown);
+        }
+        for (index, listener) in self.listeners.iter().enumerate() {
+            if listener.armed {
+                self.sqes.push(cancel(token(Op::Accept, index, 0)));
+            }
+        }
+        let give_up = Instant::now() + STOP_DRAIN;
+        while self.ops_in_flight() > 0 && Instant::now() < give_up {
+            let until = (Instant::now() + TICK).min(give_up);
+            if let Err(e) = self.submit_and_wait(until) {
+                tracing::error!("io_uring wait failed while stopping: {e}");
+                break;
+            }
+            self.now = Instant::now();
+            self.reap();
+        }
+        self.dirty.clear();
+        let left = self.ops_in_flight();
+        if left == 0 {
+            self.buffers.retire(&self.ring);
+        } else {
+            tracing::warn!(
+                "{left} io_uring operations still in flight at stop; leaving their buffers allocated"
+            );
+            for slot in &mut self.slots {
+                slot.retired_fd = None;
+                if let Some(output) = slot.retired_output.take() {
+                    std::mem::forget(output);
+                }
+                if let Some(msg) = slot.msg.take() {
+                    std::mem::forget(msg);
+                }
+            }
+        }
+        self.handler.on_stop();
+    }
+}
+
+/// Turns a connection away at the limit: drain what it sent (so closing does not reset the
+/// refusal away), send the refusal, close.
+fn refuse(fd: RawFd, refusal: &[u8]) {
+    let mut scratch = [0u8; 4096];
+    let _ = syscall!(recv(
+        fd,
+        scratch.as_mut_ptr() as *mut libc::c_void,
+        scratch.len(),
+        libc::MSG_DONTWAIT
+    ));
+    if !refusal.is_empty() {
+        let _ = syscall!(send(
+            fd,
+            refusal.as_ptr() as *const libc::c_void,
+            refusal.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
+        ));
+    }
+    let _ = syscall!(shutdown(fd, libc::SHUT_WR));
+}
+
+fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    syscall!(getpeername(
+        fd,
+        &mut storage as *mut _ as *mut libc::sockaddr,
+        &mut len
+    ))
+    .ok()?;
+    match storage.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let sin = unsafe { &*(&storage as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(&storage as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip() {
+        for (op, index, generation) in [
+            (Op::Recv, 0, 0),
+            (Op::Send, 12345, 7),
+            (Op::Poll, u32::MAX as usize, GENERATION_MASK),
+            (Op::Accept, 3, 0),
+        ] {
+            assert_eq!(
+                untoken(token(op, index, generation)),
+                (Some(op), index, generation)
+            );
+        }
+        // Generations wrap within the bits user_data carries.
+        assert_eq!(untoken(token(Op::Recv, 1, GENERATION_MASK + 2)).2, 1);
+    }
+}

@@ -1,0 +1,535 @@
+//! The driver contract, checked on every concurrency model over real sockets on 127.0.0.1.
+//!
+//! Each test is written once with `for_each_model!` and runs once per model, so a test named
+//! `echo_round_trips::uring` is the io_uring run of `echo_round_trips`. The handlers are small
+//! (an echo, and a line protocol that queues inline bytes and file ranges) so that a failure
+//! points at the driver, not at HTTP.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use fastpath_drivers::{bind_listeners, run, CloseReason, DriverConfig, Handler, Io, Model, Next};
+
+/// How long a client read or write may block before the test fails.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Queued output past which the test handlers ask to drain, like the HTTP handler does.
+const HIGH_WATER: u64 = 64 * 1024;
+const WORKERS: usize = 2;
+
+/// Defines a test once and runs it on every model.
+macro_rules! for_each_model {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn epoll() {
+                let f: fn(Model) = $body;
+                f(Model::Epoll)
+            }
+
+            #[test]
+            fn uring() {
+                if let Err(e) = fastpath_drivers::uring_available() {
+                    eprintln!("skipped: io_uring unavailable ({e})");
+                    return;
+                }
+                let f: fn(Model) = $body;
+                f(Model::Uring)
+            }
+        }
+    };
+}
+
+/// What the handlers saw, for the tests to check.
+#[derive(Default)]
+struct Log {
+    closes: Mutex<Vec<CloseReason>>,
+    opens: AtomicUsize,
+    stops: AtomicUsize,
+}
+
+impl Log {
+    fn closes(&self) -> Vec<CloseReason> {
+        self.closes.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` connections have closed; returns their reasons.
+    fn wait_closes(&self, n: usize) -> Vec<CloseReason> {
+        let until = Instant::now() + IO_TIMEOUT;
+        loop {
+            let closes = self.closes();
+            if closes.len() >= n || Instant::now() > until {
+                return closes;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// A server running a model on its own thread, stopped when dropped.
+struct Server {
+    addr: SocketAddr,
+    stop: &'static AtomicBool,
+    thread: Option<JoinHandle<io::Result<()>>>,
+    log: Arc<Log>,
+}
+
+impl Server {
+    fn start<H, F>(model: Model, config: DriverConfig, make: F) -> Server
+    where
+        H: Handler,
+        F: Fn(usize, Arc<Log>) -> H + Send + Sync + 'static,
+    {
+        // A client that goes away during a sendfile must give EPIPE, as in the server.
+        fastpath_drivers::ignore_sigpipe();
+        let listeners = bind_listeners(&["127.0.0.1:0".parse().unwrap()], WORKERS).unwrap();
+        let addr = listeners.local_addrs[0];
+        // run() wants a flag that lives for ever; one small leak per test.
+        let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let log = Arc::new(Log::default());
+        let handler_log = log.clone();
+        let thread = thread::spawn(move || {
+            run(
+                model,
+                listeners,
+                &config,
+                |worker| make(worker, handler_log.clone()),
+                stop,
+            )
+        });
+        Server {
+            addr,
+            stop,
+            thread: Some(thread),
+            log,
+        }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.addr).unwrap();
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream
+    }
+
+    /// Sets the stop flag and waits for run() to return.
+    fn stop(&mut self) -> io::Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        match self.thread.take() {
+            Some(thread) => thread.join().expect("run() panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Echoes every byte; optionally sets a deadline after each call and says "timeout" when it
+/// fires.
+struct Echo {
+    log: Arc<Log>,
+    deadline: Option<Duration>,
+    refusal: &'static [u8],
+}
+
+impl Handler for Echo {
+    type Conn = ();
+
+    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) {
+        self.log.opens.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+        if io.output.pending() >= HIGH_WATER {
+            return Next::Drain;
+        }
+        let take = io.input.len().min(HIGH_WATER as usize);
+        io.output.write_with(io.pool, |out| {
+            out.extend_from_slice(&io.input.data()[..take])
+        });
+        io.input.consume(take);
+        if let Some(wait) = self.deadline {
+            *io.deadline = Some(io.now + wait);
+        }
+        if !io.input.is_empty() || io.output.pending() >= HIGH_WATER {
+            return Next::Drain;
+        }
+        if io.eof {
+            Next::Close
+        } else {
+            Next::Read
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+        io.write(b"timeout\n");
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: (), reason: CloseReason) {
+        self.log.closes.lock().unwrap().push(reason);
+    }
+
+    fn on_stop(&mut self) {
+        self.log.stops.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn refusal(&self) -> &[u8] {
+        self.refusal
+    }
+}
+
+fn echo(log: Arc<Log>) -> Echo {
+    Echo {
+        log,
+        deadline: None,
+        refusal: b"",
+    }
+}
+
+/// A line protocol:
+/// - `file OFF LEN` answers `LEN\n`, LEN bytes of the file from OFF, then `end\n`;
+/// - `big N` answers N bytes of a pattern (inline);
+/// - `bye` closes gracefully after what is queued; `abort` closes at once.
+struct Lines {
+    log: Arc<Log>,
+    file: Arc<File>,
+}
+
+impl Handler for Lines {
+    type Conn = ();
+
+    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) {
+        self.log.opens.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+        loop {
+            if io.output.pending() >= HIGH_WATER {
+                return Next::Drain;
+            }
+            let Some(end) = io.input.data().iter().position(|&b| b == b'\n') else {
+                return if io.eof { Next::Close } else { Next::Read };
+            };
+            let line = String::from_utf8_lossy(&io.input.data()[..end]).into_owned();
+            io.input.consume(end + 1);
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["file", offset, len] => {
+                    let (offset, len): (u64, u64) = (offset.parse().unwrap(), len.parse().unwrap());
+                    io.write(format!("{len}\n").as_bytes());
+                    io.output.push_file(self.file.clone(), offset, len);
+                    io.write(b"end\n");
+                }
+                ["big", n] => {
+                    let n: usize = n.parse().unwrap();
+                    io.write_with(|out| out.extend((0..n).map(pattern)));
+                }
+                ["bye"] => return Next::Close,
+                ["abort"] => return Next::Abort,
+                _ => return Next::Abort,
+            }
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut (), _io: &mut Io<'_>) -> Next {
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: (), reason: CloseReason) {
+        self.log.closes.lock().unwrap().push(reason);
+    }
+
+    fn on_stop(&mut self) {
+        self.log.stops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn pattern(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// A temporary file of `len` pattern bytes.
+fn data_file(len: usize) -> Arc<File> {
+    let file = tempfile::tempfile().unwrap();
+    let bytes: Vec<u8> = (0..len).map(|i| pattern(i * 7)).collect();
+    file.write_all_at(&bytes, 0).unwrap();
+    Arc::new(file)
+}
+
+fn lines_server(model: Model, config: DriverConfig, file: Arc<File>) -> Server {
+    Server::start(model, config, move |_, log| Lines {
+        log,
+        file: file.clone(),
+    })
+}
+
+/// Reads one `file` answer and checks it against the file.
+fn read_file_answer(reader: &mut impl BufRead, file: &File, offset: u64, len: u64) {
+    let mut head = String::new();
+    reader.read_line(&mut head).unwrap();
+    assert_eq!(head, format!("{len}\n"));
+    let mut got = vec![0u8; len as usize];
+    reader.read_exact(&mut got).unwrap();
+    let mut want = vec![0u8; len as usize];
+    file.read_exact_at(&mut want, offset).unwrap();
+    assert!(got == want, "file bytes differ");
+    let mut end = String::new();
+    reader.read_line(&mut end).unwrap();
+    assert_eq!(end, "end\n");
+}
+
+/// Reads until the peer closes; true for an orderly end (FIN), false for a reset.
+fn read_to_end(stream: &mut impl Read) -> (Vec<u8>, bool) {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (all, true),
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return (all, false),
+            // Retried, as std's read_to_end does.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+}
+
+for_each_model!(echo_round_trips, |model| {
+    let server = Server::start(model, DriverConfig::default(), |_, log| echo(log));
+    let mut conn = server.connect();
+    for i in 0..200 {
+        let message = format!("message {i}\n");
+        conn.write_all(message.as_bytes()).unwrap();
+        let mut got = vec![0u8; message.len()];
+        conn.read_exact(&mut got).unwrap();
+        assert_eq!(got, message.as_bytes());
+    }
+    conn.shutdown(Shutdown::Write).unwrap();
+    let (rest, clean) = read_to_end(&mut conn);
+    assert!(rest.is_empty() && clean);
+    assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+});
+
+for_each_model!(pipelined_echo_with_backpressure, |model| {
+    // The client writes far more than the socket buffers hold before it reads anything, so
+    // the handler drains, and input must be held back rather than lost or piled up.
+    let server = Server::start(model, DriverConfig::default(), |_, log| echo(log));
+    let conn = server.connect();
+    let total = 8 << 20;
+    let mut writer = conn.try_clone().unwrap();
+    let sender = thread::spawn(move || {
+        let data: Vec<u8> = (0..total).map(pattern).collect();
+        for chunk in data.chunks(100_000) {
+            writer.write_all(chunk).unwrap();
+        }
+        writer.shutdown(Shutdown::Write).unwrap();
+    });
+    thread::sleep(Duration::from_millis(300));
+    let mut reader = conn;
+    let (got, clean) = read_to_end(&mut reader);
+    sender.join().unwrap();
+    assert!(clean, "connection was reset");
+    assert_eq!(got.len(), total);
+    assert!(got.iter().enumerate().all(|(i, &b)| b == pattern(i)));
+});
+
+for_each_model!(pipelined_requests, |model| {
+    let file = data_file(10_000);
+    let server = lines_server(model, DriverConfig::default(), file.clone());
+    let mut conn = server.connect();
+    conn.write_all(b"file 0 100\nbig 10\nfile 5000 3000\nfile 9999 1\nbye\n")
+        .unwrap();
+    let mut reader = BufReader::new(conn);
+    read_file_answer(&mut reader, &file, 0, 100);
+    let mut big = [0u8; 10];
+    reader.read_exact(&mut big).unwrap();
+    assert_eq!(big.to_vec(), (0..10).map(pattern).collect::<Vec<u8>>());
+    read_file_answer(&mut reader, &file, 5000, 3000);
+    read_file_answer(&mut reader, &file, 9999, 1);
+    let (rest, clean) = read_to_end(&mut reader);
+    assert!(rest.is_empty() && clean);
+});
+
+for_each_model!(file_range_of_5_mib, |model| {
+    let file = data_file(6 << 20);
+    let server = lines_server(model, DriverConfig::default(), file.clone());
+    let mut conn = server.connect();
+    conn.write_all(b"file 12345 5242880\nfile 1 2\n").unwrap();
+    let mut reader = BufReader::new(conn);
+    // Read slowly at first so the socket fills and the send has to wait for room.
+    thread::sleep(Duration::from_millis(200));
+    read_file_answer(&mut reader, &file, 12345, 5 << 20);
+    read_file_answer(&mut reader, &file, 1, 2);
+});
+
+for_each_model!(close_delivers_all_output_then_eof, |model| {
+    let server = lines_server(model, DriverConfig::default(), data_file(10));
+    let mut conn = server.connect();
+    conn.write_all(b"big 3000000\nbye\n").unwrap();
+    thread::sleep(Duration::from_millis(100));
+    // Input after the close is discarded, not answered with a reset.
+    conn.write_all(b"late input\n").unwrap();
+    let (got, clean) = read_to_end(&mut conn);
+    assert!(clean, "connection was reset");
+    assert_eq!(got.len(), 3_000_000);
+    assert!(got.iter().enumerate().all(|(i, &b)| b == pattern(i)));
+    drop(conn);
+    assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+});
+
+for_each_model!(abort_closes_at_once, |model| {
+    let server = lines_server(model, DriverConfig::default(), data_file(10));
+    let mut conn = server.connect();
+    conn.write_all(b"abort\n").unwrap();
+    let (got, _) = read_to_end(&mut conn);
+    assert!(got.is_empty());
+    assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+});
+
+for_each_model!(peer_eof_reaches_the_handler, |model| {
+    let server = Server::start(model, DriverConfig::default(), |_, log| echo(log));
+    let mut conn = server.connect();
+    conn.write_all(b"last words").unwrap();
+    conn.shutdown(Shutdown::Write).unwrap();
+    let (got, clean) = read_to_end(&mut conn);
+    assert_eq!(got, b"last words");
+    assert!(clean);
+});
+
+for_each_model!(a_shrunk_file_closes_the_connection, |model| {
+    let file = data_file(1000);
+    let server = lines_server(model, DriverConfig::default(), file);
+    let mut conn = server.connect();
+    conn.write_all(b"file 0 5000\n").unwrap();
+    let (got, _) = read_to_end(&mut conn);
+    assert_eq!(&got[..5], b"5000\n");
+    assert_eq!(got.len(), 5 + 1000, "the file's bytes, then the end");
+    assert_eq!(server.log.wait_closes(1), vec![CloseReason::FileShrunk]);
+});
+
+for_each_model!(max_connections_refuses_the_next, |model| {
+    let config = DriverConfig {
+        max_connections: 1,
+        ..DriverConfig::default()
+    };
+    let server = Server::start(model, config, |_, log| Echo {
+        refusal: b"busy\n",
+        ..echo(log)
+    });
+    let mut first = server.connect();
+    first.write_all(b"hello").unwrap();
+    let mut got = [0u8; 5];
+    first.read_exact(&mut got).unwrap();
+    let mut second = server.connect();
+    second.write_all(b"hello").unwrap();
+    let (refused, clean) = read_to_end(&mut second);
+    assert_eq!(refused, b"busy\n");
+    assert!(clean);
+    drop(first);
+    server.log.wait_closes(1);
+    // The slot is free again.
+    let mut third = server.connect();
+    third.write_all(b"again").unwrap();
+    let mut got = [0u8; 5];
+    third.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"again");
+    assert_eq!(server.log.opens.load(Ordering::SeqCst), 2);
+});
+
+for_each_model!(a_deadline_calls_on_timeout, |model| {
+    let server = Server::start(model, DriverConfig::default(), |_, log| Echo {
+        deadline: Some(Duration::from_millis(300)),
+        ..echo(log)
+    });
+    let mut conn = server.connect();
+    let started = Instant::now();
+    conn.write_all(b"hi\n").unwrap();
+    let (got, clean) = read_to_end(&mut conn);
+    assert_eq!(got, b"hi\ntimeout\n");
+    assert!(clean);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+});
+
+for_each_model!(a_peer_that_reads_nothing_times_out, |model| {
+    let config = DriverConfig {
+        send_timeout: Duration::from_millis(300),
+        ..DriverConfig::default()
+    };
+    let server = lines_server(model, config, data_file(10));
+    let mut conn = server.connect();
+    conn.write_all(b"big 50000000\n").unwrap();
+    let closes = server.log.wait_closes(1);
+    assert_eq!(closes, vec![CloseReason::SendTimeout]);
+});
+
+for_each_model!(many_connections_at_once, |model| {
+    let server = Server::start(model, DriverConfig::default(), |_, log| echo(log));
+    let clients: Vec<_> = (0..8)
+        .map(|t| {
+            let addr = server.addr;
+            thread::spawn(move || {
+                for i in 0..40 {
+                    let mut conn = TcpStream::connect(addr).unwrap();
+                    conn.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                    let message = format!("client {t} connection {i}");
+                    conn.write_all(message.as_bytes()).unwrap();
+                    let mut got = vec![0u8; message.len()];
+                    conn.read_exact(&mut got).unwrap();
+                    assert_eq!(got, message.as_bytes());
+                    if i % 2 == 0 {
+                        conn.shutdown(Shutdown::Write).unwrap();
+                        let (rest, _) = read_to_end(&mut conn);
+                        assert!(rest.is_empty());
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    assert_eq!(server.log.wait_closes(320).len(), 320);
+});
+
+for_each_model!(stop_ends_run_and_closes_everything, |model| {
+    let file = data_file(4 << 20);
+    let mut server = lines_server(model, DriverConfig::default(), file);
+    let mut conns: Vec<TcpStream> = (0..3).map(|_| server.connect()).collect();
+    for conn in &mut conns {
+        conn.write_all(b"big 3\n").unwrap();
+        let mut got = [0u8; 3];
+        conn.read_exact(&mut got).unwrap();
+    }
+    // One more in the middle of a large send that its client does not read.
+    let mut stuck = server.connect();
+    stuck.write_all(b"file 0 4194304\n").unwrap();
+    thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    server.stop().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    for conn in &mut conns {
+        let (rest, _) = read_to_end(conn);
+        assert!(rest.is_empty());
+    }
+    let (_, _) = read_to_end(&mut stuck);
+    let closes = server.log.closes();
+    assert_eq!(closes.len(), 4);
+    assert!(closes.iter().all(|&r| r == CloseReason::Shutdown));
+    assert_eq!(server.log.stops.load(Ordering::SeqCst), WORKERS);
+});
