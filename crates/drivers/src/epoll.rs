@@ -82,6 +82,8 @@ struct Slot<C> {
     writable: bool,
     /// The peer's FIN (or an error) has been signalled: read until the end is seen.
     hangup: bool,
+    /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
+    linger: bool,
     eof: bool,
 }
 
@@ -313,6 +315,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             readable: true,
             writable: true,
             hangup: false,
+            linger: false,
             eof: false,
         });
         self.drive(index);
@@ -358,12 +361,14 @@ impl<'a, H: Handler> Worker<'a, H> {
                     if !slot.output.is_empty() {
                         return;
                     }
-                    // The FIN goes out right behind the last response byte.
-                    let _ = syscall!(shutdown(fd, libc::SHUT_WR));
-                    if slot.eof {
+                    // Nothing unread and nothing more expected: close at once, the FIN right
+                    // behind the last response byte (as nginx does without a pending body).
+                    let quiet = !slot.linger && slot.input.is_empty() && !slot.readable;
+                    if slot.eof || quiet {
                         self.close(index, CloseReason::Done);
                         return;
                     }
+                    let _ = syscall!(shutdown(fd, libc::SHUT_WR));
                     slot.state = State::Lingering;
                     slot.deadline = Some(self.now + self.config.linger_timeout);
                     let unread = slot.input.len();
@@ -460,6 +465,10 @@ impl<'a, H: Handler> Worker<'a, H> {
             Next::Read => State::Reading,
             Next::Drain => State::Draining,
             Next::Close => State::Closing,
+            Next::Linger => {
+                slot.linger = true;
+                State::Closing
+            }
             Next::Abort => {
                 self.close(index, CloseReason::Done);
                 return false;

@@ -76,10 +76,14 @@ pub enum Next {
     /// Queued output must be sent first: call [`Handler::on_ready`] again once it all has been
     /// (used for backpressure on pipelined requests and large responses).
     Drain,
-    /// Send what is queued, then close gracefully: shut down the sending side right after the
-    /// last byte (the FIN follows the data at once) and discard late input for the linger time
-    /// so the response is not destroyed by a reset.
+    /// Send what is queued, then close: the FIN follows the last byte at once. If input the
+    /// handler has not consumed is already buffered, late input is discarded for the linger
+    /// time first (as with [`Next::Linger`]), so closing does not reset the response away.
     Close,
+    /// Like [`Next::Close`], but always shut down the sending side and discard what the peer
+    /// still sends for the linger time: for a connection whose request body was not read, which
+    /// may still be arriving.
+    Linger,
     /// Close at once, dropping queued output.
     Abort,
 }

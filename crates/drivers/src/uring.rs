@@ -255,6 +255,8 @@ struct Conn<C> {
     deadline: Option<Instant>,
     send_deadline: Option<Instant>,
     eof: bool,
+    /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
+    linger: bool,
     recv_armed: bool,
     /// A cancellation of the armed receive has been requested.
     recv_cancelled: bool,
@@ -603,6 +605,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             deadline: None,
             send_deadline: None,
             eof: false,
+            linger: false,
             recv_armed: false,
             recv_cancelled: false,
             sending: Sending::Idle,
@@ -856,12 +859,13 @@ impl<'a, H: Handler> Worker<'a, H> {
                     }
                 }
                 State::Closing => {
-                    // The FIN goes out right behind the last response byte.
-                    let _ = syscall!(shutdown(c.fd.as_raw_fd(), libc::SHUT_WR));
-                    if c.eof {
+                    // Nothing unread and nothing more expected: close at once, the FIN right
+                    // behind the last response byte.
+                    if c.eof || (!c.linger && c.input.is_empty()) {
                         self.close(index, CloseReason::Done);
                         return;
                     }
+                    let _ = syscall!(shutdown(c.fd.as_raw_fd(), libc::SHUT_WR));
                     c.state = State::Lingering;
                     c.deadline = Some(self.now + self.config.linger_timeout);
                     let unread = c.input.len();
@@ -961,6 +965,10 @@ impl<'a, H: Handler> Worker<'a, H> {
             Next::Read => State::Reading,
             Next::Drain => State::Draining,
             Next::Close => State::Closing,
+            Next::Linger => {
+                c.linger = true;
+                State::Closing
+            }
             Next::Abort => {
                 self.close(index, CloseReason::Done);
                 return false;

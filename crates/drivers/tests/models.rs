@@ -237,6 +237,7 @@ impl Handler for Lines {
                     io.write_with(|out| out.extend((0..n).map(pattern)));
                 }
                 ["bye"] => return Next::Close,
+                ["linger"] => return Next::Linger,
                 ["abort"] => return Next::Abort,
                 _ => return Next::Abort,
             }
@@ -374,10 +375,28 @@ for_each_model!(file_range_of_5_mib, |model| {
     read_file_answer(&mut reader, &file, 1, 2);
 });
 
+for_each_model!(quiet_close_ends_the_connection_at_once, |model| {
+    // Nothing unread and no Linger: the connection ends right after the output, with no
+    // wait for the linger time.
+    let config = DriverConfig {
+        linger_timeout: Duration::from_secs(30),
+        ..DriverConfig::default()
+    };
+    let server = lines_server(model, config, data_file(10));
+    let mut conn = server.connect();
+    let start = std::time::Instant::now();
+    conn.write_all(b"big 1000\nbye\n").unwrap();
+    let (got, clean) = read_to_end(&mut conn);
+    assert!(clean, "connection was reset");
+    assert_eq!(got.len(), 1000);
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+});
+
 for_each_model!(close_delivers_all_output_then_eof, |model| {
     let server = lines_server(model, DriverConfig::default(), data_file(10));
     let mut conn = server.connect();
-    conn.write_all(b"big 3000000\nbye\n").unwrap();
+    conn.write_all(b"big 3000000\nlinger\n").unwrap();
     thread::sleep(Duration::from_millis(100));
     // Input after the close is discarded, not answered with a reset.
     conn.write_all(b"late input\n").unwrap();

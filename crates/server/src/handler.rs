@@ -97,6 +97,8 @@ pub(crate) struct HttpConn {
 struct Outcome {
     head_len: usize,
     close: bool,
+    /// The request has a body that has not been read.
+    body_pending: bool,
     discard: Phase,
 }
 
@@ -150,7 +152,7 @@ impl HttpHandler {
                             *discarded += used as u64;
                             if *discarded > self.settings.max_discard_body {
                                 // The response has been queued already: close after it.
-                                return Next::Close;
+                                return Next::Linger;
                             }
                             if !done {
                                 *io.deadline = Some(io.now + self.settings.header_timeout);
@@ -160,7 +162,7 @@ impl HttpHandler {
                         }
                         Err(e) => {
                             tracing::debug!("{}: bad chunked body: {e}", conn.peer);
-                            return Next::Close;
+                            return Next::Linger;
                         }
                     }
                 }
@@ -222,7 +224,13 @@ impl HttpHandler {
             conn.head_started = None;
             conn.requests += 1;
             if outcome.close {
-                return Next::Close;
+                // An unread body may still be arriving: drain it a while so that closing
+                // does not reset the response away.
+                return if outcome.body_pending {
+                    Next::Linger
+                } else {
+                    Next::Close
+                };
             }
             conn.phase = outcome.discard;
         }
@@ -242,6 +250,7 @@ impl HttpHandler {
             !request.keep_alive || served + 1 >= self.settings.max_requests_per_connection;
         // A body we do not want is read and dropped, unless it is too large or the client
         // waits for 100 Continue before sending it: then the connection closes after the reply.
+        let body_pending = !matches!(request.framing, BodyFraming::None | BodyFraming::Length(0));
         let discard = match request.framing {
             BodyFraming::None | BodyFraming::Length(0) => Phase::Head,
             _ if request.expect_continue => {
@@ -288,6 +297,7 @@ impl HttpHandler {
         Outcome {
             head_len: request.head_len,
             close,
+            body_pending,
             discard,
         }
     }
@@ -582,6 +592,8 @@ impl Handler for HttpHandler {
             self.log(conn.peer, &[line], 408, sent, None, None);
             let unread = io.input.len();
             io.input.consume(unread);
+            // The client may still be trickling the rest in.
+            return Next::Linger;
         }
         Next::Close
     }
