@@ -18,6 +18,8 @@ pub const BUFFER_SIZE: usize = 16 * 1024;
 const MAX_POOLED_CAPACITY: usize = 256 * 1024;
 /// Buffers kept for reuse per worker; more than that are freed.
 const MAX_POOLED_BUFFERS: usize = 256;
+/// Segments a pooled queue starts with: a head, a body and a little more.
+const SEGMENTS_PER_QUEUE: usize = 8;
 /// iovecs gathered into one sendmsg.
 pub(crate) const MAX_IOVECS: usize = 64;
 /// Largest count passed to one sendfile call (the kernel's own per-call cap).
@@ -27,6 +29,8 @@ const MAX_SENDFILE: u64 = 0x7fff_f000;
 #[derive(Default)]
 pub struct BufferPool {
     free: Vec<Vec<u8>>,
+    /// Empty segment queues, so an idle connection's `Output` holds no allocation.
+    queues: Vec<VecDeque<Segment>>,
 }
 
 impl BufferPool {
@@ -47,6 +51,18 @@ impl BufferPool {
         }
         buf.clear();
         self.free.push(buf);
+    }
+
+    fn take_queue(&mut self) -> VecDeque<Segment> {
+        self.queues
+            .pop()
+            .unwrap_or_else(|| VecDeque::with_capacity(SEGMENTS_PER_QUEUE))
+    }
+
+    fn give_queue(&mut self, queue: VecDeque<Segment>) {
+        if queue.is_empty() && self.queues.len() < MAX_POOLED_BUFFERS {
+            self.queues.push(queue);
+        }
     }
 }
 
@@ -194,6 +210,9 @@ impl Output {
         if self.buf.capacity() == 0 {
             self.buf = pool.take();
         }
+        if self.segments.capacity() == 0 {
+            self.segments = pool.take_queue();
+        }
         let before = self.buf.len();
         let result = write(&mut self.buf);
         let end = self.buf.len();
@@ -241,6 +260,9 @@ impl Output {
     fn release(&mut self, pool: &mut BufferPool) {
         if self.buf.capacity() > 0 {
             pool.give(std::mem::take(&mut self.buf));
+        }
+        if self.segments.is_empty() && self.segments.capacity() > 0 {
+            pool.give_queue(std::mem::take(&mut self.segments));
         }
     }
 
