@@ -4,6 +4,7 @@
 //! ```text
 //! fastpath serve [DIR] [--listen ADDR:PORT] [--config FILE] [--workers N] [--model NAME]
 //! fastpath check --config FILE
+//! fastpath bench [OPTIONS] URL...   (see fastpath-bench)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -38,7 +39,7 @@ enum Command {
         /// Worker threads; 0 means one per CPU.
         #[arg(long)]
         workers: Option<usize>,
-        /// Concurrency model (auto, epoll).
+        /// Concurrency model: auto, epoll or uring.
         #[arg(long)]
         model: Option<String>,
     },
@@ -48,12 +49,15 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Load-test HTTP servers: closed loop, open loop by request or connection rate.
+    Bench(Box<fastpath_bench::cli::BenchArgs>),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Bench(args) => fastpath_bench::cli::main(*args),
         Command::Serve {
             dir,
             listen,

@@ -1,0 +1,95 @@
+//! `fastpath bench`: an httperf-class HTTP/1.1 load generator, and the comparison suite
+//! that runs it against several servers in turn.
+//!
+//! It applies load three ways:
+//! - **closed loop** ([`Load::Closed`]): `-c N` connections, each sending its next request
+//!   when a reply completes (keep-alive, optionally pipelined, or a new connection per
+//!   request). Simple and the way wrk works, but a slow server slows the client down with
+//!   it, so it hides overload.
+//! - **open loop by request rate** ([`Load::Rate`]): requests are due on a fixed schedule;
+//!   a request that waits for a free connection keeps the time it was due, and its latency
+//!   runs from then. That corrects for coordinated omission: a server stall shows up in
+//!   every request it delayed, not only in the one it held.
+//! - **open loop by connection rate** ([`Load::ConnRate`]): like httperf's `--rate` with
+//!   `--num-calls`, a new connection every 1/R seconds whatever the server does. Overload
+//!   then shows up as it does for real clients: refused and reset connections, timeouts and
+//!   growing latency, instead of a politely slower client.
+//!
+//! It measures what the documents behind fastpath measured (httperf and http_load): the
+//! connection time, the time to the first byte of the reply, the transfer time and the
+//! total, as percentiles from HDR histograms; requests, replies and bytes per second;
+//! failures in httperf's classes (refused, reset, timeout, fd-unavail, addr-unavail) plus
+//! short and malformed replies and, with `--verify`, bodies whose length or checksum is not
+//! the one the manifest gives; and replies by status class. Every issued request ends as
+//! exactly one reply, one error, or "in flight at the end", so the figures add up.
+//!
+//! Why it is shaped so:
+//! - **It must not be the bottleneck.** One event loop per thread over epoll, written
+//!   directly on libc rather than mio: edge-triggered registration once per socket (no
+//!   `epoll_ctl` on the hot path, where wrk re-arms write interest per request), and
+//!   `epoll_pwait2` nanosecond timeouts, which open-loop schedules need and mio (whole
+//!   milliseconds) does not give. Request bytes are rendered once per URL; each thread
+//!   reads into one reused buffer; the response parser (`response`) is sans-I/O and counts
+//!   or hashes body bytes where they lie, copying only a head split across two reads.
+//!   Nothing is allocated per request once connections are warm.
+//! - **Threads default to the CPUs in the affinity mask**, so `taskset -c 1 fastpath bench`
+//!   runs one thread on one core instead of many threads fighting over it.
+//! - **A connection is opened for a request**, never behind the user's back: a refused
+//!   port with `-n 10` gives exactly ten `refused`, which is what makes error counts exact
+//!   and testable.
+//! - **Protocol code does no I/O.** [`ResponseParser`] takes byte slices and is tested
+//!   with every split of a reply; the chunked decoder is the server's, from `fastpath-http`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use fastpath_bench::{run, Config, Load, Target, Url};
+//!
+//! let url = Url::parse("http://127.0.0.1:8080/index.html").unwrap();
+//! let mut config = Config::new(Target::from_urls("fastpath", &[url]).unwrap());
+//! config.load = Load::Rate(20_000.0);
+//! config.connections = 64;
+//! config.duration = Some(Duration::from_secs(5));
+//! let report = run(&config, None).unwrap();
+//! println!("{} replies/s, p99 {} µs, {} errors", report.rps, report.latency_us.p99, report.errors.total);
+//! ```
+//!
+//! `--json` prints one [`Report`] object for a run, `{"runs": [Report...]}` for
+//! `--compare`, and `{"sweep": {"mode": "rate"|"conn-rate", "points": [Report...]}}` for
+//! `--sweep` (each point names its target and `offered_rate`). Times are µs, as
+//! `{count, min, mean, p50, p90, p99, p999, max}`; `errors` and `status` count by class.
+//!
+//! On the command line (`fastpath bench --help` lists every option):
+//!
+//! ```text
+//! fastpath bench -c 64 -d 10s http://127.0.0.1:8080/index.html
+//! fastpath bench --rate 20000 -c 128 --json http://127.0.0.1:8080/
+//! fastpath bench --conn-rate 500 --calls 5 --timeout 2s http://127.0.0.1:8080/
+//! fastpath bench make-docroot /srv/specweb
+//! fastpath bench --mix specweb96 --docroot /srv/specweb --verify http://127.0.0.1:8080/
+//! fastpath bench --compare fastpath=http://127.0.0.1:8080/ nginx=http://127.0.0.1:8081/ \
+//!     --conn-rate --sweep 500:5000:500 -d 5s --svg sweep.svg
+//! ```
+#![deny(missing_docs)]
+
+pub mod cli;
+mod docroot;
+mod engine;
+mod report;
+mod response;
+mod run;
+mod stats;
+mod svg;
+mod sys;
+mod target;
+
+pub use docroot::{
+    apply_manifest, file_size, make_docroot, mix_target, read_manifest, Entry, CLASS_SHARE,
+    FILE_SHARE, MANIFEST,
+};
+pub use report::{render, render_compare, render_sweep};
+pub use response::{ParseError, Reply, ResponseParser, MAX_HEAD};
+pub use run::{run, BenchError, Config, Load, Progress};
+pub use stats::{ErrorClass, Errors, Percentiles, Report, ReportMeta, Stats, StatusClasses};
+pub use svg::{latency_chart, sweep_chart};
+pub use sys::available_cpus;
+pub use target::{read_url_list, Expect, Request, Selection, Target, TargetError, Url};
