@@ -12,8 +12,16 @@ use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
 use crate::sys::syscall;
+use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 
+/// Set in a connection token's index half for events of its upstream socket.
+const UPSTREAM_BIT: u64 = 1 << 31;
+/// Idle upstream connections kept per backend address and worker.
+const IDLE_UPSTREAMS_PER_KEY: usize = 64;
+/// Idle upstream connections older than this are closed, not reused (backends commonly
+/// close idle keep-alive connections after 5 to 75 seconds).
+const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Tokens at and above this value name listeners, below it connection slots.
 const LISTENER_TOKEN: u64 = u64::MAX - 1024;
 /// Events taken from one epoll_wait.
@@ -85,6 +93,7 @@ struct Slot<C> {
     /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
     linger: bool,
     eof: bool,
+    upstream: UpstreamPort,
 }
 
 struct Worker<'a, H: Handler> {
@@ -101,6 +110,7 @@ struct Worker<'a, H: Handler> {
     now: Instant,
     accept_paused_until: Option<Instant>,
     last_fd_warning: Option<Instant>,
+    upstreams: UpstreamPool,
 }
 
 impl<'a, H: Handler> Worker<'a, H> {
@@ -128,6 +138,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             now: Instant::now(),
             accept_paused_until: None,
             last_fd_warning: None,
+            upstreams: UpstreamPool::new(UPSTREAM_IDLE_TIMEOUT, IDLE_UPSTREAMS_PER_KEY),
         };
         worker.watch_listeners(true)?;
         Ok(worker)
@@ -179,7 +190,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                     self.accept((token - LISTENER_TOKEN) as usize);
                     continue;
                 }
-                let index = (token & 0xffff_ffff) as usize;
+                let index = (token & (UPSTREAM_BIT - 1)) as usize;
                 let generation = (token >> 32) as u32;
                 if self.generations.get(index) != Some(&generation) {
                     continue;
@@ -188,6 +199,22 @@ impl<'a, H: Handler> Worker<'a, H> {
                     continue;
                 };
                 let flags = event.events as i32;
+                if token & UPSTREAM_BIT != 0 {
+                    if let Some(up) = slot.upstream.attached() {
+                        let hup = libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR;
+                        if flags & (libc::EPOLLIN | hup) != 0 {
+                            up.readable = true;
+                        }
+                        if flags & hup != 0 {
+                            up.hangup = true;
+                        }
+                        if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+                            up.writable = true;
+                        }
+                        self.drive(index);
+                    }
+                    continue;
+                }
                 if flags & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0
                 {
                     slot.readable = true;
@@ -200,6 +227,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             if self.now >= next_tick {
                 next_tick = self.now + TICK;
                 self.sweep();
+                self.upstreams.sweep(self.now);
                 self.handler.on_tick(self.now);
             }
         }
@@ -317,6 +345,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             hangup: false,
             linger: false,
             eof: false,
+            upstream: UpstreamPort::new(true),
         });
         self.drive(index);
     }
@@ -346,10 +375,21 @@ impl<'a, H: Handler> Worker<'a, H> {
                     }
                 }
             }
+            let mut upstream_news = std::mem::take(&mut slot.upstream.notify);
+            if let Some(up) = slot.upstream.attached() {
+                upstream_news |= up.service(&mut self.pool);
+            }
             match slot.state {
                 State::Draining => {
                     if !slot.output.is_empty() {
-                        return;
+                        if !upstream_news {
+                            return;
+                        }
+                        let next = self.call(index, false);
+                        if !self.apply(index, next) {
+                            return;
+                        }
+                        continue;
                     }
                     slot.state = State::Reading;
                     let next = self.call(index, false);
@@ -402,30 +442,39 @@ impl<'a, H: Handler> Worker<'a, H> {
                     }
                 }
                 State::Reading => {
-                    if !slot.readable || slot.eof {
-                        return;
-                    }
-                    if slot.input.len() >= self.config.max_input {
-                        self.close(index, CloseReason::Error);
-                        return;
-                    }
-                    match slot.input.read_from(fd, &mut self.pool) {
-                        Ok((0, _)) => slot.eof = true,
-                        // A short read emptied the socket: with edge triggering the next
-                        // arrival brings a new event, so skip the read that would say EAGAIN;
-                        // unless the FIN was already signalled, which brings no new event.
-                        Ok((_, false)) => slot.readable = slot.hangup,
-                        Ok((_, true)) => {}
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            slot.readable = false;
-                            slot.input.release_if_empty(&mut self.pool);
+                    let mut got = false;
+                    if slot.readable && !slot.eof {
+                        if slot.input.len() >= self.config.max_input {
+                            self.close(index, CloseReason::Error);
                             return;
                         }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(_) => {
-                            self.close(index, CloseReason::PeerGone);
-                            return;
+                        match slot.input.read_from(fd, &mut self.pool) {
+                            Ok((0, _)) => {
+                                slot.eof = true;
+                                got = true;
+                            }
+                            // A short read emptied the socket: with edge triggering the next
+                            // arrival brings a new event, so skip the read that would say
+                            // EAGAIN; unless the FIN was already signalled, which brings no
+                            // new event.
+                            Ok((_, false)) => {
+                                slot.readable = slot.hangup;
+                                got = true;
+                            }
+                            Ok((_, true)) => got = true,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                slot.readable = false;
+                                slot.input.release_if_empty(&mut self.pool);
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(_) => {
+                                self.close(index, CloseReason::PeerGone);
+                                return;
+                            }
                         }
+                    }
+                    if !got && !upstream_news {
+                        return;
                     }
                     let next = self.call(index, false);
                     if !self.apply(index, next) {
@@ -446,6 +495,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             eof: slot.eof,
             now: self.now,
             deadline: &mut slot.deadline,
+            upstream: &mut slot.upstream,
         };
         let next = if timeout {
             self.handler.on_timeout(&mut slot.conn, &mut io)
@@ -453,6 +503,17 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.handler.on_ready(&mut slot.conn, &mut io)
         };
         slot.input.release_if_empty(&mut self.pool);
+        let token = ((self.generations[index] as u64) << 32) | index as u64 | UPSTREAM_BIT;
+        let mut registry = EpollRegistry {
+            epoll: self.epoll.as_raw_fd(),
+            token,
+        };
+        if slot
+            .upstream
+            .apply(&mut registry, &mut self.upstreams, &mut self.pool, self.now)
+        {
+            slot.upstream.notify = true;
+        }
         next
     }
 
@@ -517,6 +578,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         slot.output.clear(&mut self.pool);
+        slot.upstream.close(&mut self.pool);
         let unread = slot.input.len();
         slot.input.consume(unread);
         slot.input.release_if_empty(&mut self.pool);
@@ -526,6 +588,27 @@ impl<'a, H: Handler> Worker<'a, H> {
         self.active.fetch_sub(1, Ordering::Relaxed);
         self.generations[index] = self.generations[index].wrapping_add(1);
         self.free.push(index);
+    }
+}
+
+/// Registers upstream sockets of one connection with the worker's epoll instance.
+struct EpollRegistry {
+    epoll: RawFd,
+    token: u64,
+}
+
+impl Registry for EpollRegistry {
+    fn register(&mut self, fd: RawFd) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: self.token,
+        };
+        syscall!(epoll_ctl(self.epoll, libc::EPOLL_CTL_ADD, fd, &mut event)).map(|_| ())
+    }
+
+    fn deregister(&mut self, fd: RawFd) {
+        let mut event = libc::epoll_event { events: 0, u64: 0 };
+        let _ = syscall!(epoll_ctl(self.epoll, libc::EPOLL_CTL_DEL, fd, &mut event));
     }
 }
 

@@ -51,6 +51,7 @@ mod epoll;
 mod listener;
 pub mod signals;
 mod sys;
+mod upstream;
 mod uring;
 
 use std::io;
@@ -63,6 +64,7 @@ pub use listener::{
     bind_listeners, ListenerFeatures, Listeners, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
 pub use sys::ignore_sigpipe;
+pub use upstream::{UpstreamAddr, UpstreamPort, UpstreamState};
 
 /// How often deadlines are checked and [`Handler::on_tick`] runs.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -119,6 +121,9 @@ pub struct Io<'a> {
     pub now: Instant,
     /// When [`Handler::on_timeout`] should be called; `None` for never.
     pub deadline: &'a mut Option<Instant>,
+    /// The connection's upstream (a backend connection on the same loop). While one is
+    /// attached, [`Handler::on_ready`] is also called for what happens upstream.
+    pub upstream: &'a mut UpstreamPort,
 }
 
 impl Io<'_> {

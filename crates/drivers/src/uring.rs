@@ -52,6 +52,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::sys::syscall;
+use crate::upstream::UpstreamPort;
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 use bufring::BufRing;
 
@@ -257,6 +258,8 @@ struct Conn<C> {
     eof: bool,
     /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
     linger: bool,
+    /// Upstream connections are not run by this model yet: `connect` fails at once.
+    upstream: UpstreamPort,
     recv_armed: bool,
     /// A cancellation of the armed receive has been requested.
     recv_cancelled: bool,
@@ -606,6 +609,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             send_deadline: None,
             eof: false,
             linger: false,
+            upstream: UpstreamPort::new(false),
             recv_armed: false,
             recv_cancelled: false,
             sending: Sending::Idle,
@@ -946,6 +950,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             eof: c.eof,
             now: self.now,
             deadline: &mut c.deadline,
+            upstream: &mut c.upstream,
         };
         let next = if timeout {
             self.handler.on_timeout(&mut c.conn, &mut io)

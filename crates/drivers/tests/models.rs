@@ -552,3 +552,186 @@ for_each_model!(stop_ends_run_and_closes_everything, |model| {
     assert!(closes.iter().all(|&r| r == CloseReason::Shutdown));
     assert_eq!(server.log.stops.load(Ordering::SeqCst), WORKERS);
 });
+
+// ---------------------------------------------------------------------------
+// Upstream connections (the proxy hand-over), on the models that run them.
+
+use fastpath_drivers::{UpstreamAddr, UpstreamState};
+
+/// A line server upstream: answers each line upper-cased, counts connections.
+struct UpperServer {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+}
+
+fn upper_server() -> UpperServer {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            counter.fetch_add(1, Ordering::SeqCst);
+            thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { return };
+                    if writer
+                        .write_all(format!("{}\n", line.to_uppercase()).as_bytes())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    UpperServer { addr, accepted }
+}
+
+/// Relays each client line to the upstream and its answer back, releasing the upstream for
+/// reuse after every answer.
+struct Relay {
+    upstream: UpstreamAddr,
+}
+
+#[derive(Default)]
+struct RelayConn {
+    /// The line waiting to be sent upstream.
+    pending: Option<Vec<u8>>,
+}
+
+impl Handler for Relay {
+    type Conn = RelayConn;
+
+    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) -> RelayConn {
+        RelayConn::default()
+    }
+
+    fn on_ready(&mut self, conn: &mut RelayConn, io: &mut Io<'_>) -> Next {
+        loop {
+            match io.upstream.state() {
+                UpstreamState::Failed(kind) => {
+                    io.write(format!("failed {kind:?}\n").as_bytes());
+                    io.upstream.release(false);
+                    conn.pending = None;
+                }
+                UpstreamState::Connecting => return Next::Read,
+                UpstreamState::Connected => {
+                    if let Some(line) = conn.pending.take() {
+                        let out = io.upstream.output().unwrap();
+                        out.write_with(io.pool, |b| b.extend_from_slice(&line));
+                    }
+                    let input = io.upstream.input().unwrap();
+                    if let Some(end) = input.data().iter().position(|&b| b == b'\n') {
+                        let answer = input.data()[..=end].to_vec();
+                        input.consume(end + 1);
+                        io.write(&answer);
+                        io.upstream.release(true);
+                    } else {
+                        return Next::Read;
+                    }
+                }
+                UpstreamState::Ended => {
+                    io.write(b"ended\n");
+                    io.upstream.release(false);
+                }
+                UpstreamState::None => {}
+            }
+            if conn.pending.is_some() {
+                return Next::Read;
+            }
+            let Some(end) = io.input.data().iter().position(|&b| b == b'\n') else {
+                return if io.eof { Next::Close } else { Next::Read };
+            };
+            conn.pending = Some(io.input.data()[..=end].to_vec());
+            io.input.consume(end + 1);
+            io.upstream.connect(1, self.upstream.clone());
+            if !matches!(io.upstream.state(), UpstreamState::Failed(_)) {
+                return Next::Read;
+            }
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut RelayConn, _io: &mut Io<'_>) -> Next {
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: RelayConn, _reason: CloseReason) {}
+}
+
+fn relay_server(model: Model, upstream: UpstreamAddr) -> Server {
+    Server::start(model, DriverConfig::default(), move |_, _| Relay {
+        upstream: upstream.clone(),
+    })
+}
+
+#[test]
+fn upstream_round_trips_reuse_one_backend_connection() {
+    let upper = upper_server();
+    let server = relay_server(Model::Epoll, UpstreamAddr::Tcp(upper.addr));
+    let mut conn = server.connect();
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    for word in ["one", "two", "three", "four"] {
+        conn.write_all(format!("{word}\n").as_bytes()).unwrap();
+        let mut answer = String::new();
+        reader.read_line(&mut answer).unwrap();
+        assert_eq!(answer, format!("{}\n", word.to_uppercase()));
+    }
+    // Released after each answer and taken again from the worker's pool.
+    assert_eq!(upper.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn upstream_refused_is_reported_to_the_handler() {
+    // A port nobody listens on: bind, note the port, close.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let server = relay_server(Model::Epoll, UpstreamAddr::Tcp(closed));
+    let mut conn = server.connect();
+    conn.write_all(b"hello\n").unwrap();
+    let mut answer = String::new();
+    BufReader::new(conn).read_line(&mut answer).unwrap();
+    assert_eq!(answer, "failed ConnectionRefused\n");
+}
+
+#[test]
+fn upstream_over_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("upper.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut writer = stream.try_clone().unwrap();
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                let _ = writer.write_all(format!("{}\n", line.to_uppercase()).as_bytes());
+            }
+        }
+    });
+    let server = relay_server(Model::Epoll, UpstreamAddr::Unix(path));
+    let mut conn = server.connect();
+    conn.write_all(b"unix\n").unwrap();
+    let mut answer = String::new();
+    BufReader::new(conn).read_line(&mut answer).unwrap();
+    assert_eq!(answer, "UNIX\n");
+}
+
+#[test]
+fn upstream_on_a_model_without_it_fails_at_once() {
+    if fastpath_drivers::uring_available().is_err() {
+        return;
+    }
+    let upper = upper_server();
+    let server = relay_server(Model::Uring, UpstreamAddr::Tcp(upper.addr));
+    let mut conn = server.connect();
+    conn.write_all(b"hello\n").unwrap();
+    let mut answer = String::new();
+    BufReader::new(conn).read_line(&mut answer).unwrap();
+    assert_eq!(answer, "failed Unsupported\n");
+    assert_eq!(upper.accepted.load(Ordering::SeqCst), 0);
+}

@@ -1,0 +1,441 @@
+//! Upstream connections: a second socket a handler can attach to a client connection, to
+//! talk to a backend on the same event loop (the proxy hand-over).
+//!
+//! The handler never touches descriptors. During a call it asks its connection's
+//! [`UpstreamPort`] to connect (to an address, under a pool key) or to release the upstream
+//! (back to the worker's keep-alive pool, or closed); the driver carries the request out
+//! after the call, does the socket I/O, and calls the handler again whenever something
+//! happened upstream: connected, failed, bytes arrived, the output drained, the end came.
+//! Idle upstream connections are kept per pool key and reused, after a check that the
+//! backend has not closed them meanwhile.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
+use crate::sys::{setsockopt_int, syscall};
+
+/// Where an upstream connection goes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UpstreamAddr {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix stream socket path.
+    Unix(PathBuf),
+}
+
+/// Where an upstream connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamState {
+    /// None attached.
+    None,
+    /// The connect is under way.
+    Connecting,
+    /// Connected (newly or taken from the pool); bytes can flow.
+    Connected,
+    /// The connect or the connection failed.
+    Failed(io::ErrorKind),
+    /// The backend finished sending (end of stream); what it sent is still in `input`.
+    Ended,
+}
+
+/// What the handler asked of the port during a call.
+#[derive(Debug)]
+enum Request {
+    Connect { key: u64, addr: UpstreamAddr },
+    Release { reuse: bool },
+}
+
+/// The upstream side of one client connection, as a handler sees it.
+#[derive(Default)]
+pub struct UpstreamPort {
+    conn: Option<Upstream>,
+    request: Option<Request>,
+    /// The model can run upstream connections; when false, `connect` fails at once.
+    pub(crate) supported: bool,
+    /// A state change not yet shown to the handler (set by the driver).
+    pub(crate) notify: bool,
+    /// A connect that failed before any socket existed, reported within the same call.
+    failed_now: Option<io::ErrorKind>,
+}
+
+/// One attached upstream connection.
+pub(crate) struct Upstream {
+    pub(crate) fd: OwnedFd,
+    key: u64,
+    pub(crate) input: Input,
+    pub(crate) output: Output,
+    state: UpstreamState,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    pub(crate) hangup: bool,
+    /// The output was non-empty at the last look (so draining it is news).
+    had_output: bool,
+}
+
+impl UpstreamPort {
+    pub(crate) fn new(supported: bool) -> Self {
+        UpstreamPort {
+            supported,
+            ..UpstreamPort::default()
+        }
+    }
+
+    /// Asks for an upstream connection to `addr`, reusing an idle one kept under `key` if
+    /// there is one. Takes effect after the call; the handler is called again once it is
+    /// connected or has failed. Any attached upstream is released (not reused) first.
+    pub fn connect(&mut self, key: u64, addr: UpstreamAddr) {
+        if !self.supported {
+            self.conn = None;
+            self.request = None;
+            self.failed_now = Some(io::ErrorKind::Unsupported);
+            return;
+        }
+        self.failed_now = None;
+        self.request = Some(Request::Connect { key, addr });
+    }
+
+    /// Lets go of the upstream after the call: kept for reuse under its key when `reuse`
+    /// is true and nothing is left unread or unsent, else closed.
+    pub fn release(&mut self, reuse: bool) {
+        self.failed_now = None;
+        if self.conn.is_some() || matches!(self.request, Some(Request::Connect { .. })) {
+            self.request = Some(Request::Release { reuse });
+        }
+    }
+
+    /// Where the upstream stands.
+    pub fn state(&self) -> UpstreamState {
+        if let Some(kind) = self.failed_now {
+            return UpstreamState::Failed(kind);
+        }
+        match (&self.conn, &self.request) {
+            (_, Some(Request::Connect { .. })) => UpstreamState::Connecting,
+            (_, Some(Request::Release { .. })) | (None, None) => UpstreamState::None,
+            (Some(up), None) => up.state,
+        }
+    }
+
+    /// Bytes received from the backend and not consumed yet.
+    pub fn input(&mut self) -> Option<&mut Input> {
+        self.live().map(|up| &mut up.input)
+    }
+
+    /// Bytes queued for the backend.
+    pub fn output(&mut self) -> Option<&mut Output> {
+        self.live().map(|up| &mut up.output)
+    }
+
+    /// Bytes received and not consumed (0 without an upstream).
+    pub fn pending_input(&self) -> usize {
+        match (&self.conn, &self.request) {
+            (Some(up), None) => up.input.len(),
+            _ => 0,
+        }
+    }
+
+    /// Bytes queued for the backend and not sent yet.
+    pub fn pending_output(&self) -> u64 {
+        match (&self.conn, &self.request) {
+            (Some(up), None) => up.output.pending(),
+            _ => 0,
+        }
+    }
+
+    fn live(&mut self) -> Option<&mut Upstream> {
+        if self.request.is_some() {
+            return None;
+        }
+        self.conn.as_mut()
+    }
+
+    pub(crate) fn attached(&mut self) -> Option<&mut Upstream> {
+        self.conn.as_mut()
+    }
+}
+
+/// Idle upstream connections kept for reuse, per pool key, by one worker.
+pub(crate) struct UpstreamPool {
+    idle: HashMap<u64, Vec<(OwnedFd, Instant)>>,
+    /// Idle connections older than this are closed rather than reused.
+    pub(crate) idle_timeout: Duration,
+    /// Idle connections kept per key.
+    pub(crate) per_key: usize,
+}
+
+impl UpstreamPool {
+    pub(crate) fn new(idle_timeout: Duration, per_key: usize) -> Self {
+        UpstreamPool {
+            idle: HashMap::new(),
+            idle_timeout,
+            per_key,
+        }
+    }
+
+    /// An idle connection under `key` that is still open, if any.
+    fn take(&mut self, key: u64, now: Instant) -> Option<OwnedFd> {
+        let list = self.idle.get_mut(&key)?;
+        while let Some((fd, since)) = list.pop() {
+            if now.duration_since(since) < self.idle_timeout && still_open(fd.as_raw_fd()) {
+                return Some(fd);
+            }
+        }
+        None
+    }
+
+    fn put(&mut self, key: u64, fd: OwnedFd, now: Instant) {
+        let list = self.idle.entry(key).or_default();
+        if list.len() < self.per_key {
+            list.push((fd, now));
+        }
+    }
+
+    /// Closes connections idle past the timeout.
+    pub(crate) fn sweep(&mut self, now: Instant) {
+        let timeout = self.idle_timeout;
+        for list in self.idle.values_mut() {
+            list.retain(|(_, since)| now.duration_since(*since) < timeout);
+        }
+    }
+}
+
+/// True when the backend has neither closed the connection nor sent anything unasked
+/// (either makes an idle connection unusable).
+fn still_open(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    let n = unsafe {
+        libc::recv(
+            fd,
+            &mut byte as *mut u8 as *mut libc::c_void,
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
+}
+
+/// Starts a non-blocking connect.
+fn start_connect(addr: &UpstreamAddr) -> io::Result<(OwnedFd, bool)> {
+    let (domain, storage) = match addr {
+        UpstreamAddr::Tcp(sa) => {
+            let domain = if sa.is_ipv4() {
+                libc::AF_INET
+            } else {
+                libc::AF_INET6
+            };
+            (domain, socket2::SockAddr::from(*sa))
+        }
+        UpstreamAddr::Unix(path) => (libc::AF_UNIX, socket2::SockAddr::unix(path)?),
+    };
+    let fd = syscall!(socket(
+        domain,
+        libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        0
+    ))?;
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if domain != libc::AF_UNIX {
+        setsockopt_int(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
+    }
+    match syscall!(connect(
+        fd.as_raw_fd(),
+        storage.as_ptr() as *const _,
+        storage.len()
+    )) {
+        Ok(_) => Ok((fd, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok((fd, false)),
+        // A Unix socket whose backlog is full says EAGAIN: the backend is overloaded.
+        Err(e) => Err(e),
+    }
+}
+
+/// What carrying out a port request needs from the driver: registering and deregistering
+/// the upstream descriptor with the event mechanism.
+pub(crate) trait Registry {
+    fn register(&mut self, fd: RawFd) -> io::Result<()>;
+    fn deregister(&mut self, fd: RawFd);
+}
+
+impl UpstreamPort {
+    /// Carries out what the handler asked during the call. Returns true when the handler
+    /// must be called again at once (a connect finished or failed immediately).
+    pub(crate) fn apply(
+        &mut self,
+        registry: &mut dyn Registry,
+        pool: &mut UpstreamPool,
+        buffers: &mut BufferPool,
+        now: Instant,
+    ) -> bool {
+        match self.request.take() {
+            None => false,
+            Some(Request::Release { reuse }) => {
+                self.detach(registry, pool, buffers, now, reuse);
+                false
+            }
+            Some(Request::Connect { key, addr }) => {
+                self.detach(registry, pool, buffers, now, false);
+                let (fd, connected) = match pool.take(key, now) {
+                    Some(fd) => (fd, true),
+                    None => match start_connect(&addr) {
+                        Ok(started) => started,
+                        Err(e) => {
+                            self.failed_now = Some(e.kind());
+                            return true;
+                        }
+                    },
+                };
+                if let Err(e) = registry.register(fd.as_raw_fd()) {
+                    self.failed_now = Some(e.kind());
+                    return true;
+                }
+                self.conn = Some(Upstream {
+                    fd,
+                    key,
+                    input: Input::default(),
+                    output: Output::default(),
+                    state: if connected {
+                        UpstreamState::Connected
+                    } else {
+                        UpstreamState::Connecting
+                    },
+                    readable: connected,
+                    writable: connected,
+                    hangup: false,
+                    had_output: false,
+                });
+                connected
+            }
+        }
+    }
+
+    fn detach(
+        &mut self,
+        registry: &mut dyn Registry,
+        pool: &mut UpstreamPool,
+        buffers: &mut BufferPool,
+        now: Instant,
+        reuse: bool,
+    ) {
+        let Some(mut up) = self.conn.take() else {
+            return;
+        };
+        registry.deregister(up.fd.as_raw_fd());
+        let clean = up.state == UpstreamState::Connected
+            && up.input.is_empty()
+            && up.output.is_empty()
+            && !up.hangup;
+        up.output.clear(buffers);
+        up.input.release_if_empty(buffers);
+        if reuse && clean {
+            pool.put(up.key, up.fd, now);
+        }
+    }
+
+    /// Drops the upstream with the client connection.
+    pub(crate) fn close(&mut self, buffers: &mut BufferPool) {
+        self.request = None;
+        if let Some(mut up) = self.conn.take() {
+            up.output.clear(buffers);
+            let unread = up.input.len();
+            up.input.consume(unread);
+            up.input.release_if_empty(buffers);
+        }
+    }
+}
+
+/// Upper bound of unconsumed upstream input before reading pauses (backpressure towards
+/// the backend while the client is slow).
+pub(crate) const MAX_UPSTREAM_INPUT: usize = 64 * 1024;
+
+impl Upstream {
+    /// Moves bytes for an attached upstream: finishes a connect, sends queued output, reads
+    /// what arrived. Returns true when something happened that the handler should see.
+    pub(crate) fn service(&mut self, buffers: &mut BufferPool) -> bool {
+        let fd = self.fd.as_raw_fd();
+        let mut news = false;
+        if self.state == UpstreamState::Connecting {
+            if !self.writable && !self.hangup {
+                return false;
+            }
+            match socket_error(fd) {
+                Ok(()) => {
+                    self.state = UpstreamState::Connected;
+                    news = true;
+                }
+                Err(e) => {
+                    self.state = UpstreamState::Failed(e.kind());
+                    return true;
+                }
+            }
+        }
+        if self.state != UpstreamState::Connected && self.state != UpstreamState::Ended {
+            return news;
+        }
+        if !self.output.is_empty() {
+            self.had_output = true;
+            if self.writable {
+                match self.output.flush(fd, buffers) {
+                    Ok(Flush::Done) => {}
+                    Ok(Flush::WouldBlock) => self.writable = false,
+                    Err(FlushError::Io(e)) => {
+                        self.state = UpstreamState::Failed(e.kind());
+                        return true;
+                    }
+                    Err(FlushError::FileShrunk) => {
+                        self.state = UpstreamState::Failed(io::ErrorKind::UnexpectedEof);
+                        return true;
+                    }
+                }
+            }
+        }
+        if self.had_output && self.output.is_empty() {
+            self.had_output = false;
+            news = true;
+        }
+        while self.state == UpstreamState::Connected
+            && self.readable
+            && self.input.len() < MAX_UPSTREAM_INPUT
+        {
+            match self.input.read_from(fd, buffers) {
+                Ok((0, _)) => {
+                    self.state = UpstreamState::Ended;
+                    news = true;
+                }
+                Ok((_, filled)) => {
+                    news = true;
+                    if !filled {
+                        self.readable = self.hangup;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.readable = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.state = UpstreamState::Failed(e.kind());
+                    return true;
+                }
+            }
+        }
+        news
+    }
+}
+
+fn socket_error(fd: RawFd) -> io::Result<()> {
+    let mut err: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    syscall!(getsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_ERROR,
+        &mut err as *mut _ as *mut libc::c_void,
+        &mut len
+    ))?;
+    if err == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(err))
+    }
+}
