@@ -54,6 +54,7 @@ use std::time::SystemTime;
 
 mod cache;
 mod deps;
+pub mod handover;
 mod open;
 mod ranges;
 mod resource;

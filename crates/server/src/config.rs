@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+use fastpath_content::handover::{BackendConfig, RouteRule};
+
 mod check;
 #[cfg(test)]
 mod tests;
@@ -38,6 +40,14 @@ pub struct Config {
     pub default_host: HostConfig,
     /// Virtual hosts (`[[host]]`), in file order.
     pub hosts: Vec<HostConfig>,
+    /// Hand-over settings shared by all backends (`[handover]`).
+    pub handover: HandoverConfig,
+    /// Backend servers (`[[backend]]`), in file order; routes refer to them by
+    /// index.
+    pub backends: Vec<BackendConfig>,
+    /// Route rules (`[[route]]`), in file order, which is the order they are
+    /// tried in.
+    pub routes: Vec<RouteRule>,
 }
 
 /// Concurrency model used to run connections.
@@ -116,6 +126,24 @@ impl Default for CacheConfig {
     }
 }
 
+/// The `[handover]` table: the backend response cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandoverConfig {
+    /// Memory for cached backend responses, all workers together; default 32 MiB.
+    pub cache_memory: usize,
+    /// Larger backend responses are not cached; default 1 MiB.
+    pub cache_max_response: usize,
+}
+
+impl Default for HandoverConfig {
+    fn default() -> Self {
+        HandoverConfig {
+            cache_memory: 32 * 1024 * 1024,
+            cache_max_response: 1024 * 1024,
+        }
+    }
+}
+
 /// Logging configuration (`[log]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
@@ -185,6 +213,9 @@ impl Default for Config {
             log: LogConfig::default(),
             default_host: HostConfig::default(),
             hosts: Vec::new(),
+            handover: HandoverConfig::default(),
+            backends: Vec::new(),
+            routes: Vec::new(),
         }
     }
 }

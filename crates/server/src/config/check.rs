@@ -7,6 +7,9 @@ use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use fastpath_content::handover::{
+    BackendAddr, BackendConfig, HandoverMethod, RouteRule, MAX_UNIX_PATH,
+};
 use toml_edit::{Document, Item, Key, TableLike, Value};
 
 use super::{Config, ConfigError, HostConfig, LogTarget, Model};
@@ -24,6 +27,9 @@ const TOP_KEYS: &[&str] = &[
     "cache",
     "log",
     "host",
+    "handover",
+    "backend",
+    "route",
 ];
 const CACHE_KEYS: &[&str] = &["enabled", "max_memory", "max_file_size", "max_open_files"];
 const LIMITS_KEYS: &[&str] = &[
@@ -45,6 +51,29 @@ const HOST_KEYS: &[&str] = &[
     "default",
 ];
 const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
+const HANDOVER_KEYS: &[&str] = &["cache_memory", "cache_max_response"];
+const BACKEND_KEYS: &[&str] = &[
+    "name",
+    "addresses",
+    "max_connections",
+    "connect_timeout",
+    "response_timeout",
+    "idle_timeout",
+    "fail_timeout",
+    "forwarded",
+    "public_url",
+    "cache",
+];
+const ROUTE_KEYS: &[&str] = &[
+    "backend",
+    "method",
+    "prefix",
+    "extensions",
+    "unsafe_methods",
+    "query",
+    "fallback",
+    "hosts",
+];
 
 /// More threads than this is almost certainly a typo, not a plan.
 const MAX_WORKERS: u64 = 4096;
@@ -195,6 +224,9 @@ impl<'a> Checker<'a> {
         if let Some(s) = self.section(top, "log") {
             self.log(&s, &mut c);
         }
+        if let Some(s) = self.section(top, "handover") {
+            self.handover(&s, &mut c);
+        }
 
         c.default_host.root = match Field::get(top, "root") {
             Some(f) => self.root(f).unwrap_or_default(),
@@ -213,6 +245,17 @@ impl<'a> Checker<'a> {
         if let Some(f) = Field::get(top, "host") {
             let tables = self.host_tables(f);
             c.hosts = self.hosts(&tables, &c.default_host);
+        }
+
+        // Backends first, wherever they are written: routes refer to them.
+        let mut backends = Backends::default();
+        if let Some(f) = Field::get(top, "backend") {
+            let tables = self.array_tables(f);
+            c.backends = self.backends(&tables, &mut backends);
+        }
+        if let Some(f) = Field::get(top, "route") {
+            let tables = self.array_tables(f);
+            c.routes = self.routes(&tables, &c.backends, &backends);
         }
         c
     }
@@ -726,6 +769,395 @@ impl<'a> Checker<'a> {
             Some(d)
         }
     }
+}
+
+/// What routes need to know about the backends besides their configuration.
+#[derive(Default)]
+struct Backends {
+    /// Name → index in `Config::backends`; the first of duplicated names.
+    by_name: HashMap<String, usize>,
+    /// Per backend: where its table starts, and whether it set `public_url`
+    /// (even to a bad value, so a redirect route does not repeat that error).
+    tables: Vec<((usize, usize), bool)>,
+}
+
+/// `[handover]`, `[[backend]]` and `[[route]]`.
+impl<'a> Checker<'a> {
+    fn handover(&mut self, s: &Section<'a>, c: &mut Config) {
+        self.check_keys(s.table, HANDOVER_KEYS, "in [handover]");
+        let h = &mut c.handover;
+        for (name, slot) in [
+            ("cache_memory", &mut h.cache_memory),
+            ("cache_max_response", &mut h.cache_max_response),
+        ] {
+            if let Some(f) = Field::get(s.table, name) {
+                if let Some(n) = self.size(f, 0) {
+                    *slot = to_usize(n);
+                }
+            }
+        }
+    }
+
+    /// The tables of an array of tables such as `[[backend]]`, whether written
+    /// as headers or as an inline array of inline tables.
+    fn array_tables(&mut self, f: Field<'a>) -> Vec<Section<'a>> {
+        match f.item {
+            Item::ArrayOfTables(array) => array
+                .iter()
+                .map(|t| Section {
+                    table: t as &dyn TableLike,
+                    span: t.span(),
+                })
+                .collect(),
+            Item::Value(Value::Array(array)) => {
+                let mut tables = Vec::new();
+                for v in array.iter() {
+                    match v.as_inline_table() {
+                        Some(t) => tables.push(Section {
+                            table: t as &dyn TableLike,
+                            span: v.span(),
+                        }),
+                        None => self.error(
+                            v.span(),
+                            format!(
+                                "`{}` entries must be tables, found {}",
+                                f.name,
+                                value_kind(v)
+                            ),
+                        ),
+                    }
+                }
+                tables
+            }
+            _ => {
+                self.error(
+                    f.value_span(),
+                    format!(
+                        "`{0}` must be an array of tables (write each as [[{0}]]), found {1}",
+                        f.name,
+                        item_kind(f.item)
+                    ),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn backends(&mut self, tables: &[Section<'a>], seen: &mut Backends) -> Vec<BackendConfig> {
+        let mut backends = Vec::new();
+        for s in tables {
+            let t = s.table;
+            self.check_keys(t, BACKEND_KEYS, "in [[backend]]");
+            let mut b = BackendConfig::default();
+            let start = self.position(s.span.as_ref().map_or(0, |s| s.start));
+            match Field::get(t, "name") {
+                None => self.error(
+                    s.span.clone(),
+                    "[[backend]] needs `name`, which routes use to refer to it".to_owned(),
+                ),
+                Some(f) => {
+                    if let Some(name) = self.string(f) {
+                        self.backend_name(f, name, backends.len(), seen);
+                        b.name = name.to_owned();
+                    }
+                }
+            }
+            match Field::get(t, "addresses") {
+                None => self.error(
+                    s.span.clone(),
+                    "[[backend]] needs `addresses`, one \"IP:PORT\" or \"unix:PATH\" \
+                     or an array of them"
+                        .to_owned(),
+                ),
+                Some(f) => b.addresses = self.backend_addresses(f),
+            }
+            if let Some(f) = Field::get(t, "max_connections") {
+                if let Some(n) = self.count(f, 1, usize::MAX as u64) {
+                    b.max_connections = to_usize(n);
+                }
+            }
+            for (name, slot) in [
+                ("connect_timeout", &mut b.connect_timeout),
+                ("response_timeout", &mut b.response_timeout),
+                ("idle_timeout", &mut b.idle_timeout),
+                ("fail_timeout", &mut b.fail_timeout),
+            ] {
+                if let Some(f) = Field::get(t, name) {
+                    if let Some(d) = self.duration(f) {
+                        *slot = d;
+                    }
+                }
+            }
+            for (name, slot) in [("forwarded", &mut b.forwarded), ("cache", &mut b.cache)] {
+                if let Some(f) = Field::get(t, name) {
+                    if let Some(v) = self.boolean(f) {
+                        *slot = v;
+                    }
+                }
+            }
+            let public_url = Field::get(t, "public_url");
+            if let Some(f) = public_url {
+                if let Some(url) = self.string(f) {
+                    match check_public_url(url) {
+                        Ok(()) => b.public_url = Some(url.to_owned()),
+                        Err(e) => self.error(f.value_span(), e),
+                    }
+                }
+            }
+            seen.tables.push((start, public_url.is_some()));
+            backends.push(b);
+        }
+        backends
+    }
+
+    fn backend_name(&mut self, f: Field<'a>, name: &str, index: usize, seen: &mut Backends) {
+        let span = f.value_span();
+        let valid = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !valid {
+            self.error(
+                span.clone(),
+                format!(
+                    "backend name \"{name}\" must be lower-case letters, digits, '-' and '_' \
+                     (at least one)"
+                ),
+            );
+        }
+        match seen.by_name.get(name) {
+            Some(&first) => {
+                let (line, column) = seen.tables[first].0;
+                self.error(
+                    span,
+                    format!("backend name `{name}` is already used by the [[backend]] at {line}:{column}"),
+                );
+            }
+            // Even a malformed name is remembered, so routes naming it are not
+            // reported a second time.
+            None => {
+                seen.by_name.insert(name.to_owned(), index);
+            }
+        }
+    }
+
+    fn backend_addresses(&mut self, f: Field<'a>) -> Vec<BackendAddr> {
+        let mut addrs = Vec::new();
+        for (s, span) in self.string_list(f, false).unwrap_or_default() {
+            let addr = match s.parse::<BackendAddr>() {
+                Ok(BackendAddr::Unix(path)) => {
+                    let path = resolve(self.base_dir, &path);
+                    if path.as_os_str().len() > MAX_UNIX_PATH {
+                        self.error(
+                            span,
+                            format!(
+                                "backend address \"{s}\" ({}): a Unix socket path may be at \
+                                 most {MAX_UNIX_PATH} bytes",
+                                path.display()
+                            ),
+                        );
+                        continue;
+                    }
+                    BackendAddr::Unix(path)
+                }
+                Ok(addr) => addr,
+                Err(e) => {
+                    self.error(span, format!("`addresses`: {e}"));
+                    continue;
+                }
+            };
+            if addrs.contains(&addr) {
+                self.error(span, format!("backend address \"{s}\" is listed twice"));
+            } else {
+                addrs.push(addr);
+            }
+        }
+        addrs
+    }
+
+    fn routes(
+        &mut self,
+        tables: &[Section<'a>],
+        configs: &[BackendConfig],
+        backends: &Backends,
+    ) -> Vec<RouteRule> {
+        let mut routes = Vec::new();
+        for s in tables {
+            let t = s.table;
+            self.check_keys(t, ROUTE_KEYS, "in [[route]]");
+            let mut r = RouteRule::default();
+            let mut backend = None;
+            match Field::get(t, "backend") {
+                None => self.error(
+                    s.span.clone(),
+                    "[[route]] needs `backend`, the name of a [[backend]]".to_owned(),
+                ),
+                Some(f) => {
+                    if let Some(name) = self.string(f) {
+                        match backends.by_name.get(name) {
+                            Some(&i) => {
+                                r.backend = i;
+                                backend = Some(i);
+                            }
+                            None => self.error(f.value_span(), unknown_backend(name, configs)),
+                        }
+                    }
+                }
+            }
+            if let Some(f) = Field::get(t, "method") {
+                if let Some(m) = self.string(f) {
+                    match m.parse::<HandoverMethod>() {
+                        Ok(m) => r.method = m,
+                        Err(e) => self.error(f.value_span(), e),
+                    }
+                    if let (HandoverMethod::Redirect, Some(i)) = (r.method, backend) {
+                        let ((line, column), given) = backends.tables[i];
+                        if !given {
+                            self.error(
+                                f.value_span(),
+                                format!(
+                                    "method \"redirect\" sends clients to the backend's \
+                                     `public_url`, but [[backend]] `{}` at {line}:{column} has none",
+                                    configs[i].name
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            // A condition key that is present counts even if its value is bad, so
+            // one mistake is reported once.
+            let mut conditions = false;
+            if let Some(f) = Field::get(t, "prefix") {
+                conditions = true;
+                if let Some(p) = self.string(f) {
+                    match check_prefix(p) {
+                        Ok(()) => r.prefix = Some(p.to_owned()),
+                        Err(e) => self.error(f.value_span(), e),
+                    }
+                }
+            }
+            if let Some(f) = Field::get(t, "extensions") {
+                conditions = true;
+                for (ext, span) in self.string_list(f, false).unwrap_or_default() {
+                    match check_extension(ext) {
+                        Ok(()) => r.extensions.push(ext.to_ascii_lowercase()),
+                        Err(e) => self.error(span, e),
+                    }
+                }
+            }
+            for (name, slot) in [
+                ("unsafe_methods", &mut r.unsafe_methods),
+                ("query", &mut r.query),
+                ("fallback", &mut r.fallback),
+            ] {
+                if let Some(f) = Field::get(t, name) {
+                    match self.boolean(f) {
+                        Some(v) => *slot = v,
+                        None => conditions = true,
+                    }
+                }
+            }
+            conditions |= r.unsafe_methods || r.query || r.fallback;
+            if let Some(f) = Field::get(t, "hosts") {
+                for (name, span) in self.string_list(f, false).unwrap_or_default() {
+                    match host_name(name) {
+                        Ok(name) => r.hosts.push(name),
+                        Err(e) => self.error(span, e),
+                    }
+                }
+            }
+            if !conditions {
+                let whom = if Field::get(t, "hosts").is_some() {
+                    "every request for its hosts"
+                } else {
+                    "every request"
+                };
+                self.error(
+                    s.span.clone(),
+                    format!(
+                        "[[route]] has no condition, so it would send {whom} to the backend; \
+                         say fallback = true or prefix = \"/\" if that is meant"
+                    ),
+                );
+            }
+            routes.push(r);
+        }
+        routes
+    }
+}
+
+fn unknown_backend(name: &str, configs: &[BackendConfig]) -> String {
+    if configs.is_empty() {
+        return format!("no [[backend]] is named `{name}`: there is no [[backend]] table");
+    }
+    let names: Vec<&str> = configs.iter().map(|b| b.name.as_str()).collect();
+    format!(
+        "no [[backend]] is named `{name}`; backends: {}",
+        names.join(", ")
+    )
+}
+
+/// A URL clients can be redirected to: `http://` or `https://`, a host, and
+/// only visible ASCII, since it is sent in a `Location` field.
+fn check_public_url(url: &str) -> Result<(), String> {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Err(format!(
+            "`public_url` \"{url}\" must start with http:// or https://"
+        ));
+    };
+    if rest.split('/').next().unwrap_or_default().is_empty() {
+        return Err(format!("`public_url` \"{url}\" has no host"));
+    }
+    if !url
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')
+    {
+        return Err(format!(
+            "`public_url` \"{url}\" must be visible ASCII without '?' or '#' \
+             (percent-encode anything else); the request target is appended to it"
+        ));
+    }
+    Ok(())
+}
+
+/// A prefix that some normalised path can start with.
+fn check_prefix(prefix: &str) -> Result<(), String> {
+    if !prefix.starts_with('/') {
+        return Err(format!("`prefix` \"{prefix}\" must start with '/'"));
+    }
+    // The last segment may be cut short ("/app" also matches "/apple"), so only
+    // the segments before it must be whole and proper.
+    let segments: Vec<&str> = prefix[1..].split('/').collect();
+    let inner = &segments[..segments.len() - 1];
+    if prefix.contains('\0') || inner.iter().any(|s| matches!(*s, "" | "." | "..")) {
+        return Err(format!(
+            "`prefix` \"{prefix}\" can never match: request paths are normalised, \
+             without empty, \".\" or \"..\" segments"
+        ));
+    }
+    Ok(())
+}
+
+fn check_extension(ext: &str) -> Result<(), String> {
+    if ext.is_empty() {
+        return Err("`extensions` entries must not be empty".to_owned());
+    }
+    if let Some(bare) = ext.strip_prefix('.') {
+        return Err(format!(
+            "`extensions` entry \"{ext}\" must be written without the dot: \"{bare}\""
+        ));
+    }
+    if ext.contains(['.', '/', '\0']) {
+        return Err(format!(
+            "`extensions` entry \"{ext}\" can never match: the extension is what follows \
+             the last '.' of the last path segment"
+        ));
+    }
+    Ok(())
 }
 
 fn to_usize(n: u64) -> usize {

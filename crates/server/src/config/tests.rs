@@ -3,8 +3,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use fastpath_content::handover::{BackendAddr, BackendConfig, HandoverMethod, RouteRule};
+
 use super::check::edit_distance;
-use super::{Config, ConfigError, HostConfig, LogTarget, Model};
+use super::{Config, ConfigError, HandoverConfig, HostConfig, LogTarget, Model};
 
 /// A temporary config directory containing a `site/` directory and a
 /// regular file `file.txt`.
@@ -845,4 +847,603 @@ fn suggestion_distance() {
     assert_eq!(edit_distance("wrokers", "workers"), 2);
     assert_eq!(edit_distance("", "abc"), 3);
     assert_eq!(edit_distance("same", "same"), 0);
+}
+
+// ------------------------------------------------------------ hand-over
+
+/// A backend named `app` on 127.0.0.1:9000, in lines 1 to 3.
+const APP: &str = "[[backend]]\nname = \"app\"\naddresses = \"127.0.0.1:9000\"\n";
+
+fn tcp(s: &str) -> BackendAddr {
+    BackendAddr::Tcp(s.parse().unwrap())
+}
+
+#[test]
+fn handover_defaults() {
+    let c = Config::default();
+    assert!(c.backends.is_empty());
+    assert!(c.routes.is_empty());
+    assert_eq!(c.handover.cache_memory, 32 << 20);
+    assert_eq!(c.handover.cache_max_response, 1 << 20);
+
+    let c = ok(&format!(
+        "{APP}[[route]]\nbackend = \"app\"\nprefix = \"/\""
+    ));
+    assert_eq!(
+        c.backends,
+        vec![BackendConfig::new("app", vec![tcp("127.0.0.1:9000")])]
+    );
+    let b = &c.backends[0];
+    assert_eq!(b.max_connections, 256);
+    assert_eq!(b.connect_timeout, Duration::from_secs(2));
+    assert_eq!(b.response_timeout, Duration::from_secs(30));
+    assert_eq!(b.idle_timeout, Duration::from_secs(60));
+    assert_eq!(b.fail_timeout, Duration::from_secs(10));
+    assert!(b.forwarded);
+    assert!(b.cache);
+    assert_eq!(b.public_url, None);
+    assert_eq!(
+        c.routes,
+        vec![RouteRule {
+            prefix: Some("/".into()),
+            ..RouteRule::default()
+        }]
+    );
+    assert_eq!(c.routes[0].method, HandoverMethod::Proxy);
+}
+
+#[test]
+fn full_handover_file() {
+    let dir = base();
+    let text = r#"
+[handover]
+cache_memory = "8m"
+cache_max_response = 65536
+
+[[route]]
+backend = "php"
+extensions = ["php", "CGI"]
+hosts = ["Example.com", "*.example.com"]
+
+[[backend]]
+name = "php"
+addresses = ["127.0.0.1:9000", "[::1]:9001", "unix:/run/php.sock", "unix:sock/app.sock"]
+max_connections = 64
+connect_timeout = "500ms"
+response_timeout = "2m"
+idle_timeout = 5
+fail_timeout = "1m"
+forwarded = false
+public_url = "https://app.example.com:8443/"
+cache = false
+
+[[backend]]
+name = "ws_2"
+addresses = "127.0.0.1:9100"
+
+[[route]]
+backend = "ws_2"
+method = "bridge"
+prefix = "/ws/"
+
+[[route]]
+backend = "php"
+method = "redirect"
+prefix = "/admin"
+query = true
+unsafe_methods = true
+
+[[route]]
+backend = "php"
+fallback = true
+unsafe_methods = false
+"#;
+    let c = Config::from_toml(text, dir.path()).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(
+        c.handover,
+        HandoverConfig {
+            cache_memory: 8 << 20,
+            cache_max_response: 65536,
+        }
+    );
+    assert_eq!(
+        c.backends,
+        vec![
+            BackendConfig {
+                name: "php".into(),
+                addresses: vec![
+                    tcp("127.0.0.1:9000"),
+                    tcp("[::1]:9001"),
+                    BackendAddr::Unix("/run/php.sock".into()),
+                    BackendAddr::Unix(dir.path().join("sock/app.sock")),
+                ],
+                max_connections: 64,
+                connect_timeout: Duration::from_millis(500),
+                response_timeout: Duration::from_secs(120),
+                idle_timeout: Duration::from_secs(5),
+                fail_timeout: Duration::from_secs(60),
+                forwarded: false,
+                public_url: Some("https://app.example.com:8443/".into()),
+                cache: false,
+            },
+            BackendConfig::new("ws_2", vec![tcp("127.0.0.1:9100")]),
+        ]
+    );
+    assert_eq!(
+        c.routes,
+        vec![
+            RouteRule {
+                backend: 0,
+                extensions: vec!["php".into(), "cgi".into()],
+                hosts: vec!["example.com".into(), "*.example.com".into()],
+                ..RouteRule::default()
+            },
+            RouteRule {
+                backend: 1,
+                method: HandoverMethod::Bridge,
+                prefix: Some("/ws/".into()),
+                ..RouteRule::default()
+            },
+            RouteRule {
+                backend: 0,
+                method: HandoverMethod::Redirect,
+                prefix: Some("/admin".into()),
+                query: true,
+                unsafe_methods: true,
+                ..RouteRule::default()
+            },
+            RouteRule {
+                backend: 0,
+                fallback: true,
+                ..RouteRule::default()
+            },
+        ]
+    );
+}
+
+#[test]
+fn inline_backend_and_route_arrays() {
+    let c = ok(
+        "backend = [{ name = \"a\", addresses = [\"127.0.0.1:1\"] }]\n\
+         route = [{ backend = \"a\", query = true }]",
+    );
+    assert_eq!(c.backends[0].name, "a");
+    assert!(c.routes[0].query);
+}
+
+#[test]
+fn backend_errors() {
+    let cases: &[(&str, usize, usize, &str)] = &[
+        (
+            "[[backend]]\naddresses = \"127.0.0.1:1\"",
+            1,
+            1,
+            "[[backend]] needs `name`",
+        ),
+        (
+            "[[backend]]\nname = \"a\"",
+            1,
+            1,
+            "[[backend]] needs `addresses`",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = []",
+            3,
+            13,
+            "`addresses` must not be empty",
+        ),
+        (
+            "[[backend]]\nname = \"App\"\naddresses = \"127.0.0.1:1\"",
+            2,
+            8,
+            "backend name \"App\" must be lower-case letters, digits, '-' and '_'",
+        ),
+        (
+            "[[backend]]\nname = \"\"\naddresses = \"127.0.0.1:1\"",
+            2,
+            8,
+            "backend name \"\" must be",
+        ),
+        (
+            "[[backend]]\nname = 7\naddresses = \"127.0.0.1:1\"",
+            2,
+            8,
+            "`name` must be a string, found an integer",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = [\"127.0.0.1:1\", \"localhost:80\"]",
+            3,
+            29,
+            "`addresses`: backend address \"localhost:80\" is neither IP:PORT nor unix:PATH",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:0\"",
+            3,
+            13,
+            "port 0",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"unix:\"",
+            3,
+            13,
+            "no socket path",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = [\"127.0.0.1:1\", \"127.0.0.1:1\"]",
+            3,
+            29,
+            "backend address \"127.0.0.1:1\" is listed twice",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\nmax_connections = 0",
+            4,
+            19,
+            "`max_connections` must be at least 1",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\nconnect_timeout = \"2x\"",
+            4,
+            19,
+            "`connect_timeout` has a bad duration",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\nfail_timeout = 0",
+            4,
+            16,
+            "`fail_timeout` must be longer than zero",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\ncache = \"yes\"",
+            4,
+            9,
+            "`cache` must be a boolean",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\npublic_url = \"127.0.0.1:9\"",
+            4,
+            14,
+            "`public_url` \"127.0.0.1:9\" must start with http:// or https://",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\npublic_url = \"http:///x\"",
+            4,
+            14,
+            "has no host",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\npublic_url = \"http://a/?x\"",
+            4,
+            14,
+            "without '?' or '#'",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\npublic_url = \"http://a b\"",
+            4,
+            14,
+            "must be visible ASCII",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\nweight = 2",
+            4,
+            1,
+            "unknown key `weight` in [[backend]]; allowed keys: name, addresses, max_connections, \
+             connect_timeout, response_timeout, idle_timeout, fail_timeout, forwarded, \
+             public_url, cache",
+        ),
+        (
+            "[[backend]]\nname = \"a\"\naddresses = \"127.0.0.1:1\"\nconect_timeout = 2",
+            4,
+            1,
+            "did you mean `connect_timeout`?",
+        ),
+        (
+            "[backend]\nname = \"a\"",
+            1,
+            1,
+            "`backend` must be an array of tables (write each as [[backend]]), found a table",
+        ),
+        (
+            "backend = [1]",
+            1,
+            12,
+            "`backend` entries must be tables, found an integer",
+        ),
+    ];
+    for &(text, line, column, needle) in cases {
+        let (l, c, message) = one_error(text);
+        assert_eq!((l, c), (line, column), "{text:?}: {message}");
+        assert!(
+            message.contains(needle),
+            "{text:?}: {message:?} lacks {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn long_unix_paths_are_checked_after_resolution() {
+    let dir = base();
+    let name = "s".repeat(100);
+    let text = format!("[[backend]]\nname = \"a\"\naddresses = \"unix:{name}\"");
+    // Short enough on its own, too long once joined to the file's directory.
+    let deep = dir.path().join("deeper/than/that");
+    fs::create_dir_all(&deep).unwrap();
+    let errors = Config::from_toml(&text, &deep).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!((errors[0].line, errors[0].column), (3, 13));
+    assert!(
+        errors[0].message.contains("at most 107 bytes"),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn duplicate_backend_names() {
+    let text = format!("{APP}\n[[backend]]\nname = \"app\"\naddresses = \"127.0.0.1:2\"\n");
+    assert_error(
+        &text,
+        6,
+        8,
+        "backend name `app` is already used by the [[backend]] at 1:1",
+    );
+}
+
+#[test]
+fn route_errors() {
+    let alone = [
+        (
+            "[[route]]\nprefix = \"/\"",
+            1,
+            1,
+            "[[route]] needs `backend`",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"/\"",
+            2,
+            11,
+            "no [[backend]] is named `app`: there is no [[backend]] table",
+        ),
+    ];
+    for (text, line, column, needle) in alone {
+        assert_error(text, line, column, needle);
+    }
+    // After APP, which takes lines 1 to 3.
+    let cases: &[(&str, usize, usize, &str)] = &[
+        (
+            "[[route]]\nbackend = \"ap\"\nprefix = \"/\"",
+            5,
+            11,
+            "no [[backend]] is named `ap`; backends: app",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"",
+            4,
+            1,
+            "[[route]] has no condition, so it would send every request to the backend; \
+             say fallback = true or prefix = \"/\" if that is meant",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nhosts = [\"a.test\"]\nquery = false\nfallback = false",
+            4,
+            1,
+            "would send every request for its hosts to the backend",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nmethod = \"splice\"\nprefix = \"/\"",
+            6,
+            10,
+            "unknown hand-over method `splice`; valid methods are: proxy, bridge, redirect",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nmethod = \"redirect\"\nprefix = \"/\"",
+            6,
+            10,
+            "method \"redirect\" sends clients to the backend's `public_url`, \
+             but [[backend]] `app` at 1:1 has none",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"app/\"",
+            6,
+            10,
+            "`prefix` \"app/\" must start with '/'",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"//app/\"",
+            6,
+            10,
+            "can never match: request paths are normalised",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"/a/../b\"",
+            6,
+            10,
+            "can never match",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"/a/./\"",
+            6,
+            10,
+            "can never match",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nextensions = [\"php\", \".cgi\"]",
+            6,
+            22,
+            "`extensions` entry \".cgi\" must be written without the dot: \"cgi\"",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nextensions = [\"tar.gz\"]",
+            6,
+            15,
+            "`extensions` entry \"tar.gz\" can never match",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nextensions = [\"\"]",
+            6,
+            15,
+            "`extensions` entries must not be empty",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nextensions = []",
+            6,
+            14,
+            "`extensions` must not be empty",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nquery = 1",
+            6,
+            9,
+            "`query` must be a boolean",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"/\"\nhosts = [\"a.test:80\"]",
+            7,
+            10,
+            "must not include a port",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"/\"\nhosts = []",
+            7,
+            9,
+            "`hosts` must not be empty",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"/\"\npath = \"/x\"",
+            7,
+            1,
+            "unknown key `path` in [[route]]; allowed keys: backend, method, prefix, extensions, \
+             unsafe_methods, query, fallback, hosts",
+        ),
+        (
+            "[[route]]\nbackend = \"app\"\nprefix = \"/\"\nfalback = true",
+            7,
+            1,
+            "did you mean `fallback`?",
+        ),
+    ];
+    for &(route, line, column, needle) in cases {
+        let text = format!("{APP}{route}");
+        let (l, c, message) = one_error(&text);
+        assert_eq!((l, c), (line, column), "{text:?}: {message}");
+        assert!(
+            message.contains(needle),
+            "{text:?}: {message:?} lacks {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn route_before_its_backend() {
+    let c = ok(&format!(
+        "[[route]]\nbackend = \"app\"\nquery = true\n{APP}"
+    ));
+    assert_eq!(c.routes[0].backend, 0);
+    assert_error(
+        &format!("[[route]]\nbackend = \"app\"\nmethod = \"redirect\"\nquery = true\n{APP}"),
+        3,
+        10,
+        "[[backend]] `app` at 5:1 has none",
+    );
+}
+
+#[test]
+fn each_condition_alone_is_enough() {
+    for condition in [
+        "prefix = \"/\"",
+        "prefix = \"/app\"",
+        "extensions = \"php\"",
+        "unsafe_methods = true",
+        "query = true",
+        "fallback = true",
+    ] {
+        let c = ok(&format!("{APP}[[route]]\nbackend = \"app\"\n{condition}"));
+        assert_eq!(c.routes.len(), 1, "{condition}");
+    }
+}
+
+#[test]
+fn one_mistake_is_reported_once() {
+    // A bad public_url is not repeated by the redirect route, a malformed
+    // backend name not by the route naming it, a bad condition not by the
+    // no-condition check.
+    let text = "[[backend]]\nname = \"A\"\naddresses = \"127.0.0.1:1\"\npublic_url = \"ftp://x\"\n\
+                [[route]]\nbackend = \"A\"\nmethod = \"redirect\"\nprefix = \"x\"\n\
+                [[route]]\nbackend = \"A\"\nquery = \"yes\"\n";
+    let got = errors(text);
+    let positions: Vec<&str> = got.iter().map(|e| e.split(": ").next().unwrap()).collect();
+    assert_eq!(positions, ["2:8", "4:14", "8:10", "11:9"], "{got:#?}");
+}
+
+#[test]
+fn handover_section_errors() {
+    assert_error(
+        "[handover]\ncache_memory = \"lots\"",
+        2,
+        16,
+        "`cache_memory` has a bad size",
+    );
+    assert_error(
+        "[handover]\ncache_max_response = -1",
+        2,
+        22,
+        "`cache_max_response` must not be negative",
+    );
+    assert_error(
+        "[handover]\nmemory = 1",
+        2,
+        1,
+        "unknown key `memory` in [handover]; allowed keys: cache_memory, cache_max_response",
+    );
+    assert_error("handover = 1", 1, 12, "`handover` must be a table");
+    let c = ok("[handover]\ncache_memory = 0");
+    assert_eq!(c.handover.cache_memory, 0);
+}
+
+#[test]
+fn example_file_has_backends_and_routes() {
+    let c = Config::load(&example_path()).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(c.handover, HandoverConfig::default());
+    assert!(!c.backends.is_empty());
+    for b in &c.backends {
+        for addr in &b.addresses {
+            if let BackendAddr::Tcp(a) = addr {
+                assert!(a.ip().is_loopback(), "{addr}");
+            }
+        }
+    }
+    let methods: Vec<HandoverMethod> = c.routes.iter().map(|r| r.method).collect();
+    for m in HandoverMethod::ALL {
+        assert!(methods.contains(m), "the example has no {m} route");
+    }
+    assert!(c.routes.iter().any(|r| r.fallback));
+
+    let text = fs::read_to_string(example_path()).unwrap();
+    let keys = [
+        "[handover]",
+        "cache_memory",
+        "cache_max_response",
+        "[[backend]]",
+        "addresses",
+        "connect_timeout",
+        "response_timeout",
+        "idle_timeout",
+        "fail_timeout",
+        "forwarded",
+        "public_url",
+        "cache =",
+        "[[route]]",
+        "backend",
+        "method",
+        "prefix",
+        "extensions",
+        "unsafe_methods",
+        "query",
+        "fallback",
+        "hosts",
+    ];
+    for key in keys {
+        let used = text
+            .lines()
+            .any(|l| l.trim_start().starts_with(key) && !l.trim_start().starts_with('#'));
+        assert!(used, "example does not set {key}");
+    }
 }
