@@ -9,6 +9,11 @@ use crate::{
     RangeRequest, Request, RequestError, Target, Version, MAX_RANGES,
 };
 
+mod response;
+pub use response::response;
+#[cfg(test)]
+pub(crate) use response::{summarize_response, ResponseOutcome, ResponseSummary};
+
 /// An owned copy of everything a [`Request`] exposes, for comparisons.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Summary {

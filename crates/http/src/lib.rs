@@ -4,7 +4,10 @@
 //! into a [`Request`] view (or an error carrying the status to answer with),
 //! [`ChunkedDecoder`] unframes chunked bodies, and the helper functions read
 //! request-targets, paths, ranges, validators and Accept-Encoding, and write
-//! status lines, header fields and dates.
+//! status lines, header fields and dates. For the proxy path,
+//! [`ResponseParser`] reads backend response heads, and
+//! [`write_forwarded_request`] / [`write_relayed_response_head`] write the
+//! heads passed on in each direction.
 //!
 //! Why it is shaped this way:
 //! - **Sans-I/O.** The server owns sockets, buffers and timeouts; this crate
@@ -43,10 +46,12 @@
 //! ```
 #![deny(missing_docs)]
 
+mod backend;
 mod chunked;
 mod conditional;
 mod encoding;
 mod error;
+mod forward;
 mod limits;
 mod range;
 mod request;
@@ -57,10 +62,14 @@ mod target;
 #[doc(hidden)]
 pub mod fuzzing;
 
+pub use backend::{ResponseFraming, ResponseHead, ResponseParser};
 pub use chunked::ChunkedDecoder;
 pub use conditional::{etag_list_matches, parse_http_date, write_http_date};
 pub use encoding::{parse_accept_encoding, AcceptEncoding};
 pub use error::RequestError;
+pub use forward::{
+    is_hop_by_hop, write_forwarded_request, write_relayed_response_head, BodyRelay, ForwardOptions,
+};
 pub use limits::{
     Limits, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_REQUEST_LINE,
     MAX_CHUNK_LINE, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,

@@ -40,3 +40,13 @@ fn chunked_corpus() {
         fastpath_http::fuzzing::chunked(&data);
     }
 }
+
+#[test]
+fn http_response_corpus() {
+    let files = corpus("http_response");
+    assert!(files.len() >= 15, "only {} response seeds", files.len());
+    for (path, data) in files {
+        println!("{}", path.display());
+        fastpath_http::fuzzing::response(&data);
+    }
+}

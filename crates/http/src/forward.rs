@@ -1,0 +1,388 @@
+//! Heads for the proxy path: the request sent to a backend and the response
+//! head relayed back to the client (RFC 9110 §7.6, RFC 9112 §6, RFC 7239).
+//!
+//! Both writers copy end-to-end fields in order, drop hop-by-hop ones, and
+//! emit the framing and connection fields themselves, because those describe
+//! the connection being written to, not the one the message came from. They
+//! append to a caller-owned buffer and allocate nothing else.
+
+use crate::backend::{ResponseFraming, ResponseHead};
+use crate::request::{BodyFraming, Request, Version};
+use crate::response::{reason_phrase, write_header, write_header_u64};
+use crate::syntax::{is_token, list_elements};
+use crate::target::{parse_target, Target};
+use std::io::Write as _;
+use std::net::IpAddr;
+
+/// Fields that only ever describe one connection (RFC 9110 §7.6.1).
+///
+/// Trailer is not here: it is end-to-end in RFC 9110 and stays true as long
+/// as chunks (and so trailers) are passed through unchanged. Proxy-Authenticate
+/// and Proxy-Authorization are not here either: fastpath is a gateway that
+/// does no proxy authentication itself, so a challenge from the backend and
+/// the client's answer to it belong to the end-to-end exchange.
+const HOP_BY_HOP: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether the field `name` is hop-by-hop and must not be forwarded: one of
+/// Connection, Keep-Alive, Proxy-Connection, TE, Transfer-Encoding and
+/// Upgrade, or a field named by a connection option in `connection`, the
+/// values of the message's Connection fields (e.g.
+/// `req.header_values("connection")`).
+///
+/// Trailer, Proxy-Authenticate and Proxy-Authorization are end-to-end here;
+/// see the module source for why.
+pub fn is_hop_by_hop<'v>(name: &str, connection: impl IntoIterator<Item = &'v [u8]>) -> bool {
+    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+        || connection
+            .into_iter()
+            .any(|v| list_elements(v).any(|t| t.eq_ignore_ascii_case(name.as_bytes())))
+}
+
+/// What [`write_forwarded_request`] needs to know beyond the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardOptions<'a> {
+    /// Address of the client the request came from. IPv4-mapped IPv6
+    /// addresses (from dual-stack sockets) are written as IPv4.
+    pub client: IpAddr,
+    /// Scheme the client used, normally "http".
+    pub proto: &'a str,
+    /// Add forwarding fields: X-Forwarded-For and Forwarded (RFC 7239) are
+    /// appended to what the client sent; X-Forwarded-Proto and
+    /// X-Forwarded-Host are replaced, as a backend that trusts them must not
+    /// see the client's own values. When false, those fields pass through
+    /// untouched like any other end-to-end field.
+    pub forwarded: bool,
+    /// Host to send instead of the client's. When it differs from the
+    /// client's and `forwarded` is set, the client's host goes in
+    /// X-Forwarded-Host and in Forwarded's `host=`, so the backend can still
+    /// build its own URLs.
+    pub host: Option<&'a str>,
+}
+
+/// Writes the head of the request to send to a backend for `req` (parsed by
+/// [`crate::Parser`]).
+///
+/// - Request line: the method, the target in origin-form (an absolute-form
+///   target becomes its path and query, and its authority becomes the Host),
+///   and HTTP/1.1. Asterisk- and authority-form targets, and targets
+///   [`parse_target`] rejects, are written as received.
+/// - Host first: `opts.host`, else the absolute-form authority, else the
+///   client's Host, else empty (RFC 9112 §3.2 wants Host in HTTP/1.1 even
+///   when there is no authority).
+/// - Every end-to-end field in order; hop-by-hop fields (see
+///   [`is_hop_by_hop`]), Host and the framing fields are dropped.
+/// - The body framing as the request had it: `Content-Length: n`, or the
+///   client's Transfer-Encoding codings, since the body bytes are relayed as
+///   received. Nothing for a request without a body.
+/// - `Connection: keep-alive`: backend connections are reused.
+/// - The forwarding fields when `opts.forwarded` is set, then the blank line.
+///
+/// Expect is passed on, so a backend may answer 100 Continue; relaying or
+/// swallowing that interim response is the caller's choice. Upgrade is
+/// dropped, so protocol switches never reach the backend.
+pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(req.method.as_bytes());
+    out.push(b' ');
+    let mut authority = None;
+    match parse_target(req.target) {
+        Ok(Target::Absolute {
+            authority: a,
+            path,
+            query,
+            ..
+        }) => {
+            authority = Some(a);
+            out.extend_from_slice(path.as_bytes());
+            if let Some(q) = query {
+                out.push(b'?');
+                out.extend_from_slice(q.as_bytes());
+            }
+        }
+        _ => out.extend_from_slice(req.target.as_bytes()),
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+
+    // RFC 9112 §3.2.2: an absolute-form target overrides any Host field.
+    let client_host = authority.or(req.host);
+    let host = opts.host.or(client_host).unwrap_or("");
+    write_header("Host", host.as_bytes(), out);
+    let original_host =
+        client_host.filter(|c| opts.host.is_some_and(|h| !h.eq_ignore_ascii_case(c)));
+
+    let connection = || req.header_values("connection");
+    for (name, value) in req.headers() {
+        let managed = name.eq_ignore_ascii_case("host")
+            || name.eq_ignore_ascii_case("content-length")
+            || (opts.forwarded && is_forwarding_field(name));
+        if managed || is_hop_by_hop(name, connection()) {
+            continue;
+        }
+        write_header(name, value, out);
+    }
+
+    match req.framing {
+        BodyFraming::None => {}
+        BodyFraming::Length(n) => write_header_u64("Content-Length", n, out),
+        BodyFraming::Chunked => write_joined(
+            "Transfer-Encoding",
+            req.header_values("transfer-encoding"),
+            out,
+        ),
+    }
+    write_header("Connection", b"keep-alive", out);
+
+    if opts.forwarded {
+        let client = opts.client.to_canonical();
+        // Existing values are kept unless the client itself declared the
+        // field hop-by-hop, in which case it never was meant for us to pass on.
+        let start = begin_field("X-Forwarded-For", out);
+        if !is_hop_by_hop("X-Forwarded-For", connection()) {
+            for v in req.header_values("x-forwarded-for") {
+                push_element(start, v, out);
+            }
+        }
+        separate(start, out);
+        let _ = write!(out, "{client}");
+        end_field(start, out);
+
+        write_header("X-Forwarded-Proto", opts.proto.as_bytes(), out);
+        if let Some(h) = original_host {
+            write_header("X-Forwarded-Host", h.as_bytes(), out);
+        }
+
+        let start = begin_field("Forwarded", out);
+        if !is_hop_by_hop("Forwarded", connection()) {
+            // An unterminated quoted-string would swallow the element we
+            // append, so such a line is dropped rather than passed on.
+            for v in req.header_values("forwarded").filter(|v| quotes_closed(v)) {
+                push_element(start, v, out);
+            }
+        }
+        separate(start, out);
+        // RFC 7239 §6: an IPv6 node is bracketed, and ':' forces quoting.
+        match client {
+            IpAddr::V4(ip) => {
+                let _ = write!(out, "for={ip}");
+            }
+            IpAddr::V6(ip) => {
+                let _ = write!(out, "for=\"[{ip}]\"");
+            }
+        }
+        out.extend_from_slice(b";proto=");
+        push_param_value(opts.proto.as_bytes(), out);
+        if let Some(h) = original_host {
+            out.extend_from_slice(b";host=");
+            push_param_value(h.as_bytes(), out);
+        }
+        end_field(start, out);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Fields `forwarded` takes over: the lists it appends to and the single
+/// values it replaces.
+fn is_forwarding_field(name: &str) -> bool {
+    [
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+        "forwarded",
+    ]
+    .iter()
+    .any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// How the body after a relayed response head must be sent to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRelay {
+    /// No body follows the head.
+    None,
+    /// Copy exactly this many bytes.
+    Length(u64),
+    /// Pass the chunked body through unchanged, last-chunk and trailers
+    /// included ([`crate::ChunkedDecoder`] finds where it ends).
+    Chunked,
+    /// Decode the chunked body and send only its data; the end of the body
+    /// is then marked by closing the client connection.
+    Dechunk,
+    /// Copy until the backend closes, then close the client connection.
+    UntilClose,
+}
+
+/// Writes the response head to relay a backend response to a client that
+/// spoke `client_version`, and returns how the body must be relayed.
+///
+/// - "HTTP/1.1 STATUS REASON", with the standard phrase when the backend
+///   sent none.
+/// - Every end-to-end field in order, Date and Server included (none is
+///   added); hop-by-hop fields (see [`is_hop_by_hop`]) and Content-Length
+///   are dropped, and so is Trailer unless the chunks pass through.
+/// - The framing for the relay: `Content-Length` for a length-delimited
+///   body (and for HEAD and 304 responses that carried one); the backend's
+///   Transfer-Encoding codings for an HTTP/1.1 client when the body is
+///   passed through chunked or until close. An HTTP/1.0 client cannot take
+///   Transfer-Encoding, so a chunked body is dechunked and ended by close.
+/// - `Connection: close` if `close` or the body ends by closing, else
+///   `Connection: keep-alive` for an HTTP/1.0 client. An interim (1xx)
+///   response gets neither; it must not be sent to an HTTP/1.0 client.
+pub fn write_relayed_response_head(
+    head: &ResponseHead<'_>,
+    client_version: Version,
+    close: bool,
+    out: &mut Vec<u8>,
+) -> BodyRelay {
+    let client_11 = client_version == Version::Http11;
+    let relay = match head.framing {
+        ResponseFraming::None => BodyRelay::None,
+        ResponseFraming::Length(n) => BodyRelay::Length(n),
+        ResponseFraming::Chunked if client_11 => BodyRelay::Chunked,
+        ResponseFraming::Chunked => BodyRelay::Dechunk,
+        ResponseFraming::UntilClose => BodyRelay::UntilClose,
+    };
+    let interim = (100..200).contains(&head.status);
+
+    out.extend_from_slice(b"HTTP/1.1 ");
+    let _ = write!(out, "{:03} ", head.status);
+    let reason = if head.reason.is_empty() {
+        reason_phrase(head.status)
+    } else {
+        head.reason
+    };
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+
+    let connection = || head.header_values("connection");
+    for (name, value) in head.headers() {
+        let managed = name.eq_ignore_ascii_case("content-length")
+            || (relay != BodyRelay::Chunked && name.eq_ignore_ascii_case("trailer"));
+        if managed || is_hop_by_hop(name, connection()) {
+            continue;
+        }
+        write_header(name, value, out);
+    }
+
+    match relay {
+        BodyRelay::None => {
+            // RFC 9110 §8.6: a HEAD or 304 response may state the length of
+            // the body it omits; 1xx and 204 must not carry one at all.
+            if let Some(n) = head
+                .content_length
+                .filter(|_| !interim && head.status != 204)
+            {
+                write_header_u64("Content-Length", n, out);
+            }
+        }
+        BodyRelay::Length(n) => write_header_u64("Content-Length", n, out),
+        BodyRelay::Chunked | BodyRelay::UntilClose => {
+            // The bytes keep the backend's transfer-codings, so the client
+            // must be told them; only HTTP/1.1 clients understand them.
+            if client_11 && head.header("transfer-encoding").is_some() {
+                write_joined(
+                    "Transfer-Encoding",
+                    head.header_values("transfer-encoding"),
+                    out,
+                );
+            }
+        }
+        BodyRelay::Dechunk => {}
+    }
+
+    if !interim {
+        if close || matches!(relay, BodyRelay::Dechunk | BodyRelay::UntilClose) {
+            write_header("Connection", b"close", out);
+        } else if !client_11 {
+            write_header("Connection", b"keep-alive", out);
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    relay
+}
+
+/// Starts "Name: " and returns where the value begins.
+fn begin_field(name: &str, out: &mut Vec<u8>) -> usize {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.len()
+}
+
+/// Ends a field begun by [`begin_field`]. CR and LF in the value become
+/// spaces, as in [`write_header`], so no caller-supplied text can inject a
+/// header line.
+fn end_field(value_start: usize, out: &mut Vec<u8>) {
+    for b in &mut out[value_start..] {
+        if *b == b'\r' || *b == b'\n' {
+            *b = b' ';
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes ", " unless the value is still empty.
+fn separate(value_start: usize, out: &mut Vec<u8>) {
+    if out.len() > value_start {
+        out.extend_from_slice(b", ");
+    }
+}
+
+/// Appends the elements of one field line's list value, dropping the empty
+/// elements recipients must tolerate (RFC 9110 §5.6.1) so the joined list
+/// is clean.
+fn push_element(value_start: usize, value: &[u8], out: &mut Vec<u8>) {
+    for elem in list_elements(value) {
+        separate(value_start, out);
+        out.extend_from_slice(elem);
+    }
+}
+
+/// Writes every value of a list field on one line.
+fn write_joined<'v>(name: &str, values: impl Iterator<Item = &'v [u8]>, out: &mut Vec<u8>) {
+    let start = begin_field(name, out);
+    for v in values {
+        push_element(start, v, out);
+    }
+    end_field(start, out);
+}
+
+/// Whether every quoted-string in `v` ends (RFC 9110 §5.6.4).
+fn quotes_closed(v: &[u8]) -> bool {
+    let mut in_quotes = false;
+    let mut escaped = false;
+    for &b in v {
+        if escaped {
+            escaped = false;
+        } else if in_quotes && b == b'\\' {
+            escaped = true;
+        } else if b == b'"' {
+            in_quotes = !in_quotes;
+        }
+    }
+    !in_quotes
+}
+
+/// A Forwarded parameter value: a token as is, anything else as a
+/// quoted-string (RFC 7239 §4).
+fn push_param_value(v: &[u8], out: &mut Vec<u8>) {
+    if is_token(v) {
+        out.extend_from_slice(v);
+        return;
+    }
+    out.push(b'"');
+    for &b in v {
+        if b == b'"' || b == b'\\' {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+#[path = "forward_tests.rs"]
+mod tests;

@@ -1,0 +1,442 @@
+use super::*;
+use crate::{Limits, Parser, ResponseParser};
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
+
+fn opts(forwarded: bool) -> ForwardOptions<'static> {
+    ForwardOptions {
+        client: CLIENT,
+        proto: "http",
+        forwarded,
+        host: None,
+    }
+}
+
+/// The head forwarded for the request `req`.
+fn forward(req: &[u8], opts: &ForwardOptions<'_>) -> String {
+    let mut parser = Parser::new(Limits::default());
+    let r = parser.parse(req).unwrap().expect("complete request");
+    let mut out = Vec::new();
+    write_forwarded_request(&r, opts, &mut out);
+    String::from_utf8(out).unwrap()
+}
+
+/// The head relayed for the backend response `resp`, and how to relay its body.
+fn relay(resp: &[u8], head: bool, client: Version, close: bool) -> (String, BodyRelay) {
+    let mut parser = ResponseParser::new(Limits::default());
+    let h = parser
+        .parse(resp, head)
+        .unwrap()
+        .expect("complete response");
+    let mut out = Vec::new();
+    let how = write_relayed_response_head(&h, client, close, &mut out);
+    (String::from_utf8(out).unwrap(), how)
+}
+
+#[test]
+fn hop_by_hop_fields() {
+    let none: [&[u8]; 0] = [];
+    for name in [
+        "Connection",
+        "keep-alive",
+        "Proxy-Connection",
+        "TE",
+        "Transfer-Encoding",
+        "UPGRADE",
+    ] {
+        assert!(is_hop_by_hop(name, none), "{name}");
+    }
+    for name in [
+        "Trailer",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "Content-Length",
+        "Host",
+        "Cookie",
+        "Tea",
+    ] {
+        assert!(!is_hop_by_hop(name, none), "{name}");
+    }
+    let conn: [&[u8]; 2] = [b"close, X-Secret", b"\"quoted, y\" , x-other"];
+    assert!(is_hop_by_hop("x-secret", conn));
+    assert!(is_hop_by_hop("X-Other", conn));
+    assert!(is_hop_by_hop("close", conn));
+    assert!(!is_hop_by_hop("X-Secre", conn));
+    assert!(!is_hop_by_hop("y", conn));
+}
+
+#[test]
+fn forwarded_request_basics() {
+    let out = forward(
+        b"GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nCookie: c=1\r\n\r\n",
+        &opts(false),
+    );
+    assert_eq!(
+        out,
+        "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nCookie: c=1\r\nConnection: keep-alive\r\n\r\n"
+    );
+}
+
+#[test]
+fn forwarded_request_drops_hop_by_hop_fields() {
+    let out = forward(
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\n\
+          X-Secret: s\r\nTE: trailers\r\nUpgrade: websocket\r\nProxy-Connection: keep-alive\r\n\
+          Proxy-Authorization: Basic x\r\nX-Kept: k\r\nConnection: x-other\r\nX-Other: o\r\n\r\n",
+        &opts(false),
+    );
+    assert_eq!(
+        out,
+        "GET / HTTP/1.1\r\nHost: h\r\nProxy-Authorization: Basic x\r\nX-Kept: k\r\nConnection: keep-alive\r\n\r\n"
+    );
+}
+
+#[test]
+fn forwarded_request_body_framing() {
+    let out = forward(
+        b"POST /p HTTP/1.1\r\nContent-Length: 5, 5\r\nHost: h\r\nContent-Type: text/plain\r\n\r\n",
+        &opts(false),
+    );
+    assert_eq!(
+        out,
+        "POST /p HTTP/1.1\r\nHost: h\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n"
+    );
+    let out = forward(
+        b"PUT /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTrailer: X-Sum\r\nTransfer-Encoding: , chunked\r\n\r\n",
+        &opts(false),
+    );
+    assert_eq!(
+        out,
+        "PUT /p HTTP/1.1\r\nHost: h\r\nTrailer: X-Sum\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\n\r\n"
+    );
+    // HTTP/1.0 client, no Host, no body: Host is required in HTTP/1.1.
+    let out = forward(
+        b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+        &opts(false),
+    );
+    assert_eq!(
+        out,
+        "GET / HTTP/1.1\r\nHost: \r\nConnection: keep-alive\r\n\r\n"
+    );
+}
+
+#[test]
+fn absolute_form_is_converted() {
+    let out = forward(
+        b"GET http://Example.com:8080/a/b?q=1 HTTP/1.1\r\nHost: other\r\nAccept: */*\r\n\r\n",
+        &opts(false),
+    );
+    assert_eq!(
+        out,
+        "GET /a/b?q=1 HTTP/1.1\r\nHost: Example.com:8080\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n"
+    );
+    let out = forward(b"GET https://h?x HTTP/1.1\r\nHost: h\r\n\r\n", &opts(false));
+    assert!(out.starts_with("GET /?x HTTP/1.1\r\nHost: h\r\n"), "{out}");
+    // Other forms are passed on as they are.
+    let out = forward(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", &opts(false));
+    assert!(out.starts_with("OPTIONS * HTTP/1.1\r\n"), "{out}");
+}
+
+#[test]
+fn forwarding_fields_are_added() {
+    let out = forward(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &opts(true));
+    assert_eq!(
+        out,
+        "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nX-Forwarded-For: 192.0.2.7\r\n\
+         X-Forwarded-Proto: http\r\nForwarded: for=192.0.2.7;proto=http\r\n\r\n"
+    );
+}
+
+#[test]
+fn forwarding_fields_append_to_existing_ones() {
+    let out = forward(
+        b"GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 203.0.113.1, 10.0.0.1\r\nA: 1\r\n\
+          X-Forwarded-For: 10.0.0.2\r\nForwarded: for=203.0.113.1\r\nX-Forwarded-Proto: https\r\n\
+          X-Forwarded-Host: evil.example\r\n\r\n",
+        &opts(true),
+    );
+    assert_eq!(
+        out,
+        "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nConnection: keep-alive\r\n\
+         X-Forwarded-For: 203.0.113.1, 10.0.0.1, 10.0.0.2, 192.0.2.7\r\nX-Forwarded-Proto: http\r\n\
+         Forwarded: for=203.0.113.1, for=192.0.2.7;proto=http\r\n\r\n"
+    );
+    // Without `forwarded` the client's fields are ordinary end-to-end ones.
+    let req = b"GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\n\r\n";
+    assert_eq!(
+        forward(req, &opts(false)),
+        "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\n\r\n"
+    );
+    // A forwarding field the client declared hop-by-hop is not appended to.
+    let out = forward(
+        b"GET / HTTP/1.1\r\nHost: h\r\nConnection: X-Forwarded-For\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
+        &opts(true),
+    );
+    assert!(out.contains("\r\nX-Forwarded-For: 192.0.2.7\r\n"), "{out}");
+}
+
+#[test]
+fn malformed_forwarded_values_cannot_hide_ours() {
+    let out = forward(
+        b"GET / HTTP/1.1\r\nHost: h\r\nForwarded: for=\"a\\\", by=x\r\nForwarded: for=\"b,c\"\r\n\r\n",
+        &opts(true),
+    );
+    assert!(
+        out.contains("\r\nForwarded: for=\"b,c\", for=192.0.2.7;proto=http\r\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn ipv6_clients_are_bracketed_and_quoted() {
+    let o = ForwardOptions {
+        client: IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ..opts(true)
+    };
+    let out = forward(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &o);
+    assert!(out.contains("\r\nX-Forwarded-For: ::1\r\n"), "{out}");
+    assert!(
+        out.contains("\r\nForwarded: for=\"[::1]\";proto=http\r\n"),
+        "{out}"
+    );
+    // A dual-stack socket's IPv4-mapped address is the IPv4 client.
+    let o = ForwardOptions {
+        client: IpAddr::V6(Ipv4Addr::new(198, 51, 100, 1).to_ipv6_mapped()),
+        ..opts(true)
+    };
+    let out = forward(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &o);
+    assert!(
+        out.contains("\r\nX-Forwarded-For: 198.51.100.1\r\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\r\nForwarded: for=198.51.100.1;proto=http\r\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn host_override() {
+    let o = ForwardOptions {
+        host: Some("backend:8080"),
+        ..opts(true)
+    };
+    let out = forward(b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n", &o);
+    assert_eq!(
+        out,
+        "GET / HTTP/1.1\r\nHost: backend:8080\r\nConnection: keep-alive\r\nX-Forwarded-For: 192.0.2.7\r\n\
+         X-Forwarded-Proto: http\r\nX-Forwarded-Host: example.com\r\n\
+         Forwarded: for=192.0.2.7;proto=http;host=example.com\r\n\r\n"
+    );
+    // Quoted when the host is not a token.
+    let out = forward(b"GET / HTTP/1.1\r\nHost: example.com:81\r\n\r\n", &o);
+    assert!(out.contains(";host=\"example.com:81\"\r\n"), "{out}");
+    // The same host, or none from the client: nothing to report.
+    let out = forward(b"GET / HTTP/1.1\r\nHost: BACKEND:8080\r\n\r\n", &o);
+    assert!(
+        !out.contains("X-Forwarded-Host") && !out.contains(";host="),
+        "{out}"
+    );
+    let out = forward(b"GET / HTTP/1.0\r\n\r\n", &o);
+    assert!(
+        out.starts_with("GET / HTTP/1.1\r\nHost: backend:8080\r\n"),
+        "{out}"
+    );
+    assert!(!out.contains("X-Forwarded-Host"), "{out}");
+}
+
+#[test]
+fn caller_text_cannot_inject_lines() {
+    let o = ForwardOptions {
+        proto: "ht\r\ntp",
+        host: Some("h\r\nX-Evil: 1"),
+        ..opts(true)
+    };
+    let out = forward(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &o);
+    assert!(!out.contains("\r\nX-Evil"), "{out}");
+    assert!(out.contains(";proto=\"ht  tp\""), "{out}");
+    assert_eq!(out.matches("\r\n").count(), 8, "{out}");
+}
+
+#[test]
+fn relayed_response_keeps_end_to_end_fields() {
+    let (out, how) = relay(
+        b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: backend\r\n\
+          Content-Length: 3\r\nConnection: X-Internal\r\nX-Internal: i\r\nKeep-Alive: timeout=5\r\n\
+          Proxy-Authenticate: Basic\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\nabc",
+        false,
+        Version::Http11,
+        false,
+    );
+    assert_eq!(how, BodyRelay::Length(3));
+    assert_eq!(
+        out,
+        "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: backend\r\n\
+         Proxy-Authenticate: Basic\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 3\r\n\r\n"
+    );
+}
+
+#[test]
+fn relayed_response_adds_no_date_or_server() {
+    let (out, _) = relay(
+        b"HTTP/1.1 404 Nope\r\nContent-Length: 0\r\n\r\n",
+        false,
+        Version::Http11,
+        false,
+    );
+    assert_eq!(out, "HTTP/1.1 404 Nope\r\nContent-Length: 0\r\n\r\n");
+}
+
+#[test]
+fn relayed_chunked_body() {
+    let resp =
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\nVary: *\r\n\r\n";
+    let (out, how) = relay(resp, false, Version::Http11, false);
+    assert_eq!(how, BodyRelay::Chunked);
+    assert_eq!(
+        out,
+        "HTTP/1.1 200 OK\r\nTrailer: X-Sum\r\nVary: *\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    let (out, how) = relay(resp, false, Version::Http11, true);
+    assert_eq!(how, BodyRelay::Chunked);
+    assert!(
+        out.ends_with("Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"),
+        "{out}"
+    );
+    // HTTP/1.0 clients cannot take chunked: decode it and end by closing.
+    let (out, how) = relay(resp, false, Version::Http10, false);
+    assert_eq!(how, BodyRelay::Dechunk);
+    assert_eq!(
+        out,
+        "HTTP/1.1 200 OK\r\nVary: *\r\nConnection: close\r\n\r\n"
+    );
+}
+
+#[test]
+fn relayed_until_close_body() {
+    let (out, how) = relay(
+        b"HTTP/1.0 200 OK\r\nX: y\r\n\r\n",
+        false,
+        Version::Http11,
+        false,
+    );
+    assert_eq!(how, BodyRelay::UntilClose);
+    assert_eq!(out, "HTTP/1.1 200 OK\r\nX: y\r\nConnection: close\r\n\r\n");
+    // A final coding other than chunked stays on the bytes, so an HTTP/1.1
+    // client is told about it.
+    let resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n";
+    let (out, how) = relay(resp, false, Version::Http11, false);
+    assert_eq!(how, BodyRelay::UntilClose);
+    assert_eq!(
+        out,
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\n"
+    );
+    let (out, _) = relay(resp, false, Version::Http10, false);
+    assert_eq!(out, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+}
+
+#[test]
+fn relayed_connection_handling() {
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n";
+    let conn = |client, close| {
+        let (out, _) = relay(resp, false, client, close);
+        out.split("\r\n")
+            .filter(|l| l.starts_with("Connection"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert!(conn(Version::Http11, false).is_empty());
+    assert_eq!(conn(Version::Http11, true), ["Connection: close"]);
+    assert_eq!(conn(Version::Http10, false), ["Connection: keep-alive"]);
+    assert_eq!(conn(Version::Http10, true), ["Connection: close"]);
+}
+
+#[test]
+fn relayed_head_responses() {
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nContent-Type: text/html\r\n\r\n";
+    let (out, how) = relay(resp, true, Version::Http11, false);
+    assert_eq!(how, BodyRelay::None);
+    assert_eq!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1234\r\n\r\n"
+    );
+    // A HEAD response that would have been chunked states no framing.
+    let resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let (out, how) = relay(resp, true, Version::Http10, false);
+    assert_eq!(how, BodyRelay::None);
+    assert_eq!(out, "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n\r\n");
+    // No framing at all: not until-close when the request was HEAD.
+    let (out, how) = relay(b"HTTP/1.1 200 OK\r\n\r\n", true, Version::Http11, false);
+    assert_eq!(how, BodyRelay::None);
+    assert_eq!(out, "HTTP/1.1 200 OK\r\n\r\n");
+}
+
+#[test]
+fn relayed_bodiless_statuses() {
+    let (out, how) = relay(
+        b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nContent-Length: 9\r\n\r\n",
+        false,
+        Version::Http11,
+        false,
+    );
+    assert_eq!(how, BodyRelay::None);
+    assert_eq!(
+        out,
+        "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nContent-Length: 9\r\n\r\n"
+    );
+    // RFC 9110 §8.6: never a Content-Length on 204 or 1xx.
+    let (out, _) = relay(
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+        false,
+        Version::Http11,
+        true,
+    );
+    assert_eq!(out, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+    let (out, how) = relay(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n",
+        false,
+        Version::Http11,
+        true,
+    );
+    assert_eq!(how, BodyRelay::None);
+    assert_eq!(
+        out,
+        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+    );
+}
+
+#[test]
+fn relayed_status_line() {
+    let (out, _) = relay(
+        b"HTTP/1.0 404\r\nContent-Length: 0\r\n\r\n",
+        false,
+        Version::Http11,
+        false,
+    );
+    assert!(out.starts_with("HTTP/1.1 404 Not Found\r\n"), "{out}");
+    let (out, _) = relay(
+        b"HTTP/1.1 299 \xff\r\nContent-Length: 0\r\n\r\n",
+        false,
+        Version::Http11,
+        false,
+    );
+    assert!(out.starts_with("HTTP/1.1 299 \r\n"), "{out}");
+    let (out, _) = relay(
+        b"HTTP/1.1 200 Fine Thanks\r\nContent-Length: 0\r\n\r\n",
+        false,
+        Version::Http11,
+        false,
+    );
+    assert!(out.starts_with("HTTP/1.1 200 Fine Thanks\r\n"), "{out}");
+}
+
+#[test]
+fn both_framing_fields_relay_as_chunked_without_length() {
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let (out, how) = relay(resp, false, Version::Http11, false);
+    assert_eq!(how, BodyRelay::Chunked);
+    assert_eq!(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let (_, how) = relay(resp, true, Version::Http11, false);
+    assert_eq!(how, BodyRelay::None);
+}
