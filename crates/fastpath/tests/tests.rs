@@ -15,6 +15,7 @@ mod cache;
 mod check;
 mod conditional;
 mod curl;
+mod handover;
 mod limits;
 mod logs;
 mod paths;

@@ -8,8 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fastpath_content::handover::{
+    redirect_location, BackendState, HandoverMethod, RouteRequest, Routes,
+};
 use fastpath_content::{Body, ContentCache, Part, Reply, Source, StaticRequest};
-use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Output};
+use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Output, UpstreamPort};
 use fastpath_http::{
     normalize_path, parse_target, write_header, write_status_line, BodyFraming, ChunkedDecoder,
     Parser, Request, Target, Version,
@@ -18,6 +21,7 @@ use fastpath_http::{
 use crate::access_log::{AccessLogBuffer, Entry};
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::proxy::{Exchange, Progress, Start};
 use crate::vhosts::VirtualHosts;
 
 /// Queued output past which pipelined requests wait until it is sent: bounds the memory a
@@ -66,6 +70,12 @@ pub(crate) struct HttpHandler {
     access_log: Option<AccessLogBuffer>,
     cache: ContentCache,
     path: Vec<u8>,
+    /// Hand-over rules (shared) and this worker's view of each backend.
+    routes: Arc<Routes>,
+    backends: Vec<BackendState>,
+    /// Backend response parsers not lent to any exchange.
+    #[allow(clippy::vec_box)]
+    response_parsers: Vec<Box<fastpath_http::ResponseParser>>,
     /// Parsers not lent to any connection, boxed as connections hold them, so lending one
     /// moves a pointer rather than the parser.
     #[allow(clippy::vec_box)]
@@ -80,6 +90,8 @@ enum Phase {
     DiscardLength(u64),
     /// Discarding a chunked request body; counts what was discarded.
     DiscardChunked(Box<ChunkedDecoder>, u64),
+    /// Relaying a request to a backend and its response back.
+    Proxy(Box<Exchange>),
 }
 
 /// Everything the server keeps for one connection.
@@ -108,8 +120,13 @@ impl HttpHandler {
         settings: Arc<HandlerSettings>,
         access_log: Option<AccessLogBuffer>,
         cache: ContentCache,
+        routes: Arc<Routes>,
+        backends: Vec<BackendState>,
     ) -> Self {
         HttpHandler {
+            routes,
+            backends,
+            response_parsers: Vec::new(),
             hosts,
             settings,
             clock: Clock::new(),
@@ -135,6 +152,13 @@ impl HttpHandler {
             }
             match &mut conn.phase {
                 Phase::Head => {}
+                Phase::Proxy(exchange) => {
+                    let progress = exchange.step(&mut self.backends, io);
+                    match self.finish_exchange(conn, io, progress) {
+                        Some(next) => return next,
+                        None => continue,
+                    }
+                }
                 Phase::DiscardLength(remaining) => {
                     let take = (*remaining).min(io.input.len() as u64);
                     io.input.consume(take as usize);
@@ -215,7 +239,17 @@ impl HttpHandler {
                     self.log(peer, &[line], e.status, sent, None, None);
                     return Next::Close;
                 }
-                Ok(Some(request)) => self.respond(peer, requests, &request, io.output, io.pool),
+                Ok(Some(request)) => {
+                    let raw_head = &io.input.data()[..request.head_len];
+                    let mut sink = Sink {
+                        output: io.output,
+                        pool: io.pool,
+                        upstream: io.upstream,
+                        deadline: io.deadline,
+                        now: io.now,
+                    };
+                    self.respond(peer, requests, &request, raw_head, &mut sink)
+                }
             };
             io.input.consume(outcome.head_len);
             if let Some(parser) = conn.parser.as_mut() {
@@ -242,8 +276,8 @@ impl HttpHandler {
         peer: SocketAddr,
         served: u64,
         request: &Request<'_>,
-        output: &mut Output,
-        pool: &mut BufferPool,
+        raw_head: &[u8],
+        sink: &mut Sink<'_>,
     ) -> Outcome {
         let head = request.method == "HEAD";
         let mut close =
@@ -265,7 +299,22 @@ impl HttpHandler {
             BodyFraming::Chunked => Phase::DiscardChunked(Box::new(ChunkedDecoder::new()), 0),
         };
         let version = request.version;
+        let (output, pool) = (&mut *sink.output, &mut *sink.pool);
         let (status, body_bytes) = match self.route(request) {
+            Route::Handover(backend, method) => {
+                match self.hand_over(peer, request, raw_head, backend, method, close, sink) {
+                    HandOver::Started(exchange) => {
+                        // Logged when the exchange ends; the body goes to the backend.
+                        return Outcome {
+                            head_len: request.head_len,
+                            close: false,
+                            body_pending: false,
+                            discard: Phase::Proxy(exchange),
+                        };
+                    }
+                    HandOver::Answered(status, bytes) => (status, bytes),
+                }
+            }
             Route::Error(status) => (
                 status,
                 self.error_reply(output, pool, status, version, head, close),
@@ -323,21 +372,31 @@ impl HttpHandler {
                 }
             }
         };
-        match request.method {
-            "GET" | "HEAD" => {}
-            "POST" | "PUT" | "DELETE" | "CONNECT" | "OPTIONS" | "TRACE" | "PATCH" => {
-                return Route::MethodNotAllowed
-            }
-            _ => return Route::Error(501),
-        }
         if let Err(e) = normalize_path(raw_path, &mut self.path) {
             return Route::Error(e.status());
         }
         // An absolute-form target's authority wins over Host (RFC 9112 §3.2.2).
-        let host = authority
-            .map(str::as_bytes)
-            .or(request.host.map(str::as_bytes));
-        let site = self.hosts.select(host);
+        let host = authority.or(request.host);
+        let mut host_name = [0u8; 256];
+        let route_request = RouteRequest {
+            method: request.method,
+            path: &self.path,
+            query,
+            host: host.and_then(|h| lower_host_name(h, &mut host_name)),
+        };
+        if !self.routes.is_empty() {
+            if let Some(rule) = self.routes.classify(&route_request) {
+                return Route::Handover(rule.backend, rule.method);
+            }
+        }
+        match request.method {
+            "GET" | "HEAD" => {}
+            "POST" | "PUT" | "DELETE" | "CONNECT" | "OPTIONS" | "TRACE" | "PATCH" => {
+                return self.fallback_or(&route_request, Route::MethodNotAllowed)
+            }
+            _ => return self.fallback_or(&route_request, Route::Error(501)),
+        }
+        let site = self.hosts.select(host.map(str::as_bytes));
         let reply = site.serve_cached(
             &mut self.cache,
             &StaticRequest {
@@ -354,7 +413,155 @@ impl HttpHandler {
                 accept_encoding: request.header("accept-encoding"),
             },
         );
+        if reply.status == 404 {
+            return self.fallback_or(&route_request, Route::Static(reply));
+        }
         Route::Static(reply)
+    }
+
+    /// The fallback hand-over for a request nothing static answers, else `otherwise`.
+    fn fallback_or(&self, request: &RouteRequest<'_>, otherwise: Route) -> Route {
+        match self.routes.fallback(request) {
+            Some(rule) => Route::Handover(rule.backend, rule.method),
+            None => otherwise,
+        }
+    }
+
+    /// Starts handing a request over to a backend, or answers it (redirect, or an error
+    /// when no connection can be had).
+    #[allow(clippy::too_many_arguments)]
+    fn hand_over(
+        &mut self,
+        peer: SocketAddr,
+        request: &Request<'_>,
+        raw_head: &[u8],
+        backend: usize,
+        method: HandoverMethod,
+        close: bool,
+        sink: &mut Sink<'_>,
+    ) -> HandOver {
+        let version = request.version;
+        let head = request.method == "HEAD";
+        let config = self.backends[backend].config();
+        if method == HandoverMethod::Redirect {
+            let location =
+                redirect_location(config.public_url.as_deref().unwrap_or(""), request.target);
+            let sent =
+                self.error_reply_with(sink.output, sink.pool, 307, version, head, close, |out| {
+                    write_header("Location", location.as_bytes(), out)
+                });
+            return HandOver::Answered(307, sent);
+        }
+        let bridge = method == HandoverMethod::Bridge;
+        let mut staged = Vec::with_capacity(raw_head.len() + 256);
+        if bridge {
+            staged.extend_from_slice(raw_head);
+        } else {
+            fastpath_http::write_forwarded_request(
+                request,
+                &fastpath_http::ForwardOptions {
+                    client: peer.ip(),
+                    proto: "http",
+                    forwarded: config.forwarded,
+                    host: None,
+                },
+                &mut staged,
+            );
+        }
+        let version_text: &[u8] = match version {
+            Version::Http10 => b"HTTP/1.0",
+            Version::Http11 => b"HTTP/1.1",
+        };
+        let mut log_line = Vec::with_capacity(request.target.len() + 20);
+        log_line.extend_from_slice(request.method.as_bytes());
+        log_line.push(b' ');
+        log_line.extend_from_slice(request.target.as_bytes());
+        log_line.push(b' ');
+        log_line.extend_from_slice(version_text);
+        let parser = self
+            .response_parsers
+            .pop()
+            .unwrap_or_else(|| Box::new(fastpath_http::ResponseParser::new(self.settings.limits)));
+        let start = Start {
+            backend,
+            bridge,
+            staged,
+            framing: request.framing,
+            client_version: version,
+            head_request: head,
+            client_close: close,
+            log_line,
+            referer: request.header("referer"),
+            user_agent: request.header("user-agent"),
+        };
+        match Exchange::start(
+            start,
+            &mut self.backends,
+            sink.upstream,
+            sink.deadline,
+            sink.now,
+            parser,
+        ) {
+            Ok(exchange) => HandOver::Started(Box::new(exchange)),
+            Err((status, parser)) => {
+                self.response_parsers.push(parser);
+                let sent = self.error_reply(sink.output, sink.pool, status, version, head, close);
+                HandOver::Answered(status, sent)
+            }
+        }
+    }
+
+    /// Acts on how a step of an exchange went: `None` to go on with the next request.
+    fn finish_exchange(
+        &mut self,
+        conn: &mut HttpConn,
+        io: &mut Io<'_>,
+        progress: Progress,
+    ) -> Option<Next> {
+        let Phase::Proxy(exchange) = &mut conn.phase else {
+            return None;
+        };
+        let (status, bytes, next) = match progress {
+            Progress::Wait(next) => return Some(next),
+            Progress::Finished { close } => (
+                exchange.status,
+                exchange.relayed,
+                close.then_some(Next::Close),
+            ),
+            Progress::Failed(status) => {
+                let close = exchange.client_close || exchange.body_unsent();
+                let sent = self.error_reply(
+                    io.output,
+                    io.pool,
+                    status,
+                    exchange.client_version(),
+                    exchange.is_head(),
+                    close,
+                );
+                (status, sent, close.then_some(Next::Linger))
+            }
+            // What arrived goes out, then the close: short of its announced length, the
+            // response can never pass for complete.
+            Progress::Broken => (exchange.status, exchange.relayed, Some(Next::Close)),
+        };
+        let exchange = match std::mem::replace(&mut conn.phase, Phase::Head) {
+            Phase::Proxy(exchange) => exchange,
+            _ => unreachable!("the phase was checked above"),
+        };
+        let (parser, log_line, referer, user_agent) = exchange.into_parts();
+        if self.response_parsers.len() < MAX_POOLED_PARSERS {
+            self.response_parsers.push(parser);
+        }
+        let entry_line: [&[u8]; 1] = [&log_line];
+        self.log(
+            conn.peer,
+            &entry_line,
+            status,
+            bytes,
+            referer.as_deref(),
+            user_agent.as_deref(),
+        );
+        next
     }
 
     /// Writes the status line and the headers every response has.
@@ -517,6 +724,43 @@ enum Route {
     Static(Reply),
     MethodNotAllowed,
     Error(u16),
+    /// To a backend (its index), by a hand-over method.
+    Handover(usize, HandoverMethod),
+}
+
+/// What a hand-over did at once.
+enum HandOver {
+    /// An exchange with the backend is under way.
+    Started(Box<Exchange>),
+    /// The request was answered (status, body bytes): a redirect or an error.
+    Answered(u16, u64),
+}
+
+/// The parts of a connection's [`Io`] that answering a request writes to, taken apart so
+/// that the request (which borrows the input) can be read meanwhile.
+struct Sink<'s> {
+    output: &'s mut Output,
+    pool: &'s mut BufferPool,
+    upstream: &'s mut UpstreamPort,
+    deadline: &'s mut Option<Instant>,
+    now: Instant,
+}
+
+/// The host name a route condition is compared with: lower case, without the port.
+fn lower_host_name<'b>(host: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
+    let name = match host.strip_prefix('[') {
+        Some(_) => host.split_inclusive(']').next().unwrap_or(host),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.is_empty() || name.len() > buf.len() {
+        return None;
+    }
+    let out = &mut buf[..name.len()];
+    for (dst, src) in out.iter_mut().zip(name.bytes()) {
+        *dst = src.to_ascii_lowercase();
+    }
+    std::str::from_utf8(out).ok()
 }
 
 fn write_content_length(len: u64, out: &mut Vec<u8>) {
@@ -585,6 +829,13 @@ impl Handler for HttpHandler {
     }
 
     fn on_timeout(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        if let Phase::Proxy(exchange) = &mut conn.phase {
+            let progress = exchange.timed_out(&mut self.backends, io);
+            return match self.finish_exchange(conn, io, progress) {
+                Some(next) => next,
+                None => self.process(conn, io),
+            };
+        }
         if matches!(conn.phase, Phase::Head) && conn.head_started.is_some() {
             // A request began but did not finish in time: say so, then close.
             let sent = self.error_reply(io.output, io.pool, 408, Version::Http11, false, true);
@@ -598,7 +849,11 @@ impl Handler for HttpHandler {
         Next::Close
     }
 
-    fn on_close(&mut self, conn: HttpConn, _reason: CloseReason) {
+    fn on_close(&mut self, mut conn: HttpConn, _reason: CloseReason) {
+        if let Phase::Proxy(exchange) = &mut conn.phase {
+            // The client went away mid-exchange: the driver closes the backend connection.
+            exchange.forget(&mut self.backends);
+        }
         if let Some(parser) = conn.parser {
             self.give_parser(parser);
         }

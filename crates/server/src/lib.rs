@@ -19,12 +19,14 @@ mod clock;
 pub mod config;
 mod error_log;
 mod handler;
+mod proxy;
 mod vhosts;
 
 use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use fastpath_content::handover::{BackendConfig, BackendState, Routes};
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
 use fastpath_drivers::Model as DriverModel;
 use fastpath_drivers::{bind_listeners, DriverConfig};
@@ -133,7 +135,17 @@ pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeErro
     let hosts = Arc::new(virtual_hosts(config)?);
     let settings = Arc::new(HandlerSettings::from_config(config));
     let workers = worker_count(config.workers);
-    let model = driver_model(config.model);
+    let mut model = driver_model(config.model);
+    let routes = Arc::new(Routes::new(config.routes.clone()));
+    if !routes.is_empty() && model == DriverModel::Uring {
+        // The io_uring loop does not run upstream connections yet.
+        tracing::warn!(
+            "hand-over routes are configured and the uring model cannot run them yet; using epoll"
+        );
+        model = DriverModel::Epoll;
+    }
+    let backend_configs: Vec<Arc<BackendConfig>> =
+        config.backends.iter().cloned().map(Arc::new).collect();
     let model_name = match model {
         DriverModel::Epoll => "epoll",
         DriverModel::Uring => "uring",
@@ -163,11 +175,17 @@ pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeErro
         listeners,
         &driver_config,
         |_worker| {
+            let backends = backend_configs
+                .iter()
+                .map(|b| BackendState::new(b.clone(), (b.max_connections / workers).max(1)))
+                .collect();
             HttpHandler::new(
                 hosts.clone(),
                 settings.clone(),
                 access_log.buffer(),
                 ContentCache::new(cache_limits),
+                routes.clone(),
+                backends,
             )
         },
         stop,

@@ -1,0 +1,437 @@
+//! Hand-over of requests to a backend web server: routes, the proxy, bridge and redirect
+//! methods, and every way a backend can fail. The backends here are small servers inside
+//! the test (so each failure is exact); `handover_real` runs real, unmodified ones.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// What a test backend does with one connection.
+type Behaviour = fn(TcpStream, &BackendLog);
+
+/// What a test backend saw.
+#[derive(Default)]
+pub struct BackendLog {
+    pub connections: AtomicUsize,
+    pub requests: Mutex<Vec<String>>,
+    /// Signalled when a connection's reader sees the end of the stream.
+    pub ends: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+/// A backend on 127.0.0.1 running `behaviour` on a thread per connection.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub log: Arc<BackendLog>,
+}
+
+impl Backend {
+    pub fn start(behaviour: Behaviour) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log = Arc::new(BackendLog::default());
+        let shared = log.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                shared.connections.fetch_add(1, Ordering::SeqCst);
+                let log = shared.clone();
+                std::thread::spawn(move || behaviour(stream, &log));
+            }
+        });
+        Backend { addr, log }
+    }
+
+    fn connections(&self) -> usize {
+        self.log.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// Reads one request head; None at the end of the stream.
+fn read_head(reader: &mut BufReader<TcpStream>) -> Option<(String, Vec<(String, String)>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let request_line = line.trim_end().to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            return Some((request_line, headers));
+        }
+        let (name, value) = line.split_once(':')?;
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+    }
+}
+
+fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Reads the body the head announces (Content-Length or chunked, decoded).
+fn read_body(reader: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> Vec<u8> {
+    if let Some(n) = header(headers, "content-length") {
+        let mut body = vec![0u8; n.parse().unwrap()];
+        reader.read_exact(&mut body).unwrap();
+        return body;
+    }
+    let mut body = Vec::new();
+    if header(headers, "transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).unwrap();
+            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0u8; size + 2];
+            reader.read_exact(&mut chunk).unwrap();
+            if size == 0 {
+                return body;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    }
+    body
+}
+
+/// Answers every request on a kept-alive connection with a text description of it.
+fn echo(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some((line, headers)) = read_head(&mut reader) {
+        let body = read_body(&mut reader, &headers);
+        log.requests.lock().unwrap().push(line.clone());
+        let mut text = format!("{line}\n");
+        for (name, value) in &headers {
+            text.push_str(&format!("{name}: {value}\n"));
+        }
+        text.push_str(&format!("body: {}\n", String::from_utf8_lossy(&body)));
+        let head_only = line.starts_with("HEAD ");
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nX-Backend: echo\r\nKeep-Alive: timeout=5\r\n\r\n{}",
+            text.len(),
+            if head_only { "" } else { text.as_str() }
+        );
+        if writer.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+    if let Some(ends) = log.ends.lock().unwrap().as_ref() {
+        let _ = ends.send(());
+    }
+}
+
+/// Answers with a chunked body in three chunks.
+fn chunked(stream: TcpStream, _log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some((_, headers)) = read_head(&mut reader) {
+        read_body(&mut reader, &headers);
+        let response = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\n\r\n";
+        if writer.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads the request, then never answers.
+fn stall(stream: TcpStream, log: &BackendLog) {
+    let mut reader = BufReader::new(stream);
+    read_head(&mut reader);
+    let mut rest = Vec::new();
+    let _ = reader.read_to_end(&mut rest);
+    if let Some(ends) = log.ends.lock().unwrap().as_ref() {
+        let _ = ends.send(());
+    }
+}
+
+/// Promises 1000 bytes, sends 100, closes.
+fn cut_short(stream: TcpStream, _log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    read_head(&mut reader);
+    let _ = writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n");
+    let _ = writer.write_all(&[b'x'; 100]);
+}
+
+/// Answers with something that is not HTTP.
+fn garbage(stream: TcpStream, _log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    read_head(&mut reader);
+    let _ = writer.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n");
+}
+
+fn config(backend: &Backend, route: &str, extra: &str) -> String {
+    format!(
+        "root = \"root\"\n{extra}\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\naddresses = \"{}\"\npublic_url = \"http://backend.example:8000\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"1s\"\n[[route]]\nbackend = \"app\"\n{route}\n",
+        backend.addr
+    )
+}
+
+fn site() -> Site {
+    let site = Site::new();
+    site.file("index.html", "static index\n");
+    site.file("page.txt", "static page\n");
+    site
+}
+
+httptest!(prefix_route_proxies_and_static_stays_static, |model| {
+    let backend = Backend::start(echo);
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    let r = srv.get("/app/hello?x=1");
+    r.assert_status(200);
+    assert_eq!(r.header("X-Backend"), Some("echo"));
+    let text = r.text();
+    assert!(text.starts_with("GET /app/hello?x=1 HTTP/1.1\n"), "{text}");
+    assert!(text.contains("x-forwarded-for: 127.0.0.1\n"), "{text}");
+    assert!(text.contains("x-forwarded-proto: http\n"), "{text}");
+    assert!(
+        text.contains("forwarded: for=127.0.0.1;proto=http\n"),
+        "{text}"
+    );
+    // Hop-by-hop fields of the backend's answer are not relayed.
+    assert_eq!(r.header("Keep-Alive"), None);
+    srv.get("/page.txt").assert_ok(200, "static page\n");
+});
+
+httptest!(
+    one_client_connection_mixes_static_and_proxied_and_reuses_the_backend,
+    |model| {
+        let backend = Backend::start(echo);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        let mut conn = srv.connect();
+        for i in 0..5 {
+            let r = conn.exchange(format!("GET /app/{i} HTTP/1.1\r\nHost: t\r\n\r\n"));
+            r.assert_status(200);
+            assert!(r.text().starts_with(&format!("GET /app/{i} HTTP/1.1")));
+            let r = conn.exchange("GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+            r.assert_ok(200, "static page\n");
+        }
+        // Pipelined: a proxied request between two static ones, answered in order.
+        conn.send("GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/p HTTP/1.1\r\nHost: t\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\n\r\n");
+        let rs = conn.read_responses(&["GET", "GET", "GET"]);
+        assert_eq!(rs[0].text(), "static page\n");
+        assert!(rs[1].text().starts_with("GET /app/p HTTP/1.1"));
+        assert_eq!(rs[2].text(), "static index\n");
+        assert_eq!(
+            backend.connections(),
+            1,
+            "the backend connection was not reused"
+        );
+    }
+);
+
+httptest!(request_bodies_are_streamed_to_the_backend, |model| {
+    let backend = Backend::start(echo);
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "unsafe_methods = true", ""));
+    let mut conn = srv.connect();
+    let r = conn
+        .exchange("POST /index.html HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello world");
+    assert!(r.text().contains("body: hello world\n"), "{}", r.text());
+    let r = conn.exchange(
+        "PUT /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    );
+    assert!(r.text().contains("body: hello world\n"), "{}", r.text());
+    assert!(
+        r.text().contains("transfer-encoding: chunked\n"),
+        "{}",
+        r.text()
+    );
+    // GET is still static.
+    conn.exchange("GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .assert_ok(200, "static page\n");
+});
+
+httptest!(extension_query_and_fallback_routes, |model| {
+    let backend = Backend::start(echo);
+    let site = site();
+    site.file("script.php", "<?php source must never be served ?>");
+    let text = format!(
+        "{}[[route]]\nbackend = \"app\"\nquery = true\n[[route]]\nbackend = \"app\"\nfallback = true\n",
+        config(&backend, "extensions = [\"php\"]", "")
+    );
+    let srv = site.serve_config(model, &text);
+    let r = srv.get("/script.php");
+    assert!(
+        r.text().starts_with("GET /script.php HTTP/1.1"),
+        "{}",
+        r.text()
+    );
+    let r = srv.get("/page.txt?q=1");
+    assert!(
+        r.text().starts_with("GET /page.txt?q=1 HTTP/1.1"),
+        "{}",
+        r.text()
+    );
+    let r = srv.get("/no/such/file");
+    assert!(
+        r.text().starts_with("GET /no/such/file HTTP/1.1"),
+        "{}",
+        r.text()
+    );
+    srv.get("/page.txt").assert_ok(200, "static page\n");
+});
+
+httptest!(chunked_responses_reach_both_http_versions, |model| {
+    let backend = Backend::start(chunked);
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "prefix = \"/\"", ""));
+    let mut conn = srv.connect();
+    let r = conn.exchange("GET /c HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
+    assert_eq!(r.text(), "hello world");
+    // An HTTP/1.0 client cannot take chunks: the body comes decoded, ended by the close.
+    let mut conn = srv.connect();
+    conn.send("GET /c HTTP/1.0\r\n\r\n");
+    let r = conn.read_response();
+    assert_eq!(r.header("Transfer-Encoding"), None);
+    assert_eq!(r.text(), "hello world");
+    conn.expect_closed();
+});
+
+httptest!(redirect_answers_307_to_the_public_url, |model| {
+    let backend = Backend::start(echo);
+    let site = site();
+    let route = "prefix = \"/admin/\"\nmethod = \"redirect\"";
+    let srv = site.serve_config(model, &config(&backend, route, ""));
+    let r = srv.get("/admin/users?page=2");
+    r.assert_status(307);
+    assert_eq!(
+        r.header("Location"),
+        Some("http://backend.example:8000/admin/users?page=2")
+    );
+    assert_eq!(backend.connections(), 0);
+});
+
+httptest!(bridge_hands_the_connection_over_for_good, |model| {
+    let backend = Backend::start(echo);
+    let site = site();
+    let route = "prefix = \"/ws/\"\nmethod = \"bridge\"";
+    let srv = site.serve_config(model, &config(&backend, route, ""));
+    let mut conn = srv.connect();
+    let r = conn.exchange("GET /ws/chat HTTP/1.1\r\nHost: t\r\nX-Test: 1\r\n\r\n");
+    // The request reached the backend exactly as the client sent it.
+    assert!(
+        r.text().starts_with("GET /ws/chat HTTP/1.1\n"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("x-test: 1\n"));
+    assert!(!r.text().contains("x-forwarded-for"));
+    // The backend's own fields come through untouched, hop-by-hop ones included.
+    assert_eq!(r.header("Keep-Alive"), Some("timeout=5"));
+    // From now on the connection belongs to the backend, even for a static path.
+    let r = conn.exchange("GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(
+        r.text().starts_with("GET /page.txt HTTP/1.1\n"),
+        "{}",
+        r.text()
+    );
+});
+
+httptest!(a_refusing_backend_gives_502, |model| {
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let backend = Backend {
+        addr: closed,
+        log: Arc::default(),
+    };
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    let mut conn = srv.connect();
+    let r = conn.exchange("GET /app/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    r.assert_status(502);
+    assert!(r.text().contains("502 Bad Gateway"));
+    // The client connection is still good for static requests.
+    conn.exchange("GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .assert_ok(200, "static page\n");
+});
+
+httptest!(
+    a_silent_backend_gives_504_and_static_serving_goes_on,
+    |model| {
+        let backend = Backend::start(stall);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        let mut slow = srv.connect();
+        slow.send("GET /app/x HTTP/1.1\r\nHost: t\r\n\r\n");
+        // Meanwhile, on the same worker, static requests are answered at once.
+        let started = Instant::now();
+        for _ in 0..20 {
+            srv.get("/page.txt").assert_ok(200, "static page\n");
+        }
+        assert!(started.elapsed() < Duration::from_millis(900));
+        let r = slow.read_response();
+        r.assert_status(504);
+        assert!(started.elapsed() >= Duration::from_millis(900));
+    }
+);
+
+httptest!(a_backend_closing_mid_response_closes_the_client, |model| {
+    let backend = Backend::start(cut_short);
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    let mut conn = srv.connect();
+    conn.send("GET /app/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut stream = conn.stream().try_clone().unwrap();
+    let mut got = Vec::new();
+    let _ = stream.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("Content-Length: 1000"), "{text}");
+    let body = &got[got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
+    assert_eq!(
+        body.len(),
+        100,
+        "the client must see the response cut short"
+    );
+});
+
+httptest!(a_backend_answering_garbage_gives_502, |model| {
+    let backend = Backend::start(garbage);
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    srv.get("/app/x").assert_status(502);
+});
+
+httptest!(
+    a_client_going_away_releases_the_backend_connection,
+    |model| {
+        let backend = Backend::start(stall);
+        let (ends_tx, ends_rx) = mpsc::channel();
+        *backend.log.ends.lock().unwrap() = Some(ends_tx);
+        let site = site();
+        let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+        let mut conn = srv.connect();
+        conn.send("GET /app/x HTTP/1.1\r\nHost: t\r\n\r\n");
+        wait_for(Duration::from_secs(5), || {
+            (backend.connections() == 1).then_some(())
+        })
+        .expect("the request never reached the backend");
+        drop(conn);
+        ends_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the backend connection was not closed after the client left");
+    }
+);

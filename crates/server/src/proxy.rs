@@ -1,0 +1,513 @@
+//! The proxy and bridge hand-over: a request the routes send to a backend is relayed over
+//! an upstream connection on the client's own event loop.
+//!
+//! An [`Exchange`] is one request in flight to a backend. Proxy mode parses the backend's
+//! response head, relays it with hop-by-hop fields replaced, and relays the body by its
+//! framing, so the client connection stays with fastpath and its next request may be
+//! static again; the backend connection goes back to the worker's pool when the response
+//! allowed it. Bridge mode hands the connection over for good: the bytes already read and
+//! everything after them go to the backend, its bytes come back, nothing is parsed again.
+//!
+//! Failures keep their meaning for the client: a backend that refuses or cannot be reached
+//! gives 502, one that does not answer in time 504, one that answers garbage 502; one that
+//! stops in the middle of a response makes fastpath close the client connection, so a
+//! truncated response never looks complete.
+
+use std::time::Instant;
+
+use fastpath_content::handover::BackendState;
+use fastpath_drivers::{
+    BufferPool, Input, Io, Next, Output, UpstreamAddr, UpstreamPort, UpstreamState,
+};
+use fastpath_http::{
+    BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser, Version,
+};
+
+/// Client output queued past which relaying from the backend pauses.
+const RELAY_HIGH_WATER: u64 = 256 * 1024;
+
+/// Bytes of the request body still to forward to the backend.
+enum RequestBody {
+    None,
+    Length(u64),
+    Chunked(Box<ChunkedDecoder>),
+    /// Bridge mode: everything, until the client closes.
+    All,
+}
+
+/// Where the response stands.
+enum Response {
+    /// Waiting for (the rest of) the response head.
+    AwaitingHead,
+    /// Relaying the body; `remaining` counts bytes for `BodyRelay::Length`.
+    Body {
+        relay: BodyRelay,
+        remaining: u64,
+        decoder: Option<Box<ChunkedDecoder>>,
+    },
+    /// Bridge mode: everything, until the backend closes.
+    Raw,
+}
+
+/// How an exchange ended, or what it waits for.
+pub(crate) enum Progress {
+    /// Waiting; the connection waits as `Next` says.
+    Wait(Next),
+    /// The response is complete; the client connection closes if `close`.
+    Finished { close: bool },
+    /// Nothing of the response was sent yet: answer the client with this status.
+    Failed(u16),
+    /// A response was partly relayed and cannot be completed: drop the client connection.
+    Broken,
+}
+
+/// One request relayed to a backend.
+pub(crate) struct Exchange {
+    pub(crate) backend: usize,
+    address: usize,
+    bridge: bool,
+    /// The request head (and for a bridge, the bytes read after it) waiting for the
+    /// connection.
+    staged: Vec<u8>,
+    body: RequestBody,
+    parser: Box<ResponseParser>,
+    response: Response,
+    client_version: Version,
+    head_request: bool,
+    /// The client asked to close after this response.
+    pub(crate) client_close: bool,
+    /// Status relayed, for the access log.
+    pub(crate) status: u16,
+    /// Body bytes relayed, for the access log.
+    pub(crate) relayed: u64,
+    /// The response allows reusing the backend connection.
+    reusable: bool,
+    /// The address was counted as an open connection in the backend state.
+    counted: bool,
+    /// The connection to the backend has been established.
+    connected: bool,
+    /// When the backend must have answered (or connected) by.
+    pub(crate) deadline: Instant,
+    pub(crate) log_line: Vec<u8>,
+    pub(crate) referer: Option<Vec<u8>>,
+    pub(crate) user_agent: Option<Vec<u8>>,
+}
+
+/// The pool key of a backend address: backend and address index.
+fn pool_key(backend: usize, address: usize) -> u64 {
+    ((backend as u64) << 32) | address as u64
+}
+
+/// What starting an exchange needs to know about the request.
+pub(crate) struct Start<'a> {
+    pub backend: usize,
+    pub bridge: bool,
+    pub staged: Vec<u8>,
+    pub framing: BodyFraming,
+    pub client_version: Version,
+    pub head_request: bool,
+    pub client_close: bool,
+    pub log_line: Vec<u8>,
+    pub referer: Option<&'a [u8]>,
+    pub user_agent: Option<&'a [u8]>,
+}
+
+impl Exchange {
+    /// Starts connecting to an address of the backend; `Err(status)` when none can be used
+    /// (every address is at the connection limit: 503).
+    pub(crate) fn start(
+        start: Start<'_>,
+        backends: &mut [BackendState],
+        upstream: &mut UpstreamPort,
+        deadline: &mut Option<Instant>,
+        now: Instant,
+        parser: Box<ResponseParser>,
+    ) -> Result<Exchange, (u16, Box<ResponseParser>)> {
+        let state = &mut backends[start.backend];
+        let Some(address) = state.pick(now) else {
+            return Err((503, parser));
+        };
+        let connect_deadline = now + state.config().connect_timeout;
+        let body = if start.bridge {
+            RequestBody::All
+        } else {
+            match start.framing {
+                BodyFraming::None => RequestBody::None,
+                BodyFraming::Length(n) => RequestBody::Length(n),
+                BodyFraming::Chunked => RequestBody::Chunked(Box::new(ChunkedDecoder::new())),
+            }
+        };
+        let mut exchange = Exchange {
+            backend: start.backend,
+            address,
+            bridge: start.bridge,
+            staged: start.staged,
+            body,
+            parser,
+            response: if start.bridge {
+                Response::Raw
+            } else {
+                Response::AwaitingHead
+            },
+            client_version: start.client_version,
+            head_request: start.head_request,
+            client_close: start.client_close,
+            status: 0,
+            relayed: 0,
+            reusable: false,
+            counted: false,
+            connected: false,
+            deadline: connect_deadline,
+            log_line: start.log_line,
+            referer: start.referer.map(<[u8]>::to_vec),
+            user_agent: start.user_agent.map(<[u8]>::to_vec),
+        };
+        exchange.connect(backends, upstream);
+        *deadline = Some(connect_deadline);
+        Ok(exchange)
+    }
+
+    fn connect(&mut self, backends: &mut [BackendState], upstream: &mut UpstreamPort) {
+        let state = &mut backends[self.backend];
+        let addr = match state.address(self.address) {
+            fastpath_content::handover::BackendAddr::Tcp(a) => UpstreamAddr::Tcp(*a),
+            fastpath_content::handover::BackendAddr::Unix(p) => UpstreamAddr::Unix(p.clone()),
+        };
+        state.opened(self.address);
+        self.counted = true;
+        upstream.connect(pool_key(self.backend, self.address), addr);
+    }
+
+    /// The client's HTTP version.
+    pub(crate) fn client_version(&self) -> Version {
+        self.client_version
+    }
+
+    /// The request was HEAD.
+    pub(crate) fn is_head(&self) -> bool {
+        self.head_request
+    }
+
+    /// Part of the request body has not been forwarded (it may still be arriving).
+    pub(crate) fn body_unsent(&self) -> bool {
+        !matches!(self.body, RequestBody::None)
+    }
+
+    /// What the access log and the worker's pools take back when the exchange is over.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        Box<ResponseParser>,
+        Vec<u8>,
+        Option<Vec<u8>>,
+        Option<Vec<u8>>,
+    ) {
+        (self.parser, self.log_line, self.referer, self.user_agent)
+    }
+
+    /// Lets go of the backend connection (for reuse when the response allowed it).
+    pub(crate) fn release(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) {
+        io.upstream.release(self.reusable && !self.bridge);
+        self.forget(backends);
+    }
+
+    /// Forgets the connection count when the client connection is gone.
+    pub(crate) fn forget(&mut self, backends: &mut [BackendState]) {
+        if self.counted {
+            backends[self.backend].closed(self.address);
+            self.counted = false;
+        }
+    }
+
+    /// The deadline passed: 504 if nothing was relayed yet, else the response is broken.
+    pub(crate) fn timed_out(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
+        if io.upstream.state() == UpstreamState::Connecting {
+            backends[self.backend].failed(self.address, io.now);
+        }
+        self.reusable = false;
+        self.release(backends, io);
+        if self.status == 0 {
+            Progress::Failed(504)
+        } else {
+            Progress::Broken
+        }
+    }
+
+    /// Moves the exchange forward with whatever arrived on either side.
+    pub(crate) fn step(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
+        match io.upstream.state() {
+            UpstreamState::Connecting => return Progress::Wait(Next::Read),
+            UpstreamState::None => return Progress::Failed(502),
+            UpstreamState::Failed(kind) => {
+                self.reusable = false;
+                if self.status == 0 && self.relayed == 0 {
+                    tracing::warn!("backend connection failed: {kind:?}");
+                    backends[self.backend].failed(self.address, io.now);
+                    self.release(backends, io);
+                    return Progress::Failed(502);
+                }
+                self.release(backends, io);
+                return Progress::Broken;
+            }
+            UpstreamState::Connected | UpstreamState::Ended => {}
+        }
+        if !self.connected {
+            self.connected = true;
+            backends[self.backend].succeeded(self.address);
+            self.deadline = io.now + backends[self.backend].config().response_timeout;
+        }
+        // Request side: the staged head, then body bytes from the client.
+        if let Some(out) = io.upstream.output() {
+            if !self.staged.is_empty() {
+                let staged = std::mem::take(&mut self.staged);
+                out.write_with(io.pool, |b| b.extend_from_slice(&staged));
+            }
+            if out.pending() < RELAY_HIGH_WATER {
+                if let Err(status) = forward_body(&mut self.body, io.input, out, io.pool) {
+                    self.release(backends, io);
+                    return Progress::Failed(status);
+                }
+            }
+        }
+        let ended = io.upstream.state() == UpstreamState::Ended;
+        // Response side.
+        loop {
+            if io.output.pending() >= RELAY_HIGH_WATER {
+                *io.deadline = None;
+                return Progress::Wait(Next::Drain);
+            }
+            let Some(input) = io.upstream.input() else {
+                return Progress::Failed(502);
+            };
+            match &mut self.response {
+                Response::Raw => {
+                    let n = input.len();
+                    if n > 0 {
+                        let data = input.data();
+                        io.output.write_with(io.pool, |b| b.extend_from_slice(data));
+                        input.consume(n);
+                        self.relayed += n as u64;
+                        self.status = self.status.max(1);
+                    }
+                    if ended {
+                        self.release(backends, io);
+                        return Progress::Finished { close: true };
+                    }
+                    if io.eof {
+                        // The client is gone or done: a bridge ends with either side.
+                        self.release(backends, io);
+                        return Progress::Finished { close: true };
+                    }
+                    // A bridge idle for the response timeout in both directions ends.
+                    *io.deadline = Some(io.now + backends[self.backend].config().response_timeout);
+                    return Progress::Wait(Next::Read);
+                }
+                Response::AwaitingHead => {
+                    let head = match self.parser.parse(input.data(), self.head_request) {
+                        Ok(Some(head)) => head,
+                        Ok(None) if ended => {
+                            self.parser.reset();
+                            self.release(backends, io);
+                            return Progress::Failed(502);
+                        }
+                        Ok(None) => {
+                            *io.deadline = Some(self.deadline);
+                            return Progress::Wait(Next::Read);
+                        }
+                        Err(e) => {
+                            tracing::warn!("backend sent a bad response: {e}");
+                            self.parser.reset();
+                            self.reusable = false;
+                            self.release(backends, io);
+                            return Progress::Failed(502);
+                        }
+                    };
+                    let head_len = head.head_len;
+                    let status = head.status;
+                    if (100..200).contains(&status) {
+                        // Interim responses go to 1.1 clients as they are; the final one
+                        // follows.
+                        if status != 101 && self.client_version == Version::Http11 {
+                            let bytes = &input.data()[..head_len];
+                            io.output
+                                .write_with(io.pool, |b| b.extend_from_slice(bytes));
+                        }
+                        self.parser.reset();
+                        input.consume(head_len);
+                        continue;
+                    }
+                    self.reusable = head.keep_alive;
+                    let framing = head.framing;
+                    let relay = io.output.write_with(io.pool, |out| {
+                        fastpath_http::write_relayed_response_head(
+                            &head,
+                            self.client_version,
+                            self.client_close,
+                            out,
+                        )
+                    });
+                    self.parser.reset();
+                    input.consume(head_len);
+                    self.status = status;
+                    let remaining = match framing {
+                        ResponseFraming::Length(n) => n,
+                        _ => 0,
+                    };
+                    let decoder = matches!(relay, BodyRelay::Chunked | BodyRelay::Dechunk)
+                        .then(|| Box::new(ChunkedDecoder::new()));
+                    if matches!(relay, BodyRelay::Dechunk | BodyRelay::UntilClose) {
+                        self.client_close = true;
+                    }
+                    self.response = Response::Body {
+                        relay,
+                        remaining,
+                        decoder,
+                    };
+                }
+                Response::Body {
+                    relay,
+                    remaining,
+                    decoder,
+                } => {
+                    let done =
+                        match relay_body(relay, remaining, decoder, input, io.output, io.pool) {
+                            Ok((moved, done)) => {
+                                self.relayed += moved;
+                                done
+                            }
+                            Err(()) => {
+                                self.reusable = false;
+                                self.release(backends, io);
+                                return Progress::Broken;
+                            }
+                        };
+                    let until_close = matches!(relay, BodyRelay::UntilClose);
+                    if done {
+                        let body_sent = matches!(self.body, RequestBody::None);
+                        self.reusable &= body_sent && input.is_empty();
+                        self.release(backends, io);
+                        return Progress::Finished {
+                            close: self.client_close,
+                        };
+                    }
+                    if ended {
+                        self.reusable = false;
+                        self.release(backends, io);
+                        // A body delimited by the close is complete now; any other is cut.
+                        return if until_close {
+                            Progress::Finished { close: true }
+                        } else {
+                            Progress::Broken
+                        };
+                    }
+                    *io.deadline = Some(io.now + backends[self.backend].config().response_timeout);
+                    return Progress::Wait(Next::Read);
+                }
+            }
+        }
+    }
+}
+
+/// Moves request body bytes from the client's input to the backend's output.
+fn forward_body(
+    body: &mut RequestBody,
+    input: &mut Input,
+    out: &mut Output,
+    pool: &mut BufferPool,
+) -> Result<(), u16> {
+    match body {
+        RequestBody::None => {}
+        RequestBody::All => {
+            let n = input.len();
+            if n > 0 {
+                let data = input.data();
+                out.write_with(pool, |b| b.extend_from_slice(data));
+                input.consume(n);
+            }
+        }
+        RequestBody::Length(remaining) => {
+            let n = (*remaining).min(input.len() as u64) as usize;
+            if n > 0 {
+                let data = &input.data()[..n];
+                out.write_with(pool, |b| b.extend_from_slice(data));
+                input.consume(n);
+                *remaining -= n as u64;
+            }
+            if *remaining == 0 {
+                *body = RequestBody::None;
+            }
+        }
+        RequestBody::Chunked(decoder) => {
+            let (used, done) = decoder.feed(input.data(), |_| {}).map_err(|e| e.status)?;
+            if used > 0 {
+                let data = &input.data()[..used];
+                out.write_with(pool, |b| b.extend_from_slice(data));
+                input.consume(used);
+            }
+            if done {
+                *body = RequestBody::None;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Moves response body bytes from the backend's input to the client's output. Returns the
+/// body bytes moved and whether the body is complete; `Err` for a malformed chunked body.
+fn relay_body(
+    relay: &BodyRelay,
+    remaining: &mut u64,
+    decoder: &mut Option<Box<ChunkedDecoder>>,
+    input: &mut Input,
+    out: &mut Output,
+    pool: &mut BufferPool,
+) -> Result<(u64, bool), ()> {
+    match relay {
+        BodyRelay::None => Ok((0, true)),
+        BodyRelay::Length(_) => {
+            let n = (*remaining).min(input.len() as u64) as usize;
+            if n > 0 {
+                let data = &input.data()[..n];
+                out.write_with(pool, |b| b.extend_from_slice(data));
+                input.consume(n);
+                *remaining -= n as u64;
+            }
+            Ok((n as u64, *remaining == 0))
+        }
+        BodyRelay::UntilClose => {
+            let n = input.len();
+            if n > 0 {
+                let data = input.data();
+                out.write_with(pool, |b| b.extend_from_slice(data));
+                input.consume(n);
+            }
+            Ok((n as u64, false))
+        }
+        BodyRelay::Chunked => {
+            let decoder = decoder.as_mut().ok_or(())?;
+            let (used, done) = decoder.feed(input.data(), |_| {}).map_err(|_| ())?;
+            if used > 0 {
+                let data = &input.data()[..used];
+                out.write_with(pool, |b| b.extend_from_slice(data));
+                input.consume(used);
+            }
+            Ok((used as u64, done))
+        }
+        BodyRelay::Dechunk => {
+            let decoder = decoder.as_mut().ok_or(())?;
+            let mut moved = 0u64;
+            let data = input.data();
+            let (used, done) = out
+                .write_with(pool, |b| {
+                    decoder.feed(data, |piece| {
+                        moved += piece.len() as u64;
+                        b.extend_from_slice(piece);
+                    })
+                })
+                .map_err(|_| ())?;
+            input.consume(used);
+            Ok((moved, done))
+        }
+    }
+}
