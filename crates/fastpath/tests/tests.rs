@@ -16,6 +16,7 @@ mod check;
 mod conditional;
 mod curl;
 mod handover;
+mod handover_real;
 mod limits;
 mod logs;
 mod paths;
