@@ -435,3 +435,64 @@ httptest!(
             .expect("the backend connection was not closed after the client left");
     }
 );
+
+/// Answers with the Cache-Control the path names (`/public`, `/no-store`, `/cookie`) and a
+/// body that counts the requests it has seen, so a cached answer is recognisable.
+fn cache_control(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some((line, headers)) = read_head(&mut reader) {
+        read_body(&mut reader, &headers);
+        let n = {
+            let mut requests = log.requests.lock().unwrap();
+            requests.push(line.clone());
+            requests.len()
+        };
+        let extra = if line.contains("/no-store") {
+            "Cache-Control: no-store\r\n"
+        } else if line.contains("/cookie") {
+            "Cache-Control: public, max-age=60\r\nSet-Cookie: id=1\r\n"
+        } else {
+            "Cache-Control: public, max-age=60\r\n"
+        };
+        let body = format!("answer {n}\n");
+        let response = format!(
+            "HTTP/1.1 200 OK\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if writer.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+httptest!(
+    cacheable_backend_responses_are_served_from_the_cache,
+    |model| {
+        let backend = Backend::start(cache_control);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        let count = || backend.log.requests.lock().unwrap().len();
+        let first = srv.get("/app/public");
+        first.assert_status(200);
+        let again = srv.get("/app/public");
+        assert_eq!(
+            again.body, first.body,
+            "a cacheable answer was fetched again"
+        );
+        assert_eq!(count(), 1);
+        // Not kept: no-store, Set-Cookie, or a request with credentials.
+        srv.get("/app/no-store");
+        srv.get("/app/no-store");
+        assert_eq!(count(), 3);
+        srv.get("/app/cookie");
+        srv.get("/app/cookie");
+        assert_eq!(count(), 5);
+        srv.get_with("/app/public", &[("Authorization", "Basic dTpw")])
+            .assert_status(200);
+        assert_eq!(count(), 6);
+    }
+);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::handover::{
-    redirect_location, BackendState, HandoverMethod, RouteRequest, Routes,
+    cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache, RouteRequest, Routes,
 };
 use fastpath_content::{Body, ContentCache, Part, Reply, Source, StaticRequest};
 use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Output, UpstreamPort};
@@ -21,7 +21,7 @@ use fastpath_http::{
 use crate::access_log::{AccessLogBuffer, Entry};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::proxy::{Exchange, Progress, Start};
+use crate::proxy::{CacheSlot, Exchange, Progress, Start};
 use crate::vhosts::VirtualHosts;
 
 /// Queued output past which pipelined requests wait until it is sent: bounds the memory a
@@ -73,6 +73,9 @@ pub(crate) struct HttpHandler {
     /// Hand-over rules (shared) and this worker's view of each backend.
     routes: Arc<Routes>,
     backends: Vec<BackendState>,
+    /// Backend responses that said they may be kept (TUX-style), and a reused key buffer.
+    response_cache: ResponseCache,
+    cache_key: Vec<u8>,
     /// Backend response parsers not lent to any exchange.
     #[allow(clippy::vec_box)]
     response_parsers: Vec<Box<fastpath_http::ResponseParser>>,
@@ -122,10 +125,13 @@ impl HttpHandler {
         cache: ContentCache,
         routes: Arc<Routes>,
         backends: Vec<BackendState>,
+        response_cache: ResponseCache,
     ) -> Self {
         HttpHandler {
             routes,
             backends,
+            response_cache,
+            cache_key: Vec::with_capacity(256),
             response_parsers: Vec::new(),
             hosts,
             settings,
@@ -453,6 +459,44 @@ impl HttpHandler {
             return HandOver::Answered(307, sent);
         }
         let bridge = method == HandoverMethod::Bridge;
+        // Cached backend responses are kept as relayed to an HTTP/1.1 client that keeps the
+        // connection: only such a GET, without credentials, can be answered from them.
+        let cacheable_request = !bridge
+            && config.cache
+            && request.method == "GET"
+            && version == Version::Http11
+            && !close
+            && request.header("authorization").is_none();
+        let host = request.host.unwrap_or("").as_bytes();
+        let accept_encoding = request.header("accept-encoding");
+        if cacheable_request {
+            for with_encoding in [None, accept_encoding] {
+                cache_key(
+                    &mut self.cache_key,
+                    host,
+                    request.target.as_bytes(),
+                    with_encoding,
+                );
+                if let Some(response) = self.response_cache.get(&self.cache_key, sink.now) {
+                    let (status, body) = cached_status_and_body(&response);
+                    sink.output.push_shared(response);
+                    return HandOver::Answered(status, body);
+                }
+                if accept_encoding.is_none() {
+                    break;
+                }
+            }
+        }
+        let max_response = self.response_cache.max_response();
+        let cache = cacheable_request.then(|| CacheSlot {
+            host: host.to_vec(),
+            target: request.target.as_bytes().to_vec(),
+            accept_encoding: accept_encoding.map(<[u8]>::to_vec),
+            max: max_response,
+            capture: None,
+            expires: None,
+            vary: false,
+        });
         let mut staged = Vec::with_capacity(raw_head.len() + 256);
         if bridge {
             staged.extend_from_slice(raw_head);
@@ -493,6 +537,7 @@ impl HttpHandler {
             log_line,
             referer: request.header("referer"),
             user_agent: request.header("user-agent"),
+            cache,
         };
         match Exchange::start(
             start,
@@ -521,6 +566,7 @@ impl HttpHandler {
         let Phase::Proxy(exchange) = &mut conn.phase else {
             return None;
         };
+        let finished = matches!(progress, Progress::Finished { .. });
         let (status, bytes, next) = match progress {
             Progress::Wait(next) => return Some(next),
             Progress::Finished { close } => (
@@ -548,7 +594,19 @@ impl HttpHandler {
             Phase::Proxy(exchange) => exchange,
             _ => unreachable!("the phase was checked above"),
         };
-        let (parser, log_line, referer, user_agent) = exchange.into_parts();
+        let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
+        if let (Some(slot), true) = (cache, finished) {
+            if let (Some(capture), Some(expires)) = (slot.capture, slot.expires) {
+                let encoding = if slot.vary {
+                    slot.accept_encoding.as_deref()
+                } else {
+                    None
+                };
+                cache_key(&mut self.cache_key, &slot.host, &slot.target, encoding);
+                self.response_cache
+                    .insert(&self.cache_key, Arc::from(capture), expires);
+            }
+        }
         if self.response_parsers.len() < MAX_POOLED_PARSERS {
             self.response_parsers.push(parser);
         }
@@ -744,6 +802,20 @@ struct Sink<'s> {
     upstream: &'s mut UpstreamPort,
     deadline: &'s mut Option<Instant>,
     now: Instant,
+}
+
+/// The status and body length of a cached backend response, for the access log.
+fn cached_status_and_body(response: &[u8]) -> (u16, u64) {
+    let status = response
+        .get(9..12)
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(200);
+    let head = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(response.len(), |i| i + 4);
+    (status, (response.len() - head) as u64)
 }
 
 /// The host name a route condition is compared with: lower case, without the port.

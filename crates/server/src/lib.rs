@@ -26,7 +26,7 @@ use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use fastpath_content::handover::{BackendConfig, BackendState, Routes};
+use fastpath_content::handover::{BackendConfig, BackendState, ResponseCache, Routes};
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
 use fastpath_drivers::Model as DriverModel;
 use fastpath_drivers::{bind_listeners, DriverConfig};
@@ -186,6 +186,10 @@ pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeErro
                 ContentCache::new(cache_limits),
                 routes.clone(),
                 backends,
+                ResponseCache::new(
+                    config.handover.cache_memory / workers,
+                    config.handover.cache_max_response,
+                ),
             )
         },
         stop,

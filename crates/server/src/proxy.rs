@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use fastpath_content::handover::BackendState;
+use fastpath_content::handover::{cache_lifetime, vary_accept_encoding, BackendState};
 use fastpath_drivers::{
     BufferPool, Input, Io, Next, Output, UpstreamAddr, UpstreamPort, UpstreamState,
 };
@@ -91,6 +91,23 @@ pub(crate) struct Exchange {
     pub(crate) log_line: Vec<u8>,
     pub(crate) referer: Option<Vec<u8>>,
     pub(crate) user_agent: Option<Vec<u8>>,
+    /// Set when the response may be kept in the backend response cache.
+    pub(crate) cache: Option<CacheSlot>,
+}
+
+/// What keeping a backend response in the cache takes: how to name it, and the bytes
+/// relayed so far.
+pub(crate) struct CacheSlot {
+    pub host: Vec<u8>,
+    pub target: Vec<u8>,
+    pub accept_encoding: Option<Vec<u8>>,
+    /// Largest response kept.
+    pub max: usize,
+    /// The response as relayed (head and body), once the head said it is cacheable.
+    pub capture: Option<Vec<u8>>,
+    /// When the captured response expires, and whether it varies on Accept-Encoding.
+    pub expires: Option<Instant>,
+    pub vary: bool,
 }
 
 /// The pool key of a backend address: backend and address index.
@@ -110,6 +127,7 @@ pub(crate) struct Start<'a> {
     pub log_line: Vec<u8>,
     pub referer: Option<&'a [u8]>,
     pub user_agent: Option<&'a [u8]>,
+    pub cache: Option<CacheSlot>,
 }
 
 impl Exchange {
@@ -161,6 +179,7 @@ impl Exchange {
             log_line: start.log_line,
             referer: start.referer.map(<[u8]>::to_vec),
             user_agent: start.user_agent.map(<[u8]>::to_vec),
+            cache: start.cache,
         };
         exchange.connect(backends, upstream);
         *deadline = Some(connect_deadline);
@@ -202,8 +221,15 @@ impl Exchange {
         Vec<u8>,
         Option<Vec<u8>>,
         Option<Vec<u8>>,
+        Option<CacheSlot>,
     ) {
-        (self.parser, self.log_line, self.referer, self.user_agent)
+        (
+            self.parser,
+            self.log_line,
+            self.referer,
+            self.user_agent,
+            self.cache,
+        )
     }
 
     /// Lets go of the backend connection (for reuse when the response allowed it).
@@ -339,14 +365,34 @@ impl Exchange {
                     }
                     self.reusable = head.keep_alive;
                     let framing = head.framing;
+                    if let Some(slot) = self.cache.as_mut() {
+                        let headers: Vec<(&str, &[u8])> = head.headers().collect();
+                        if let Some(ttl) = cache_lifetime("GET", false, status, &headers) {
+                            slot.expires = Some(io.now + ttl);
+                            slot.vary = vary_accept_encoding(&headers);
+                            slot.capture = Some(Vec::new());
+                        }
+                    }
+                    let capture = self.cache.as_mut().and_then(|c| c.capture.as_mut());
                     let relay = io.output.write_with(io.pool, |out| {
-                        fastpath_http::write_relayed_response_head(
+                        let start = out.len();
+                        let relay = fastpath_http::write_relayed_response_head(
                             &head,
                             self.client_version,
                             self.client_close,
                             out,
-                        )
+                        );
+                        if let Some(capture) = capture {
+                            capture.extend_from_slice(&out[start..]);
+                        }
+                        relay
                     });
+                    if matches!(relay, BodyRelay::UntilClose | BodyRelay::Dechunk) {
+                        // Only a response framed by length or chunks can be replayed.
+                        if let Some(slot) = self.cache.as_mut() {
+                            slot.capture = None;
+                        }
+                    }
                     self.parser.reset();
                     input.consume(head_len);
                     self.status = status;
@@ -370,18 +416,26 @@ impl Exchange {
                     remaining,
                     decoder,
                 } => {
-                    let done =
-                        match relay_body(relay, remaining, decoder, input, io.output, io.pool) {
-                            Ok((moved, done)) => {
-                                self.relayed += moved;
-                                done
-                            }
-                            Err(()) => {
-                                self.reusable = false;
-                                self.release(backends, io);
-                                return Progress::Broken;
-                            }
-                        };
+                    let capture = self.cache.as_mut().and_then(|c| {
+                        if c.capture.as_ref().is_some_and(|b| b.len() > c.max) {
+                            // Too large to keep: stop copying it.
+                            c.capture = None;
+                        }
+                        c.capture.as_mut()
+                    });
+                    let done = match relay_body(
+                        relay, remaining, decoder, input, io.output, io.pool, capture,
+                    ) {
+                        Ok((moved, done)) => {
+                            self.relayed += moved;
+                            done
+                        }
+                        Err(()) => {
+                            self.reusable = false;
+                            self.release(backends, io);
+                            return Progress::Broken;
+                        }
+                    };
                     let until_close = matches!(relay, BodyRelay::UntilClose);
                     if done {
                         let body_sent = matches!(self.body, RequestBody::None);
@@ -462,14 +516,20 @@ fn relay_body(
     input: &mut Input,
     out: &mut Output,
     pool: &mut BufferPool,
+    mut capture: Option<&mut Vec<u8>>,
 ) -> Result<(u64, bool), ()> {
+    let mut copy = |out: &mut Output, pool: &mut BufferPool, data: &[u8]| {
+        out.write_with(pool, |b| b.extend_from_slice(data));
+        if let Some(capture) = capture.as_mut() {
+            capture.extend_from_slice(data);
+        }
+    };
     match relay {
         BodyRelay::None => Ok((0, true)),
         BodyRelay::Length(_) => {
             let n = (*remaining).min(input.len() as u64) as usize;
             if n > 0 {
-                let data = &input.data()[..n];
-                out.write_with(pool, |b| b.extend_from_slice(data));
+                copy(out, pool, &input.data()[..n]);
                 input.consume(n);
                 *remaining -= n as u64;
             }
@@ -478,8 +538,7 @@ fn relay_body(
         BodyRelay::UntilClose => {
             let n = input.len();
             if n > 0 {
-                let data = input.data();
-                out.write_with(pool, |b| b.extend_from_slice(data));
+                copy(out, pool, input.data());
                 input.consume(n);
             }
             Ok((n as u64, false))
@@ -488,8 +547,7 @@ fn relay_body(
             let decoder = decoder.as_mut().ok_or(())?;
             let (used, done) = decoder.feed(input.data(), |_| {}).map_err(|_| ())?;
             if used > 0 {
-                let data = &input.data()[..used];
-                out.write_with(pool, |b| b.extend_from_slice(data));
+                copy(out, pool, &input.data()[..used]);
                 input.consume(used);
             }
             Ok((used as u64, done))
