@@ -84,9 +84,11 @@ pub struct ForwardOptions<'a> {
 /// - `Connection: keep-alive`: backend connections are reused.
 /// - The forwarding fields when `opts.forwarded` is set, then the blank line.
 ///
-/// Expect is passed on, so a backend may answer 100 Continue; relaying or
-/// swallowing that interim response is the caller's choice. Upgrade is
-/// dropped, so protocol switches never reach the backend.
+/// Expect is passed on for HTTP/1.1 clients, so a backend may answer 100
+/// Continue; relaying or swallowing that interim response is the caller's
+/// choice. An HTTP/1.0 client's Expect is dropped, as RFC 9110 §10.1.1 says
+/// to ignore it. Upgrade is dropped, so protocol switches never reach the
+/// backend.
 pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(req.method.as_bytes());
     out.push(b' ');
@@ -120,7 +122,10 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
     for (name, value) in req.headers() {
         let managed = name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("content-length")
-            || (opts.forwarded && is_forwarding_field(name));
+            || (opts.forwarded && is_forwarding_field(name))
+            // RFC 9110 §10.1.1: an HTTP/1.0 client's expectation is ignored,
+            // and sent on as HTTP/1.1 it would be revived.
+            || (req.version == Version::Http10 && name.eq_ignore_ascii_case("expect"));
         if managed || is_hop_by_hop(name, connection()) {
             continue;
         }

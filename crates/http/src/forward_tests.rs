@@ -122,6 +122,20 @@ fn forwarded_request_body_framing() {
 }
 
 #[test]
+fn expect_is_forwarded_only_for_http11_clients() {
+    let out = forward(
+        b"POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
+        &opts(false),
+    );
+    assert!(out.contains("\r\nExpect: 100-continue\r\n"), "{out}");
+    let out = forward(
+        b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
+        &opts(false),
+    );
+    assert!(!out.contains("Expect"), "{out}");
+}
+
+#[test]
 fn absolute_form_is_converted() {
     let out = forward(
         b"GET http://Example.com:8080/a/b?q=1 HTTP/1.1\r\nHost: other\r\nAccept: */*\r\n\r\n",

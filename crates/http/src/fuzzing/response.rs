@@ -395,9 +395,7 @@ fn check_forwarding(data: &[u8]) {
         assert_eq!(f.version, Version::Http11);
         assert_eq!(f.framing, req.framing);
         assert!(f.keep_alive);
-        if req.version == Version::Http11 {
-            assert_eq!(f.expect_continue, req.expect_continue);
-        }
+        assert_eq!(f.expect_continue, req.expect_continue);
         let want_host = host.or(authority).or(req.host).unwrap_or("");
         assert_eq!(f.host, Some(want_host));
         match (&target, parse_target(f.target)) {
@@ -417,6 +415,9 @@ fn check_forwarding(data: &[u8]) {
 
         let own = |n: &str| {
             let mut fields = vec!["host", "content-length", "transfer-encoding", "connection"];
+            if req.version == Version::Http10 {
+                fields.push("expect");
+            }
             if forwarded {
                 fields.extend([
                     "x-forwarded-for",
