@@ -5,13 +5,14 @@
 //! once per accept and once per close.
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
-use crate::sys::syscall;
+use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN_PEER};
+use crate::sys::{socket_addr, syscall};
 use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 
@@ -28,11 +29,6 @@ const LISTENER_TOKEN: u64 = u64::MAX - 1024;
 const EVENTS_PER_WAIT: usize = 256;
 /// Connections accepted per listener readiness before other work gets a turn.
 const ACCEPT_BATCH: usize = 64;
-/// How long accepting pauses when the process is out of file descriptors: long enough for
-/// connections to close, short enough that clients hardly notice.
-const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
-/// At most one "out of descriptors" message per worker per this interval.
-const FD_WARNING_INTERVAL: Duration = Duration::from_secs(5);
 
 pub(crate) fn run<H, F>(
     listeners: Listeners,
@@ -44,28 +40,8 @@ where
     H: Handler,
     F: Fn(usize) -> H + Sync,
 {
-    let active = AtomicUsize::new(0);
-    let active = &active;
-    std::thread::scope(|scope| {
-        let mut threads = Vec::new();
-        for (worker_id, sockets) in listeners.per_worker.into_iter().enumerate() {
-            let thread = std::thread::Builder::new()
-                .name(format!("fastpath-w{worker_id}"))
-                .spawn_scoped(scope, move || -> io::Result<()> {
-                    let handler = make_handler(worker_id);
-                    Worker::new(sockets, handler, config, active, stop)?.run()
-                })?;
-            threads.push(thread);
-        }
-        let mut result = Ok(());
-        for thread in threads {
-            match thread.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => result = Err(e),
-                Err(_) => result = Err(io::Error::other("a worker thread panicked")),
-            }
-        }
-        result
+    common::run_workers(listeners, make_handler, |sockets, handler, active| {
+        Worker::new(sockets, handler, config, active, stop)?.run()
     })
 }
 
@@ -108,8 +84,7 @@ struct Worker<'a, H: Handler> {
     active: &'a AtomicUsize,
     stop: &'static AtomicBool,
     now: Instant,
-    accept_paused_until: Option<Instant>,
-    last_fd_warning: Option<Instant>,
+    accept_pause: AcceptPause,
     upstreams: UpstreamPool,
 }
 
@@ -136,8 +111,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             active,
             stop,
             now: Instant::now(),
-            accept_paused_until: None,
-            last_fd_warning: None,
+            accept_pause: AcceptPause::default(),
             upstreams: UpstreamPool::new(UPSTREAM_IDLE_TIMEOUT, IDLE_UPSTREAMS_PER_KEY),
         };
         worker.watch_listeners(true)?;
@@ -219,6 +193,11 @@ impl<'a, H: Handler> Worker<'a, H> {
                 {
                     slot.readable = true;
                 }
+                if flags & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+                    // The end is coming: keep reading past short reads until it is seen, as
+                    // no further edge will announce it.
+                    slot.hangup = true;
+                }
                 if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
                     slot.writable = true;
                 }
@@ -241,7 +220,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn accept(&mut self, listener_index: usize) {
-        if self.accept_paused_until.is_some() {
+        if self.accept_pause.is_paused() {
             return;
         }
         let listen_fd = self.listeners[listener_index].as_raw_fd();
@@ -258,12 +237,9 @@ impl<'a, H: Handler> Worker<'a, H> {
                 Ok(fd) => {
                     // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
                     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                    let peer = socket_addr(&storage).unwrap_or_else(|| {
-                        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
-                    });
-                    if self.active.fetch_add(1, Ordering::Relaxed) >= self.config.max_connections {
-                        self.active.fetch_sub(1, Ordering::Relaxed);
-                        refuse(fd.as_raw_fd(), self.handler.refusal());
+                    let peer = socket_addr(&storage).unwrap_or(UNKNOWN_PEER);
+                    if !common::admit(self.active, self.config.max_connections, &fd, &self.handler)
+                    {
                         continue;
                     }
                     self.open(fd, peer);
@@ -271,8 +247,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN) => return,
                     Some(libc::EINTR) | Some(libc::ECONNABORTED) | Some(libc::EPROTO) => {}
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS)
-                    | Some(libc::ENOMEM) => {
+                    Some(errno) if common::out_of_descriptors(errno) => {
                         self.pause_accepting(&e);
                         return;
                     }
@@ -289,19 +264,14 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// spinning on a level-triggered listener that cannot be served; pending clients wait in the
     /// backlog and get in as soon as descriptors are free again.
     fn pause_accepting(&mut self, error: &io::Error) {
-        let warn = self
-            .last_fd_warning
-            .is_none_or(|at| self.now.duration_since(at) >= FD_WARNING_INTERVAL);
-        if warn {
-            self.last_fd_warning = Some(self.now);
-            tracing::warn!(
-                "accept failed: {error} (out of file descriptors or memory); pausing new connections for {} ms, open connections: {}",
-                ACCEPT_PAUSE.as_millis(),
-                self.slots.iter().filter(|s| s.is_some()).count()
-            );
-        }
+        warn_out_of_descriptors!(
+            self.accept_pause,
+            self.now,
+            error,
+            self.slots.iter().filter(|s| s.is_some()).count()
+        );
         if self.watch_listeners(false).is_ok() {
-            self.accept_paused_until = Some(self.now + ACCEPT_PAUSE);
+            self.accept_pause.pause(self.now);
         }
     }
 
@@ -540,24 +510,23 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
     fn sweep(&mut self) {
-        if let Some(until) = self.accept_paused_until {
-            if self.now >= until && self.watch_listeners(true).is_ok() {
-                self.accept_paused_until = None;
-                for i in 0..self.listeners.len() {
-                    self.accept(i);
-                }
+        if self.accept_pause.is_over(self.now) && self.watch_listeners(true).is_ok() {
+            self.accept_pause.resume();
+            for i in 0..self.listeners.len() {
+                self.accept(i);
             }
         }
         for index in 0..self.slots.len() {
             let Some(slot) = self.slots[index].as_mut() else {
                 continue;
             };
-            if slot.send_deadline.is_some_and(|d| d <= self.now) && !slot.output.is_empty() {
-                self.close(index, CloseReason::SendTimeout);
-                continue;
-            }
-            if slot.deadline.is_none_or(|d| d > self.now) {
-                continue;
+            match common::expired(self.now, slot.send_deadline, &slot.output, slot.deadline) {
+                None => continue,
+                Some(Expired::Send) => {
+                    self.close(index, CloseReason::SendTimeout);
+                    continue;
+                }
+                Some(Expired::Handler) => {}
             }
             slot.deadline = None;
             match slot.state {
@@ -609,50 +578,5 @@ impl Registry for EpollRegistry {
     fn deregister(&mut self, fd: RawFd) {
         let mut event = libc::epoll_event { events: 0, u64: 0 };
         let _ = syscall!(epoll_ctl(self.epoll, libc::EPOLL_CTL_DEL, fd, &mut event));
-    }
-}
-
-/// Turns a connection away at the limit: drain what it sent (so closing does not reset the
-/// refusal away), send the refusal, close.
-fn refuse(fd: RawFd, refusal: &[u8]) {
-    let mut scratch = [0u8; 4096];
-    let _ = syscall!(recv(
-        fd,
-        scratch.as_mut_ptr() as *mut libc::c_void,
-        scratch.len(),
-        libc::MSG_DONTWAIT
-    ));
-    if !refusal.is_empty() {
-        let _ = syscall!(send(
-            fd,
-            refusal.as_ptr() as *const libc::c_void,
-            refusal.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
-        ));
-    }
-    let _ = syscall!(shutdown(fd, libc::SHUT_WR));
-}
-
-fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match storage.ss_family as i32 {
-        libc::AF_INET => {
-            // SAFETY: the family says this storage holds a sockaddr_in.
-            let sin = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-                u16::from_be(sin.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this storage holds a sockaddr_in6.
-            let sin6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
-                u16::from_be(sin6.sin6_port),
-                sin6.sin6_flowinfo,
-                sin6.sin6_scope_id,
-            )))
-        }
-        _ => None,
     }
 }

@@ -47,6 +47,7 @@
 #![deny(missing_docs)]
 
 mod buffers;
+mod common;
 mod epoll;
 mod listener;
 pub mod signals;

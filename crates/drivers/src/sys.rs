@@ -1,6 +1,7 @@
 //! Thin wrappers over the system calls the drivers use, each returning `io::Result`.
 
 use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
 
 /// Calls a libc function and turns a `-1` return into `io::Error::last_os_error()`.
@@ -42,6 +43,66 @@ pub(crate) fn read_into(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<
     // SAFETY: the kernel initialised `n` bytes past the old length.
     unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
+}
+
+/// Turns a connection away at the limit: drain what it sent (so closing does not reset the
+/// refusal away), send the refusal, close.
+pub(crate) fn refuse(fd: RawFd, refusal: &[u8]) {
+    let mut scratch = [0u8; 4096];
+    let _ = syscall!(recv(
+        fd,
+        scratch.as_mut_ptr() as *mut libc::c_void,
+        scratch.len(),
+        libc::MSG_DONTWAIT
+    ));
+    if !refusal.is_empty() {
+        let _ = syscall!(send(
+            fd,
+            refusal.as_ptr() as *const libc::c_void,
+            refusal.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
+        ));
+    }
+    let _ = syscall!(shutdown(fd, libc::SHUT_WR));
+}
+
+/// The address of a connected socket's peer.
+pub(crate) fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    syscall!(getpeername(
+        fd,
+        &mut storage as *mut _ as *mut libc::sockaddr,
+        &mut len
+    ))
+    .ok()?;
+    socket_addr(&storage)
+}
+
+/// Reads an IPv4 or IPv6 address the kernel filled in; `None` for other families.
+pub(crate) fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match storage.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let sin = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
 }
 
 /// Ignores SIGPIPE process-wide: a peer that goes away must give EPIPE, not kill the server

@@ -43,15 +43,15 @@
 mod bufring;
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
-use crate::sys::syscall;
+use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN_PEER};
+use crate::sys::{peer_addr, syscall};
 use crate::upstream::UpstreamPort;
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 use bufring::BufRing;
@@ -69,11 +69,6 @@ const RECV_GROUP: u16 = 0;
 /// input (draining output), so a client that pipelines without reading is held back by TCP
 /// as under epoll instead of filling memory.
 const RECV_PAUSE: usize = 4 * BUFFER_SIZE;
-/// How long accepting pauses when the process is out of file descriptors: long enough for
-/// connections to close, short enough that clients hardly notice.
-const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
-/// At most one "out of descriptors" message per worker per this interval.
-const FD_WARNING_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a stopping worker waits for the kernel to finish its cancelled operations.
 const STOP_DRAIN: Duration = Duration::from_secs(2);
 
@@ -134,28 +129,8 @@ where
     H: Handler,
     F: Fn(usize) -> H + Sync,
 {
-    let active = AtomicUsize::new(0);
-    let active = &active;
-    std::thread::scope(|scope| {
-        let mut threads = Vec::new();
-        for (worker_id, sockets) in listeners.per_worker.into_iter().enumerate() {
-            let thread = std::thread::Builder::new()
-                .name(format!("fastpath-w{worker_id}"))
-                .spawn_scoped(scope, move || -> io::Result<()> {
-                    let handler = make_handler(worker_id);
-                    Worker::new(sockets, handler, config, active, stop)?.run()
-                })?;
-            threads.push(thread);
-        }
-        let mut result = Ok(());
-        for thread in threads {
-            match thread.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => result = Err(e),
-                Err(_) => result = Err(io::Error::other("a worker thread panicked")),
-            }
-        }
-        result
+    common::run_workers(listeners, make_handler, |sockets, handler, active| {
+        Worker::new(sockets, handler, config, active, stop)?.run()
     })
 }
 
@@ -334,8 +309,7 @@ struct Worker<'a, H: Handler> {
     active: &'a AtomicUsize,
     stop: &'static AtomicBool,
     now: Instant,
-    accept_paused_until: Option<Instant>,
-    last_fd_warning: Option<Instant>,
+    accept_pause: AcceptPause,
     stopping: bool,
 }
 
@@ -369,8 +343,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             active,
             stop,
             now: Instant::now(),
-            accept_paused_until: None,
-            last_fd_warning: None,
+            accept_pause: AcceptPause::default(),
             stopping: false,
         })
     }
@@ -503,7 +476,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn arm_accept(&mut self, index: usize) {
-        if self.stopping || self.accept_paused_until.is_some() {
+        if self.stopping || self.accept_pause.is_paused() {
             return;
         }
         let listener = &mut self.listeners[index];
@@ -535,9 +508,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             if !more {
                 self.arm_accept(index);
             }
-            if self.active.fetch_add(1, Ordering::Relaxed) >= self.config.max_connections {
-                self.active.fetch_sub(1, Ordering::Relaxed);
-                refuse(fd.as_raw_fd(), self.handler.refusal());
+            if !common::admit(self.active, self.config.max_connections, &fd, &self.handler) {
                 return;
             }
             self.open(fd);
@@ -551,13 +522,11 @@ impl<'a, H: Handler> Worker<'a, H> {
                     self.arm_accept(index);
                 }
             }
-            libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
-                self.pause_accepting(&error)
-            }
+            errno if common::out_of_descriptors(errno) => self.pause_accepting(&error),
             _ => {
                 tracing::error!("accept failed: {error}");
                 // Retried after a pause rather than at once, so a lasting error cannot spin.
-                self.accept_paused_until = Some(self.now + ACCEPT_PAUSE);
+                self.accept_pause.pause(self.now);
             }
         }
     }
@@ -566,24 +535,18 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// pause (by the tick sweep) instead of at once, so pending clients wait in the backlog
     /// until descriptors are free again rather than the worker spinning on errors.
     fn pause_accepting(&mut self, error: &io::Error) {
-        let warn = self
-            .last_fd_warning
-            .is_none_or(|at| self.now.duration_since(at) >= FD_WARNING_INTERVAL);
-        if warn {
-            self.last_fd_warning = Some(self.now);
-            tracing::warn!(
-                "accept failed: {error} (out of file descriptors or memory); pausing new connections for {} ms, open connections: {}",
-                ACCEPT_PAUSE.as_millis(),
-                self.slots.iter().filter(|s| s.conn.is_some()).count()
-            );
-        }
-        self.accept_paused_until = Some(self.now + ACCEPT_PAUSE);
+        warn_out_of_descriptors!(
+            self.accept_pause,
+            self.now,
+            error,
+            self.slots.iter().filter(|s| s.conn.is_some()).count()
+        );
+        self.accept_pause.pause(self.now);
     }
 
     fn open(&mut self, fd: OwnedFd) {
         // Multishot accept reports no address; one getpeername per connection stands in.
-        let peer = peer_addr(fd.as_raw_fd())
-            .unwrap_or_else(|| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
+        let peer = peer_addr(fd.as_raw_fd()).unwrap_or(UNKNOWN_PEER);
         let index = match self.free.pop() {
             Some(index) => index,
             None => {
@@ -984,11 +947,8 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
     fn sweep(&mut self) {
-        if self
-            .accept_paused_until
-            .is_some_and(|until| self.now >= until)
-        {
-            self.accept_paused_until = None;
+        if self.accept_pause.is_over(self.now) {
+            self.accept_pause.resume();
             for i in 0..self.listeners.len() {
                 self.arm_accept(i);
             }
@@ -997,12 +957,13 @@ impl<'a, H: Handler> Worker<'a, H> {
             let Some(c) = self.slots[index].conn.as_mut() else {
                 continue;
             };
-            if c.send_deadline.is_some_and(|d| d <= self.now) && !c.output.is_empty() {
-                self.close(index, CloseReason::SendTimeout);
-                continue;
-            }
-            if c.deadline.is_none_or(|d| d > self.now) {
-                continue;
+            match common::expired(self.now, c.send_deadline, &c.output, c.deadline) {
+                None => continue,
+                Some(Expired::Send) => {
+                    self.close(index, CloseReason::SendTimeout);
+                    continue;
+                }
+                Some(Expired::Handler) => {}
             }
             match c.state {
                 State::Lingering => self.close(index, CloseReason::Done),
@@ -1114,60 +1075,6 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         }
         self.handler.on_stop();
-    }
-}
-
-/// Turns a connection away at the limit: drain what it sent (so closing does not reset the
-/// refusal away), send the refusal, close.
-fn refuse(fd: RawFd, refusal: &[u8]) {
-    let mut scratch = [0u8; 4096];
-    let _ = syscall!(recv(
-        fd,
-        scratch.as_mut_ptr() as *mut libc::c_void,
-        scratch.len(),
-        libc::MSG_DONTWAIT
-    ));
-    if !refusal.is_empty() {
-        let _ = syscall!(send(
-            fd,
-            refusal.as_ptr() as *const libc::c_void,
-            refusal.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
-        ));
-    }
-    let _ = syscall!(shutdown(fd, libc::SHUT_WR));
-}
-
-fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    syscall!(getpeername(
-        fd,
-        &mut storage as *mut _ as *mut libc::sockaddr,
-        &mut len
-    ))
-    .ok()?;
-    match storage.ss_family as i32 {
-        libc::AF_INET => {
-            // SAFETY: the family says this storage holds a sockaddr_in.
-            let sin = unsafe { &*(&storage as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-                u16::from_be(sin.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this storage holds a sockaddr_in6.
-            let sin6 = unsafe { &*(&storage as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
-                u16::from_be(sin6.sin6_port),
-                sin6.sin6_flowinfo,
-                sin6.sin6_scope_id,
-            )))
-        }
-        _ => None,
     }
 }
 

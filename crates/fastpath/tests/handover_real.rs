@@ -3,6 +3,7 @@
 //! message, but under CI (the `CI` variable set) it fails them.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -17,8 +18,26 @@ struct Gunicorn {
 
 impl Drop for Gunicorn {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop_group(&mut self.child);
+    }
+}
+
+/// Stops a server that leads its own process group: SIGTERM lets the parent stop its
+/// workers; then the whole group goes, so no worker is left holding the port.
+fn stop_group(child: &mut Child) {
+    let pid = child.id() as libc::pid_t;
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let stopped = wait_for(Duration::from_secs(5), || {
+        child.try_wait().ok().flatten().map(|_| ())
+    });
+    unsafe {
+        libc::kill(-pid, libc::SIGKILL);
+    }
+    if stopped.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -55,6 +74,8 @@ fn gunicorn() -> Option<Gunicorn> {
         .arg("app:application")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .expect("start gunicorn");
     let backend = Gunicorn { child, addr };
@@ -106,4 +127,113 @@ httptest!(gunicorn_serves_the_dynamic_pages, |model| {
     assert_eq!(r.body.len(), 300_000);
     // Error statuses are relayed as they are.
     srv.get("/app/status?code=503").assert_status(503);
+});
+
+/// Apache httpd (prefork) with mod_php, on a configuration of its own in a temporary
+/// directory, stopped when dropped.
+struct Apache {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Apache {
+    fn drop(&mut self) {
+        stop_group(&mut self.child);
+    }
+}
+
+const PHP_MODULE: &str = "/usr/lib/apache2/modules/libphp8.2.so";
+const APACHE_MODULES: &str = "/usr/lib/apache2/modules";
+
+fn apache_with_php() -> Option<Apache> {
+    let have = PathBuf::from("/usr/sbin/apache2").exists() && PathBuf::from(PHP_MODULE).exists();
+    if !have {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "apache2 with mod_php is not installed, and CI must run these tests"
+        );
+        eprintln!("skipped: apache2 and libapache2-mod-php are not installed");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let docroot = dir.path().join("htdocs");
+    std::fs::create_dir(&docroot).unwrap();
+    // Apache's children drop root: they must be able to read the scripts.
+    use std::os::unix::fs::PermissionsExt;
+    for path in [dir.path(), docroot.as_path()] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        docroot.join("info.php"),
+        "<?php\nheader('Content-Type: text/plain');\necho 'php ', PHP_VERSION, \"\\n\";\necho 'method ', $_SERVER['REQUEST_METHOD'], \"\\n\";\necho 'uri ', $_SERVER['REQUEST_URI'], \"\\n\";\necho 'xff ', $_SERVER['HTTP_X_FORWARDED_FOR'] ?? '-', \"\\n\";\necho 'body ', file_get_contents('php://input'), \"\\n\";\n",
+    )
+    .unwrap();
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let base = dir.path().display();
+    let config = format!(
+        "ServerRoot {base}\nDefaultRuntimeDir {base}\nPidFile {base}/httpd.pid\nErrorLog {base}/error.log\n\
+         LogLevel warn\nListen {addr}\nServerName localhost\n\
+         LoadModule mpm_prefork_module {APACHE_MODULES}/mod_mpm_prefork.so\n\
+         LoadModule authz_core_module {APACHE_MODULES}/mod_authz_core.so\n\
+         LoadModule php_module {PHP_MODULE}\n\
+         User nobody\nGroup nogroup\nStartServers 2\nMinSpareServers 1\nMaxSpareServers 4\n\
+         DocumentRoot {base}/htdocs\n<Directory {base}/htdocs>\nRequire all granted\n</Directory>\n\
+         <FilesMatch \\.php$>\nSetHandler application/x-httpd-php\n</FilesMatch>\n"
+    );
+    let conf = dir.path().join("httpd.conf");
+    std::fs::write(&conf, config).unwrap();
+    let child = Command::new("/usr/sbin/apache2")
+        .arg("-f")
+        .arg(&conf)
+        .arg("-DFOREGROUND")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("start apache2");
+    let apache = Apache {
+        child,
+        addr,
+        _dir: dir,
+    };
+    wait_for(Duration::from_secs(15), || TcpStream::connect(addr).ok())
+        .expect("apache2 did not start listening");
+    Some(apache)
+}
+
+httptest!(apache_runs_the_php_scripts, |model| {
+    let Some(apache) = apache_with_php() else {
+        return;
+    };
+    let site = Site::new();
+    site.file("index.html", "static\n");
+    let config = format!(
+        "root = \"root\"\n[[backend]]\nname = \"php\"\naddresses = \"{}\"\n[[route]]\nbackend = \"php\"\nextensions = [\"php\"]\n",
+        apache.addr
+    );
+    let srv = site.serve_config(model, &config);
+    let r = srv.get("/info.php?x=1");
+    r.assert_status(200);
+    let text = r.text();
+    assert!(text.starts_with("php 8."), "{text}");
+    assert!(text.contains("method GET\n"), "{text}");
+    assert!(text.contains("uri /info.php?x=1\n"), "{text}");
+    assert!(text.contains("xff 127.0.0.1\n"), "{text}");
+    let mut conn = srv.connect();
+    let r = conn.exchange(
+        "POST /info.php HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nping",
+    );
+    assert!(
+        r.text().contains("method POST\nuri /info.php\n"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("body ping\n"), "{}", r.text());
+    conn.exchange("GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n")
+        .assert_ok(200, "static\n");
 });

@@ -1,17 +1,20 @@
-//! Incremental response-head parser for responses read from a backend
-//! (RFC 9112 §4-§6, RFC 9110 field rules).
+//! Response-head parser for responses read from a backend (RFC 9112 §4-§6,
+//! RFC 9110 field rules).
 //!
-//! It follows [`crate::Parser`]: lines are validated as their LF arrives,
-//! limits are checked against fixed offsets, and field semantics are judged
-//! once the head is complete, so the result depends only on the bytes and
-//! never on how reads split them. Every error is a 502: a backend that
-//! breaks the protocol is a bad gateway from the client's point of view, and
-//! the connection to it must not be reused.
+//! It scans like [`crate::Parser`], with the same shared code (`head.rs`,
+//! `fields.rs`): lines are validated as their LF arrives, limits are checked
+//! against fixed offsets, and field semantics are judged once the head is
+//! complete, so the result depends only on the bytes and never on how reads
+//! split them. Every error is a 502: a backend that breaks the protocol is a
+//! bad gateway from the client's point of view, and the connection to it
+//! must not be reused.
 
 use crate::error::RequestError;
-use crate::limits::{Limits, MAX_LEADING_EMPTY_LINES};
+use crate::fields::{fold_content_length, ConnectionOptions, FieldSpan, Fields};
+use crate::head::{HeadScanner, ScanErrors, StartLine};
+use crate::limits::Limits;
 use crate::request::Version;
-use crate::syntax::{is_field_value_byte, is_ows, is_tchar, is_token, list_elements, trim_ows};
+use crate::syntax::{ascii_str, is_field_value_byte, is_token, list_elements, trim_ows};
 
 /// How the body of a backend response is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,38 +31,25 @@ pub enum ResponseFraming {
     UntilClose,
 }
 
-/// Byte offsets of one header field inside the caller's buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FieldSpan {
-    name: (usize, usize),
-    /// Value with surrounding OWS already trimmed.
-    value: (usize, usize),
-}
-
 /// Head-wide results computed once the head is complete. They do not depend
 /// on the request method, so a later call may ask about HEAD differently.
 #[derive(Debug, Clone, Copy)]
-struct HeadInfo {
+pub(crate) struct HeadInfo {
     /// Framing as if the request had not been HEAD.
     declared: ResponseFraming,
     /// Valid Content-Length, unless Transfer-Encoding overrides it.
     content_length: Option<u64>,
     /// Both Transfer-Encoding and Content-Length: a smuggling signal.
     te_and_cl: bool,
-    close: bool,
-    keep_alive_token: bool,
+    connection: ConnectionOptions,
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Phase {
-    /// Skipping empty lines / waiting for the status line.
-    StatusLine,
-    /// Reading field lines.
-    Fields,
-    /// Head complete and valid; `head_len` and `info` are set.
-    Complete(HeadInfo),
-    /// A previous call failed; the same error is returned until `reset`.
-    Failed(RequestError),
+/// The parsed status line; the reason is offsets into the buffer.
+#[derive(Debug)]
+pub(crate) struct StatusLine {
+    version: Version,
+    status: u16,
+    reason: (usize, usize),
 }
 
 /// Reusable, per-backend-connection response-head parser.
@@ -69,22 +59,7 @@ enum Phase {
 /// allocates nothing.
 #[derive(Debug)]
 pub struct ResponseParser {
-    limits: Limits,
-    phase: Phase,
-    /// Offset where the line currently being scanned starts.
-    line_start: usize,
-    /// Offset where the LF search resumes; bytes before it hold no LF of the
-    /// current line.
-    scan: usize,
-    empty_lines: usize,
-    version: Version,
-    status: u16,
-    reason: (usize, usize),
-    fields: Vec<FieldSpan>,
-    head_len: usize,
-    /// Bytes handed to memchr since the last reset, to test O(n) scanning.
-    #[cfg(test)]
-    pub(crate) scanned: usize,
+    head: HeadScanner<StatusLine>,
 }
 
 /// A parsed backend response head, borrowing the caller's buffer and the
@@ -117,7 +92,7 @@ pub struct ResponseHead<'a> {
 impl<'a> ResponseHead<'a> {
     /// First value of the field `name` (ASCII case-insensitive), OWS-trimmed.
     pub fn header(&self, name: &str) -> Option<&'a [u8]> {
-        self.header_values(name).next()
+        self.fields().header(name)
     }
 
     /// Every value of the field `name` in order, for list-valued fields sent
@@ -126,35 +101,22 @@ impl<'a> ResponseHead<'a> {
     where
         'a: 'n,
     {
-        let buf = self.buf;
-        self.fields.iter().filter_map(move |f| {
-            let n = &buf[f.name.0..f.name.1];
-            n.eq_ignore_ascii_case(name.as_bytes())
-                .then(|| &buf[f.value.0..f.value.1])
-        })
+        self.fields().header_values(name)
     }
 
     /// All fields in order as (name as sent, OWS-trimmed value).
     pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + use<'a> {
-        let buf = self.buf;
-        self.fields.iter().map(move |f| {
-            (
-                ascii_str(&buf[f.name.0..f.name.1]),
-                &buf[f.value.0..f.value.1],
-            )
-        })
+        self.fields().headers()
     }
 
     /// Number of header fields.
     pub fn header_count(&self) -> usize {
-        self.fields.len()
+        self.fields().header_count()
     }
-}
 
-/// Converts bytes already validated as ASCII; never fails in practice, and
-/// falls back to "" rather than panicking if that invariant were broken.
-fn ascii_str(b: &[u8]) -> &str {
-    std::str::from_utf8(b).unwrap_or_default()
+    fn fields(&self) -> Fields<'a> {
+        Fields::new(self.buf, self.fields)
+    }
 }
 
 const fn bad(reason: &'static str) -> RequestError {
@@ -168,25 +130,19 @@ impl ResponseParser {
     /// `max_request_line`, the head by `max_header_bytes` and the field count
     /// by `max_headers`.
     pub fn new(limits: Limits) -> ResponseParser {
-        ResponseParser {
-            limits,
-            phase: Phase::StatusLine,
-            line_start: 0,
-            scan: 0,
-            empty_lines: 0,
+        let line = StatusLine {
             version: Version::Http11,
             status: 0,
             reason: (0, 0),
-            fields: Vec::with_capacity(16),
-            head_len: 0,
-            #[cfg(test)]
-            scanned: 0,
+        };
+        ResponseParser {
+            head: HeadScanner::new(limits, line),
         }
     }
 
     /// The limits this parser enforces.
     pub fn limits(&self) -> Limits {
-        self.limits
+        self.head.limits()
     }
 
     /// Forgets all scan state (keeping the field table's capacity). Call
@@ -194,16 +150,7 @@ impl ResponseParser {
     /// 1xx before parsing the final response, or to parse an unrelated
     /// buffer.
     pub fn reset(&mut self) {
-        self.phase = Phase::StatusLine;
-        self.line_start = 0;
-        self.scan = 0;
-        self.empty_lines = 0;
-        self.fields.clear();
-        self.head_len = 0;
-        #[cfg(test)]
-        {
-            self.scanned = 0;
-        }
+        self.head.reset();
     }
 
     /// Looks for a complete response head at the start of `buf`.
@@ -223,154 +170,64 @@ impl ResponseParser {
         buf: &'a [u8],
         request_was_head: bool,
     ) -> Result<Option<ResponseHead<'a>>, RequestError> {
-        let info = match self.phase {
-            Phase::Failed(e) => return Err(e),
-            Phase::Complete(info) if buf.len() >= self.head_len => info,
-            _ => {
-                if buf.len() < self.scan || buf.len() < self.head_len {
-                    // Not a continuation of what we scanned; start over
-                    // rather than trust stale offsets.
-                    self.reset();
-                }
-                let checked = match self.advance(buf) {
-                    Ok(true) => self.analyze(buf),
-                    Ok(false) => return Ok(None),
-                    Err(e) => Err(e),
-                };
-                match checked {
-                    Ok(info) => {
-                        self.phase = Phase::Complete(info);
-                        info
-                    }
-                    Err(e) => {
-                        self.phase = Phase::Failed(e);
-                        return Err(e);
-                    }
-                }
-            }
+        let Some(info) = self.head.parse(buf)? else {
+            return Ok(None);
         };
+        let line = self.head.start_line();
         let framing = if request_was_head {
             ResponseFraming::None
         } else {
             info.declared
         };
-        let persistent = match self.version {
-            Version::Http11 => !info.close,
-            Version::Http10 => info.keep_alive_token && !info.close,
-        };
-        let keep_alive = persistent
+        let keep_alive = info.connection.persistent(line.version)
             && !info.te_and_cl
             && framing != ResponseFraming::UntilClose
-            && self.status != 101;
+            && line.status != 101;
         Ok(Some(ResponseHead {
-            version: self.version,
-            status: self.status,
-            reason: ascii_str(&buf[self.reason.0..self.reason.1]),
-            head_len: self.head_len,
+            version: line.version,
+            status: line.status,
+            reason: ascii_str(&buf[line.reason.0..line.reason.1]),
+            head_len: self.head.head_len(),
             framing,
             keep_alive,
             content_length: info.content_length,
             buf,
-            fields: &self.fields,
+            fields: self.head.fields(),
         }))
     }
+}
 
-    /// Scans complete lines from `self.scan`; Ok(true) once the blank line
-    /// ending the head has been seen.
-    fn advance(&mut self, buf: &[u8]) -> Result<bool, RequestError> {
-        if buf.is_empty() {
-            return Ok(false);
+impl StartLine for StatusLine {
+    type Info = HeadInfo;
+
+    const ERRORS: ScanErrors = ScanErrors {
+        line_too_long: bad("status line too long"),
+        head_too_large: bad("response head too large"),
+        too_many_empty_lines: bad("too many empty lines before response"),
+        too_many_fields: bad("too many header fields"),
+        bad_field_status: 502,
+    };
+
+    /// Refuses a backend that answers with something other than HTTP/1.x
+    /// (HTTP/0.9, TLS, garbage) without waiting for a line end that may
+    /// never come. A final CR may begin the line's CRLF (an empty line) and
+    /// is left for the whole line.
+    fn check_partial(partial: &[u8]) -> Result<(), RequestError> {
+        match partial.split_last() {
+            Some((b'\r', rest)) => check_prefix(rest),
+            _ => check_prefix(partial),
         }
-        loop {
-            // The LF ending this line must lie before `window`; whether the
-            // line limit or the head limit is the tighter decides the reason.
-            let head_cap = self.limits.max_header_bytes;
-            let (window, over) = match self.phase {
-                Phase::StatusLine => {
-                    let line_cap = self
-                        .line_start
-                        .saturating_add(self.limits.max_request_line)
-                        .saturating_add(2);
-                    if line_cap <= head_cap {
-                        (line_cap, bad("status line too long"))
-                    } else {
-                        (head_cap, bad("response head too large"))
-                    }
-                }
-                _ => (head_cap, bad("response head too large")),
-            };
-            let end = buf.len().min(window);
-            let from = self.scan.min(end);
-            #[cfg(test)]
-            {
-                self.scanned += end - from;
-            }
-            let Some(i) = memchr::memchr(b'\n', &buf[from..end]) else {
-                self.scan = end;
-                if matches!(self.phase, Phase::StatusLine) {
-                    // Refuse a backend that answers with something other than
-                    // HTTP/1.x (HTTP/0.9, TLS, garbage) without waiting for a
-                    // line end that may never come.
-                    check_partial_prefix(&buf[self.line_start..end])?;
-                }
-                return if buf.len() >= window {
-                    Err(over)
-                } else {
-                    Ok(false)
-                };
-            };
-            let lf = from + i;
-            let start = self.line_start;
-            // Accept CRLF or a bare LF (RFC 9112 §2.2).
-            let content_end = if lf > start && buf[lf - 1] == b'\r' {
-                lf - 1
-            } else {
-                lf
-            };
-            self.line_start = lf + 1;
-            self.scan = lf + 1;
-            let line = &buf[start..content_end];
-            match self.phase {
-                Phase::StatusLine => {
-                    if line.is_empty() {
-                        // Tolerated for the same reason as before requests:
-                        // some backends send a stray CRLF after a body.
-                        self.empty_lines += 1;
-                        if self.empty_lines > MAX_LEADING_EMPTY_LINES {
-                            return Err(bad("too many empty lines before response"));
-                        }
-                        continue;
-                    }
-                    // The prefix is judged before the length, as it is while
-                    // the line is still arriving, so the error does not
-                    // depend on how bytes are split.
-                    check_prefix(line)?;
-                    if line.len() > self.limits.max_request_line {
-                        return Err(bad("status line too long"));
-                    }
-                    self.parse_status_line(line, start)?;
-                    self.phase = Phase::Fields;
-                }
-                _ => {
-                    if line.is_empty() {
-                        self.head_len = lf + 1;
-                        return Ok(true);
-                    }
-                    if self.fields.len() >= self.limits.max_headers {
-                        return Err(bad("too many header fields"));
-                    }
-                    let span = parse_field_line(line, start)?;
-                    self.fields.push(span);
-                }
-            }
-        }
+    }
+
+    fn check_start(line: &[u8]) -> Result<(), RequestError> {
+        check_prefix(line)
     }
 
     /// status-line = HTTP-version SP status-code SP [ reason-phrase ]
     ///
     /// A missing SP after the code is tolerated too: the reason phrase
     /// carries no meaning (RFC 9112 §4) and servers that omit it exist.
-    fn parse_status_line(&mut self, line: &[u8], base: usize) -> Result<(), RequestError> {
+    fn parse(&mut self, line: &[u8], base: usize) -> Result<(), RequestError> {
         if memchr::memchr(b'\r', line).is_some() {
             return Err(bad("bare CR in status line"));
         }
@@ -417,36 +274,23 @@ impl ResponseParser {
     }
 
     /// Head-wide field semantics, run once on a complete head.
-    fn analyze(&self, buf: &[u8]) -> Result<HeadInfo, RequestError> {
+    #[inline]
+    fn analyze(&self, buf: &[u8], fields: &[FieldSpan]) -> Result<HeadInfo, RequestError> {
         let mut content_length: Option<u64> = None;
         let mut te_seen = false;
         let mut chunked_seen = false;
         let mut chunked_last = false;
-        let mut close = false;
-        let mut keep_alive_token = false;
+        let mut connection = ConnectionOptions::default();
 
-        for f in &self.fields {
-            let name = &buf[f.name.0..f.name.1];
-            let value = &buf[f.value.0..f.value.1];
+        for f in fields {
+            let name = f.name_in(buf);
+            let value = f.value_in(buf);
             // Dispatch on length first: most fields match none of these.
             match name.len() {
                 14 if name.eq_ignore_ascii_case(b"content-length") => {
                     // Validated even where no body follows: for HEAD and 304
-                    // the value is relayed to the client. A list of identical
-                    // values is one value (RFC 9110 §8.6).
-                    let mut any = false;
-                    for part in value.split(|&b| b == b',') {
-                        let n = crate::syntax::parse_u64(trim_ows(part))
-                            .ok_or(bad("invalid Content-Length"))?;
-                        if content_length.is_some_and(|c| c != n) {
-                            return Err(bad("conflicting Content-Length"));
-                        }
-                        content_length = Some(n);
-                        any = true;
-                    }
-                    if !any {
-                        return Err(bad("invalid Content-Length"));
-                    }
+                    // the value is relayed to the client.
+                    content_length = Some(fold_content_length(value, content_length).map_err(bad)?);
                 }
                 17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
                     te_seen = true;
@@ -476,15 +320,7 @@ impl ResponseParser {
                         return Err(bad("invalid Transfer-Encoding"));
                     }
                 }
-                10 if name.eq_ignore_ascii_case(b"connection") => {
-                    for token in list_elements(value) {
-                        if token.eq_ignore_ascii_case(b"close") {
-                            close = true;
-                        } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                            keep_alive_token = true;
-                        }
-                    }
-                }
+                10 if name.eq_ignore_ascii_case(b"connection") => connection.add(value),
                 _ => {}
             }
         }
@@ -514,18 +350,8 @@ impl ResponseParser {
             // Content-Length must not be passed on.
             content_length: if te_seen { None } else { content_length },
             te_and_cl: te_seen && content_length.is_some(),
-            close,
-            keep_alive_token,
+            connection,
         })
-    }
-}
-
-/// Checks that a status line still arriving can begin "HTTP/". A final CR may
-/// begin the line's CRLF (an empty line) and is left for the whole line.
-fn check_partial_prefix(partial: &[u8]) -> Result<(), RequestError> {
-    match partial.split_last() {
-        Some((b'\r', rest)) => check_prefix(rest),
-        _ => check_prefix(partial),
     }
 }
 
@@ -537,50 +363,6 @@ fn check_prefix(line: &[u8]) -> Result<(), RequestError> {
     } else {
         Err(MALFORMED_STATUS_LINE)
     }
-}
-
-/// field-line = field-name ":" OWS field-value OWS
-fn parse_field_line(line: &[u8], base: usize) -> Result<FieldSpan, RequestError> {
-    if is_ows(line[0]) {
-        // obs-fold (RFC 9112 §5.2) or whitespace before the first field.
-        return Err(bad("obs-fold or leading whitespace in field line"));
-    }
-    let Some(colon) = memchr::memchr(b':', line) else {
-        return Err(bad("field line without colon"));
-    };
-    if colon == 0 {
-        return Err(bad("empty field name"));
-    }
-    for &b in &line[..colon] {
-        if !is_tchar(b) {
-            return Err(match b {
-                b' ' | b'\t' => bad("whitespace before colon"),
-                b'\r' => bad("bare CR in field line"),
-                _ => bad("invalid field name"),
-            });
-        }
-    }
-    let mut vs = colon + 1;
-    let mut ve = line.len();
-    while vs < ve && is_ows(line[vs]) {
-        vs += 1;
-    }
-    while ve > vs && is_ows(line[ve - 1]) {
-        ve -= 1;
-    }
-    for &b in &line[vs..ve] {
-        if !is_field_value_byte(b) {
-            return Err(if b == b'\r' {
-                bad("bare CR in field line")
-            } else {
-                bad("control character in field value")
-            });
-        }
-    }
-    Ok(FieldSpan {
-        name: (base, base + colon),
-        value: (base + vs, base + ve),
-    })
 }
 
 #[cfg(test)]

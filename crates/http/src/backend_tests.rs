@@ -1,43 +1,11 @@
 use super::*;
-use crate::fuzzing::{summarize_response, ResponseOutcome, ResponseSummary};
+use crate::fuzzing::{ResponseOutcome, ResponseSummary, ResponseTo};
+use crate::testing::{expect_error, expect_head, parse_every_split};
 
-/// Parses `buf` whole, and checks on the way that every split point gives
-/// the same answer: a fresh parse of each prefix and one reused parser fed
-/// growing prefixes must both say "need more" until the head is complete
-/// (or the error is decidable), and the whole answer after that.
+/// Every parse in these tests also checks that each split point of `buf`
+/// gives the same answer.
 fn parse_as(buf: &[u8], head: bool) -> ResponseOutcome {
-    let whole = summarize_response(ResponseParser::new(Limits::default()).parse(buf, head));
-    let mut reused = ResponseParser::new(Limits::default());
-    let mut decided = false;
-    for k in 0..=buf.len() {
-        let fresh =
-            summarize_response(ResponseParser::new(Limits::default()).parse(&buf[..k], head));
-        let grown = summarize_response(reused.parse(&buf[..k], head));
-        assert_eq!(fresh, grown, "fresh vs reused at {k} in {buf:?}");
-        // Two pieces with a reused parser: the split at every offset.
-        let mut two = ResponseParser::new(Limits::default());
-        let _ = two.parse(&buf[..k], head);
-        assert_eq!(
-            summarize_response(two.parse(buf, head)),
-            whole,
-            "split at {k} in {buf:?}"
-        );
-        match (&whole, &fresh) {
-            (Ok(Some(w)), Ok(None)) => assert!(k < w.head_len),
-            (Ok(Some(w)), Ok(Some(f))) => {
-                assert!(k >= w.head_len);
-                assert_eq!(f, w);
-            }
-            (Err(_), Ok(None)) => assert!(!decided, "error vanished at {k}"),
-            (Err(w), Err(f)) => {
-                assert_eq!(f, w, "different error at {k} in {buf:?}");
-                decided = true;
-            }
-            (Ok(None), Ok(None)) => {}
-            other => panic!("prefix {k} of {buf:?}: {other:?}"),
-        }
-    }
-    whole
+    parse_every_split(buf, || ResponseTo::new(Limits::default(), head))
 }
 
 fn parse(buf: &[u8]) -> ResponseOutcome {
@@ -45,13 +13,7 @@ fn parse(buf: &[u8]) -> ResponseOutcome {
 }
 
 fn ok_as(buf: &[u8], head: bool) -> ResponseSummary {
-    match parse_as(buf, head) {
-        Ok(Some(s)) => s,
-        other => panic!(
-            "expected a response from {:?}, got {other:?}",
-            String::from_utf8_lossy(buf)
-        ),
-    }
+    expect_head(parse_as(buf, head), buf)
 }
 
 fn ok(buf: &[u8]) -> ResponseSummary {
@@ -59,13 +21,7 @@ fn ok(buf: &[u8]) -> ResponseSummary {
 }
 
 fn err(buf: &[u8]) -> RequestError {
-    match parse(buf) {
-        Err(e) => e,
-        other => panic!(
-            "expected an error from {:?}, got {other:?}",
-            String::from_utf8_lossy(buf)
-        ),
-    }
+    expect_error(parse(buf), buf)
 }
 
 /// A 200 response with the given extra field lines (each ending in CRLF).
@@ -585,9 +541,9 @@ fn trickled_bytes_are_scanned_once() {
     }
     assert!(p.parse(&head, false).unwrap().is_some());
     assert!(
-        p.scanned <= head.len(),
+        p.head.scanned <= head.len(),
         "scanned {} for {}",
-        p.scanned,
+        p.head.scanned,
         head.len()
     );
 }

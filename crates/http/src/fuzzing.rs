@@ -3,6 +3,8 @@
 //! and panics when an invariant breaks; allocation here is fine because this
 //! is never on the serving path.
 
+use std::fmt;
+
 use crate::{
     etag_list_matches, normalize_path, parse_accept_encoding, parse_http_date, parse_range,
     parse_target, write_header, write_http_date, BodyFraming, ChunkedDecoder, Limits, Parser,
@@ -12,7 +14,7 @@ use crate::{
 mod response;
 pub use response::response;
 #[cfg(test)]
-pub(crate) use response::{summarize_response, ResponseOutcome, ResponseSummary};
+pub(crate) use response::{ResponseOutcome, ResponseSummary, ResponseTo};
 
 /// An owned copy of everything a [`Request`] exposes, for comparisons.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +30,10 @@ pub(crate) struct Summary {
     pub(crate) headers: Vec<(String, Vec<u8>)>,
 }
 
-pub(crate) type Outcome = Result<Option<Summary>, RequestError>;
+/// What parsing a head gave, owned so that results can be compared.
+pub(crate) type Parsed<S> = Result<Option<S>, RequestError>;
+
+pub(crate) type Outcome = Parsed<Summary>;
 
 pub(crate) fn summarize(r: Result<Option<Request<'_>>, RequestError>) -> Outcome {
     r.map(|o| {
@@ -47,6 +52,35 @@ pub(crate) fn summarize(r: Result<Option<Request<'_>>, RequestError>) -> Outcome
                 .collect(),
         })
     })
+}
+
+/// A head parser seen through owned summaries, so that one set of split
+/// checks serves requests and responses.
+pub(crate) trait SummaryParser {
+    type Summary: fmt::Debug + PartialEq;
+
+    fn parse_summary(&mut self, data: &[u8]) -> Parsed<Self::Summary>;
+
+    fn reset(&mut self);
+
+    /// Where the summarised head ends in the input.
+    fn head_len(summary: &Self::Summary) -> usize;
+}
+
+impl SummaryParser for Parser {
+    type Summary = Summary;
+
+    fn parse_summary(&mut self, data: &[u8]) -> Outcome {
+        summarize(self.parse(data))
+    }
+
+    fn reset(&mut self) {
+        Parser::reset(self);
+    }
+
+    fn head_len(summary: &Summary) -> usize {
+        summary.head_len
+    }
 }
 
 /// FNV-1a: a cheap, deterministic way to derive split points from the input.
@@ -83,41 +117,47 @@ pub fn request(data: &[u8]) {
 /// Parses `data` whole, split once at a derived offset, and grown one byte at
 /// a time with one reused parser; all must agree. Returns the whole result.
 fn check_parser(data: &[u8], limits: Limits) -> Outcome {
-    let mut fresh = Parser::new(limits);
-    let whole = summarize(fresh.parse(data));
+    let whole = Parser::new(limits).parse_summary(data);
     check_request_invariants(data, &whole, limits);
+    check_splits(data, &whole, Parser::new(limits));
+    whole
+}
 
-    // Two-piece split with a reused parser.
+/// Feeds `data` to `reused` in two pieces cut at a derived offset, then,
+/// after a reset, one byte at a time (the slow-loris path); both must end
+/// with `whole`, the result of parsing it in one piece.
+fn check_splits<P: SummaryParser>(data: &[u8], whole: &Parsed<P::Summary>, mut reused: P) {
     let cut = (hash(data) % (data.len() as u64 + 1)) as usize;
-    let mut reused = Parser::new(limits);
-    let first = summarize(reused.parse(&data[..cut]));
-    check_prefix(&first, &whole, cut);
-    let second = summarize(reused.parse(data));
-    assert_eq!(second, whole, "split at {cut} changed the result");
+    let first = reused.parse_summary(&data[..cut]);
+    check_prefix::<P>(&first, whole, cut);
+    let second = reused.parse_summary(data);
+    assert_eq!(&second, whole, "split at {cut} changed the result");
 
-    // Byte-by-byte growth: the slow-loris path.
     reused.reset();
     for n in 0..=data.len() {
-        let r = summarize(reused.parse(&data[..n]));
+        let r = reused.parse_summary(&data[..n]);
         if n == data.len() {
-            assert_eq!(r, whole, "byte-by-byte result differs");
+            assert_eq!(&r, whole, "byte-by-byte result differs");
         } else {
-            check_prefix(&r, &whole, n);
+            check_prefix::<P>(&r, whole, n);
             if !matches!(r, Ok(None)) {
                 break;
             }
         }
     }
-    whole
 }
 
 /// A prefix of `n` bytes may only say "need more", or already give the
 /// result the whole input gives.
-fn check_prefix(prefix: &Outcome, whole: &Outcome, n: usize) {
+fn check_prefix<P: SummaryParser>(
+    prefix: &Parsed<P::Summary>,
+    whole: &Parsed<P::Summary>,
+    n: usize,
+) {
     match prefix {
         Ok(None) => {
             if let Ok(Some(s)) = whole {
-                assert!(s.head_len > n, "complete head not seen in prefix");
+                assert!(P::head_len(s) > n, "complete head not seen in prefix");
             }
         }
         other => assert_eq!(other, whole, "prefix of {n} bytes disagrees"),
@@ -127,9 +167,7 @@ fn check_prefix(prefix: &Outcome, whole: &Outcome, n: usize) {
 fn check_request_invariants(data: &[u8], outcome: &Outcome, limits: Limits) {
     match outcome {
         Ok(Some(s)) => {
-            assert!(s.head_len <= data.len());
-            assert!(s.head_len <= limits.max_header_bytes);
-            assert!(s.headers.len() <= limits.max_headers);
+            check_head_bounds(data, limits, s.head_len, &s.headers);
             assert!(!s.method.is_empty());
             assert!(!s.target.is_empty());
             assert!(s.target.len() <= limits.max_request_line);
@@ -140,10 +178,6 @@ fn check_request_invariants(data: &[u8], outcome: &Outcome, limits: Limits) {
             if s.framing == BodyFraming::Chunked {
                 assert_eq!(s.version, Version::Http11);
             }
-            for (name, value) in &s.headers {
-                assert!(!name.is_empty());
-                assert!(!value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0));
-            }
         }
         Ok(None) => {}
         Err(e) => {
@@ -152,6 +186,18 @@ fn check_request_invariants(data: &[u8], outcome: &Outcome, limits: Limits) {
                 "unexpected status {e}"
             );
         }
+    }
+}
+
+/// What holds for any accepted head, request or response: it lies within
+/// the input and the limits, and its fields are clean tokens and values.
+fn check_head_bounds(data: &[u8], limits: Limits, head_len: usize, headers: &[(String, Vec<u8>)]) {
+    assert!(head_len <= data.len());
+    assert!(head_len <= limits.max_header_bytes);
+    assert!(headers.len() <= limits.max_headers);
+    for (name, value) in headers {
+        assert!(!name.is_empty() && crate::syntax::is_token(name.as_bytes()));
+        assert!(!value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0));
     }
 }
 
@@ -172,13 +218,18 @@ fn compare_with_httparse(data: &[u8], s: &Summary) {
             assert_eq!(len, s.head_len, "httparse head length differs");
             assert_eq!(req.method, Some(s.method.as_str()));
             assert_eq!(req.path, Some(s.target.as_str()));
-            assert_eq!(req.headers.len(), s.headers.len());
-            for (h, (name, value)) in req.headers.iter().zip(&s.headers) {
-                assert_eq!(h.name, name);
-                assert_eq!(crate::syntax::trim_ows(h.value), &value[..]);
-            }
+            compare_fields(req.headers, &s.headers);
         }
         other => panic!("we accepted a head httparse rejects: {other:?}"),
+    }
+}
+
+/// httparse leaves trailing OWS on values; otherwise the fields must match.
+fn compare_fields(theirs: &[httparse::Header<'_>], ours: &[(String, Vec<u8>)]) {
+    assert_eq!(theirs.len(), ours.len());
+    for (h, (name, value)) in theirs.iter().zip(ours) {
+        assert_eq!(h.name, name);
+        assert_eq!(crate::syntax::trim_ows(h.value), &value[..]);
     }
 }
 
@@ -207,21 +258,28 @@ fn check_pipeline(data: &[u8]) {
         };
         let body = &rest[head_len..];
         let body_len = match framing {
-            BodyFraming::None => 0,
-            BodyFraming::Length(n) => match usize::try_from(n) {
-                Ok(n) if n <= body.len() => n,
-                _ => return,
-            },
-            BodyFraming::Chunked => {
-                let mut dec = ChunkedDecoder::new();
-                match dec.feed(body, |_| {}) {
-                    Ok((n, true)) => n,
-                    _ => return,
-                }
-            }
+            BodyFraming::None => Some(0),
+            BodyFraming::Length(n) => sized_body(n, body),
+            BodyFraming::Chunked => chunked_body(body),
+        };
+        let Some(body_len) = body_len else {
+            return;
         };
         pos += head_len + body_len;
         parser.reset();
+    }
+}
+
+/// The length of a body of `n` bytes, if all of it is in `rest`.
+fn sized_body(n: u64, rest: &[u8]) -> Option<usize> {
+    usize::try_from(n).ok().filter(|&n| n <= rest.len())
+}
+
+/// The length of the chunked body at the start of `rest`, if it is complete.
+fn chunked_body(rest: &[u8]) -> Option<usize> {
+    match ChunkedDecoder::new().feed(rest, |_| {}) {
+        Ok((n, true)) => Some(n),
+        _ => None,
     }
 }
 

@@ -51,13 +51,17 @@ mod chunked;
 mod conditional;
 mod encoding;
 mod error;
+mod fields;
 mod forward;
+mod head;
 mod limits;
 mod range;
 mod request;
 mod response;
 mod syntax;
 mod target;
+#[cfg(test)]
+mod testing;
 
 #[doc(hidden)]
 pub mod fuzzing;

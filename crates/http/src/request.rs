@@ -1,15 +1,16 @@
-//! Incremental request-head parser (RFC 9112 §2-§7, RFC 9110 field rules).
+//! Request-head parser (RFC 9112 §2-§7, RFC 9110 field rules).
 //!
-//! The parser walks the head line by line and remembers how far it got, so a
-//! client that trickles bytes costs O(n) in total, not O(n²). Each line is
-//! validated the moment its LF arrives and limits are checked against fixed
-//! offsets, so the outcome depends only on the bytes, never on how they were
-//! split across reads. Field semantics (Host, framing, Connection, Expect)
-//! are checked once, when the blank line ends the head.
+//! Line scanning, limits and field-line syntax are shared with the response
+//! parser (see `head.rs` and `fields.rs`); this module holds what is
+//! particular to requests: the request line and the field semantics (Host,
+//! framing, Connection, Expect), checked once, when the blank line ends the
+//! head.
 
 use crate::error::RequestError;
-use crate::limits::{Limits, MAX_LEADING_EMPTY_LINES};
-use crate::syntax::{is_field_value_byte, is_ows, is_tchar, is_token, list_elements, trim_ows};
+use crate::fields::{fold_content_length, ConnectionOptions, FieldSpan, Fields};
+use crate::head::{HeadScanner, ScanErrors, StartLine};
+use crate::limits::Limits;
+use crate::syntax::{ascii_str, is_tchar, is_token, list_elements, trim_ows};
 use crate::target::is_valid_host;
 
 /// Protocol version of a request.
@@ -32,33 +33,21 @@ pub enum BodyFraming {
     Chunked,
 }
 
-/// Byte offsets of one header field inside the caller's buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FieldSpan {
-    name: (usize, usize),
-    /// Value with surrounding OWS already trimmed.
-    value: (usize, usize),
-}
-
 /// Head-wide results computed once the head is complete.
 #[derive(Debug, Clone, Copy)]
-struct HeadInfo {
+pub(crate) struct HeadInfo {
     framing: BodyFraming,
     keep_alive: bool,
     expect_continue: bool,
     host: Option<(usize, usize)>,
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Phase {
-    /// Skipping empty lines / waiting for the request line.
-    RequestLine,
-    /// Reading field lines.
-    Fields,
-    /// Head complete and valid; `head_len` and `info` are set.
-    Complete(HeadInfo),
-    /// A previous call failed; the same error is returned until `reset`.
-    Failed(RequestError),
+/// The parsed request line, as offsets into the buffer.
+#[derive(Debug)]
+pub(crate) struct RequestLine {
+    method: (usize, usize),
+    target: (usize, usize),
+    version: Version,
 }
 
 /// Reusable, per-connection request-head parser.
@@ -67,22 +56,7 @@ enum Phase {
 /// across requests, so steady-state parsing allocates nothing.
 #[derive(Debug)]
 pub struct Parser {
-    limits: Limits,
-    phase: Phase,
-    /// Offset where the line currently being scanned starts.
-    line_start: usize,
-    /// Offset where the LF search resumes; bytes before it hold no LF of the
-    /// current line.
-    scan: usize,
-    empty_lines: usize,
-    method: (usize, usize),
-    target: (usize, usize),
-    version: Version,
-    fields: Vec<FieldSpan>,
-    head_len: usize,
-    /// Bytes handed to memchr since the last reset, to test O(n) scanning.
-    #[cfg(test)]
-    scanned: usize,
+    head: HeadScanner<RequestLine>,
 }
 
 /// A parsed request head, borrowing the caller's buffer and the parser.
@@ -114,7 +88,7 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// First value of the field `name` (ASCII case-insensitive), OWS-trimmed.
     pub fn header(&self, name: &str) -> Option<&'a [u8]> {
-        self.header_values(name).next()
+        self.fields().header(name)
     }
 
     /// Every value of the field `name` in order, for list-valued fields sent
@@ -123,35 +97,22 @@ impl<'a> Request<'a> {
     where
         'a: 'n,
     {
-        let buf = self.buf;
-        self.fields.iter().filter_map(move |f| {
-            let n = &buf[f.name.0..f.name.1];
-            n.eq_ignore_ascii_case(name.as_bytes())
-                .then(|| &buf[f.value.0..f.value.1])
-        })
+        self.fields().header_values(name)
     }
 
     /// All fields in order as (name as sent, OWS-trimmed value).
     pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + use<'a> {
-        let buf = self.buf;
-        self.fields.iter().map(move |f| {
-            (
-                ascii_str(&buf[f.name.0..f.name.1]),
-                &buf[f.value.0..f.value.1],
-            )
-        })
+        self.fields().headers()
     }
 
     /// Number of header fields.
     pub fn header_count(&self) -> usize {
-        self.fields.len()
+        self.fields().header_count()
     }
-}
 
-/// Converts bytes already validated as ASCII; never fails in practice, and
-/// falls back to "" rather than panicking if that invariant were broken.
-fn ascii_str(b: &[u8]) -> &str {
-    std::str::from_utf8(b).unwrap_or_default()
+    fn fields(&self) -> Fields<'a> {
+        Fields::new(self.buf, self.fields)
+    }
 }
 
 const fn bad(reason: &'static str) -> RequestError {
@@ -161,41 +122,26 @@ const fn bad(reason: &'static str) -> RequestError {
 impl Parser {
     /// Creates a parser enforcing `limits`.
     pub fn new(limits: Limits) -> Parser {
-        Parser {
-            limits,
-            phase: Phase::RequestLine,
-            line_start: 0,
-            scan: 0,
-            empty_lines: 0,
+        let line = RequestLine {
             method: (0, 0),
             target: (0, 0),
             version: Version::Http11,
-            fields: Vec::with_capacity(16),
-            head_len: 0,
-            #[cfg(test)]
-            scanned: 0,
+        };
+        Parser {
+            head: HeadScanner::new(limits, line),
         }
     }
 
     /// The limits this parser enforces.
     pub fn limits(&self) -> Limits {
-        self.limits
+        self.head.limits()
     }
 
     /// Forgets all scan state (keeping the field table's capacity). Call
     /// after consuming a request (head and body) from the buffer, or to
     /// parse an unrelated buffer.
     pub fn reset(&mut self) {
-        self.phase = Phase::RequestLine;
-        self.line_start = 0;
-        self.scan = 0;
-        self.empty_lines = 0;
-        self.fields.clear();
-        self.head_len = 0;
-        #[cfg(test)]
-        {
-            self.scanned = 0;
-        }
+        self.head.reset();
     }
 
     /// Looks for a complete request head at the start of `buf`.
@@ -206,135 +152,53 @@ impl Parser {
     /// shorter buffer is treated as a new request). Once an error is
     /// returned, it is returned again until [`Parser::reset`].
     pub fn parse<'a>(&'a mut self, buf: &'a [u8]) -> Result<Option<Request<'a>>, RequestError> {
-        let info = match self.phase {
-            Phase::Failed(e) => return Err(e),
-            Phase::Complete(info) if buf.len() >= self.head_len => info,
-            _ => {
-                if buf.len() < self.scan || buf.len() < self.head_len {
-                    // Not a continuation of what we scanned; start over
-                    // rather than trust stale offsets.
-                    self.reset();
-                }
-                let checked = match self.advance(buf) {
-                    Ok(true) => self.analyze(buf),
-                    Ok(false) => return Ok(None),
-                    Err(e) => Err(e),
-                };
-                match checked {
-                    Ok(info) => {
-                        self.phase = Phase::Complete(info);
-                        info
-                    }
-                    Err(e) => {
-                        self.phase = Phase::Failed(e);
-                        return Err(e);
-                    }
-                }
-            }
+        let Some(info) = self.head.parse(buf)? else {
+            return Ok(None);
         };
+        let line = self.head.start_line();
         Ok(Some(Request {
-            method: ascii_str(&buf[self.method.0..self.method.1]),
-            target: ascii_str(&buf[self.target.0..self.target.1]),
-            version: self.version,
-            head_len: self.head_len,
+            method: ascii_str(&buf[line.method.0..line.method.1]),
+            target: ascii_str(&buf[line.target.0..line.target.1]),
+            version: line.version,
+            head_len: self.head.head_len(),
             framing: info.framing,
             keep_alive: info.keep_alive,
             expect_continue: info.expect_continue,
             host: info.host.map(|(s, e)| ascii_str(&buf[s..e])),
             buf,
-            fields: &self.fields,
+            fields: self.head.fields(),
         }))
     }
+}
 
-    /// Scans complete lines from `self.scan`; Ok(true) once the blank line
-    /// ending the head has been seen.
-    fn advance(&mut self, buf: &[u8]) -> Result<bool, RequestError> {
-        if buf.is_empty() {
-            return Ok(false);
+impl StartLine for RequestLine {
+    type Info = HeadInfo;
+
+    const ERRORS: ScanErrors = ScanErrors {
+        line_too_long: RequestError::new(414, "request line too long"),
+        head_too_large: RequestError::new(431, "request head too large"),
+        too_many_empty_lines: bad("too many empty lines before request"),
+        too_many_fields: RequestError::new(431, "too many header fields"),
+        bad_field_status: 400,
+    };
+
+    /// Rejects a request line whose method is already invalid (a TLS
+    /// ClientHello, say) without waiting for a line end that never comes.
+    /// A final CR may begin the line's CRLF and is left for the complete
+    /// line to judge.
+    fn check_partial(partial: &[u8]) -> Result<(), RequestError> {
+        match partial.split_last() {
+            Some((b'\r', rest)) if memchr::memchr(b' ', partial).is_none() => check_method(rest),
+            _ => check_method(partial),
         }
-        loop {
-            // The LF ending this line must lie before `window`; whether the
-            // line limit or the head limit is the tighter decides the status.
-            let head_cap = self.limits.max_header_bytes;
-            let (window, over) = match self.phase {
-                Phase::RequestLine => {
-                    let line_cap = self
-                        .line_start
-                        .saturating_add(self.limits.max_request_line)
-                        .saturating_add(2);
-                    if line_cap <= head_cap {
-                        (line_cap, RequestError::new(414, "request line too long"))
-                    } else {
-                        (head_cap, RequestError::new(431, "request head too large"))
-                    }
-                }
-                _ => (head_cap, RequestError::new(431, "request head too large")),
-            };
-            let end = buf.len().min(window);
-            let from = self.scan.min(end);
-            #[cfg(test)]
-            {
-                self.scanned += end - from;
-            }
-            let Some(i) = memchr::memchr(b'\n', &buf[from..end]) else {
-                self.scan = end;
-                if matches!(self.phase, Phase::RequestLine) {
-                    // Reject a request line whose method is already invalid (a TLS
-                    // ClientHello, say) without waiting for a line end that never comes.
-                    check_partial_method(&buf[self.line_start..end])?;
-                }
-                return if buf.len() >= window {
-                    Err(over)
-                } else {
-                    Ok(false)
-                };
-            };
-            let lf = from + i;
-            let start = self.line_start;
-            // Accept CRLF or a bare LF (RFC 9112 §2.2).
-            let content_end = if lf > start && buf[lf - 1] == b'\r' {
-                lf - 1
-            } else {
-                lf
-            };
-            self.line_start = lf + 1;
-            self.scan = lf + 1;
-            let line = &buf[start..content_end];
-            match self.phase {
-                Phase::RequestLine => {
-                    if line.is_empty() {
-                        self.empty_lines += 1;
-                        if self.empty_lines > MAX_LEADING_EMPTY_LINES {
-                            return Err(bad("too many empty lines before request"));
-                        }
-                        continue;
-                    }
-                    // The method is judged before the length, as it is while the line is
-                    // still arriving, so the error does not depend on how bytes are split.
-                    check_method(line)?;
-                    if line.len() > self.limits.max_request_line {
-                        return Err(RequestError::new(414, "request line too long"));
-                    }
-                    self.parse_request_line(line, start)?;
-                    self.phase = Phase::Fields;
-                }
-                _ => {
-                    if line.is_empty() {
-                        self.head_len = lf + 1;
-                        return Ok(true);
-                    }
-                    if self.fields.len() >= self.limits.max_headers {
-                        return Err(RequestError::new(431, "too many header fields"));
-                    }
-                    let span = parse_field_line(line, start)?;
-                    self.fields.push(span);
-                }
-            }
-        }
+    }
+
+    fn check_start(line: &[u8]) -> Result<(), RequestError> {
+        check_method(line)
     }
 
     /// request-line = method SP request-target SP HTTP-version
-    fn parse_request_line(&mut self, line: &[u8], base: usize) -> Result<(), RequestError> {
+    fn parse(&mut self, line: &[u8], base: usize) -> Result<(), RequestError> {
         if memchr::memchr(b'\r', line).is_some() {
             return Err(bad("bare CR in request line"));
         }
@@ -363,21 +227,20 @@ impl Parser {
     }
 
     /// Head-wide field semantics, run once on a complete head.
-    fn analyze(&self, buf: &[u8]) -> Result<HeadInfo, RequestError> {
+    fn analyze(&self, buf: &[u8], fields: &[FieldSpan]) -> Result<HeadInfo, RequestError> {
         let mut host = None;
         let mut host_count = 0usize;
         let mut content_length: Option<u64> = None;
         let mut te_seen = false;
         let mut te_chunked_last = false;
         let mut te_error: Option<RequestError> = None;
-        let mut close = false;
-        let mut keep_alive_token = false;
+        let mut connection = ConnectionOptions::default();
         let mut expect_continue = false;
         let mut expect_other = false;
 
-        for f in &self.fields {
-            let name = &buf[f.name.0..f.name.1];
-            let value = &buf[f.value.0..f.value.1];
+        for f in fields {
+            let name = f.name_in(buf);
+            let value = f.value_in(buf);
             // Dispatch on length first: most fields match none of these.
             match name.len() {
                 4 if name.eq_ignore_ascii_case(b"host") => {
@@ -388,24 +251,10 @@ impl Parser {
                     if !is_valid_host(value) {
                         return Err(bad("invalid Host"));
                     }
-                    host = Some(f.value);
+                    host = Some(f.value_span());
                 }
                 14 if name.eq_ignore_ascii_case(b"content-length") => {
-                    // Strict 1*DIGIT; a list of identical values is one value
-                    // (RFC 9110 §8.6), differing values are a smuggling risk.
-                    let mut any = false;
-                    for part in value.split(|&b| b == b',') {
-                        let n = crate::syntax::parse_u64(trim_ows(part))
-                            .ok_or(bad("invalid Content-Length"))?;
-                        if content_length.is_some_and(|c| c != n) {
-                            return Err(bad("conflicting Content-Length"));
-                        }
-                        content_length = Some(n);
-                        any = true;
-                    }
-                    if !any {
-                        return Err(bad("invalid Content-Length"));
-                    }
+                    content_length = Some(fold_content_length(value, content_length).map_err(bad)?);
                 }
                 17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
                     te_seen = true;
@@ -430,15 +279,7 @@ impl Parser {
                         }
                     }
                 }
-                10 if name.eq_ignore_ascii_case(b"connection") => {
-                    for token in list_elements(value) {
-                        if token.eq_ignore_ascii_case(b"close") {
-                            close = true;
-                        } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                            keep_alive_token = true;
-                        }
-                    }
-                }
+                10 if name.eq_ignore_ascii_case(b"connection") => connection.add(value),
                 6 if name.eq_ignore_ascii_case(b"expect") => {
                     for e in list_elements(value) {
                         if e.eq_ignore_ascii_case(b"100-continue") {
@@ -478,13 +319,9 @@ impl Parser {
         if expect_other {
             return Err(RequestError::new(417, "unsupported expectation"));
         }
-        let keep_alive = match self.version {
-            Version::Http11 => !close,
-            Version::Http10 => keep_alive_token && !close,
-        };
         Ok(HeadInfo {
             framing,
-            keep_alive,
+            keep_alive: connection.persistent(self.version),
             expect_continue: expect_continue && self.version == Version::Http11,
             host,
         })
@@ -514,64 +351,6 @@ fn parse_version(v: &[u8]) -> Result<Version, RequestError> {
     }
 }
 
-/// field-line = field-name ":" OWS field-value OWS
-fn parse_field_line(line: &[u8], base: usize) -> Result<FieldSpan, RequestError> {
-    if is_ows(line[0]) {
-        // obs-fold (RFC 9112 §5.2) or whitespace before the first field.
-        return Err(bad("obs-fold or leading whitespace in field line"));
-    }
-    let Some(colon) = memchr::memchr(b':', line) else {
-        return Err(bad("field line without colon"));
-    };
-    if colon == 0 {
-        return Err(bad("empty field name"));
-    }
-    for &b in &line[..colon] {
-        if !is_tchar(b) {
-            return Err(match b {
-                b' ' | b'\t' => bad("whitespace before colon"),
-                b'\r' => bad("bare CR in field line"),
-                _ => bad("invalid field name"),
-            });
-        }
-    }
-    let mut vs = colon + 1;
-    let mut ve = line.len();
-    while vs < ve && is_ows(line[vs]) {
-        vs += 1;
-    }
-    while ve > vs && is_ows(line[ve - 1]) {
-        ve -= 1;
-    }
-    for &b in &line[vs..ve] {
-        if !is_field_value_byte(b) {
-            return Err(if b == b'\r' {
-                bad("bare CR in field line")
-            } else {
-                bad("control character in field value")
-            });
-        }
-    }
-    Ok(FieldSpan {
-        name: (base, base + colon),
-        value: (base + vs, base + ve),
-    })
-}
-
-#[cfg(test)]
-#[path = "request_tests.rs"]
-mod tests;
-
-/// Checks the method of a request line that has not ended yet: every byte before the
-/// first space must be a token character. A final CR may begin the line's CRLF and is
-/// left for the complete line to judge.
-fn check_partial_method(partial: &[u8]) -> Result<(), RequestError> {
-    match partial.split_last() {
-        Some((b'\r', rest)) if memchr::memchr(b' ', partial).is_none() => check_method(rest),
-        _ => check_method(partial),
-    }
-}
-
 /// Checks that every byte of a request line before its first space is a token character.
 fn check_method(line: &[u8]) -> Result<(), RequestError> {
     let method_end = memchr::memchr(b' ', line).unwrap_or(line.len());
@@ -581,3 +360,7 @@ fn check_method(line: &[u8]) -> Result<(), RequestError> {
         Err(bad("invalid method"))
     }
 }
+
+#[cfg(test)]
+#[path = "request_tests.rs"]
+mod tests;

@@ -1,28 +1,17 @@
 use super::*;
-use crate::fuzzing::{summarize, Outcome};
+use crate::fuzzing::{summarize, Outcome, Summary, SummaryParser};
+use crate::testing::{expect_error, expect_head, parse_every_split};
 
 fn parse(buf: &[u8]) -> Outcome {
-    summarize(Parser::new(Limits::default()).parse(buf))
+    Parser::new(Limits::default()).parse_summary(buf)
 }
 
-fn ok(buf: &[u8]) -> crate::fuzzing::Summary {
-    match parse(buf) {
-        Ok(Some(s)) => s,
-        other => panic!(
-            "expected a request from {:?}, got {other:?}",
-            String::from_utf8_lossy(buf)
-        ),
-    }
+fn ok(buf: &[u8]) -> Summary {
+    expect_head(parse(buf), buf)
 }
 
 fn err(buf: &[u8]) -> RequestError {
-    match parse(buf) {
-        Err(e) => e,
-        other => panic!(
-            "expected an error from {:?}, got {other:?}",
-            String::from_utf8_lossy(buf)
-        ),
-    }
+    expect_error(parse(buf), buf)
 }
 
 fn status(buf: &[u8]) -> u16 {
@@ -558,9 +547,9 @@ fn trickled_bytes_are_scanned_once() {
     }
     assert!(p.parse(&head).unwrap().is_some());
     assert!(
-        p.scanned <= head.len(),
+        p.head.scanned <= head.len(),
         "scanned {} bytes for a {}-byte head",
-        p.scanned,
+        p.head.scanned,
         head.len()
     );
 }
@@ -596,27 +585,7 @@ const MESSAGES: &[&[u8]] = &[
 #[test]
 fn every_prefix_agrees_with_the_whole() {
     for msg in MESSAGES {
-        let whole = parse(msg);
-        let mut reused = Parser::new(Limits::default());
-        let mut decided = false;
-        for k in 0..=msg.len() {
-            let fresh = parse(&msg[..k]);
-            let grown = summarize(reused.parse(&msg[..k]));
-            assert_eq!(fresh, grown, "fresh vs reused at {k} in {msg:?}");
-            match (&whole, &fresh) {
-                (Ok(Some(w)), Ok(None)) => assert!(k < w.head_len),
-                (Ok(Some(w)), Ok(Some(f))) => {
-                    assert!(k >= w.head_len);
-                    assert_eq!(f, w);
-                }
-                (Err(_), Ok(None)) => assert!(!decided, "error vanished at {k}"),
-                (Err(w), Err(f)) => {
-                    assert_eq!(f, w, "different error at {k} in {msg:?}");
-                    decided = true;
-                }
-                other => panic!("prefix {k} of {msg:?}: {other:?}"),
-            }
-        }
+        let whole = parse_every_split(msg, || Parser::new(Limits::default()));
         assert!(!matches!(whole, Ok(None)), "{msg:?} should be complete");
     }
 }

@@ -132,6 +132,13 @@ impl<'a> Iterator for ListElements<'a> {
     }
 }
 
+/// Converts bytes already validated as ASCII; never fails in practice, and
+/// falls back to "" rather than panicking if that invariant were broken.
+#[inline]
+pub(crate) fn ascii_str(b: &[u8]) -> &str {
+    std::str::from_utf8(b).unwrap_or_default()
+}
+
 /// Parses 1*DIGIT into a u64; `None` for empty input, non-digits or overflow.
 pub(crate) fn parse_u64(s: &[u8]) -> Option<u64> {
     if s.is_empty() {

@@ -1,11 +1,14 @@
 //! Checks for the proxy path: backend response heads, the heads relayed to
 //! clients, and requests forwarded to backends.
 
-use super::hash;
+use super::{
+    check_head_bounds, check_splits, chunked_body, compare_fields, sized_body, Parsed,
+    SummaryParser,
+};
 use crate::{
     is_hop_by_hop, parse_target, reason_phrase, write_forwarded_request,
-    write_relayed_response_head, BodyFraming, BodyRelay, ChunkedDecoder, ForwardOptions, Limits,
-    Parser, RequestError, ResponseFraming, ResponseHead, ResponseParser, Target, Version,
+    write_relayed_response_head, BodyFraming, BodyRelay, ForwardOptions, Limits, Parser,
+    RequestError, ResponseFraming, ResponseHead, ResponseParser, Target, Version,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -22,7 +25,7 @@ pub(crate) struct ResponseSummary {
     pub(crate) headers: Vec<(String, Vec<u8>)>,
 }
 
-pub(crate) type ResponseOutcome = Result<Option<ResponseSummary>, RequestError>;
+pub(crate) type ResponseOutcome = Parsed<ResponseSummary>;
 
 pub(crate) fn summarize_response(
     r: Result<Option<ResponseHead<'_>>, RequestError>,
@@ -42,6 +45,37 @@ pub(crate) fn summarize_response(
                 .collect(),
         })
     })
+}
+
+/// A response parser answering a request that was, or was not, HEAD.
+pub(crate) struct ResponseTo {
+    parser: ResponseParser,
+    request_was_head: bool,
+}
+
+impl ResponseTo {
+    pub(crate) fn new(limits: Limits, request_was_head: bool) -> Self {
+        ResponseTo {
+            parser: ResponseParser::new(limits),
+            request_was_head,
+        }
+    }
+}
+
+impl SummaryParser for ResponseTo {
+    type Summary = ResponseSummary;
+
+    fn parse_summary(&mut self, data: &[u8]) -> ResponseOutcome {
+        summarize_response(self.parser.parse(data, self.request_was_head))
+    }
+
+    fn reset(&mut self) {
+        self.parser.reset();
+    }
+
+    fn head_len(summary: &ResponseSummary) -> usize {
+        summary.head_len
+    }
 }
 
 /// Limits large enough that nothing the writers produce from a head parsed
@@ -102,39 +136,8 @@ fn check_parser(data: &[u8], limits: Limits, head: bool) -> ResponseOutcome {
         (a, b) => assert_eq!(a, b, "the method changed more than the framing"),
     }
 
-    let cut = (hash(data) % (data.len() as u64 + 1)) as usize;
-    let mut reused = ResponseParser::new(limits);
-    let first = summarize_response(reused.parse(&data[..cut], head));
-    check_prefix(&first, &whole, cut);
-    let second = summarize_response(reused.parse(data, head));
-    assert_eq!(second, whole, "split at {cut} changed the result");
-
-    reused.reset();
-    for n in 0..=data.len() {
-        let r = summarize_response(reused.parse(&data[..n], head));
-        if n == data.len() {
-            assert_eq!(r, whole, "byte-by-byte result differs");
-        } else {
-            check_prefix(&r, &whole, n);
-            if !matches!(r, Ok(None)) {
-                break;
-            }
-        }
-    }
+    check_splits(data, &whole, ResponseTo::new(limits, head));
     whole
-}
-
-/// A prefix of `n` bytes may only say "need more", or already give the
-/// result the whole input gives.
-fn check_prefix(prefix: &ResponseOutcome, whole: &ResponseOutcome, n: usize) {
-    match prefix {
-        Ok(None) => {
-            if let Ok(Some(s)) = whole {
-                assert!(s.head_len > n, "complete head not seen in prefix");
-            }
-        }
-        other => assert_eq!(other, whole, "prefix of {n} bytes disagrees"),
-    }
 }
 
 fn check_invariants(outcome: &ResponseOutcome, data: &[u8], limits: Limits, head: bool) {
@@ -146,19 +149,13 @@ fn check_invariants(outcome: &ResponseOutcome, data: &[u8], limits: Limits, head
             return;
         }
     };
-    assert!(s.head_len <= data.len());
-    assert!(s.head_len <= limits.max_header_bytes);
-    assert!(s.headers.len() <= limits.max_headers);
+    check_head_bounds(data, limits, s.head_len, &s.headers);
     assert!((100..=599).contains(&s.status));
     assert!(s.reason.len() <= limits.max_request_line);
     assert!(s
         .reason
         .bytes()
         .all(|b| b == b'\t' || (0x20..0x7f).contains(&b)));
-    for (name, value) in &s.headers {
-        assert!(!name.is_empty() && crate::syntax::is_token(name.as_bytes()));
-        assert!(!value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0));
-    }
     let te = s
         .headers
         .iter()
@@ -204,11 +201,7 @@ fn compare_with_httparse(data: &[u8], s: &ResponseSummary) {
             assert_eq!(len, s.head_len, "httparse head length differs");
             assert_eq!(resp.code, Some(s.status));
             assert_eq!(resp.reason, Some(s.reason.as_str()));
-            assert_eq!(resp.headers.len(), s.headers.len());
-            for (h, (name, value)) in resp.headers.iter().zip(&s.headers) {
-                assert_eq!(h.name, name);
-                assert_eq!(crate::syntax::trim_ows(h.value), &value[..]);
-            }
+            compare_fields(resp.headers, &s.headers);
         }
         other => panic!("we accepted a head httparse rejects: {other:?}"),
     }
@@ -329,22 +322,16 @@ fn check_sequence(data: &[u8]) {
         };
         let body = &rest[head_len..];
         let body_len = match framing {
-            ResponseFraming::None => 0,
-            ResponseFraming::Length(n) => match usize::try_from(n) {
-                Ok(n) if n <= body.len() => n,
-                _ => return,
-            },
-            ResponseFraming::Chunked => {
-                let mut dec = ChunkedDecoder::new();
-                match dec.feed(body, |_| {}) {
-                    Ok((n, true)) => n,
-                    _ => return,
-                }
-            }
+            ResponseFraming::None => Some(0),
+            ResponseFraming::Length(n) => sized_body(n, body),
+            ResponseFraming::Chunked => chunked_body(body),
             ResponseFraming::UntilClose => {
                 assert!(!keep_alive);
                 return;
             }
+        };
+        let Some(body_len) = body_len else {
+            return;
         };
         pos += head_len + body_len;
         parser.reset();

@@ -1,0 +1,216 @@
+//! What the models share outside their loops: starting and joining the workers, the connection
+//! limit, pausing accepts when descriptors run out, and the deadline rule of the tick sweep.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::buffers::Output;
+use crate::sys::refuse;
+use crate::{Handler, Listeners};
+
+/// How long accepting pauses when the process is out of file descriptors: long enough for
+/// connections to close, short enough that clients hardly notice.
+pub(crate) const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// At most one "out of descriptors" message per worker per this interval.
+pub(crate) const FD_WARNING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The peer handed to the handler when the kernel reports no usable address.
+pub(crate) const UNKNOWN_PEER: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+
+/// Runs one worker per entry of `listeners.per_worker`, each on a thread of its own that builds
+/// its handler with `make_handler(worker)` and then runs `work(sockets, handler, active)`, where
+/// `active` counts open connections across all workers. Waits for every worker; the result is
+/// the error of the last one (in worker order) that failed.
+pub(crate) fn run_workers<H, F, W>(
+    listeners: Listeners,
+    make_handler: &F,
+    work: W,
+) -> io::Result<()>
+where
+    H: Handler,
+    F: Fn(usize) -> H + Sync,
+    W: Fn(Vec<OwnedFd>, H, &AtomicUsize) -> io::Result<()> + Sync,
+{
+    let active = AtomicUsize::new(0);
+    let active = &active;
+    let work = &work;
+    std::thread::scope(|scope| {
+        let mut threads = Vec::new();
+        for (worker_id, sockets) in listeners.per_worker.into_iter().enumerate() {
+            let thread = std::thread::Builder::new()
+                .name(format!("fastpath-w{worker_id}"))
+                .spawn_scoped(scope, move || -> io::Result<()> {
+                    let handler = make_handler(worker_id);
+                    work(sockets, handler, active)
+                })?;
+            threads.push(thread);
+        }
+        let mut result = Ok(());
+        for thread in threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = Err(e),
+                Err(_) => result = Err(io::Error::other("a worker thread panicked")),
+            }
+        }
+        result
+    })
+}
+
+/// Counts a newly accepted connection in: true when it may open, false when the limit was
+/// reached and it has been refused (the caller then drops, and so closes, `fd`).
+pub(crate) fn admit<H: Handler>(
+    active: &AtomicUsize,
+    max_connections: usize,
+    fd: &OwnedFd,
+    handler: &H,
+) -> bool {
+    if active.fetch_add(1, Ordering::Relaxed) >= max_connections {
+        active.fetch_sub(1, Ordering::Relaxed);
+        refuse(fd.as_raw_fd(), handler.refusal());
+        return false;
+    }
+    true
+}
+
+/// Whether a failed accept means the process is out of descriptors (or memory), which pauses
+/// accepting for [`ACCEPT_PAUSE`] instead of retrying at once.
+pub(crate) fn out_of_descriptors(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM
+    )
+}
+
+/// A worker's accept pause, and when it last warned about running out of descriptors.
+#[derive(Debug, Default)]
+pub(crate) struct AcceptPause {
+    until: Option<Instant>,
+    last_warning: Option<Instant>,
+}
+
+impl AcceptPause {
+    /// Accepting is paused (until the tick sweep resumes it).
+    pub(crate) fn is_paused(&self) -> bool {
+        self.until.is_some()
+    }
+
+    /// Pauses accepting for [`ACCEPT_PAUSE`] from `now`.
+    pub(crate) fn pause(&mut self, now: Instant) {
+        self.until = Some(now + ACCEPT_PAUSE);
+    }
+
+    /// The pause has run its course by `now`; it lasts until [`AcceptPause::resume`].
+    pub(crate) fn is_over(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| now >= until)
+    }
+
+    /// Ends the pause.
+    pub(crate) fn resume(&mut self) {
+        self.until = None;
+    }
+
+    /// Whether the warning may be logged at `now`, at most once per [`FD_WARNING_INTERVAL`];
+    /// when it may, `now` counts as its last time.
+    pub(crate) fn take_warning(&mut self, now: Instant) -> bool {
+        let warn = self
+            .last_warning
+            .is_none_or(|at| now.duration_since(at) >= FD_WARNING_INTERVAL);
+        if warn {
+            self.last_warning = Some(now);
+        }
+        warn
+    }
+}
+
+/// Logs that accepting failed for lack of descriptors, unless `pause` warned too recently;
+/// `open` (the worker's open connections) is evaluated only when the warning is logged. A macro
+/// so that the event keeps the calling model's module as its target, which log filters name.
+macro_rules! warn_out_of_descriptors {
+    ($pause:expr, $now:expr, $error:expr, $open:expr) => {
+        if $pause.take_warning($now) {
+            let error: &std::io::Error = $error;
+            tracing::warn!(
+                "accept failed: {error} (out of file descriptors or memory); pausing new connections for {} ms, open connections: {}",
+                $crate::common::ACCEPT_PAUSE.as_millis(),
+                $open
+            );
+        }
+    };
+}
+pub(crate) use warn_out_of_descriptors;
+
+/// A connection deadline that the tick sweep found passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expired {
+    /// Queued output made no progress for the send timeout: the connection is closed.
+    Send,
+    /// The deadline the handler set through [`crate::Io::deadline`].
+    Handler,
+}
+
+/// The deadline rule of both models' sweeps: the send deadline counts only while output is
+/// queued, and wins over the handler's deadline; each is due once `now` has reached it.
+pub(crate) fn expired(
+    now: Instant,
+    send_deadline: Option<Instant>,
+    output: &Output,
+    deadline: Option<Instant>,
+) -> Option<Expired> {
+    if send_deadline.is_some_and(|d| d <= now) && !output.is_empty() {
+        return Some(Expired::Send);
+    }
+    if deadline.is_none_or(|d| d > now) {
+        return None;
+    }
+    Some(Expired::Handler)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warning_is_rate_limited() {
+        let mut pause = AcceptPause::default();
+        let start = Instant::now();
+        assert!(pause.take_warning(start));
+        assert!(!pause.take_warning(start + FD_WARNING_INTERVAL - Duration::from_millis(1)));
+        assert!(pause.take_warning(start + FD_WARNING_INTERVAL));
+    }
+
+    #[test]
+    fn a_pause_lasts_until_resumed() {
+        let mut pause = AcceptPause::default();
+        let start = Instant::now();
+        assert!(!pause.is_paused() && !pause.is_over(start));
+        pause.pause(start);
+        assert!(pause.is_paused());
+        assert!(!pause.is_over(start + ACCEPT_PAUSE - Duration::from_millis(1)));
+        assert!(pause.is_over(start + ACCEPT_PAUSE));
+        assert!(pause.is_paused());
+        pause.resume();
+        assert!(!pause.is_paused());
+    }
+
+    #[test]
+    fn the_send_deadline_counts_only_with_output_queued() {
+        let now = Instant::now();
+        let past = Some(now);
+        let later = Some(now + Duration::from_secs(1));
+        let mut pool = crate::BufferPool::default();
+        let empty = Output::default();
+        let mut queued = Output::default();
+        queued.write_with(&mut pool, |buf| buf.extend_from_slice(b"x"));
+        assert_eq!(expired(now, past, &queued, past), Some(Expired::Send));
+        assert_eq!(expired(now, past, &empty, None), None);
+        assert_eq!(expired(now, past, &empty, past), Some(Expired::Handler));
+        assert_eq!(expired(now, later, &queued, later), None);
+        assert_eq!(expired(now, None, &queued, past), Some(Expired::Handler));
+        queued.clear(&mut pool);
+    }
+}

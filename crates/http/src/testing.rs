@@ -1,0 +1,65 @@
+//! Unit-test helpers shared by the request and response parser tests.
+
+use std::fmt;
+
+use crate::fuzzing::{Parsed, SummaryParser};
+use crate::RequestError;
+
+/// Parses `buf` whole, and checks on the way that every split point gives
+/// the same answer: a fresh parse of each prefix and one reused parser fed
+/// growing prefixes must both say "need more" until the head is complete
+/// (or the error is decidable), and the whole answer after that; a parser
+/// given any prefix and then the whole must give the whole answer.
+pub(crate) fn parse_every_split<P: SummaryParser>(
+    buf: &[u8],
+    new: impl Fn() -> P,
+) -> Parsed<P::Summary> {
+    let whole = new().parse_summary(buf);
+    let mut reused = new();
+    let mut decided = false;
+    for k in 0..=buf.len() {
+        let fresh = new().parse_summary(&buf[..k]);
+        let grown = reused.parse_summary(&buf[..k]);
+        assert_eq!(fresh, grown, "fresh vs reused at {k} in {buf:?}");
+        let mut two = new();
+        let _ = two.parse_summary(&buf[..k]);
+        assert_eq!(two.parse_summary(buf), whole, "split at {k} in {buf:?}");
+        match (&whole, &fresh) {
+            (Ok(Some(w)), Ok(None)) => assert!(k < P::head_len(w)),
+            (Ok(Some(w)), Ok(Some(f))) => {
+                assert!(k >= P::head_len(w));
+                assert_eq!(f, w);
+            }
+            (Err(_), Ok(None)) => assert!(!decided, "error vanished at {k}"),
+            (Err(w), Err(f)) => {
+                assert_eq!(f, w, "different error at {k} in {buf:?}");
+                decided = true;
+            }
+            (Ok(None), Ok(None)) => {}
+            other => panic!("prefix {k} of {buf:?}: {other:?}"),
+        }
+    }
+    whole
+}
+
+/// The head `outcome` holds; panics naming the input otherwise.
+pub(crate) fn expect_head<S: fmt::Debug>(outcome: Parsed<S>, buf: &[u8]) -> S {
+    match outcome {
+        Ok(Some(s)) => s,
+        other => panic!(
+            "expected a head from {:?}, got {other:?}",
+            String::from_utf8_lossy(buf)
+        ),
+    }
+}
+
+/// The error `outcome` holds; panics naming the input otherwise.
+pub(crate) fn expect_error<S: fmt::Debug>(outcome: Parsed<S>, buf: &[u8]) -> RequestError {
+    match outcome {
+        Err(e) => e,
+        other => panic!(
+            "expected an error from {:?}, got {other:?}",
+            String::from_utf8_lossy(buf)
+        ),
+    }
+}
