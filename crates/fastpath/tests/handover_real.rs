@@ -143,11 +143,17 @@ impl Drop for Apache {
     }
 }
 
-const PHP_MODULE: &str = "/usr/lib/apache2/modules/libphp8.2.so";
 const APACHE_MODULES: &str = "/usr/lib/apache2/modules";
 
 fn apache_with_php() -> Option<Apache> {
-    let have = PathBuf::from("/usr/sbin/apache2").exists() && PathBuf::from(PHP_MODULE).exists();
+    // Debian names the module after the PHP version (libphp8.2.so).
+    let php_module = std::fs::read_dir(APACHE_MODULES).ok().and_then(|entries| {
+        entries.flatten().map(|e| e.path()).find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libphp"))
+        })
+    });
+    let have = PathBuf::from("/usr/sbin/apache2").exists() && php_module.is_some();
     if !have {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -174,12 +180,13 @@ fn apache_with_php() -> Option<Apache> {
         .local_addr()
         .unwrap();
     let base = dir.path().display();
+    let php = php_module.expect("checked above").display().to_string();
     let config = format!(
         "ServerRoot {base}\nDefaultRuntimeDir {base}\nPidFile {base}/httpd.pid\nErrorLog {base}/error.log\n\
          LogLevel warn\nListen {addr}\nServerName localhost\n\
          LoadModule mpm_prefork_module {APACHE_MODULES}/mod_mpm_prefork.so\n\
          LoadModule authz_core_module {APACHE_MODULES}/mod_authz_core.so\n\
-         LoadModule php_module {PHP_MODULE}\n\
+         LoadModule php_module {php}\n\
          User nobody\nGroup nogroup\nStartServers 2\nMinSpareServers 1\nMaxSpareServers 4\n\
          DocumentRoot {base}/htdocs\n<Directory {base}/htdocs>\nRequire all granted\n</Directory>\n\
          <FilesMatch \\.php$>\nSetHandler application/x-httpd-php\n</FilesMatch>\n"
