@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
 """fastpath comparison suite: runs fastpath, nginx, lighttpd, h2o and Apache one
 after the other on the same document root and the same workloads, and writes
-the results as Markdown tables (printed, and put into BENCHMARKS.md).
+the results as Markdown tables (printed, and put into BENCHMARKS.md) and SVG
+charts (bench/results/).
+
+The load generator is `fastpath bench` (the load generator built into the
+fastpath binary): closed loop for workloads 1-4, connection rate for the
+overload sweep. wrk runs workload 1 again against every server as a
+cross-check of the load generator.
 
 Normally started by bench/run.sh, which installs the peers and builds fastpath.
 Only the Python standard library is used. See BENCHMARKS.md for the method.
@@ -16,7 +22,6 @@ import json
 import os
 import platform
 import pwd
-import random
 import re
 import resource
 import shlex
@@ -27,11 +32,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
+
+sys.dont_write_bytecode = True  # no __pycache__ left in bench/
+import charts  # noqa: E402  (bench/charts.py)
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(BENCH_DIR)
 PEERS_DIR = os.path.join(BENCH_DIR, "peers")
 WRK_DIR = os.path.join(BENCH_DIR, "wrk")
+RESULTS_DIR = os.path.join(BENCH_DIR, "results")
 
 ALL_SERVERS = ["fastpath", "nginx", "lighttpd", "h2o", "apache2"]
 SERVER_LABEL = {"fastpath": "fastpath", "nginx": "nginx", "lighttpd": "lighttpd",
@@ -46,31 +56,40 @@ HOST = "127.0.0.1"
 MARK_BEGIN = "<!-- bench:begin -->"
 MARK_END = "<!-- bench:end -->"
 
-# SPECweb96-like mix; must match bench/wrk/specweb96.lua.
-CLASS_WEIGHTS = [35, 50, 14, 1]
-CLASS_UNIT = [102, 1024, 10240, 102400]
-FILE_WEIGHTS = [39, 59, 88, 177, 353, 118, 71, 50, 45]
+# The document root is the SPECweb96 file set written by
+# `fastpath bench make-docroot` (36 files in /dir00000/, with a manifest of
+# sizes and CRC-32s that `fastpath bench --verify` checks every reply
+# against), plus one 1 MiB file for workload 4 with a manifest of its own.
+SPEC_MANIFEST = "specweb96.manifest"
+MANIFEST_HEADER = "# fastpath bench manifest v1: path size crc32 weight"
+FILE_1K = "/dir00000/class1_0"      # 1,024 bytes, a file of the SPECweb96 set
+FILE_1M = "/1m.bin"                 # 1,048,576 bytes, made by this script
 
 IDLE_CONNECTIONS = 10000
 
+# Workloads 1-4, all closed loop with `fastpath bench`. "verify" says which
+# manifest the replies are checked against: "spec" (the document root's) or
+# "1m" (the manifest of /1m.bin).
 WORKLOADS = [
     {"key": "w1", "num": 1, "title": "1 KiB file, keep-alive, 64 connections",
-     "conns": 64, "path": "/1k.html", "script": "report.lua", "headers": [],
-     "body": 1024, "rate": "req/s"},
+     "path": FILE_1K, "args": ["-c", "64"], "verify": "spec", "rate": "req/s",
+     "chart": "workload1-latency.svg"},
     {"key": "w2", "num": 2, "title": "SPECweb96 file-size mix, keep-alive, 64 connections",
-     "conns": 64, "path": "/", "script": "specweb96.lua", "headers": [],
-     "body": None, "rate": "req/s"},
+     "path": "/", "args": ["-c", "64", "--mix", "specweb96"], "verify": "spec",
+     "rate": "req/s", "chart": "workload2-latency.svg"},
     {"key": "w3", "num": 3,
      "title": "new connection per request (`Connection: close`), 1 KiB file, 64 connections",
-     "conns": 64, "path": "/1k.html", "script": "report.lua",
-     "headers": ["Connection: close"], "body": 1024, "rate": "conn/s"},
+     "path": FILE_1K, "args": ["-c", "64", "--no-keepalive"], "verify": "spec",
+     "rate": "conn/s", "chart": "workload3-latency.svg"},
     {"key": "w4", "num": 4, "title": "1 MiB file, keep-alive, 16 connections",
-     "conns": 16, "path": "/1m.bin", "script": "report.lua", "headers": [],
-     "body": 1 << 20, "rate": "req/s"},
+     "path": FILE_1M, "args": ["-c", "16"], "verify": "1m", "rate": "req/s",
+     "chart": "workload4-latency.svg"},
 ]
+# The wrk cross-check: workload 1 again, with wrk.
+WRK_CHECK = {"conns": 64, "path": FILE_1K, "body": 1024, "script": "report.lua"}
+OVERLOAD_CHART = "overload.svg"
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 class BenchError(Exception):
@@ -147,49 +166,64 @@ def tree_rss_bytes(root):
 # Document root
 
 
-def spec_files():
-    """[(path, size, weight)] of the SPECweb96-like mix."""
-    files = []
-    for c, cw in enumerate(CLASS_WEIGHTS):
-        for f, fw in enumerate(FILE_WEIGHTS, start=1):
-            files.append((f"/spec/class{c}_{f}.html", CLASS_UNIT[c] * f, cw * fw))
-    return files
-
-
-def spec_expected_body():
-    files = spec_files()
-    total_w = sum(w for _, _, w in files)
-    mean = sum(s * w for _, s, w in files) / total_w
-    var = sum(w * (s - mean) ** 2 for _, s, w in files) / total_w
-    return mean, var ** 0.5
-
-
-def make_content(size, seed):
-    rnd = random.Random(seed)
-    alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n"
-    block = bytes(rnd.choice(alphabet) for _ in range(4096))
-    out = (block * (size // len(block) + 1))[:size]
-    return out
-
-
-def make_docroot(root):
-    files = {"/1k.html": 1024, "/1m.bin": 1 << 20}
-    for path, size, _ in spec_files():
-        files[path] = size
-    os.makedirs(os.path.join(root, "spec"), exist_ok=True)
+def make_docroot(ctx):
+    """Writes the shared document root: the SPECweb96 set of
+    `fastpath bench make-docroot`, plus /1m.bin and its manifest. Returns
+    {url path: bytes} of every file, for the byte-for-byte checks."""
+    root = ctx.root
+    cmd = [ctx.fastpath_bin, "bench", "make-docroot", root]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise BenchError(f"{shlex.join(cmd)} failed:\n{(p.stdout + p.stderr).strip()}")
+    manifest = os.path.join(root, SPEC_MANIFEST)
+    entries = read_manifest(manifest)
+    data_1m = make_content(1 << 20)
+    with open(os.path.join(root, FILE_1M.lstrip("/")), "wb") as f:
+        f.write(data_1m)
+    # A manifest of its own (outside the document root) so that
+    # `fastpath bench --manifest` checks size and CRC-32 of every 1 MiB reply.
+    with open(ctx.manifest_1m, "w") as f:
+        f.write(f"{MANIFEST_HEADER}\n{FILE_1M}\t{len(data_1m)}\t"
+                f"{zlib.crc32(data_1m):08x}\t1.000000000\n")
     contents = {}
-    for i, (path, size) in enumerate(sorted(files.items())):
-        data = make_content(size, i)
-        full = os.path.join(root, path.lstrip("/"))
-        with open(full, "wb") as f:
-            f.write(data)
-        os.chmod(full, 0o644)
+    for path, size, crc in entries:
+        with open(os.path.join(root, path.lstrip("/")), "rb") as f:
+            data = f.read()
+        if len(data) != size or zlib.crc32(data) != crc:
+            raise BenchError(f"{path}: does not match {manifest}")
         contents[path] = data
-    with open(os.path.join(root, "index.html"), "wb") as f:
-        f.write(b"fastpath benchmark document root\n")
-    for d in (root, os.path.join(root, "spec")):
-        os.chmod(d, 0o755)
+    contents[FILE_1M] = data_1m
+    if FILE_1K not in contents or len(contents[FILE_1K]) != 1024:
+        raise BenchError(f"{FILE_1K} is not a 1 KiB file of the set in {root}")
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o644)
     return contents
+
+
+def read_manifest(path):
+    with open(path) as f:
+        lines = f.read().splitlines()
+    if not lines or lines[0] != MANIFEST_HEADER:
+        raise BenchError(f"{path}: not a manifest of `fastpath bench make-docroot`")
+    entries = []
+    for line in lines[1:]:
+        if line.strip():
+            p, size, crc, _weight = line.split("\t")
+            entries.append((p, int(size), int(crc, 16)))
+    return entries
+
+
+def make_content(size):
+    """Deterministic printable bytes."""
+    alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n"
+    x = 0x9E3779B97F4A7C15
+    block = bytearray()
+    for _ in range(4096):
+        x = (x * 6364136223846793005 + 1442695040888963407) & (2 ** 64 - 1)
+        block.append(alphabet[x >> 58])
+    return (bytes(block) * (size // len(block) + 1))[:size]
 
 
 # --------------------------------------------------------------------------
@@ -322,8 +356,8 @@ class Server:
                 raise BenchError(f"{self.name} exited at start (status {self.proc.returncode}): "
                                  f"{last_line(self.log_path)}\n{tail(self.log_path)}")
             try:
-                status, body, _ = http_get(self.port, "/1k.html")
-                if status == 200 and body == self.ctx.contents["/1k.html"]:
+                status, body, _ = http_get(self.port, FILE_1K)
+                if status == 200 and body == self.ctx.contents[FILE_1K]:
                     return
             except OSError:
                 pass
@@ -446,20 +480,128 @@ def verify_content(server):
 
 
 # --------------------------------------------------------------------------
-# Load generation
+# Load generation: fastpath bench
 
 
-def run_wrk(ctx, server, wl, duration, tag):
-    script = os.path.join(WRK_DIR, wl["script"])
-    cmd = ["taskset", "-c", CLIENT_CPU, ctx.wrk, "-t1", f"-c{wl['conns']}", f"-d{duration}s",
-           "--latency", "--timeout", "10s", "-s", script]
-    for h in wl["headers"]:
-        cmd += ["-H", h]
-    cmd.append(f"http://{HOST}:{server.port}{wl['path']}")
+def bench_cmd(ctx, server, wl_args, path, duration, verify, extra=()):
+    """The `fastpath bench` command line for one run against `server`, one
+    thread on the client CPU, JSON on stdout."""
+    cmd = ["taskset", "-c", CLIENT_CPU, ctx.fastpath_bin, "bench", "-t", "1", "-q", "--json",
+           "-d", f"{duration}s"]
+    cmd += list(wl_args) + list(extra)
+    if verify == "spec":
+        cmd += ["--docroot", ctx.root, "--verify"]
+    elif verify == "1m":
+        cmd += ["--manifest", ctx.manifest_1m, "--verify"]
+    cmd.append(f"http://{HOST}:{server.port}{path}")
+    return cmd
+
+
+def run_bench(ctx, cmd, log_name, duration):
+    p = ctx.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=duration + 60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        ctx.reap(p)
+    with open(os.path.join(ctx.work, "logs", log_name), "w") as f:
+        f.write(shlex.join(cmd) + "\n" + out + err)
+    if p.returncode != 0:
+        raise BenchError(f"fastpath bench failed (status {p.returncode}): "
+                         f"{(err or out).strip()[-2000:]}")
+    try:
+        res = json.loads(out)
+    except ValueError as e:
+        raise BenchError(f"fastpath bench printed no JSON ({e}): {out[:500]!r}")
+    res["cmd"] = shlex.join(cmd)
+    return res
+
+
+def display_cmd(ctx, cmd):
+    """A command line as the tables show it: paths of the run's work directory
+    and binary replaced by short names."""
+    s = shlex.join(cmd)
+    s = s.replace(ctx.fastpath_bin, "fastpath").replace(ctx.manifest_1m, "WORK/1m.manifest")
+    return s.replace(ctx.root, "WORK/www").replace(ctx.work, "WORK")
+
+
+def measure(ctx, server, wl):
+    """One workload: warm-up run (not counted), then the measured run with the
+    server's CPU time read around it."""
+    if ctx.warmup > 0:
+        cmd = bench_cmd(ctx, server, wl["args"], wl["path"], ctx.warmup, wl["verify"],
+                        ["--timeout", "10s"])
+        run_bench(ctx, cmd, f"{server.name}.{wl['key']}.warmup.json", ctx.warmup)
+        time.sleep(0.5)
+    cmd = bench_cmd(ctx, server, wl["args"], wl["path"], ctx.duration, wl["verify"],
+                    ["--timeout", "10s"])
+    cpu0 = tree_cpu_seconds(server.pid)
+    res = run_bench(ctx, cmd, f"{server.name}.{wl['key']}.run.json", ctx.duration)
+    cpu1 = tree_cpu_seconds(server.pid)
+    return summarise(res, cpu1 - cpu0)
+
+
+def summarise(res, cpu_s):
+    secs = res["duration_s"] or 0.0
+    n = res["replies"]
+    lat = res["latency_us"]
+    return {
+        "rps": res["rps"],
+        "mbps": res["bytes_per_s"] / 1e6,
+        "p50": lat["p50"], "p90": lat["p90"], "p99": lat["p99"], "p999": lat["p999"],
+        "max": lat["max"],
+        "replies": n,
+        "cpu_s": cpu_s,
+        "cpu_us_per_req": cpu_s * 1e6 / n if n else None,
+        "cpu_util": cpu_s / secs if secs else 0.0,
+        "client_util": res["cpu_s"] / secs if secs else 0.0,
+        "client_us_per_req": res["cpu_s"] * 1e6 / n if n else None,
+        "problems": check_bench(res),
+        "cmd": res["cmd"],
+        "raw": res,
+    }
+
+
+def error_classes(res):
+    """[(class, count)] of the nonzero error classes of a fastpath bench report."""
+    return [(k, v) for k, v in res["errors"].items() if k != "total" and v]
+
+
+def check_bench(res):
+    """Everything that says the server did not serve what was asked for: any
+    failed request (refused, reset, timeout, short or malformed reply, a body
+    whose length or CRC-32 is not the file's), any status other than 2xx."""
+    problems = []
+    if res["replies"] == 0:
+        problems.append("no reply")
+    for k, v in error_classes(res):
+        problems.append(f"{v} {k.replace('_', '-')}")
+    for k, v in res["status"].items():
+        if k != "2xx" and v:
+            problems.append(f"{v} × {k} status")
+    return problems
+
+
+# --------------------------------------------------------------------------
+# Load generation: wrk (cross-check of workload 1)
+
+
+def run_wrk(ctx, server, duration, tag):
+    w = WRK_CHECK
+    script = os.path.join(WRK_DIR, w["script"])
+    cmd = ["taskset", "-c", CLIENT_CPU, ctx.wrk, "-t1", f"-c{w['conns']}", f"-d{duration}s",
+           "--latency", "--timeout", "10s", "-s", script, f"http://{HOST}:{server.port}{w['path']}"]
     p = ctx.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out, _ = p.communicate(timeout=duration + 60)
-    ctx.reap(p)
-    with open(os.path.join(ctx.work, "logs", f"{server.name}.{wl['key']}.{tag}.wrk.txt"), "w") as f:
+    try:
+        out, _ = p.communicate(timeout=duration + 60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        ctx.reap(p)
+    with open(os.path.join(ctx.work, "logs", f"{server.name}.w1.{tag}.wrk.txt"), "w") as f:
         f.write(shlex.join(cmd) + "\n" + out)
     m = re.search(r"^BENCH_RESULT (\{.*\})$", out, re.M)
     if p.returncode != 0 or not m:
@@ -469,26 +611,24 @@ def run_wrk(ctx, server, wl, duration, tag):
     return res
 
 
-def measure(ctx, server, wl):
-    if ctx.warmup > 0:
-        run_wrk(ctx, server, wl, ctx.warmup, "warmup")
-        time.sleep(0.5)
+def measure_wrk(ctx, server):
     cpu0 = tree_cpu_seconds(server.pid)
-    res = run_wrk(ctx, server, wl, ctx.duration, "run")
+    res = run_wrk(ctx, server, ctx.duration, "run")
     cpu1 = tree_cpu_seconds(server.pid)
     secs = res["duration_us"] / 1e6
     n = res["requests"]
-    res["rps"] = n / secs if secs else 0.0
-    res["mbps"] = res["bytes"] / secs / 1e6 if secs else 0.0
-    res["cpu_s"] = cpu1 - cpu0
-    res["cpu_us_per_req"] = (cpu1 - cpu0) * 1e6 / n if n else None
-    res["cpu_util"] = (cpu1 - cpu0) / secs if secs else 0.0
-    res["problems"] = check_wrk(res, wl)
-    return res
+    return {
+        "rps": n / secs if secs else 0.0,
+        "p50": res["p50"], "p99": res["p99"],
+        "cpu_us_per_req": (cpu1 - cpu0) * 1e6 / n if n else None,
+        "cpu_util": (cpu1 - cpu0) / secs if secs else 0.0,
+        "problems": check_wrk(res),
+        "cmd": res["cmd"],
+    }
 
 
-def check_wrk(res, wl):
-    """Everything that says the server did not serve what was asked for."""
+def check_wrk(res):
+    """wrk's error counters, and bytes per response against the file size."""
     problems = []
     n = res["requests"]
     if n == 0:
@@ -498,21 +638,18 @@ def check_wrk(res, wl):
     for k in ("connect", "read", "write", "timeout"):
         if res[k]:
             problems.append(f"{res[k]} socket {k} errors")
+    body = WRK_CHECK["body"]
     per_req = res["bytes"] / n
-    if wl["body"] is not None:
-        body = wl["body"]
-        # Headers take up to 1 KiB; a response cut off by the end of the run
-        # adds bytes that no completed request accounts for.
-        hi = body + 1024 + wl["conns"] * body / n
-        lo = body
-    else:
-        mean, sd = spec_expected_body()
-        slack = 6 * sd / (n ** 0.5)
-        lo = mean - slack
-        hi = mean + slack + 1024 + wl["conns"] * 921600 / n
-    if not lo <= per_req <= hi:
-        problems.append(f"{per_req:.0f} bytes per response, expected {lo:.0f} to {hi:.0f}")
+    # Headers take up to 1 KiB; a response cut off by the end of the run adds
+    # bytes that no completed request accounts for.
+    hi = body + 1024 + WRK_CHECK["conns"] * body / n
+    if not body <= per_req <= hi:
+        problems.append(f"{per_req:.0f} bytes per response, expected {body} to {hi:.0f}")
     return problems
+
+
+# --------------------------------------------------------------------------
+# System calls per request
 
 
 def strace_run(ctx, server):
@@ -540,7 +677,9 @@ def strace_run(ctx, server):
         raise BenchError("strace did not attach within 10 s")
     time.sleep(0.3)
     try:
-        res = run_wrk(ctx, server, wl, ctx.strace_duration, "strace")
+        cmd = bench_cmd(ctx, server, wl["args"], wl["path"], ctx.strace_duration, wl["verify"],
+                        ["--timeout", "10s"])
+        res = run_bench(ctx, cmd, f"{server.name}.strace.json", ctx.strace_duration)
     finally:
         p.send_signal(signal.SIGINT)
         try:
@@ -564,11 +703,13 @@ def strace_run(ctx, server):
                 calls[name] = ncalls
     if total is None:
         raise BenchError(f"no strace summary in {out_path}")
-    n = res["requests"]
+    # Requests the server answered while traced: replies, plus those still in
+    # flight when the window closed (the server did their work too).
+    n = res["replies"] + res["in_flight_at_end"]
     top = sorted(calls.items(), key=lambda kv: -kv[1])[:5]
     return {"requests": n, "calls": total, "per_req": total / n if n else None,
             "top": [(k, v / n if n else 0) for k, v in top],
-            "problems": check_wrk(res, wl)}
+            "problems": check_bench(res)}
 
 
 def tracer_of(pid):
@@ -582,12 +723,144 @@ def tracer_of(pid):
     return None
 
 
+# --------------------------------------------------------------------------
+# Overload: connection-rate sweep
+
+
+def tcp_counters():
+    """Kernel TCP counters (TcpExt of /proc/net/netstat) that tell a listener
+    in trouble: accept-queue overflows and SYN cookies sent. They count for the
+    whole machine; during a step only the server under test takes connections."""
+    want = ("ListenOverflows", "ListenDrops", "SyncookiesSent")
+    out = dict.fromkeys(want, 0)
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    for head, vals in zip(lines[::2], lines[1::2]):
+        if head.startswith("TcpExt:") and vals.startswith("TcpExt:"):
+            for k, v in zip(head.split()[1:], vals.split()[1:]):
+                if k in out:
+                    out[k] = int(v)
+    return out
+
+
+# A step where the load generator did not keep its schedule: the median
+# connection went out more than this late, or its thread was this busy while
+# the replies fell short of the offered rate.
+CLIENT_LAG_US = 1000
+CLIENT_BUSY = 0.9
+# A step where the server's own process tree was this busy.
+SERVER_BUSY = 0.85
+
+
+def overload_run(ctx, server):
+    """Opens connections at each offered rate of the sweep whatever the server
+    does (one request each, `Connection: close`), with the server's CPU time
+    and the kernel's listen-queue counters read around every step; then checks
+    that the server still answers."""
+    points = []
+    for rate in ctx.overload_rates:
+        extra = ["--conn-rate", f"{rate:g}", "--calls", "1", "--no-keepalive",
+                 "--timeout", ctx.overload_timeout]
+        cmd = bench_cmd(ctx, server, [], FILE_1K, ctx.overload_duration, "spec", extra)
+        cpu0, tcp0, t0 = tree_cpu_seconds(server.pid), tcp_counters(), time.monotonic()
+        res = run_bench(ctx, cmd, f"{server.name}.overload.{rate:g}.json",
+                        ctx.overload_duration)
+        cpu1, tcp1, t1 = tree_cpu_seconds(server.pid), tcp_counters(), time.monotonic()
+        secs = res["duration_s"] or 1e-9
+        errs = res["errors"]
+        non2xx = sum(v for k, v in res["status"].items() if k != "2xx")
+        lag = res["send_lag_us"]
+        client_util = res["cpu_s"] / secs
+        pt = {
+            "offered": rate,
+            "sent": res["conns_opened"] / secs,
+            "goodput": res["rps"],
+            "replies": res["replies"],
+            "errors": errs["total"] + non2xx,
+            "errors_per_s": (errs["total"] + non2xx) / secs,
+            "classes": error_classes(res),
+            "non2xx": non2xx,
+            "missed": res["missed"],
+            "in_flight": res["in_flight_at_end"],
+            "connect_p50": res["connect_us"]["p50"] if res["connect_us"]["count"] else None,
+            "connect_p99": res["connect_us"]["p99"] if res["connect_us"]["count"] else None,
+            "p50_us": res["latency_us"]["p50"] if res["latency_us"]["count"] else None,
+            "p99_us": res["latency_us"]["p99"] if res["latency_us"]["count"] else None,
+            "lag_p50": lag["p50"] if lag["count"] else None,
+            "server_util": (cpu1 - cpu0) / secs,
+            "client_util": client_util,
+            # Late, or saturated and short of the offered rate (a busy client
+            # that still kept the schedule and got every reply is fine).
+            "client_lagged": bool((lag["count"] and lag["p50"] > CLIENT_LAG_US)
+                                  or (client_util >= CLIENT_BUSY
+                                      and res["rps"] < 0.95 * rate)),
+            "listen_overflows": tcp1["ListenOverflows"] - tcp0["ListenOverflows"],
+            "syncookies": tcp1["SyncookiesSent"] - tcp0["SyncookiesSent"],
+            "wall_s": t1 - t0,
+            "cmd": res["cmd"],
+        }
+        # The server was saturated when its core was busy or its accept queue
+        # overflowed. A late client makes the step say nothing certain about
+        # the server: with the server not saturated the client core (with the
+        # loopback TCP work charged to it) was the limit (†); with both
+        # saturated, the two cannot be told apart (‡).
+        pt["server_saturated"] = pt["server_util"] >= SERVER_BUSY or pt["listen_overflows"] > 0
+        pt["client_bound"] = pt["client_lagged"]
+        pt["mark"] = ("‡" if pt["server_saturated"] else "†") if pt["client_lagged"] else ""
+        points.append(pt)
+        log(f"{server.name}: overload {rate:g} conn/s: {pt['goodput']:.0f} replies/s, "
+            f"{pt['errors']} errors ({fmt_errors(pt) or 'none'}), "
+            f"connect p99 {fmt_lat(pt['connect_p99'])}, p99 {fmt_lat(pt['p99_us'])}, "
+            f"{pt['listen_overflows']} listen overflows, "
+            f"server CPU {pt['server_util'] * 100:.0f}%, client CPU {client_util * 100:.0f}%, "
+            f"send lag p50 {fmt_lat(pt['lag_p50'])}, {pt['wall_s']:.1f} s"
+            + (f" ({pt['mark']} the load generator fell behind)" if pt["mark"] else ""))
+        if server.proc.poll() is not None:
+            return {"points": points,
+                    "problems": [f"the server exited during the {rate:g} conn/s step "
+                                 f"(status {server.proc.returncode})"]}
+        # Higher rates would only measure the load generator (and take long:
+        # a late client opens its backlog of connections in bursts).
+        if pt["client_lagged"]:
+            log(f"{server.name}: the load generator could not keep up at {rate:g} conn/s; "
+                f"higher rates not run")
+            break
+        if pt["wall_s"] > 4 * ctx.overload_duration + 2:
+            log(f"{server.name}: the {rate:g} conn/s step took {pt['wall_s']:.0f} s; "
+                f"higher rates not run")
+            pt["cut"] = True
+            break
+        time.sleep(ctx.overload_pause)
+    # Recovery: the server must answer every file correctly again within 10 s.
+    start = time.monotonic()
+    while True:
+        try:
+            verify_content(server)
+            break
+        except (BenchError, OSError, http.client.HTTPException) as e:
+            if time.monotonic() - start > 10:
+                return {"points": points,
+                        "problems": [f"did not answer correctly 10 s after the sweep: {e}"]}
+            time.sleep(0.5)
+    return {"points": points, "problems": [], "recovered_s": time.monotonic() - start}
+
+
+def fmt_errors(pt):
+    parts = [f"{k.replace('_', '-')} {v:,}" for k, v in pt["classes"]]
+    if pt["non2xx"]:
+        parts.append(f"non-2xx {pt['non2xx']:,}")
+    return ", ".join(parts)
+
+
 def idle_run(ctx, server):
     """Workload 5: memory per idle keep-alive connection."""
     time.sleep(0.5)
     before = tree_rss_bytes(server.pid)
     cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, os.path.join(BENCH_DIR, "idle_conns.py"),
-           "--port", str(server.port), "--count", str(IDLE_CONNECTIONS), "--path", "/1k.html",
+           "--port", str(server.port), "--count", str(IDLE_CONNECTIONS), "--path", FILE_1K,
            "--in-flight", "64"]
     p = ctx.spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     try:
@@ -633,12 +906,18 @@ class Context:
         self.duration = args.duration
         self.warmup = args.warmup
         self.strace_duration = args.strace_duration
+        self.overload_rates = args.overload_rates
+        self.overload_duration = args.overload_duration
+        self.overload_timeout = args.overload_timeout
+        self.overload_pause = args.overload_pause
+        # Rest between runs (sockets in TIME_WAIT, server back to idle).
+        self.settle = 0.5 if args.quick else 1.0
         self.own_work = args.work is None
         self.work = args.work or tempfile.mkdtemp(prefix="fastpath-bench.")
         os.chmod(self.work, 0o755)
         os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
         self.root = os.path.join(self.work, "www")
-        os.makedirs(self.root, exist_ok=True)
+        self.manifest_1m = os.path.join(self.work, "1m.manifest")
         self.pgid_file = os.path.join(self.work, "pgids")
         self.running = {}
         self.clients = set()
@@ -687,6 +966,10 @@ class Context:
 
 
 def run_server(ctx, name, results):
+    """Every measurement of one server. Three server instances: workloads 1-4,
+    the wrk cross-check and strace; then workload 5 on a fresh start; then the
+    overload sweep on a fresh start (so that neither inherits the other's
+    state, and a server that falls over under overload spoils nothing else)."""
     r = results.setdefault(name, {"workloads": {}, "problems": []})
     try:
         server = Server(name, ctx)
@@ -705,11 +988,20 @@ def run_server(ctx, name, results):
             res = measure(ctx, server, wl)
             r["workloads"][wl["key"]] = res
             log(f"{name}: workload {wl['num']}: {res['rps']:.0f} {wl['rate']}, "
-                f"{res['mbps']:.1f} MB/s, p50 {res['p50']} µs, p99 {res['p99']} µs, "
-                f"CPU {fmt_num(res['cpu_us_per_req'])} µs/req ({res['cpu_util'] * 100:.0f}% busy)"
+                f"{res['mbps']:.1f} MB/s, p50 {fmt_lat(res['p50'])}, p99 {fmt_lat(res['p99'])}, "
+                f"CPU {fmt_num(res['cpu_us_per_req'])} µs/req ({res['cpu_util'] * 100:.0f}% busy, "
+                f"client {res['client_util'] * 100:.0f}%)"
                 + (f"; PROBLEMS: {'; '.join(res['problems'])}" if res["problems"] else ""))
-            time.sleep(1)
-        if name in STRACE_SERVERS and not ctx.args.no_strace:
+            time.sleep(ctx.settle)
+        if ctx.wrk:
+            log(f"{name}: workload 1 with wrk (cross-check)")
+            r["wrk"] = measure_wrk(ctx, server)
+            w = r["wrk"]
+            log(f"{name}: wrk: {w['rps']:.0f} req/s, p99 {fmt_lat(w['p99'])}, "
+                f"CPU {fmt_num(w['cpu_us_per_req'])} µs/req"
+                + (f"; PROBLEMS: {'; '.join(w['problems'])}" if w["problems"] else ""))
+            time.sleep(ctx.settle)
+        if name in STRACE_SERVERS and ctx.strace:
             log(f"{name}: system calls per request (strace, workload 1, "
                 f"{ctx.strace_duration} s)")
             try:
@@ -731,7 +1023,19 @@ def run_server(ctx, name, results):
             f"{fmt_num(idle['per_conn'])} bytes per connection"
             + (f"; PROBLEMS: {'; '.join(idle['problems'])}" if idle["problems"] else ""))
         server.stop()
-    except (BenchError, OSError, subprocess.SubprocessError, ValueError) as e:
+
+        if ctx.overload_rates:
+            log(f"{name}: restarting for the overload sweep "
+                f"({', '.join(f'{x:g}' for x in ctx.overload_rates)} conn/s, "
+                f"{ctx.overload_duration} s each)")
+            server.start()
+            verify_content(server)
+            r["overload"] = overload_run(ctx, server)
+            for p in r["overload"]["problems"]:
+                log(f"ERROR {name}: overload: {p}")
+            server.stop()
+    except (BenchError, OSError, subprocess.SubprocessError, ValueError,
+            http.client.HTTPException) as e:
         r["failed"] = str(e)
         log(f"ERROR {name}: {e}")
     finally:
@@ -768,27 +1072,150 @@ def ratio(v, ref):
     return f"{v / ref:.2f}×"
 
 
+
+
+def fmt_rate(v):
+    return "–" if v is None else f"{v:,.0f}"
+
+
 def workload_table(wl, order, results):
     ref = results.get("nginx", {}).get("workloads", {}).get(wl["key"])
     rate = wl["rate"]
-    lines = [f"| server | {rate} | {rate} ÷ nginx | MB/s | p50 | p99 | CPU µs/req "
-             f"| CPU ÷ nginx | server CPU busy | errors |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+    lines = [f"| server | {rate} | {rate} ÷ nginx | MB/s | p50 | p99 | p99.9 | CPU µs/req "
+             f"| CPU ÷ nginx | server CPU busy | client CPU busy | errors |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for name in order:
         r = results.get(name, {})
         res = r.get("workloads", {}).get(wl["key"])
         label = SERVER_LABEL[name]
         if res is None:
             why = r.get("failed", "not run").splitlines()[0]
-            lines.append(f"| {label} | did not run: {why} | | | | | | | | |")
+            lines.append(f"| {label} | did not run: {why} | | | | | | | | | | |")
             continue
-        errs = "; ".join(res["problems"]) if res["problems"] else "none"
+        errs = "**" + "; ".join(res["problems"]) + "**" if res["problems"] else "none"
         lines.append(
-            f"| {label} | {fmt_num(res['rps'])} | {ratio(res['rps'], ref and ref['rps'])} "
+            f"| {label} | {fmt_rate(res['rps'])} | {ratio(res['rps'], ref and ref['rps'])} "
             f"| {fmt_num(res['mbps'])} | {fmt_lat(res['p50'])} | {fmt_lat(res['p99'])} "
-            f"| {fmt_num(res['cpu_us_per_req'])} "
+            f"| {fmt_lat(res['p999'])} | {fmt_num(res['cpu_us_per_req'])} "
             f"| {ratio(res['cpu_us_per_req'], ref and ref['cpu_us_per_req'])} "
-            f"| {res['cpu_util'] * 100:.0f}% | {errs} |")
+            f"| {res['cpu_util'] * 100:.0f}% | {res['client_util'] * 100:.0f}% | {errs} |")
+    return lines
+
+
+def wrk_table(order, results):
+    lines = ["| server | fastpath bench req/s | wrk req/s | fastpath bench ÷ wrk "
+             "| p99 (fastpath bench) | p99 (wrk) | CPU µs/req (fastpath bench) "
+             "| CPU µs/req (wrk) | errors (wrk) |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    any_row = False
+    for name in order:
+        r = results.get(name, {})
+        b = r.get("workloads", {}).get("w1")
+        w = r.get("wrk")
+        if b is None and w is None:
+            continue
+        any_row = True
+        errs = ("**" + "; ".join(w["problems"]) + "**" if w and w["problems"]
+                else ("none" if w else "not run"))
+        lines.append(
+            f"| {SERVER_LABEL[name]} | {fmt_rate(b and b['rps'])} | {fmt_rate(w and w['rps'])} "
+            f"| {ratio(b and b['rps'], w and w['rps'])} | {fmt_lat(b and b['p99'])} "
+            f"| {fmt_lat(w and w['p99'])} | {fmt_num(b and b['cpu_us_per_req'])} "
+            f"| {fmt_num(w and w['cpu_us_per_req'])} | {errs} |")
+    return lines if any_row else []
+
+
+def wrk_line(results):
+    b = results.get("fastpath", {}).get("workloads", {}).get("w1")
+    w = results.get("fastpath", {}).get("wrk")
+    if not b or not w:
+        return None
+    return (f"fastpath bench vs wrk on one client core: {b['rps']:,.0f} req/s vs "
+            f"{w['rps']:,.0f} req/s ({ratio(b['rps'], w['rps'])}), against fastpath "
+            f"(workload 1; client CPU busy {b['client_util'] * 100:.0f}% with fastpath bench).")
+
+
+def overload_verdict(ov):
+    """The shape of a server's sweep, from the steps where the load generator
+    kept its schedule: (peak goodput, offered rate at the peak, highest such
+    offered rate, goodput there, its share of the peak, a word)."""
+    pts = [p for p in ov["points"] if not p["client_lagged"]]
+    if not pts:
+        return None
+    peak = max(pts, key=lambda p: p["goodput"])
+    last = pts[-1]
+    share = last["goodput"] / peak["goodput"] if peak["goodput"] else 0.0
+    if last is peak:
+        # Nothing measured past the peak: the client's limit came first.
+        word = "not overloaded" if last["goodput"] >= 0.95 * last["offered"] else "at capacity"
+    elif share >= 0.9:
+        word = "holds"
+    elif share >= 0.5:
+        word = "degrades"
+    else:
+        word = "**collapses**"
+    return peak["goodput"], peak["offered"], last["offered"], last["goodput"], share, word
+
+
+def overload_summary(ctx, order, results):
+    rates = ctx.overload_rates
+    head = "| server | " + " | ".join(f"{r:,.0f}" for r in rates) + \
+        " | peak goodput | at the highest rate the client kept up with | recovered |"
+    lines = [head, "|---|" + "--:|" * len(rates) + "--:|---|---|"]
+    for name in order:
+        r = results.get(name, {})
+        ov = r.get("overload")
+        if not ov:
+            why = r.get("failed", "not run").splitlines()[0]
+            lines.append(f"| {SERVER_LABEL[name]} | did not run: {why} |"
+                         + " |" * (len(rates) + 2))
+            continue
+        by_rate = {p["offered"]: p for p in ov["points"]}
+        cells = []
+        for rate in rates:
+            p = by_rate.get(rate)
+            if p is None:
+                cells.append("–")
+                continue
+            cell = f"{p['goodput']:,.0f}"
+            if p["errors"]:
+                cell += f" ({p['errors']:,} err)"
+            if p["mark"]:
+                cell += " " + p["mark"]
+            cells.append(cell)
+        v = overload_verdict(ov)
+        if v:
+            peak = f"{v[0]:,.0f} at {v[1]:,.0f}"
+            last = (f"{v[3]:,.0f} at {v[2]:,.0f}: {v[5]}" if v[2] == v[1]
+                    else f"{v[3]:,.0f} at {v[2]:,.0f} ({v[4] * 100:.0f}% of peak): {v[5]}")
+        else:
+            peak, last = "–", "client-bound at every step"
+        rec = ("**" + "; ".join(ov["problems"]) + "**" if ov["problems"]
+               else f"yes, {ov.get('recovered_s', 0):.1f} s")
+        lines.append(f"| {SERVER_LABEL[name]} | " + " | ".join(cells)
+                     + f" | {peak} | {last} | {rec} |")
+    return lines
+
+
+def overload_detail(name, ov):
+    lines = [f"**{SERVER_LABEL[name]}**", "",
+             "| offered conn/s | replies/s (goodput) | connect p50 | connect p99 "
+             "| reply p50 | reply p99 | errors by class | listen overflows | SYN cookies "
+             "| server CPU | client CPU | send lag p50 |",
+             "|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|"]
+    for p in ov["points"]:
+        errs = fmt_errors(p) or "none"
+        if p["in_flight"]:
+            errs += f"; {p['in_flight']:,} unanswered at the end of the step"
+        if p["missed"]:
+            errs += f"; {p['missed']:,} due but not opened"
+        lines.append(
+            f"| {p['offered']:,.0f}{' ' + p['mark'] if p['mark'] else ''} | {p['goodput']:,.0f} "
+            f"| {fmt_lat(p['connect_p50'])} | {fmt_lat(p['connect_p99'])} "
+            f"| {fmt_lat(p['p50_us'])} | {fmt_lat(p['p99_us'])} | {errs} "
+            f"| {p['listen_overflows']:,} | {p['syncookies']:,} "
+            f"| {p['server_util'] * 100:.0f}% | {p['client_util'] * 100:.0f}% "
+            f"| {fmt_lat(p['lag_p50'])} |")
     return lines
 
 
@@ -815,8 +1242,8 @@ def strace_table(order, results):
 
 def idle_table(order, results):
     ref = results.get("nginx", {}).get("idle")
-    lines = [f"| server | RSS before | RSS with idle connections | connections held "
-             f"| bytes per idle connection | ÷ nginx | errors |",
+    lines = ["| server | RSS before | RSS with idle connections | connections held "
+             "| bytes per idle connection | ÷ nginx | errors |",
              "|---|--:|--:|--:|--:|--:|---|"]
     for name in order:
         r = results.get(name, {})
@@ -914,7 +1341,54 @@ def loadavg():
         return [0.0, 0.0, 0.0]
 
 
-def report(ctx, order, results, started, load_start, load_end):
+def chart_link(ctx, fname, alt):
+    rel = os.path.relpath(os.path.join(ctx.results_dir, fname), os.path.dirname(
+        os.path.abspath(ctx.args.output)))
+    return f"![{alt}]({rel})"
+
+
+def write_charts(ctx, order, results, stamp):
+    """The SVG charts: latency percentiles per workload, and the overload sweep."""
+    os.makedirs(ctx.results_dir, exist_ok=True)
+    written = []
+    for wl in WORKLOADS:
+        series = []
+        for name in order:
+            res = results.get(name, {}).get("workloads", {}).get(wl["key"])
+            if res:
+                series.append((SERVER_LABEL[name], res))
+        if not series:
+            continue
+        svg = charts.latency_chart(
+            f"Workload {wl['num']}: {re.sub('`', '', wl['title'])}",
+            f"fastpath bench, closed loop, one client core; latency per request; {stamp}",
+            series)
+        path = os.path.join(ctx.results_dir, wl["chart"])
+        write_file(path, svg)
+        written.append(path)
+    series = [(SERVER_LABEL[n], results[n]["overload"]["points"]) for n in order
+              if results.get(n, {}).get("overload", {}).get("points")]
+    if series:
+        svg = charts.overload_chart(
+            "Overload: connection-rate sweep, 1 KiB file, one request per connection",
+            f"fastpath bench --conn-rate, {ctx.overload_duration} s per step, timeout "
+            f"{ctx.overload_timeout}, one client core; hollow: load generator behind schedule; "
+            f"{stamp}",
+            series, max(ctx.overload_rates))
+        path = os.path.join(ctx.results_dir, OVERLOAD_CHART)
+        write_file(path, svg)
+        written.append(path)
+    return written
+
+
+def write_file(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def report(ctx, order, results, started, load_start, load_end, with_charts):
     args = ctx.args
     m = machine_info()
     lines = []
@@ -922,7 +1396,9 @@ def report(ctx, order, results, started, load_start, load_end):
     lines.append(f"Run of {started.strftime('%Y-%m-%d %H:%M UTC')}, {mode} mode: "
                  f"{ctx.duration} s per workload"
                  + (f" after {ctx.warmup} s of warm-up" if ctx.warmup else ", no warm-up")
-                 + f"; strace run {ctx.strace_duration} s.")
+                 + f"; strace run {ctx.strace_duration} s"
+                 + (f"; overload steps of {ctx.overload_duration} s" if ctx.overload_rates
+                    else "") + ".")
     lines.append("")
     lines.append("```sh")
     lines.append(ctx.command)
@@ -937,8 +1413,11 @@ def report(ctx, order, results, started, load_start, load_end):
         lines.append("- **The machine was not idle during this run** (other jobs were running "
                      "on it), so these figures are noisy: compare them with care and rerun on "
                      "a quiet machine before drawing conclusions.")
-    wrk_version = first_line([ctx.wrk, "--version"]).split(" Copyright")[0]
-    lines.append(f"- Load generator: {wrk_version}, one thread")
+    fp_version = first_line([ctx.fastpath_bin, "--version"])
+    lines.append(f"- Load generator: `fastpath bench` ({fp_version}, tree at {ctx.commit}), "
+                 f"one thread; cross-check: "
+                 f"{first_line([ctx.wrk, '--version']).split(' Copyright')[0] if ctx.wrk else 'none'}"
+                 f", one thread")
     for name in order:
         v = results.get(name, {}).get("version", "unknown")
         lines.append(f"- {SERVER_LABEL[name]}: {v}")
@@ -946,8 +1425,61 @@ def report(ctx, order, results, started, load_start, load_end):
     for wl in WORKLOADS:
         lines.append(f"### Workload {wl['num']}: {wl['title']}")
         lines.append("")
+        cmd = next((r["workloads"][wl["key"]]["cmd"] for r in results.values()
+                    if wl["key"] in r.get("workloads", {})), None)
+        if cmd:
+            lines.append(f"`{display_cmd(ctx, shlex.split(cmd))}`")
+            lines.append("")
         lines += workload_table(wl, order, results)
         lines.append("")
+        if with_charts and any(wl["key"] in results.get(n, {}).get("workloads", {})
+                               for n in order):
+            lines.append(chart_link(ctx, wl["chart"], f"Workload {wl['num']} latency"))
+            lines.append("")
+    wt = wrk_table(order, results)
+    if wt:
+        lines.append("### Cross-check: workload 1 with wrk")
+        lines.append("")
+        wl_line = wrk_line(results)
+        if wl_line:
+            lines.append(wl_line)
+            lines.append("")
+        cmd = next((r["wrk"]["cmd"] for r in results.values() if r.get("wrk")), None)
+        if cmd:
+            lines.append(f"`{display_cmd(ctx, shlex.split(cmd)).replace(WRK_DIR, 'bench/wrk')}`")
+            lines.append("")
+        lines += wt
+        lines.append("")
+    if any(results.get(n, {}).get("overload") for n in order):
+        rates = ctx.overload_rates
+        lines.append(f"### Overload: connection-rate sweep ({rates[0]:,.0f} to "
+                     f"{rates[-1]:,.0f} conn/s)")
+        lines.append("")
+        cmd = next((r["overload"]["points"][-1]["cmd"] for r in results.values()
+                    if r.get("overload", {}).get("points")), None)
+        if cmd:
+            lines.append(f"`{display_cmd(ctx, shlex.split(cmd))}` (one run per offered rate)")
+            lines.append("")
+        lines.append("Goodput (verified replies/s) per offered rate (conn/s), with the "
+                     "failed requests of the step. At a step marked † or ‡ the load generator "
+                     "did not keep its schedule (the median connection went out more than "
+                     "1 ms late, or its core was saturated and the replies fell short of the "
+                     "offered rate): † while the server was not saturated (its CPU under 85% "
+                     "and no accept-queue overflow), so the limit was the client core and the "
+                     "loopback TCP work charged to it; ‡ while the server was saturated too, "
+                     "so the two cannot be told apart. The verdict leaves those steps out, "
+                     "and the sweep stops at the first of them; – is a rate not run.")
+        lines.append("")
+        lines += overload_summary(ctx, order, results)
+        lines.append("")
+        if with_charts:
+            lines.append(chart_link(ctx, OVERLOAD_CHART, "Overload sweep"))
+            lines.append("")
+        for name in order:
+            ov = results.get(name, {}).get("overload")
+            if ov and ov["points"]:
+                lines += overload_detail(name, ov)
+                lines.append("")
     lines.append(f"### Workload 5: {IDLE_CONNECTIONS:,} idle keep-alive connections")
     lines.append("")
     lines += idle_table(order, results)
@@ -987,13 +1519,28 @@ def write_benchmarks_md(path, block):
     os.replace(tmp, path)
 
 
+
+
 # --------------------------------------------------------------------------
+
+
+def parse_sweep(text):
+    try:
+        lo, hi, step = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad sweep {text!r}: expected FROM:TO:STEP")
+    if not (lo > 0 and hi >= lo and step > 0):
+        raise argparse.ArgumentTypeError(f"bad sweep {text!r}: expected FROM:TO:STEP")
+    n = int((hi - lo) / step + 1e-9) + 1
+    if n > 100:
+        raise argparse.ArgumentTypeError(f"sweep {text!r} has {n} steps; at most 100")
+    return [lo + step * i for i in range(n)]
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description="fastpath comparison suite")
     ap.add_argument("--quick", action="store_true",
-                    help="2 s per workload and no warm-up (smoke run)")
+                    help="2 s per workload, no warm-up, a 5-step overload sweep of 1 s steps")
     ap.add_argument("--servers", default=",".join(ALL_SERVERS),
                     help=f"comma-separated subset of {','.join(ALL_SERVERS)}")
     ap.add_argument("--model", default=None, help="fastpath concurrency model (--model)")
@@ -1001,6 +1548,17 @@ def parse_args(argv):
     ap.add_argument("--warmup", type=int, default=None, help="warm-up seconds per workload")
     ap.add_argument("--strace-duration", type=int, default=None)
     ap.add_argument("--no-strace", action="store_true", help="skip the system call count")
+    ap.add_argument("--no-wrk", action="store_true", help="skip the wrk cross-check")
+    ap.add_argument("--overload", type=parse_sweep, default=None, metavar="FROM:TO:STEP",
+                    help="offered connection rates of the overload sweep "
+                         "(default 2000:30000:4000, quick 2000:30000:7000)")
+    ap.add_argument("--overload-duration", type=int, default=None,
+                    help="seconds per overload step (default 2, quick 1)")
+    ap.add_argument("--overload-timeout", default="500ms",
+                    help="fastpath bench --timeout in the overload sweep (default 500ms)")
+    ap.add_argument("--overload-pause", type=float, default=1.0,
+                    help="seconds of rest between overload steps (default 1)")
+    ap.add_argument("--no-overload", action="store_true", help="skip the overload sweep")
     ap.add_argument("--port-base", type=int, default=18180,
                     help="servers listen on 127.0.0.1:PORT_BASE+1..5")
     ap.add_argument("--fastpath-bin", default=os.environ.get("FASTPATH_BIN"))
@@ -1008,7 +1566,10 @@ def parse_args(argv):
     ap.add_argument("--keep", action="store_true", help="keep the work directory and logs")
     ap.add_argument("--output", default=os.path.join(REPO_DIR, "BENCHMARKS.md"),
                     help="Markdown file whose bench:begin/end block is replaced")
-    ap.add_argument("--no-write", action="store_true", help="only print the tables")
+    ap.add_argument("--results-dir", default=RESULTS_DIR,
+                    help="where the SVG charts go (default bench/results)")
+    ap.add_argument("--no-write", action="store_true",
+                    help="only print the tables (no BENCHMARKS.md, no charts)")
     ap.add_argument("--json", default=None, help="also write the raw results here")
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -1018,19 +1579,26 @@ def parse_args(argv):
         args.warmup = 0 if args.quick else 2
     if args.strace_duration is None:
         args.strace_duration = 1 if args.quick else 3
+    if args.overload is None:
+        args.overload = parse_sweep("2000:30000:7000" if args.quick else "2000:30000:4000")
+    if args.overload_duration is None:
+        args.overload_duration = 1 if args.quick else 2
+    args.overload_rates = [] if args.no_overload else args.overload
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     bad = [s for s in servers if s not in ALL_SERVERS]
     if bad or not servers:
         ap.error(f"unknown server(s) {bad}; choose from {','.join(ALL_SERVERS)}")
     args.server_list = [s for s in ALL_SERVERS if s in servers]
-    if "fastpath" in args.server_list and not args.fastpath_bin:
+    if not args.fastpath_bin:
         args.fastpath_bin = os.path.join(REPO_DIR, "target", "release", "fastpath")
+    args.fastpath_bin = os.path.abspath(args.fastpath_bin)
     return args
 
 
 def main(argv):
     args = parse_args(argv)
     ctx = Context(args)
+    ctx.results_dir = os.path.abspath(args.results_dir)
     ctx.command = args.command or shlex.join(["bench/bench.py"] + argv)
 
     def on_signal(signum, _frame):
@@ -1051,8 +1619,11 @@ def main(argv):
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("the suite needs two CPUs (server on CPU 0, load generator on CPU 1)")
 
+    if not (os.path.isfile(args.fastpath_bin) and os.access(args.fastpath_bin, os.X_OK)):
+        raise SystemExit(f"error: fastpath binary {args.fastpath_bin} not found; it is the "
+                         f"load generator (set FASTPATH_BIN, or let bench/run.sh build it)")
     try:
-        ctx.wrk = which("wrk")
+        ctx.wrk = which("wrk") if not args.no_wrk else None
         ctx.strace = which("strace") if not args.no_strace else None
         which("taskset")
     except BenchError as e:
@@ -1067,10 +1638,12 @@ def main(argv):
     load_start = loadavg()
     log(f"work directory {ctx.work}; servers: {', '.join(args.server_list)}; "
         f"{args.duration} s per workload, {args.warmup} s warm-up")
-    ctx.contents = make_docroot(ctx.root)
-    mean, _ = spec_expected_body()
-    log(f"document root {ctx.root}: {len(ctx.contents)} files; "
-        f"mix mean body {mean:.0f} bytes")
+    try:
+        ctx.contents = make_docroot(ctx)
+    except (BenchError, OSError, subprocess.SubprocessError) as e:
+        raise SystemExit(f"error: document root: {e}")
+    log(f"document root {ctx.root}: {len(ctx.contents)} files "
+        f"(fastpath bench make-docroot, plus {FILE_1M})")
 
     results = {}
     try:
@@ -1082,10 +1655,14 @@ def main(argv):
         return 130
     load_end = loadavg()
 
-    block = report(ctx, args.server_list, results, started, load_start, load_end)
+    with_charts = not args.no_write
+    block = report(ctx, args.server_list, results, started, load_start, load_end, with_charts)
     print()
     print(block)
     if not args.no_write:
+        stamp = started.strftime("%Y-%m-%d %H:%M UTC")
+        for path in write_charts(ctx, args.server_list, results, stamp):
+            log(f"chart written to {os.path.relpath(path, REPO_DIR)}")
         write_benchmarks_md(args.output, block)
         log(f"results written to {args.output}")
     if args.json:
@@ -1100,11 +1677,20 @@ def main(argv):
         for key, res in r.get("workloads", {}).items():
             for p in res["problems"]:
                 failures.append(f"{name} {key}: {p}")
+        for p in (r.get("wrk") or {}).get("problems", []):
+            failures.append(f"{name} w1 (wrk): {p}")
         for p in (r.get("idle") or {}).get("problems", []):
             failures.append(f"{name} w5: {p}")
         s = r.get("strace")
         if s and "error" in s:
             failures.append(f"{name} strace: {s['error'].splitlines()[0]}")
+        elif s:
+            for p in s["problems"]:
+                failures.append(f"{name} strace: {p}")
+        # Errors under overload are what the sweep measures; a server that
+        # dies or does not answer correctly afterwards is a failure.
+        for p in (r.get("overload") or {}).get("problems", []):
+            failures.append(f"{name} overload: {p}")
     if failures:
         log("ERRORS (the tables above show them too):")
         for f in failures:

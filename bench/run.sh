@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # fastpath comparison suite: fastpath against nginx, lighttpd, h2o and Apache
 # (event MPM) on the same machine, document root and workloads, one server
-# at a time, each pinned to CPU 0 with the load generator (wrk) on CPU 1.
+# at a time, each pinned to CPU 0 with the load generator on CPU 1. The load
+# generator is `fastpath bench` (workloads 1-4 and the overload sweep), with
+# wrk as a cross-check on workload 1.
 #
 # Usage: bench/run.sh [--quick] [--servers fastpath,nginx,...] [--model NAME]
 #                     [--no-write] [--keep] [other bench/bench.py options]
 #
-#   --quick          2 s per workload, no warm-up (smoke run); default is 10 s
-#                    per workload after 2 s of warm-up
+#   --quick          2 s per workload, no warm-up, 5 overload steps of 1 s
+#                    (smoke run, about 2.5 minutes); default is 10 s per
+#                    workload after 2 s of warm-up and 8 overload steps of
+#                    2 s (about 8 minutes)
 #   --servers LIST   subset of fastpath,nginx,lighttpd,h2o,apache2 (default: all)
 #   --model NAME     passed to `fastpath serve --model`
-#   --no-write       print the tables without updating BENCHMARKS.md
-#   --keep           keep the work directory (configs, logs, wrk output)
+#   --no-write       print the tables without updating BENCHMARKS.md and the
+#                    charts in bench/results/
+#   --keep           keep the work directory (configs, logs, raw JSON)
 #
-# FASTPATH_BIN selects the fastpath binary; without it the script builds one
-# with `cargo build --release -p fastpath` and uses target/release/fastpath.
+# FASTPATH_BIN selects the fastpath binary (server and load generator);
+# without it the script builds one with `cargo build --release -p fastpath`
+# and uses target/release/fastpath.
 #
 # Missing packages (nginx, lighttpd, h2o, apache2, wrk, strace) are installed
 # with apt-get. The distribution's own service configurations are not read or
@@ -22,7 +28,7 @@
 # log and temporary files in a fresh directory under /tmp that is removed at
 # the end. Every process the suite starts is stopped on exit, also on failure
 # or interrupt. Results go to stdout and between the bench:begin/bench:end
-# markers of BENCHMARKS.md.
+# markers of BENCHMARKS.md, and the charts to bench/results/*.svg.
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,6 +38,7 @@ ORIG_ARGS=("$@")
 SERVERS="fastpath,nginx,lighttpd,h2o,apache2"
 KEEP=0
 NO_STRACE=0
+NO_WRK=0
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[$i]}" in
@@ -39,6 +46,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
         --servers=*) SERVERS="${args[$i]#--servers=}" ;;
         --keep) KEEP=1 ;;
         --no-strace) NO_STRACE=1 ;;
+        --no-wrk) NO_WRK=1 ;;
         -h|--help)
             sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
             exec python3 "$BENCH_DIR/bench.py" --help ;;
@@ -56,7 +64,7 @@ has_server nginx && ! command -v nginx >/dev/null && need+=(nginx)
 has_server lighttpd && ! command -v lighttpd >/dev/null && need+=(lighttpd)
 has_server h2o && ! command -v h2o >/dev/null && need+=(h2o)
 has_server apache2 && ! command -v apache2 >/dev/null && need+=(apache2)
-command -v wrk >/dev/null || need+=(wrk)
+[[ $NO_WRK == 1 ]] || command -v wrk >/dev/null || need+=(wrk)
 command -v taskset >/dev/null || need+=(util-linux)
 if [[ $NO_STRACE == 0 ]] && { has_server fastpath || has_server nginx; }; then
     command -v strace >/dev/null || need+=(strace)
@@ -71,18 +79,16 @@ if ((${#need[@]})); then
         "${need[@]}" >/dev/null
 fi
 
-# --- fastpath -------------------------------------------------------------
+# --- fastpath (a server under test, and always the load generator) --------
 GIVEN_FASTPATH_BIN="${FASTPATH_BIN:-}"
-if has_server fastpath; then
-    if [[ -z "${FASTPATH_BIN:-}" ]]; then
-        log "building fastpath (cargo build --release -p fastpath)"
-        (cd "$REPO_DIR" && cargo build --release -p fastpath)
-        FASTPATH_BIN="${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/fastpath"
-        [[ "$FASTPATH_BIN" == /* ]] || FASTPATH_BIN="$REPO_DIR/$FASTPATH_BIN"
-    fi
-    [[ -x "$FASTPATH_BIN" ]] || { log "error: FASTPATH_BIN=$FASTPATH_BIN is not an executable"; exit 1; }
-    export FASTPATH_BIN
+if [[ -z "${FASTPATH_BIN:-}" ]]; then
+    log "building fastpath (cargo build --release -p fastpath)"
+    (cd "$REPO_DIR" && cargo build --release -p fastpath)
+    FASTPATH_BIN="${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/fastpath"
+    [[ "$FASTPATH_BIN" == /* ]] || FASTPATH_BIN="$REPO_DIR/$FASTPATH_BIN"
 fi
+[[ -x "$FASTPATH_BIN" ]] || { log "error: FASTPATH_BIN=$FASTPATH_BIN is not an executable"; exit 1; }
+export FASTPATH_BIN
 
 # --- run, and clean up whatever happens -------------------------------------
 WORK="$(mktemp -d /tmp/fastpath-bench.XXXXXX)"
@@ -122,11 +128,12 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 
 # Raise the open-file limit as far as the hard limit allows (10,000 idle
-# connections in workload 5); bench.py raises it again for itself.
+# connections in workload 5, up to 15,000 pending connections in the overload
+# sweep); bench.py raises it again for itself.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 COMMAND="bench/run.sh${ORIG_ARGS[*]:+ ${ORIG_ARGS[*]}}"
-if has_server fastpath && [[ -n "$GIVEN_FASTPATH_BIN" ]]; then
+if [[ -n "$GIVEN_FASTPATH_BIN" ]]; then
     COMMAND="FASTPATH_BIN=$GIVEN_FASTPATH_BIN $COMMAND"
 fi
 cd "$REPO_DIR"

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Proxy benchmark: fastpath's hand-over against nginx proxy_pass, to the same backend.
+
+One run, on this machine's two cores:
+  * the backend (nginx serving a 1 KiB file from memory, keep-alive) and the load generator
+    (`fastpath bench`) share CPU 1; the proxy under test runs alone on CPU 0;
+  * each proxy keeps its backend connections alive (fastpath reuses them by design; nginx
+    gets `proxy_http_version 1.1`, `keepalive 64` and an empty Connection header);
+  * for each proxy: replies/s, p50 and p99 latency, and the proxy's own CPU time per request
+    (user+sys of its whole process tree from /proc, over the measured run);
+  * then the isolation check: fastpath's static requests/s alone, and again while 64
+    connections wait on a backend that takes a second to answer each request.
+
+Results go to stdout and between the proxy markers in BENCHMARKS.md (unless --no-write).
+Usage: bench/proxy.py [--duration 10] [--no-write]; FASTPATH_BIN selects the binary.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PORTS = {"backend": 18251, "fastpath": 18252, "nginx": 18253, "slow": 18254}
+
+NGINX_BACKEND = """daemon off; master_process off; worker_processes 1; pid {work}/backend.pid;
+error_log {work}/backend.err warn; worker_rlimit_nofile 20000;
+events {{ worker_connections 8192; }}
+http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  open_file_cache max=100; server {{ listen 127.0.0.1:{port} backlog=4096; root {root}; }} }}
+"""
+
+NGINX_PROXY = """daemon off; master_process off; worker_processes 1; pid {work}/proxy.pid;
+error_log {work}/proxy.err warn; worker_rlimit_nofile 20000;
+events {{ worker_connections 8192; }}
+http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  upstream backend {{ server 127.0.0.1:{backend}; keepalive 64; }}
+  server {{ listen 127.0.0.1:{port} backlog=4096;
+    location / {{ proxy_pass http://backend; proxy_http_version 1.1;
+      proxy_set_header Connection ""; proxy_buffering on; }} }} }}
+"""
+
+FASTPATH_PROXY = """workers = 1
+root = "{root}"
+[log]
+access = "off"
+[[backend]]
+name = "app"
+addresses = "127.0.0.1:{backend}"
+max_connections = 1024
+cache = false
+[[route]]
+backend = "app"
+prefix = "/app/"
+"""
+
+
+def cpu_of_tree(pid):
+    """user+sys seconds of a process and all its descendants."""
+    total = 0
+    pids = [pid]
+    seen = set()
+    while pids:
+        p = pids.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    pids.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total / CLK_TCK
+
+
+def wait_port(port, timeout=15):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def bench(binary, url, duration, connections=64):
+    out = subprocess.run(
+        ["taskset", "-c", "1", binary, "bench", "-t", "1", "-q", "--json",
+         "-c", str(connections), "-d", f"{duration}s", url],
+        capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def measure(binary, pid, url, duration):
+    bench(binary, url, 1)  # warm up: connections to the backend are open
+    before = cpu_of_tree(pid)
+    result = bench(binary, url, duration)
+    used = cpu_of_tree(pid) - before
+    replies = max(result["replies"], 1)
+    return {
+        "rps": result["rps"],
+        "p50_us": result["latency_us"]["p50"],
+        "p99_us": result["latency_us"]["p99"],
+        "errors": result["errors"]["total"],
+        "non2xx": sum(v for k, v in result["status"].items() if k != "2xx"),
+        "cpu_us": used / replies * 1e6,
+    }
+
+
+def slow_backend(port, stop):
+    """Accepts connections and answers each request after one second."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(1024)
+    server.settimeout(0.5)
+
+    def serve(conn):
+        with conn:
+            try:
+                conn.recv(65536)
+                time.sleep(1)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nslow\n")
+                conn.recv(65536)
+            except OSError:
+                pass
+
+    while not stop.is_set():
+        try:
+            conn, _ = server.accept()
+        except socket.timeout:
+            continue
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    server.close()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    binary = os.environ.get("FASTPATH_BIN") or os.path.join(REPO, "target/release/fastpath")
+    if not os.environ.get("FASTPATH_BIN"):
+        subprocess.run(["cargo", "build", "--release", "-p", "fastpath"], cwd=REPO, check=True)
+    for tool in ("nginx", "taskset"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is required (apt-get install nginx util-linux)")
+    work = tempfile.mkdtemp(prefix="fastpath-proxy.")
+    os.chmod(work, 0o755)
+    root = os.path.join(work, "www")
+    os.makedirs(os.path.join(root, "app"))
+    with open(os.path.join(root, "app", "1k.bin"), "wb") as f:
+        f.write(os.urandom(1024))
+    with open(os.path.join(root, "static.bin"), "wb") as f:
+        f.write(os.urandom(1024))
+    procs = []
+    stop = threading.Event()
+    try:
+        def start(cmd, cpu, port):
+            p = subprocess.Popen(["taskset", "-c", str(cpu)] + cmd,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(p)
+            wait_port(port)
+            return p
+
+        def write(name, text):
+            path = os.path.join(work, name)
+            with open(path, "w") as f:
+                f.write(text)
+            return path
+
+        start(["nginx", "-c", write("backend.conf", NGINX_BACKEND.format(
+            work=work, port=PORTS["backend"], root=root))], 1, PORTS["backend"])
+        results = {}
+        fp = start([binary, "serve", "--config", write("fastpath.toml", FASTPATH_PROXY.format(
+            root=root, backend=PORTS["backend"])), "--listen", f"127.0.0.1:{PORTS['fastpath']}"],
+            0, PORTS["fastpath"])
+        results["fastpath"] = measure(binary, fp.pid, f"http://127.0.0.1:{PORTS['fastpath']}/app/1k.bin", args.duration)
+        ng = start(["nginx", "-c", write("proxy.conf", NGINX_PROXY.format(
+            work=work, port=PORTS["nginx"], backend=PORTS["backend"]))], 0, PORTS["nginx"])
+        results["nginx"] = measure(binary, ng.pid, f"http://127.0.0.1:{PORTS['nginx']}/app/1k.bin", args.duration)
+
+        # Isolation: static speed alone, then with 64 requests parked on a slow backend.
+        threading.Thread(target=slow_backend, args=(PORTS["slow"], stop), daemon=True).start()
+        wait_port(PORTS["slow"])
+        iso_conf = write("iso.toml", FASTPATH_PROXY.format(root=root, backend=PORTS["slow"]))
+        iso = start([binary, "serve", "--config", iso_conf, "--listen", "127.0.0.1:18255"], 0, 18255)
+        alone = measure(binary, iso.pid, "http://127.0.0.1:18255/static.bin", args.duration)
+        slow_load = subprocess.Popen(
+            ["taskset", "-c", "1", binary, "bench", "-t", "1", "-q", "--json", "-c", "64",
+             "-d", f"{args.duration + 4}s", "--timeout", "10s", "http://127.0.0.1:18255/app/x"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        time.sleep(2)
+        loaded = measure(binary, iso.pid, "http://127.0.0.1:18255/static.bin", args.duration)
+        slow_result = json.loads(slow_load.communicate()[0])
+    finally:
+        stop.set()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+    f, n = results["fastpath"], results["nginx"]
+    lines = [
+        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, `bench/proxy.py --duration {args.duration}`, "
+        f"{os.cpu_count()} cores, kernel {os.uname().release}. Proxy on CPU 0; backend (nginx, 1 KiB file) and "
+        "`fastpath bench -c 64` on CPU 1. CPU is the proxy's own user+sys per request.",
+        "",
+        "| proxy | replies/s | p50 | p99 | CPU µs/request | CPU ÷ nginx | errors |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['rps']:,.0f} | {r['p50_us']:,.0f} µs | {r['p99_us']:,.0f} µs | "
+                     f"{r['cpu_us']:.1f} | {r['cpu_us'] / n['cpu_us']:.2f}× | {r['errors'] + r['non2xx']} |")
+    lines += [
+        "",
+        f"Target: at most 0.7× nginx's CPU per proxied request: **{'met' if f['cpu_us'] <= 0.7 * n['cpu_us'] else 'not met'}** "
+        f"({f['cpu_us'] / n['cpu_us']:.2f}×).",
+        "",
+        "Static requests while a slow backend (1 s per answer) holds 64 proxied requests:",
+        "",
+        "| static 1 KiB on fastpath | replies/s | p99 | errors |",
+        "|---|--:|--:|--:|",
+        f"| alone | {alone['rps']:,.0f} | {alone['p99_us']:,.0f} µs | {alone['errors']} |",
+        f"| with the slow backend loaded | {loaded['rps']:,.0f} | {loaded['p99_us']:,.0f} µs | {loaded['errors']} |",
+        "",
+        f"The slow requests meanwhile: {slow_result['replies']:,} answered, p50 {slow_result['latency_us']['p50'] / 1000:,.0f} ms, "
+        f"p99 {slow_result['latency_us']['p99'] / 1000:,.0f} ms, {slow_result['errors']['total']} errors.",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        path = os.path.join(REPO, "BENCHMARKS.md")
+        with open(path) as fh:
+            doc = fh.read()
+        begin, end = "<!-- proxy:begin -->", "<!-- proxy:end -->"
+        block = f"{begin}\n{text}\n{end}"
+        if begin in doc and end in doc:
+            doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):]
+        else:
+            doc = doc.rstrip() + "\n\n## Hand-over: proxied requests against nginx proxy_pass\n\n" + block + "\n"
+        with open(path, "w") as fh:
+            fh.write(doc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
