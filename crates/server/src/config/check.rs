@@ -243,7 +243,7 @@ impl<'a> Checker<'a> {
         self.host_common(top, &mut c.default_host);
 
         if let Some(f) = Field::get(top, "host") {
-            let tables = self.host_tables(f);
+            let tables = self.array_tables(f);
             c.hosts = self.hosts(&tables, &c.default_host);
         }
 
@@ -414,46 +414,6 @@ impl<'a> Checker<'a> {
         if let Some(f) = Field::get(t, "precompressed") {
             if let Some(b) = self.boolean(f) {
                 h.precompressed = b;
-            }
-        }
-    }
-
-    /// The `[[host]]` tables, whether written as headers or as an inline
-    /// array of inline tables.
-    fn host_tables(&mut self, f: Field<'a>) -> Vec<Section<'a>> {
-        match f.item {
-            Item::ArrayOfTables(array) => array
-                .iter()
-                .map(|t| Section {
-                    table: t as &dyn TableLike,
-                    span: t.span(),
-                })
-                .collect(),
-            Item::Value(Value::Array(array)) => {
-                let mut tables = Vec::new();
-                for v in array.iter() {
-                    match v.as_inline_table() {
-                        Some(t) => tables.push(Section {
-                            table: t as &dyn TableLike,
-                            span: v.span(),
-                        }),
-                        None => self.error(
-                            v.span(),
-                            format!("`host` entries must be tables, found {}", value_kind(v)),
-                        ),
-                    }
-                }
-                tables
-            }
-            _ => {
-                self.error(
-                    f.value_span(),
-                    format!(
-                        "`host` must be an array of tables (write each as [[host]]), found {}",
-                        item_kind(f.item)
-                    ),
-                );
-                Vec::new()
             }
         }
     }
