@@ -32,6 +32,11 @@ const READ_BUFFER: usize = 256 * 1024;
 /// Longest sleep when a stop flag may be set, so Ctrl-C is answered promptly.
 const STOP_POLL: Duration = Duration::from_millis(100);
 
+/// Open loop: most scheduled events one pass of the scheduler makes before it returns to
+/// the event loop, so a client that fell behind still answers its sockets and enforces its
+/// timeouts while it catches up, instead of opening its whole backlog in one burst.
+const BATCH: u32 = 64;
+
 /// "No connection" in the timeout list links.
 const NONE: u32 = u32::MAX;
 
@@ -176,6 +181,9 @@ pub(crate) struct Worker<'a> {
     next_k: u64,
     measured_issued: u64,
     measured_opens: u64,
+    /// Open loop: measured events skipped because they fell due too long ago (see
+    /// `skip_stale`); they count against the budget like the ones made.
+    measured_skipped: u64,
     /// Requests in flight on all connections.
     outstanding: u64,
     measuring: bool,
@@ -215,6 +223,7 @@ impl<'a> Worker<'a> {
             next_k: 0,
             measured_issued: 0,
             measured_opens: 0,
+            measured_skipped: 0,
             outstanding: 0,
             measuring: false,
             cpu_at_start: Duration::ZERO,
@@ -248,9 +257,9 @@ impl<'a> Worker<'a> {
             }
             if let Some(end) = self.plan.end {
                 if now >= end {
-                    // What fell due before the end while this thread was late still goes
-                    // out (and is in flight at the end); only requests that found no free
-                    // connection count as missed.
+                    // One last bounded pass for what fell due before the end while this
+                    // thread was late (it is in flight at the end); whatever is still due
+                    // after it counts as missed.
                     if self.plan.shape != Shape::Closed {
                         self.schedule(now);
                     }
@@ -308,8 +317,10 @@ impl<'a> Worker<'a> {
             return false;
         };
         match self.plan.shape {
-            Shape::ConnRate => self.measured_opens >= budget && self.live == 0,
-            _ => self.measured_issued >= budget && self.outstanding == 0,
+            Shape::ConnRate => {
+                self.measured_opens + self.measured_skipped >= budget && self.live == 0
+            }
+            _ => self.measured_issued + self.measured_skipped >= budget && self.outstanding == 0,
         }
     }
 
@@ -325,14 +336,19 @@ impl<'a> Worker<'a> {
         if self.plan.shape == Shape::ConnRate || at < self.plan.measure_start {
             return true;
         }
-        self.plan.budget.is_none_or(|b| self.measured_issued < b)
+        self.plan
+            .budget
+            .is_none_or(|b| self.measured_issued + self.measured_skipped < b)
     }
 
     /// Connection rate: whether a connection scheduled at `at` may be opened.
     fn may_open(&self, at: u64) -> bool {
         self.before_end(at)
             && (at < self.plan.measure_start
-                || self.plan.budget.is_none_or(|b| self.measured_opens < b))
+                || self
+                    .plan
+                    .budget
+                    .is_none_or(|b| self.measured_opens + self.measured_skipped < b))
     }
 
     /// Scheduled time of open-loop event `k`.
@@ -341,8 +357,42 @@ impl<'a> Worker<'a> {
         (self.plan.offset_ns + k as f64 * self.plan.interval_ns) as u64
     }
 
+    /// Open loop: events that fell due more than a timeout ago are not made late, where
+    /// their requests could only time out anyway; they are skipped and count as missed
+    /// (`finish` counts every due event that was not made). Skipped measured events count
+    /// against the budget, so a budget still bounds the scheduled events.
+    fn skip_stale(&mut self, now: u64) {
+        let horizon = now.saturating_sub(self.plan.timeout_ns);
+        if self.intended(self.next_k) >= horizon {
+            return;
+        }
+        let mut k = self.first_k_at(horizon);
+        if let Some(end) = self.plan.end {
+            // Events at or after the end are never due; leave them alone.
+            k = k.min(self.first_k_at(end));
+        }
+        let first_measured = self.next_k.max(self.first_k_at(self.plan.measure_start));
+        if k > first_measured {
+            let mut skipped = k - first_measured;
+            if let Some(budget) = self.plan.budget {
+                let used = match self.plan.shape {
+                    Shape::ConnRate => self.measured_opens,
+                    _ => self.measured_issued,
+                } + self.measured_skipped;
+                let left = budget.saturating_sub(used);
+                if skipped > left {
+                    skipped = left;
+                    k = first_measured + left;
+                }
+            }
+            self.measured_skipped += skipped;
+        }
+        self.next_k = self.next_k.max(k);
+    }
+
     /// Issues what is due; returns whether there is more to do at once (closed loop: a
-    /// connection to replace that failed immediately).
+    /// connection to replace that failed immediately; open loop: due events left over
+    /// when a pass made its `BATCH`).
     fn schedule(&mut self, now: u64) -> bool {
         match self.plan.shape {
             Shape::Closed => {
@@ -356,10 +406,11 @@ impl<'a> Worker<'a> {
                 self.live < self.plan.connections && self.may_issue(now)
             }
             Shape::Rate => {
-                loop {
+                self.skip_stale(now);
+                for _ in 0..BATCH {
                     let at = self.intended(self.next_k);
                     if at > now || !self.may_issue(at) {
-                        break;
+                        return false;
                     }
                     if let Some(idx) = self.pop_avail() {
                         self.next_k += 1;
@@ -371,24 +422,35 @@ impl<'a> Worker<'a> {
                         self.open(now, at, self.plan.calls);
                     } else {
                         // Every connection is busy: the request waits and its latency grows.
-                        break;
+                        return false;
                     }
                 }
-                false
+                self.due(now)
             }
             Shape::ConnRate => {
-                loop {
+                self.skip_stale(now);
+                for _ in 0..BATCH {
                     let at = self.intended(self.next_k);
                     if at > now || !self.may_open(at) {
-                        break;
+                        return false;
                     }
                     self.next_k += 1;
                     self.record_lag(at, now);
                     self.open(now, at, self.plan.calls);
                 }
-                false
+                self.due(now)
             }
         }
+    }
+
+    /// Open loop: whether the next scheduled event is due and may still be made.
+    fn due(&self, now: u64) -> bool {
+        let at = self.intended(self.next_k);
+        at <= now
+            && match self.plan.shape {
+                Shape::ConnRate => self.may_open(at),
+                _ => self.may_issue(at),
+            }
     }
 
     /// Open loop: how late an event went out after its scheduled time.
@@ -548,7 +610,9 @@ impl<'a> Worker<'a> {
                 }
             }
             Shape::Rate => {
-                // Requests already due (a backlog) go out at once, on this connection.
+                // Requests already due (a backlog) go out at once, on this connection
+                // (bounded by the pipeline depth), except those too late to make.
+                self.skip_stale(now);
                 while self.can_take(idx) {
                     let at = self.intended(self.next_k);
                     if at > now || !self.may_issue(at) {

@@ -357,7 +357,8 @@ pub struct Report {
     /// Requests still waiting for a reply when the window closed (neither replies nor errors).
     pub in_flight_at_end: u64,
     /// Open loop: requests (`rate`) or requests of connections (`conn-rate`) due in the
-    /// window that were never issued because every connection was busy or the run ended.
+    /// window that were never issued because every connection was busy, the client fell
+    /// more than a timeout behind them, or the run ended.
     pub missed: u64,
     /// CPU time the load generator used (user + system), seconds.
     pub cpu_s: f64,

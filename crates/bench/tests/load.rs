@@ -294,3 +294,70 @@ fn connection_rate_with_n_counts_connections() {
     assert_eq!(server.accepted(), 20);
     assert_eq!(server.requests(), 60);
 }
+
+#[test]
+fn connection_rate_beyond_the_client_stays_on_time() {
+    // A listener that never accepts: once its small queue is full, connects hang until
+    // they time out. Asked for far more connections a second than it can open, the client
+    // falls behind: it must still enforce the timeout, end on time, and count what it
+    // could not open as missed instead of opening it late in one burst.
+    raise_fd_limit();
+    let listener = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    listener.bind(&any.into()).unwrap();
+    listener.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let mut c = config(&format!("http://{addr}/"), 1, 1);
+    c.requests = None;
+    c.load = Load::ConnRate {
+        rate: 1_000_000.0,
+        calls: 1,
+    };
+    let duration = Duration::from_millis(300);
+    c.duration = Some(duration);
+    c.timeout = Duration::from_millis(50);
+    let started = Instant::now();
+    let r = run_checked(&c);
+    let elapsed = started.elapsed();
+    let bound = duration + c.timeout + Duration::from_millis(500);
+    assert!(elapsed < bound, "{elapsed:?}");
+    assert!(r.duration_s < bound.as_secs_f64(), "{}", r.duration_s);
+    // 1,000,000/s for 300 ms: each of the 300,000 scheduled connections was opened or missed.
+    assert_eq!(r.conns_opened + r.missed, 300_000, "{r:#?}");
+    assert!(r.missed > 0, "{r:#?}");
+    assert_eq!(r.requests, r.conns_opened);
+    // The server answers nothing: every request timed out, failed to get a descriptor, or
+    // was still waiting at the end. No reply, and the timeout held.
+    assert_eq!(r.replies, 0);
+    assert!(r.errors.timeout > 0, "{:?}", r.errors);
+    // Nothing went out later than the timeout (plus one pass): the stale backlog was missed.
+    assert!(r.send_lag_us.max < 100_000.0, "{:?}", r.send_lag_us);
+    assert_eq!(
+        r.errors.timeout + r.errors.fd_unavail + r.errors.addr_unavail + r.in_flight_at_end,
+        r.requests,
+        "{r:#?}"
+    );
+    drop(listener);
+}
+
+/// Raises the soft descriptor limit to the hard one (best effort), as the command line
+/// does: the overload test keeps about a timeout's worth of connections open, and the other
+/// tests run alongside it in this process.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: both calls only read or write the struct passed in.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
