@@ -496,3 +496,29 @@ httptest!(
         assert_eq!(count(), 6);
     }
 );
+
+httptest!(an_index_file_a_route_claims_goes_to_the_backend, |model| {
+    let backend = Backend::start(echo);
+    let site = site();
+    site.file("app/index.php", "<?php source must never be served ?>");
+    site.file("both/index.html", "static index\n");
+    site.file("both/index.php", "<?php not reached ?>");
+    let text = config(
+        &backend,
+        "extensions = [\"php\"]",
+        "index = [\"index.php\", \"index.html\"]",
+    );
+    let srv = site.serve_config(model, &text);
+    let r = srv.get("/app/");
+    assert!(r.text().starts_with("GET /app/ HTTP/1.1\n"), "{}", r.text());
+    assert!(!r.text().contains("source must never be served"));
+    // The first index that exists decides: here index.php again.
+    let r = srv.get("/both/");
+    assert!(
+        r.text().starts_with("GET /both/ HTTP/1.1\n"),
+        "{}",
+        r.text()
+    );
+    // A directory whose only index is static is served statically.
+    srv.get("/").assert_ok(200, "static index\n");
+});

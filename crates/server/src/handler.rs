@@ -403,6 +403,35 @@ impl HttpHandler {
             _ => return self.fallback_or(&route_request, Route::Error(501)),
         }
         let site = self.hosts.select(host.map(str::as_bytes));
+        if self.path.ends_with(b"/") && !self.routes.is_empty() {
+            // A directory's index file that a route claims (index.php, say) goes to the
+            // backend, as the request it stands for: never served as static source.
+            let mut candidate = Vec::with_capacity(self.path.len() + 16);
+            for name in &site.options().index {
+                candidate.clear();
+                candidate.extend_from_slice(&self.path);
+                candidate.extend_from_slice(name.as_bytes());
+                let claimed = self.routes.classify(&RouteRequest {
+                    path: &candidate,
+                    ..route_request
+                });
+                let index = site.serve_cached(
+                    &mut self.cache,
+                    &StaticRequest {
+                        head: true,
+                        path: &candidate,
+                        raw_path,
+                        ..StaticRequest::default()
+                    },
+                );
+                if index.status == 200 {
+                    if let Some(rule) = claimed {
+                        return Route::Handover(rule.backend, rule.method);
+                    }
+                    break;
+                }
+            }
+        }
         let reply = site.serve_cached(
             &mut self.cache,
             &StaticRequest {
