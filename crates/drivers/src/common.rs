@@ -22,7 +22,7 @@ pub(crate) const UNKNOWN_PEER: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
 
 /// Runs one worker per entry of `listeners.per_worker`, each on a thread of its own that builds
-/// its handler with `make_handler(worker)` and then runs `work(sockets, handler, active)`, where
+/// its handler with `make_handler(worker)` and then runs `work(worker, sockets, handler, active)`, where
 /// `active` counts open connections across all workers. Waits for every worker; the result is
 /// the error of the last one (in worker order) that failed.
 pub(crate) fn run_workers<H, F, W>(
@@ -33,7 +33,7 @@ pub(crate) fn run_workers<H, F, W>(
 where
     H: Handler,
     F: Fn(usize) -> H + Sync,
-    W: Fn(Vec<OwnedFd>, H, &AtomicUsize) -> io::Result<()> + Sync,
+    W: Fn(usize, Vec<OwnedFd>, H, &AtomicUsize) -> io::Result<()> + Sync,
 {
     let active = AtomicUsize::new(0);
     let active = &active;
@@ -45,7 +45,7 @@ where
                 .name(format!("fastpath-w{worker_id}"))
                 .spawn_scoped(scope, move || -> io::Result<()> {
                     let handler = make_handler(worker_id);
-                    work(sockets, handler, active)
+                    work(worker_id, sockets, handler, active)
                 })?;
             threads.push(thread);
         }
@@ -69,9 +69,19 @@ pub(crate) fn admit<H: Handler>(
     fd: &OwnedFd,
     handler: &H,
 ) -> bool {
+    admit_with(active, max_connections, fd, handler.refusal())
+}
+
+/// [`admit`] for a caller that holds the refusal bytes rather than a handler.
+pub(crate) fn admit_with(
+    active: &AtomicUsize,
+    max_connections: usize,
+    fd: &OwnedFd,
+    refusal: &[u8],
+) -> bool {
     if active.fetch_add(1, Ordering::Relaxed) >= max_connections {
         active.fetch_sub(1, Ordering::Relaxed);
-        refuse(fd.as_raw_fd(), handler.refusal());
+        refuse(fd.as_raw_fd(), refusal);
         return false;
     }
     true
@@ -143,6 +153,23 @@ macro_rules! warn_out_of_descriptors {
     };
 }
 pub(crate) use warn_out_of_descriptors;
+
+/// What a loop holds while it runs handler code and lets go of while it waits: the thread-pool
+/// model's bound on threads running at once. The other models run unbounded ([`NoGate`]).
+pub(crate) trait Gate {
+    /// The loop is about to wait for events.
+    fn leave(&self);
+    /// The loop has events to handle; may wait for a turn.
+    fn enter(&self);
+}
+
+/// The gate of a loop that owns its thread outright.
+pub(crate) struct NoGate;
+
+impl Gate for NoGate {
+    fn leave(&self) {}
+    fn enter(&self) {}
+}
 
 /// A connection deadline that the tick sweep found passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

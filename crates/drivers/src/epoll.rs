@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
-use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN_PEER};
+use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, Gate, UNKNOWN_PEER};
 use crate::sys::{socket_addr, syscall};
 use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
@@ -40,9 +40,33 @@ where
     H: Handler,
     F: Fn(usize) -> H + Sync,
 {
-    common::run_workers(listeners, make_handler, |sockets, handler, active| {
-        Worker::new(sockets, handler, config, active, stop)?.run()
-    })
+    common::run_workers(
+        listeners,
+        make_handler,
+        |_worker, sockets, handler, active| {
+            Worker::new(
+                sockets,
+                handler,
+                config,
+                active,
+                stop,
+                LoopOptions::default(),
+            )?
+            .run()
+        },
+    )
+}
+
+/// How a worker's loop waits, beyond what [`DriverConfig`] says.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LoopOptions {
+    /// Keep polling without blocking for this long after the last event (the per-core
+    /// model's low-latency option): the thread burns its core instead of sleeping.
+    pub(crate) busy_poll: Option<Duration>,
+}
+
+fn new_events(n: usize) -> Vec<libc::epoll_event> {
+    vec![libc::epoll_event { events: 0, u64: 0 }; n]
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +96,17 @@ struct Slot<C> {
     upstream: UpstreamPort,
 }
 
-struct Worker<'a, H: Handler> {
-    epoll: OwnedFd,
+/// One event loop: its listeners (none for a worker fed connections by someone else), its
+/// connections and its handler.
+pub(crate) struct Worker<'a, H: Handler> {
+    /// Made when first needed: a pool thread or child that never serves holds no descriptor.
+    epoll: Option<OwnedFd>,
+    /// Called when the last connection is about to close, before its FIN goes out, so that a
+    /// pool thread is back on the idle stack by the time its client can connect again.
+    on_last_close: Option<Box<dyn Fn() + 'a>>,
+    options: LoopOptions,
+    last_event: Instant,
+    open_connections: usize,
     listeners: Vec<OwnedFd>,
     handler: H,
     slots: Vec<Option<Slot<H::Conn>>>,
@@ -89,18 +122,20 @@ struct Worker<'a, H: Handler> {
 }
 
 impl<'a, H: Handler> Worker<'a, H> {
-    fn new(
+    pub(crate) fn new(
         listeners: Vec<OwnedFd>,
         handler: H,
         config: &'a DriverConfig,
         active: &'a AtomicUsize,
         stop: &'static AtomicBool,
+        options: LoopOptions,
     ) -> io::Result<Self> {
-        let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-        // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
-        let epoll = unsafe { OwnedFd::from_raw_fd(epfd) };
-        let worker = Worker {
-            epoll,
+        let mut worker = Worker {
+            epoll: None,
+            on_last_close: None,
+            options,
+            last_event: Instant::now(),
+            open_connections: 0,
             listeners,
             handler,
             slots: Vec::new(),
@@ -114,8 +149,30 @@ impl<'a, H: Handler> Worker<'a, H> {
             accept_pause: AcceptPause::default(),
             upstreams: UpstreamPool::new(UPSTREAM_IDLE_TIMEOUT, IDLE_UPSTREAMS_PER_KEY),
         };
-        worker.watch_listeners(true)?;
+        if !worker.listeners.is_empty() {
+            worker.ensure_epoll()?;
+            worker.watch_listeners(true)?;
+        }
         Ok(worker)
+    }
+
+    /// Makes the epoll instance if there is none yet.
+    fn ensure_epoll(&mut self) -> io::Result<()> {
+        if self.epoll.is_none() {
+            let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+            // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
+            self.epoll = Some(unsafe { OwnedFd::from_raw_fd(epfd) });
+        }
+        Ok(())
+    }
+
+    fn epoll_fd(&self) -> RawFd {
+        self.epoll.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+    }
+
+    /// Sets the hook called before the last open connection closes.
+    pub(crate) fn set_on_last_close(&mut self, hook: Box<dyn Fn() + 'a>) {
+        self.on_last_close = Some(hook);
     }
 
     fn watch_listeners(&self, on: bool) -> io::Result<()> {
@@ -130,7 +187,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 libc::EPOLL_CTL_DEL
             };
             syscall!(epoll_ctl(
-                self.epoll.as_raw_fd(),
+                self.epoll_fd(),
                 op,
                 listener.as_raw_fd(),
                 &mut event
@@ -139,84 +196,169 @@ impl<'a, H: Handler> Worker<'a, H> {
         Ok(())
     }
 
-    fn run(mut self) -> io::Result<()> {
-        let mut events: Vec<libc::epoll_event> =
-            vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
+    /// Serves the listeners until the stop flag is set, then closes every connection.
+    pub(crate) fn run(mut self) -> io::Result<()> {
+        let mut events = new_events(EVENTS_PER_WAIT);
         let mut next_tick = Instant::now() + TICK;
         while !self.stop.load(Ordering::Relaxed) {
-            let timeout = next_tick
+            self.turn(&mut events, &mut next_tick, &common::NoGate)?;
+        }
+        self.finish();
+        Ok(())
+    }
+
+    /// Serves one connection that was accepted elsewhere, until it is closed or the stop flag
+    /// is set: the loop of the process and thread-pool models, where a worker owns one client
+    /// connection (and its upstream) at a time. `gate` is left while the loop waits.
+    pub(crate) fn serve_connection(
+        &mut self,
+        fd: OwnedFd,
+        peer: SocketAddr,
+        gate: &dyn Gate,
+    ) -> io::Result<()> {
+        self.now = Instant::now();
+        let mut next_tick = self.now + TICK;
+        if let Err(e) = self.ensure_epoll() {
+            // Out of descriptors: this connection cannot be served; the caller counted it in.
+            self.active.fetch_sub(1, Ordering::Relaxed);
+            if let Some(hook) = &self.on_last_close {
+                hook();
+            }
+            tracing::warn!("cannot serve a connection: {e}");
+            return Ok(());
+        }
+        self.open(fd, peer);
+        // Room for the client and its upstream, each with a few events.
+        let mut events = new_events(8);
+        while self.open_connections > 0 {
+            if self.stop.load(Ordering::Relaxed) {
+                self.close_all(CloseReason::Shutdown);
+                break;
+            }
+            self.turn(&mut events, &mut next_tick, gate)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the periodic work now: for a worker that was idle, whose clock and logs have not
+    /// been ticked meanwhile.
+    pub(crate) fn tick(&mut self) {
+        self.now = Instant::now();
+        self.upstreams.sweep(self.now);
+        self.handler.on_tick(self.now);
+    }
+
+    /// Closes every connection and tells the handler the worker stops.
+    pub(crate) fn finish(mut self) {
+        self.close_all(CloseReason::Shutdown);
+        self.handler.on_stop();
+    }
+
+    fn close_all(&mut self, reason: CloseReason) {
+        for index in 0..self.slots.len() {
+            if self.slots[index].is_some() {
+                self.close(index, reason);
+            }
+        }
+    }
+
+    /// Waits for events, at most until the next tick, handles them, and runs the tick work
+    /// when it is due. With busy polling, the wait does not block (and `gate` is kept) while
+    /// the last event is more recent than the busy-poll time.
+    fn turn(
+        &mut self,
+        events: &mut [libc::epoll_event],
+        next_tick: &mut Instant,
+        gate: &dyn Gate,
+    ) -> io::Result<()> {
+        let spinning = self
+            .options
+            .busy_poll
+            .is_some_and(|spin| self.now.duration_since(self.last_event) < spin);
+        let timeout = if spinning {
+            0
+        } else {
+            (next_tick
                 .saturating_duration_since(Instant::now())
-                .as_millis() as i32;
-            let n = match syscall!(epoll_wait(
-                self.epoll.as_raw_fd(),
-                events.as_mut_ptr(),
-                EVENTS_PER_WAIT as i32,
-                timeout.max(1)
-            )) {
-                Ok(n) => n as usize,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
-                Err(e) => return Err(e),
-            };
-            self.now = Instant::now();
-            for event in &events[..n] {
-                let token = event.u64;
-                if token >= LISTENER_TOKEN {
-                    self.accept((token - LISTENER_TOKEN) as usize);
-                    continue;
+                .as_millis() as i32)
+                .max(1)
+        };
+        if !spinning {
+            gate.leave();
+        }
+        let waited = syscall!(epoll_wait(
+            self.epoll_fd(),
+            events.as_mut_ptr(),
+            events.len() as i32,
+            timeout
+        ));
+        if !spinning {
+            gate.enter();
+        }
+        let n = match waited {
+            Ok(n) => n as usize,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) => return Err(e),
+        };
+        self.now = Instant::now();
+        if n > 0 {
+            self.last_event = self.now;
+        }
+        for event in &events[..n] {
+            self.dispatch(*event);
+        }
+        if self.now >= *next_tick {
+            *next_tick = self.now + TICK;
+            self.sweep();
+            self.upstreams.sweep(self.now);
+            self.handler.on_tick(self.now);
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, event: libc::epoll_event) {
+        let token = event.u64;
+        if token >= LISTENER_TOKEN {
+            self.accept((token - LISTENER_TOKEN) as usize);
+            return;
+        }
+        let index = (token & (UPSTREAM_BIT - 1)) as usize;
+        let generation = (token >> 32) as u32;
+        if self.generations.get(index) != Some(&generation) {
+            return;
+        }
+        let Some(slot) = self.slots[index].as_mut() else {
+            return;
+        };
+        let flags = event.events as i32;
+        if token & UPSTREAM_BIT != 0 {
+            if let Some(up) = slot.upstream.attached() {
+                let hup = libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR;
+                if flags & (libc::EPOLLIN | hup) != 0 {
+                    up.readable = true;
                 }
-                let index = (token & (UPSTREAM_BIT - 1)) as usize;
-                let generation = (token >> 32) as u32;
-                if self.generations.get(index) != Some(&generation) {
-                    continue;
-                }
-                let Some(slot) = self.slots[index].as_mut() else {
-                    continue;
-                };
-                let flags = event.events as i32;
-                if token & UPSTREAM_BIT != 0 {
-                    if let Some(up) = slot.upstream.attached() {
-                        let hup = libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR;
-                        if flags & (libc::EPOLLIN | hup) != 0 {
-                            up.readable = true;
-                        }
-                        if flags & hup != 0 {
-                            up.hangup = true;
-                        }
-                        if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-                            up.writable = true;
-                        }
-                        self.drive(index);
-                    }
-                    continue;
-                }
-                if flags & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0
-                {
-                    slot.readable = true;
-                }
-                if flags & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-                    // The end is coming: keep reading past short reads until it is seen, as
-                    // no further edge will announce it.
-                    slot.hangup = true;
+                if flags & hup != 0 {
+                    up.hangup = true;
                 }
                 if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-                    slot.writable = true;
+                    up.writable = true;
                 }
                 self.drive(index);
             }
-            if self.now >= next_tick {
-                next_tick = self.now + TICK;
-                self.sweep();
-                self.upstreams.sweep(self.now);
-                self.handler.on_tick(self.now);
-            }
+            return;
         }
-        for index in 0..self.slots.len() {
-            if self.slots[index].is_some() {
-                self.close(index, CloseReason::Shutdown);
-            }
+        if flags & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+            slot.readable = true;
         }
-        self.handler.on_stop();
-        Ok(())
+        if flags & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+            // The end is coming: keep reading past short reads until it is seen, as no
+            // further edge will announce it.
+            slot.hangup = true;
+        }
+        if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
+            slot.writable = true;
+        }
+        self.drive(index);
     }
 
     fn accept(&mut self, listener_index: usize) {
@@ -290,7 +432,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             u64: token,
         };
         if let Err(e) = syscall!(epoll_ctl(
-            self.epoll.as_raw_fd(),
+            self.epoll_fd(),
             libc::EPOLL_CTL_ADD,
             fd.as_raw_fd(),
             &mut event
@@ -298,8 +440,14 @@ impl<'a, H: Handler> Worker<'a, H> {
             tracing::error!("epoll_ctl add failed: {e}");
             self.free.push(index);
             self.active.fetch_sub(1, Ordering::Relaxed);
+            if self.open_connections == 0 {
+                if let Some(hook) = &self.on_last_close {
+                    hook();
+                }
+            }
             return;
         }
+        self.open_connections += 1;
         let conn = self.handler.on_open(peer, self.now);
         self.slots[index] = Some(Slot {
             fd,
@@ -457,6 +605,7 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Calls the handler's `on_ready` (or `on_timeout`) for a connection.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
+        let epoll = self.epoll_fd();
         let slot = self.slots[index].as_mut().expect("live slot");
         let mut io = Io {
             input: &mut slot.input,
@@ -474,10 +623,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         };
         slot.input.release_if_empty(&mut self.pool);
         let token = ((self.generations[index] as u64) << 32) | index as u64 | UPSTREAM_BIT;
-        let mut registry = EpollRegistry {
-            epoll: self.epoll.as_raw_fd(),
-            token,
-        };
+        let mut registry = EpollRegistry { epoll, token };
         if slot
             .upstream
             .apply(&mut registry, &mut self.upstreams, &mut self.pool, self.now)
@@ -551,9 +697,15 @@ impl<'a, H: Handler> Worker<'a, H> {
         let unread = slot.input.len();
         slot.input.consume(unread);
         slot.input.release_if_empty(&mut self.pool);
+        if self.open_connections == 1 {
+            if let Some(hook) = &self.on_last_close {
+                hook();
+            }
+        }
         // Closing the descriptor also removes it from the epoll set.
         drop(slot.fd);
         self.handler.on_close(slot.conn, reason);
+        self.open_connections -= 1;
         self.active.fetch_sub(1, Ordering::Relaxed);
         self.generations[index] = self.generations[index].wrapping_add(1);
         self.free.push(index);

@@ -50,8 +50,11 @@ mod buffers;
 mod common;
 mod epoll;
 mod listener;
+mod percore;
+pub mod prefork;
 pub mod signals;
 mod sys;
+mod threads;
 mod upstream;
 mod uring;
 
@@ -64,7 +67,10 @@ pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
 pub use listener::{
     bind_listeners, ListenerFeatures, Listeners, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
+pub use percore::{allowed_cpus, PercoreConfig};
+pub use prefork::PreforkConfig;
 pub use sys::ignore_sigpipe;
+pub use threads::ThreadsConfig;
 pub use upstream::{UpstreamAddr, UpstreamPort, UpstreamState};
 
 /// How often deadlines are checked and [`Handler::on_tick`] runs.
@@ -195,7 +201,8 @@ impl Default for DriverConfig {
     }
 }
 
-/// A concurrency model: how a worker learns that its connections can make progress.
+/// A concurrency model: how connections are spread over threads or processes and how a
+/// worker learns that its connections can make progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Model {
     /// One edge-triggered epoll loop per worker, with a system call per read and per send.
@@ -203,6 +210,27 @@ pub enum Model {
     /// One io_uring completion loop per worker: multishot accept and receive, and the sends of
     /// a whole loop iteration submitted in one system call. Check [`uring_available`] first.
     Uring,
+    /// One epoll loop per CPU, pinned to it, sharing nothing (`percore.rs`).
+    Percore(PercoreConfig),
+    /// A pool of threads, each serving one connection at a time, with a bound on how many run
+    /// at once (`threads.rs`).
+    Threads(ThreadsConfig),
+    /// A pool of single-threaded child processes, each serving one connection at a time
+    /// (`prefork.rs`). Must be started before the process has other threads.
+    Prefork(PreforkConfig),
+}
+
+impl Model {
+    /// The model's name, as the configuration spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Model::Epoll => "epoll",
+            Model::Uring => "uring",
+            Model::Percore(_) => "percore",
+            Model::Threads(_) => "threads",
+            Model::Prefork(_) => "prefork",
+        }
+    }
 }
 
 /// Checks whether the io_uring model can run on this kernel: a ring can be set up (it can be
@@ -213,8 +241,9 @@ pub fn uring_available() -> Result<(), io::Error> {
     uring::probe()
 }
 
-/// Runs one loop of `model` per worker until `stop` is set; `make_handler(worker)` builds each
-/// worker's handler on its own thread.
+/// Runs `model` until `stop` is set; `make_handler(worker)` builds each worker's handler on
+/// the thread (or, for prefork, in the child process) that uses it. A server whose handlers
+/// need per-process setup after a fork (threads of their own) calls [`prefork::run`] directly.
 pub fn run<H, F>(
     model: Model,
     listeners: Listeners,
@@ -229,5 +258,11 @@ where
     match model {
         Model::Epoll => epoll::run(listeners, config, &make_handler, stop),
         Model::Uring => uring::run(listeners, config, &make_handler, stop),
+        Model::Percore(percore) => percore::run(listeners, config, &make_handler, stop, percore),
+        Model::Threads(threads) => threads::run(listeners, config, &make_handler, stop, threads),
+        Model::Prefork(prefork) => prefork::run(listeners, config, prefork, stop, &|child| {
+            let handler = make_handler(child.slot());
+            child.serve(handler)
+        }),
     }
 }

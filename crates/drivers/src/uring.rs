@@ -129,9 +129,13 @@ where
     H: Handler,
     F: Fn(usize) -> H + Sync,
 {
-    common::run_workers(listeners, make_handler, |sockets, handler, active| {
-        Worker::new(sockets, handler, config, active, stop)?.run()
-    })
+    common::run_workers(
+        listeners,
+        make_handler,
+        |_worker, sockets, handler, active| {
+            Worker::new(sockets, handler, config, active, stop)?.run()
+        },
+    )
 }
 
 /// Sets up a worker's ring. Only the worker's thread submits, and it wants completions only

@@ -14,7 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use fastpath_drivers::{bind_listeners, run, CloseReason, DriverConfig, Handler, Io, Model, Next};
+use fastpath_drivers::{
+    bind_listeners, run, CloseReason, DriverConfig, Handler, Io, Model, Next, PercoreConfig,
+    ThreadsConfig,
+};
 
 /// How long a client read or write may block before the test fails.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,8 +46,35 @@ macro_rules! for_each_model {
                 let f: fn(Model) = $body;
                 f(Model::Uring)
             }
+
+            #[test]
+            fn percore() {
+                let f: fn(Model) = $body;
+                f(Model::Percore(PercoreConfig::default()))
+            }
+
+            #[test]
+            fn threads() {
+                let f: fn(Model) = $body;
+                f(Model::Threads(TEST_THREADS))
+            }
         }
     };
+}
+
+/// The thread pool of the tests: enough threads for the most connections a test holds open.
+const TEST_THREADS: ThreadsConfig = ThreadsConfig {
+    threads: 8,
+    max_active: 2,
+    stack_size: 256 * 1024,
+};
+
+/// Handlers a model runs: one per worker, or one per pool thread.
+fn handler_count(model: Model) -> usize {
+    match model {
+        Model::Threads(threads) => threads.threads,
+        _ => WORKERS,
+    }
 }
 
 /// What the handlers saw, for the tests to check.
@@ -550,7 +580,10 @@ for_each_model!(stop_ends_run_and_closes_everything, |model| {
     let closes = server.log.closes();
     assert_eq!(closes.len(), 4);
     assert!(closes.iter().all(|&r| r == CloseReason::Shutdown));
-    assert_eq!(server.log.stops.load(Ordering::SeqCst), WORKERS);
+    assert_eq!(
+        server.log.stops.load(Ordering::SeqCst),
+        handler_count(model)
+    );
 });
 
 // ---------------------------------------------------------------------------
@@ -667,10 +700,36 @@ fn relay_server(model: Model, upstream: UpstreamAddr) -> Server {
     })
 }
 
-#[test]
-fn upstream_round_trips_reuse_one_backend_connection() {
+/// Upstream connections run on every model built on the epoll loop.
+macro_rules! for_each_upstream_model {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn epoll() {
+                let f: fn(Model) = $body;
+                f(Model::Epoll)
+            }
+
+            #[test]
+            fn percore() {
+                let f: fn(Model) = $body;
+                f(Model::Percore(PercoreConfig::default()))
+            }
+
+            #[test]
+            fn threads() {
+                let f: fn(Model) = $body;
+                f(Model::Threads(TEST_THREADS))
+            }
+        }
+    };
+}
+
+for_each_upstream_model!(upstream_round_trips_reuse_one_backend_connection, |model| {
     let upper = upper_server();
-    let server = relay_server(Model::Epoll, UpstreamAddr::Tcp(upper.addr));
+    let server = relay_server(model, UpstreamAddr::Tcp(upper.addr));
     let mut conn = server.connect();
     let mut reader = BufReader::new(conn.try_clone().unwrap());
     for word in ["one", "two", "three", "four"] {
@@ -681,22 +740,21 @@ fn upstream_round_trips_reuse_one_backend_connection() {
     }
     // Released after each answer and taken again from the worker's pool.
     assert_eq!(upper.accepted.load(Ordering::SeqCst), 1);
-}
+});
 
-#[test]
-fn upstream_refused_is_reported_to_the_handler() {
+for_each_upstream_model!(upstream_refused_is_reported_to_the_handler, |model| {
     // A port nobody listens on: bind, note the port, close.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    let server = relay_server(Model::Epoll, UpstreamAddr::Tcp(closed));
+    let server = relay_server(model, UpstreamAddr::Tcp(closed));
     let mut conn = server.connect();
     conn.write_all(b"hello\n").unwrap();
     let mut answer = String::new();
     BufReader::new(conn).read_line(&mut answer).unwrap();
     assert_eq!(answer, "failed ConnectionRefused\n");
-}
+});
 
 #[test]
 fn upstream_over_a_unix_socket() {
@@ -734,4 +792,159 @@ fn upstream_on_a_model_without_it_fails_at_once() {
     BufReader::new(conn).read_line(&mut answer).unwrap();
     assert_eq!(answer, "failed Unsupported\n");
     assert_eq!(upper.accepted.load(Ordering::SeqCst), 0);
+}
+
+// ---------------------------------------------------------------------------
+// The thread pool's own promises.
+
+/// Counts handler calls running at once across all pool threads, keeping the highest count,
+/// and which pool thread served each connection.
+#[derive(Default)]
+struct Concurrency {
+    running: AtomicUsize,
+    most: AtomicUsize,
+    served_by: Mutex<Vec<usize>>,
+}
+
+/// Answers each line after computing for a while, so that calls overlap when they can.
+struct Busy {
+    worker: usize,
+    shared: Arc<Concurrency>,
+    log: Arc<Log>,
+}
+
+impl Handler for Busy {
+    type Conn = ();
+
+    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) {
+        self.shared.served_by.lock().unwrap().push(self.worker);
+        self.log.opens.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+        let now_running = self.shared.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.shared.most.fetch_max(now_running, Ordering::SeqCst);
+        // Compute rather than sleep: a sleeping handler still holds its turn, and spinning
+        // makes the overlap visible on few cores too.
+        let until = Instant::now() + Duration::from_millis(30);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        self.shared.running.fetch_sub(1, Ordering::SeqCst);
+        let data = io.input.data().to_vec();
+        io.input.consume(data.len());
+        io.write(&data);
+        if io.eof {
+            Next::Close
+        } else {
+            Next::Read
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut (), _io: &mut Io<'_>) -> Next {
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: (), reason: CloseReason) {
+        self.log.closes.lock().unwrap().push(reason);
+    }
+}
+
+fn busy_server(threads: ThreadsConfig) -> (Server, Arc<Concurrency>) {
+    let shared = Arc::new(Concurrency::default());
+    let handler_shared = shared.clone();
+    let server = Server::start(
+        Model::Threads(threads),
+        DriverConfig::default(),
+        move |worker, log| Busy {
+            worker,
+            shared: handler_shared.clone(),
+            log,
+        },
+    );
+    (server, shared)
+}
+
+#[test]
+fn the_pool_never_runs_more_threads_than_its_bound() {
+    let (server, shared) = busy_server(ThreadsConfig {
+        threads: 8,
+        max_active: 2,
+        ..TEST_THREADS
+    });
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let mut conn = server.connect();
+            thread::spawn(move || {
+                for round in 0..5 {
+                    let message = format!("client {i} round {round}\n");
+                    conn.write_all(message.as_bytes()).unwrap();
+                    let mut got = vec![0u8; message.len()];
+                    conn.read_exact(&mut got).unwrap();
+                    assert_eq!(got, message.as_bytes());
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    // All eight connections were open at once, each on a thread of its own ...
+    let mut threads = shared.served_by.lock().unwrap().clone();
+    threads.sort_unstable();
+    threads.dedup();
+    assert_eq!(threads.len(), 8);
+    // ... yet never more than two ran at a time, and two did.
+    assert_eq!(shared.most.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn the_pool_wakes_the_thread_that_went_idle_last() {
+    let (server, shared) = busy_server(TEST_THREADS);
+    for i in 0..6 {
+        let mut conn = server.connect();
+        conn.write_all(b"hello\n").unwrap();
+        let mut got = [0u8; 6];
+        conn.read_exact(&mut got).unwrap();
+        drop(conn);
+        server.log.wait_closes(i + 1);
+        // Let the thread get back onto the idle stack.
+        thread::sleep(Duration::from_millis(50));
+    }
+    let served_by = shared.served_by.lock().unwrap().clone();
+    assert_eq!(served_by.len(), 6);
+    // Last in, first out: the same warm thread serves every connection in turn.
+    assert!(
+        served_by.iter().all(|&t| t == served_by[0]),
+        "served by {served_by:?}"
+    );
+}
+
+#[test]
+fn clients_beyond_the_pool_wait_for_a_thread() {
+    let (server, _shared) = busy_server(ThreadsConfig {
+        threads: 2,
+        max_active: 2,
+        ..TEST_THREADS
+    });
+    let mut first = server.connect();
+    let mut second = server.connect();
+    for conn in [&mut first, &mut second] {
+        conn.write_all(b"held\n").unwrap();
+        let mut got = [0u8; 5];
+        conn.read_exact(&mut got).unwrap();
+    }
+    // Both threads hold a connection: a third client is not served ...
+    let mut third = server.connect();
+    third.write_all(b"third\n").unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut got = [0u8; 6];
+    assert!(third.read_exact(&mut got).is_err());
+    // ... until one of them is free.
+    drop(first);
+    third.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    third.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"third\n");
 }

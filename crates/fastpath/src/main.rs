@@ -39,7 +39,7 @@ enum Command {
         /// Worker threads; 0 means one per CPU.
         #[arg(long)]
         workers: Option<usize>,
-        /// Concurrency model: auto, epoll or uring.
+        /// Concurrency model: auto, epoll, uring, percore, threads or prefork.
         #[arg(long)]
         model: Option<String>,
     },

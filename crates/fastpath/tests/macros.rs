@@ -36,6 +36,21 @@ macro_rules! httptest {
             fn uring() {
                 run_with_model("uring")
             }
+
+            #[test]
+            fn percore() {
+                run_with_model("percore")
+            }
+
+            #[test]
+            fn threads() {
+                run_with_model("threads")
+            }
+
+            #[test]
+            fn prefork() {
+                run_with_model("prefork")
+            }
         }
     };
 }

@@ -26,6 +26,12 @@ pub struct Config {
     pub workers: usize,
     /// Concurrency model (`model`).
     pub model: Model,
+    /// The process model's pool (`[prefork]`).
+    pub prefork: fastpath_drivers::PreforkConfig,
+    /// The thread-pool model's pool (`[threads]`).
+    pub threads: fastpath_drivers::ThreadsConfig,
+    /// The per-core model's options (`[percore]`).
+    pub percore: fastpath_drivers::PercoreConfig,
     /// Protocol limits (`[limits]`).
     pub limits: Limits,
     /// Connection timeouts (`[timeouts]`).
@@ -64,6 +70,12 @@ pub enum Model {
     /// Completion loop on io_uring, one per worker thread; falls back to epoll (with a
     /// warning) where the kernel cannot run it.
     Uring,
+    /// One event loop per CPU, pinned to it, sharing nothing.
+    Percore,
+    /// A pool of threads, one connection each at a time, a bounded number running at once.
+    Threads,
+    /// A pool of single-threaded child processes, one connection each at a time.
+    Prefork,
 }
 
 /// Limits that protect the server from oversized or abusive clients.
@@ -207,6 +219,9 @@ impl Default for Config {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             workers: 0,
             model: Model::Auto,
+            prefork: fastpath_drivers::PreforkConfig::default(),
+            threads: fastpath_drivers::ThreadsConfig::default(),
+            percore: fastpath_drivers::PercoreConfig::default(),
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             cache: CacheConfig::default(),
@@ -323,7 +338,14 @@ impl Config {
 
 impl Model {
     /// Every model, in the order shown in error messages and help text.
-    pub const ALL: &[Model] = &[Model::Auto, Model::Epoll, Model::Uring];
+    pub const ALL: &[Model] = &[
+        Model::Auto,
+        Model::Epoll,
+        Model::Uring,
+        Model::Percore,
+        Model::Threads,
+        Model::Prefork,
+    ];
 
     /// The name used in the configuration file and on the command line.
     pub fn name(self) -> &'static str {
@@ -331,6 +353,9 @@ impl Model {
             Model::Auto => "auto",
             Model::Epoll => "epoll",
             Model::Uring => "uring",
+            Model::Percore => "percore",
+            Model::Threads => "threads",
+            Model::Prefork => "prefork",
         }
     }
 

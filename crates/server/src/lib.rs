@@ -74,7 +74,7 @@ pub fn worker_count(configured: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn open_site(host: &HostConfig, cache: bool) -> Result<Site, ServeError> {
+fn open_site(host: &HostConfig, watch: bool) -> Result<Site, ServeError> {
     let mut site = Site::open(
         &host.root,
         SiteOptions {
@@ -84,7 +84,7 @@ fn open_site(host: &HostConfig, cache: bool) -> Result<Site, ServeError> {
         },
     )
     .map_err(|e| ServeError::Site(host.root.clone(), e))?;
-    if cache {
+    if watch {
         if let Err(e) = site.watch() {
             tracing::warn!(
                 "cannot watch {} for changes ({e}); its files will not be cached",
@@ -95,14 +95,14 @@ fn open_site(host: &HostConfig, cache: bool) -> Result<Site, ServeError> {
     Ok(site)
 }
 
-/// Opens the sites and maps every configured name to its site.
-fn virtual_hosts(config: &Config) -> Result<VirtualHosts, ServeError> {
-    let cache = config.cache.enabled;
-    let mut sites = vec![open_site(&config.default_host, cache)?];
+/// Opens the sites and maps every configured name to its site; `watch` starts watching them
+/// for changes (a thread per site), which the content cache needs.
+fn virtual_hosts(config: &Config, watch: bool) -> Result<VirtualHosts, ServeError> {
+    let mut sites = vec![open_site(&config.default_host, watch)?];
     let mut names = Vec::new();
     let mut default = 0;
     for host in &config.hosts {
-        sites.push(open_site(host, cache)?);
+        sites.push(open_site(host, watch)?);
         let index = sites.len() - 1;
         if host.is_default {
             default = index;
@@ -113,12 +113,19 @@ fn virtual_hosts(config: &Config) -> Result<VirtualHosts, ServeError> {
 }
 
 /// The driver model for a configured one; io_uring falls back to epoll, with one warning,
-/// where the kernel cannot run it.
-fn driver_model(model: Model) -> DriverModel {
-    match model {
+/// where the kernel cannot run it or hand-over routes need upstream connections.
+fn driver_model(config: &Config) -> DriverModel {
+    match config.model {
         // epoll until a benchmark shows io_uring ahead across the SPECweb mix; then `auto`
         // becomes io_uring where uring_available() says it can run.
         Model::Auto | Model::Epoll => DriverModel::Epoll,
+        Model::Uring if !config.routes.is_empty() => {
+            // The io_uring loop does not run upstream connections yet.
+            tracing::warn!(
+                "hand-over routes are configured and the uring model cannot run them yet; using epoll"
+            );
+            DriverModel::Epoll
+        }
         Model::Uring => match fastpath_drivers::uring_available() {
             Ok(()) => DriverModel::Uring,
             Err(reason) => {
@@ -126,74 +133,124 @@ fn driver_model(model: Model) -> DriverModel {
                 DriverModel::Epoll
             }
         },
+        Model::Percore => DriverModel::Percore(config.percore),
+        Model::Threads => DriverModel::Threads(config.threads),
+        Model::Prefork => DriverModel::Prefork(config.prefork),
+    }
+}
+
+/// How a model lays out its handlers: listener sets to bind, and the most handlers alive at
+/// once, which share the configured cache and connection budgets between them.
+fn layout(model: DriverModel, workers: usize) -> (usize, usize) {
+    match model {
+        DriverModel::Epoll | DriverModel::Uring => (workers, workers),
+        DriverModel::Percore(_) => {
+            let cores = fastpath_drivers::allowed_cpus().len().max(1);
+            (cores, cores)
+        }
+        DriverModel::Threads(threads) => (1, threads.threads.max(1)),
+        DriverModel::Prefork(prefork) => (1, prefork.max_children.max(1)),
+    }
+}
+
+/// What the handlers of one process share: built once per process, after the fork for the
+/// process model, because it starts threads (the access-log writer, the file watchers).
+struct Shared {
+    hosts: Arc<VirtualHosts>,
+    settings: Arc<HandlerSettings>,
+    routes: Arc<Routes>,
+    backends: Vec<Arc<BackendConfig>>,
+    access_log: AccessLog,
+    cache_limits: CacheLimits,
+    response_cache_memory: usize,
+    response_cache_max: usize,
+    handlers: usize,
+}
+
+impl Shared {
+    fn start(config: &Config, handlers: usize) -> Result<Shared, ServeError> {
+        let hosts = Arc::new(virtual_hosts(config, config.cache.enabled)?);
+        let access_log = AccessLog::start(&config.log.access).map_err(ServeError::AccessLog)?;
+        Ok(Shared {
+            hosts,
+            settings: Arc::new(HandlerSettings::from_config(config)),
+            routes: Arc::new(Routes::new(config.routes.clone())),
+            backends: config.backends.iter().cloned().map(Arc::new).collect(),
+            access_log,
+            // The budget is for the whole server: each handler keeps its own share.
+            cache_limits: CacheLimits {
+                max_memory: (config.cache.max_memory / handlers as u64) as usize,
+                max_file_size: config.cache.max_file_size,
+                max_open_files: config.cache.max_open_files / handlers,
+            },
+            response_cache_memory: config.handover.cache_memory / handlers,
+            response_cache_max: config.handover.cache_max_response,
+            handlers,
+        })
+    }
+
+    fn handler(&self) -> HttpHandler {
+        let backends = self
+            .backends
+            .iter()
+            .map(|b| BackendState::new(b.clone(), (b.max_connections / self.handlers).max(1)))
+            .collect();
+        HttpHandler::new(
+            self.hosts.clone(),
+            self.settings.clone(),
+            self.access_log.buffer(),
+            ContentCache::new(self.cache_limits),
+            self.routes.clone(),
+            backends,
+            ResponseCache::new(self.response_cache_memory, self.response_cache_max),
+        )
+    }
+
+    fn finish(self) {
+        self.access_log.finish();
     }
 }
 
 /// Runs the server described by `config` until `stop` is set.
 pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeError> {
     fastpath_drivers::ignore_sigpipe();
-    let hosts = Arc::new(virtual_hosts(config)?);
-    let settings = Arc::new(HandlerSettings::from_config(config));
-    let workers = worker_count(config.workers);
-    let mut model = driver_model(config.model);
-    let routes = Arc::new(Routes::new(config.routes.clone()));
-    if !routes.is_empty() && model == DriverModel::Uring {
-        // The io_uring loop does not run upstream connections yet.
-        tracing::warn!(
-            "hand-over routes are configured and the uring model cannot run them yet; using epoll"
-        );
-        model = DriverModel::Epoll;
-    }
-    let backend_configs: Vec<Arc<BackendConfig>> =
-        config.backends.iter().cloned().map(Arc::new).collect();
-    let model_name = match model {
-        DriverModel::Epoll => "epoll",
-        DriverModel::Uring => "uring",
-    };
-    let listeners = bind_listeners(&config.listen, workers).map_err(ServeError::Bind)?;
+    let model = driver_model(config);
+    let (listener_sets, handlers) = layout(model, worker_count(config.workers));
+    let listeners = bind_listeners(&config.listen, listener_sets).map_err(ServeError::Bind)?;
     if !listeners.features.defer_accept {
         tracing::info!("TCP_DEFER_ACCEPT is not available; accepting connections before their first bytes arrive");
     }
-    for addr in &listeners.local_addrs {
-        tracing::info!("listening on {addr} ({model_name}, {workers} workers)");
-    }
-    let access_log = AccessLog::start(&config.log.access).map_err(ServeError::AccessLog)?;
-    // The budget is for the whole server: each worker keeps its own share.
-    let cache_limits = CacheLimits {
-        max_memory: (config.cache.max_memory / workers as u64) as usize,
-        max_file_size: config.cache.max_file_size,
-        max_open_files: config.cache.max_open_files / workers,
+    let shape = match model {
+        DriverModel::Epoll | DriverModel::Uring => format!("{listener_sets} workers"),
+        DriverModel::Percore(_) => format!("{listener_sets} cores"),
+        DriverModel::Threads(t) => format!("{} threads", t.threads),
+        DriverModel::Prefork(p) => format!("{} to {} processes", p.start, p.max_children),
     };
+    for addr in &listeners.local_addrs {
+        tracing::info!("listening on {addr} ({}, {shape})", model.name());
+    }
     let driver_config = DriverConfig {
         max_connections: config.limits.max_connections,
         send_timeout: config.timeouts.send,
         linger_timeout: config.timeouts.linger,
         ..DriverConfig::default()
     };
-    let result = fastpath_drivers::run(
-        model,
-        listeners,
-        &driver_config,
-        |_worker| {
-            let backends = backend_configs
-                .iter()
-                .map(|b| BackendState::new(b.clone(), (b.max_connections / workers).max(1)))
-                .collect();
-            HttpHandler::new(
-                hosts.clone(),
-                settings.clone(),
-                access_log.buffer(),
-                ContentCache::new(cache_limits),
-                routes.clone(),
-                backends,
-                ResponseCache::new(
-                    config.handover.cache_memory / workers,
-                    config.handover.cache_max_response,
-                ),
-            )
-        },
-        stop,
-    );
-    access_log.finish();
+    if let DriverModel::Prefork(prefork) = model {
+        // Open every root once here so that a bad one stops the server at start, not each
+        // child as it is forked; the children open their own (with their own watchers).
+        virtual_hosts(config, false)?;
+        let result =
+            fastpath_drivers::prefork::run(listeners, &driver_config, prefork, stop, &|child| {
+                let shared = Shared::start(config, handlers).map_err(io::Error::other)?;
+                let result = child.serve(shared.handler());
+                shared.finish();
+                result
+            });
+        return result.map_err(ServeError::Run);
+    }
+    let shared = Shared::start(config, handlers)?;
+    let result =
+        fastpath_drivers::run(model, listeners, &driver_config, |_| shared.handler(), stop);
+    shared.finish();
     result.map_err(ServeError::Run)
 }

@@ -18,6 +18,9 @@ const TOP_KEYS: &[&str] = &[
     "listen",
     "workers",
     "model",
+    "prefork",
+    "threads",
+    "percore",
     "root",
     "index",
     "dotfiles",
@@ -31,6 +34,17 @@ const TOP_KEYS: &[&str] = &[
     "backend",
     "route",
 ];
+const PREFORK_KEYS: &[&str] = &[
+    "start",
+    "min_spare",
+    "max_spare",
+    "max_children",
+    "max_connections_per_child",
+];
+const THREADS_KEYS: &[&str] = &["threads", "max_active", "stack_size"];
+const PERCORE_KEYS: &[&str] = &["busy_poll"];
+/// More children or pool threads than this is almost certainly a typo.
+const MAX_POOL: u64 = 65_536;
 const CACHE_KEYS: &[&str] = &["enabled", "max_memory", "max_file_size", "max_open_files"];
 const LIMITS_KEYS: &[&str] = &[
     "max_connections",
@@ -212,6 +226,18 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+        if let Some(s) = self.section(top, "prefork") {
+            self.prefork(&s, &mut c);
+        }
+        if let Some(s) = self.section(top, "threads") {
+            self.threads(&s, &mut c);
+        }
+        if let Some(s) = self.section(top, "percore") {
+            self.check_keys(s.table, PERCORE_KEYS, "in [percore]");
+            if let Some(f) = Field::get(s.table, "busy_poll") {
+                c.percore.busy_poll = self.duration(f);
+            }
+        }
         if let Some(s) = self.section(top, "limits") {
             self.limits(&s, &mut c);
         }
@@ -258,6 +284,68 @@ impl<'a> Checker<'a> {
             c.routes = self.routes(&tables, &c.backends, &backends);
         }
         c
+    }
+
+    fn prefork(&mut self, s: &Section<'a>, c: &mut Config) {
+        self.check_keys(s.table, PREFORK_KEYS, "in [prefork]");
+        let p = &mut c.prefork;
+        let counts = [
+            ("start", &mut p.start, 1),
+            ("min_spare", &mut p.min_spare, 1),
+            ("max_spare", &mut p.max_spare, 1),
+            ("max_children", &mut p.max_children, 1),
+        ];
+        for (name, slot, min) in counts {
+            if let Some(f) = Field::get(s.table, name) {
+                if let Some(n) = self.count(f, min, MAX_POOL) {
+                    *slot = to_usize(n);
+                }
+            }
+        }
+        if let Some(f) = Field::get(s.table, "max_connections_per_child") {
+            if let Some(n) = self.count(f, 0, u64::MAX) {
+                p.max_connections_per_child = n;
+            }
+        }
+        if p.min_spare >= p.max_spare {
+            self.error(
+                s.span.clone(),
+                format!(
+                    "[prefork] `min_spare` ({}) must be below `max_spare` ({})",
+                    p.min_spare, p.max_spare
+                ),
+            );
+        }
+        if p.start > p.max_children || p.min_spare > p.max_children {
+            self.error(
+                s.span.clone(),
+                format!(
+                    "[prefork] `start` ({}) and `min_spare` ({}) must not exceed `max_children` ({})",
+                    p.start, p.min_spare, p.max_children
+                ),
+            );
+        }
+    }
+
+    fn threads(&mut self, s: &Section<'a>, c: &mut Config) {
+        self.check_keys(s.table, THREADS_KEYS, "in [threads]");
+        let t = &mut c.threads;
+        if let Some(f) = Field::get(s.table, "threads") {
+            if let Some(n) = self.count(f, 1, MAX_POOL) {
+                t.threads = to_usize(n);
+            }
+        }
+        if let Some(f) = Field::get(s.table, "max_active") {
+            if let Some(n) = self.count(f, 0, MAX_POOL) {
+                t.max_active = to_usize(n);
+            }
+        }
+        if let Some(f) = Field::get(s.table, "stack_size") {
+            // Below 64 KiB a thread cannot even run the standard library's start-up.
+            if let Some(n) = self.size(f, 64 * 1024) {
+                t.stack_size = to_usize(n);
+            }
+        }
     }
 
     fn limits(&mut self, s: &Section<'a>, c: &mut Config) {
@@ -1168,6 +1256,7 @@ fn parse_size(s: &str) -> Option<u64> {
 fn parse_duration(s: &str) -> Option<Duration> {
     let (n, unit) = split_number(s)?;
     Some(match unit {
+        "us" => Duration::from_micros(n),
         "ms" => Duration::from_millis(n),
         "" | "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n.checked_mul(60)?),

@@ -1,0 +1,522 @@
+//! The process model: a parent that never touches a request and a pool of single-threaded
+//! child processes, each serving one connection at a time.
+//!
+//! The parent binds the listeners, forks the children and then only keeps the pool at the
+//! right size: it reaps children that ended, replaces one that crashed at once, forks more
+//! when fewer than `min_spare` are idle (doubling the number forked per round while the
+//! shortage lasts, up to [`MAX_SPAWN_RATE`], as Apache's prefork MPM does) and retires one
+//! idle child per round while more than `max_spare` are. Children report whether they are idle
+//! or busy on a scoreboard in shared memory, one word each, which the parent reads.
+//!
+//! A crash costs the connection of the child that crashed and nothing else: every other
+//! connection lives in another process. The price is a process (and its own caches) per
+//! connection being served, so this model suits backends-style isolation more than speed.
+//!
+//! Forking is only safe from a process with one thread: [`run`] refuses to start otherwise,
+//! and the child body runs in the child after the fork, so everything with threads of its own
+//! (log writers, file watchers) must be made there.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common::{self, NoGate, UNKNOWN_PEER};
+use crate::epoll::{LoopOptions, Worker};
+use crate::sys::{socket_addr, syscall};
+use crate::{DriverConfig, Handler, Listeners};
+
+/// How often the parent looks at the pool.
+const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(100);
+/// Most children forked in one maintenance round (Apache's limit too).
+pub const MAX_SPAWN_RATE: usize = 32;
+/// How long an idle child waits for a connection before it looks at its scoreboard word and
+/// the stop flag again; bounds how long retiring an idle child takes.
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// How long the parent waits for children to finish after asking them to stop, before it
+/// kills them.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The process model's settings (Apache prefork's names in brackets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreforkConfig {
+    /// Children forked at start (StartServers).
+    pub start: usize,
+    /// Fork more children while fewer than this are idle (MinSpareServers).
+    pub min_spare: usize,
+    /// Retire children while more than this are idle (MaxSpareServers).
+    pub max_spare: usize,
+    /// Most children at once: the most connections served at once (MaxRequestWorkers).
+    pub max_children: usize,
+    /// A child exits after serving this many connections, 0 for never
+    /// (MaxConnectionsPerChild): bounds what a slow leak in a child can grow to.
+    pub max_connections_per_child: u64,
+}
+
+impl Default for PreforkConfig {
+    fn default() -> Self {
+        PreforkConfig {
+            start: 5,
+            min_spare: 5,
+            max_spare: 10,
+            max_children: 256,
+            max_connections_per_child: 0,
+        }
+    }
+}
+
+impl PreforkConfig {
+    /// The settings made consistent: at least one child, spares within the maximum.
+    fn normalised(mut self) -> Self {
+        self.max_children = self.max_children.max(1);
+        self.min_spare = self.min_spare.clamp(1, self.max_children);
+        self.max_spare = self.max_spare.max(self.min_spare + 1);
+        self.start = self.start.clamp(1, self.max_children);
+        self
+    }
+}
+
+/// A child's scoreboard word.
+mod state {
+    /// No child in this slot.
+    pub const EMPTY: u32 = 0;
+    /// Forked, not yet waiting for connections.
+    pub const STARTING: u32 = 1;
+    /// Waiting for a connection.
+    pub const IDLE: u32 = 2;
+    /// Serving a connection.
+    pub const BUSY: u32 = 3;
+    /// Asked by the parent to exit (only ever set on an idle child).
+    pub const RETIRE: u32 = 4;
+}
+
+/// Memory shared by the parent and all children: the count of connections open across the
+/// pool (for the connection limit), then one word per child slot.
+struct Scoreboard {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+/// Where the slot words start, after the connection count.
+const WORDS_OFFSET: usize = std::mem::size_of::<AtomicUsize>();
+
+impl Scoreboard {
+    fn bytes(len: usize) -> usize {
+        WORDS_OFFSET + len * std::mem::size_of::<AtomicU32>()
+    }
+
+    fn new(len: usize) -> io::Result<Scoreboard> {
+        let bytes = Self::bytes(len);
+        // SAFETY: an anonymous shared mapping, checked for failure; zeroed memory is a valid
+        // count and array of AtomicU32 (all EMPTY).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Scoreboard { base: ptr, len })
+    }
+
+    /// Connections open across the pool.
+    fn active(&self) -> &AtomicUsize {
+        // SAFETY: the start of the page-aligned mapping, which lives as long as self.
+        unsafe { &*(self.base as *const AtomicUsize) }
+    }
+
+    fn word(&self, slot: usize) -> &AtomicU32 {
+        assert!(slot < self.len);
+        // SAFETY: in bounds of the mapping, 4-byte aligned, which lives as long as self.
+        unsafe { &*((self.base as *const u8).add(WORDS_OFFSET) as *const AtomicU32).add(slot) }
+    }
+}
+
+impl Drop for Scoreboard {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new(), unmapped once.
+        unsafe {
+            libc::munmap(self.base, Self::bytes(self.len));
+        }
+    }
+}
+
+/// What a child process gets: its slot, the inherited listeners and the way to serve them.
+pub struct Child<'a> {
+    slot: usize,
+    scoreboard: &'a Scoreboard,
+    listeners: &'a [OwnedFd],
+    config: &'a DriverConfig,
+    prefork: PreforkConfig,
+    stop: &'static AtomicBool,
+}
+
+impl Child<'_> {
+    /// The child's slot number, below `max_children`: stable for the life of the child, and
+    /// reused by a later child once this one is gone.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// Accepts and serves one connection at a time with `handler` until the parent retires
+    /// this child, the stop flag is set or `max_connections_per_child` is reached.
+    pub fn serve<H: Handler>(self, handler: H) -> io::Result<()> {
+        let word = self.scoreboard.word(self.slot);
+        let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+        // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(epfd) };
+        for (i, listener) in self.listeners.iter().enumerate() {
+            // EPOLLEXCLUSIVE: a new connection wakes one idle child, not all of them.
+            let mut event = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+                u64: i as u64,
+            };
+            syscall!(epoll_ctl(
+                epoll.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                listener.as_raw_fd(),
+                &mut event
+            ))?;
+        }
+        let active = self.scoreboard.active();
+        let refusal = handler.refusal().to_vec();
+        let mut worker = Worker::new(
+            Vec::new(),
+            handler,
+            self.config,
+            active,
+            self.stop,
+            LoopOptions::default(),
+        )?;
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; self.listeners.len()];
+        let mut served = 0u64;
+        let mut result = Ok(());
+        'serving: while !self.stop.load(Ordering::Relaxed) {
+            let current = word.load(Ordering::Acquire);
+            if current == state::RETIRE
+                || (current != state::IDLE
+                    && word
+                        .compare_exchange(current, state::IDLE, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err())
+            {
+                // Retired by the parent while idle.
+                break;
+            }
+            let n = match syscall!(epoll_wait(
+                epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                IDLE_WAIT.as_millis() as i32
+            )) {
+                Ok(n) => n as usize,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if n == 0 || self.stop.load(Ordering::Relaxed) {
+                // Keep the clock and the logs current while idle, and look at the word again.
+                worker.tick();
+                continue;
+            }
+            if word
+                .compare_exchange(
+                    state::IDLE,
+                    state::BUSY,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+            {
+                break;
+            }
+            for event in &events[..n] {
+                let Some((fd, peer)) = accept(self.listeners[event.u64 as usize].as_raw_fd())
+                else {
+                    continue;
+                };
+                if !common::admit_with(active, self.config.max_connections, &fd, &refusal) {
+                    break;
+                }
+                worker.tick();
+                if let Err(e) = worker.serve_connection(fd, peer, &NoGate) {
+                    result = Err(e);
+                    break 'serving;
+                }
+                worker.tick();
+                served += 1;
+                if self.prefork.max_connections_per_child > 0
+                    && served >= self.prefork.max_connections_per_child
+                {
+                    break 'serving;
+                }
+                // One connection at a time: back to idle before taking another.
+                break;
+            }
+        }
+        worker.finish();
+        result
+    }
+}
+
+/// Accepts one connection if one is waiting (another child may have taken it).
+fn accept(listener: i32) -> Option<(OwnedFd, SocketAddr)> {
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    match syscall!(accept4(
+        listener,
+        &mut storage as *mut _ as *mut libc::sockaddr,
+        &mut len,
+        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
+    )) {
+        Ok(fd) => {
+            // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            Some((fd, socket_addr(&storage).unwrap_or(UNKNOWN_PEER)))
+        }
+        Err(e) => {
+            if let Some(errno) = e.raw_os_error() {
+                if common::out_of_descriptors(errno) {
+                    tracing::warn!("accept failed: {e} (out of file descriptors or memory)");
+                    std::thread::sleep(common::ACCEPT_PAUSE);
+                }
+            }
+            None
+        }
+    }
+}
+
+/// Runs the pool until `stop` is set: forks children that each run `child_main`, keeps the
+/// pool sized, then stops the children. Returns in the parent only; children end with
+/// `_exit`, status 0 when `child_main` succeeded.
+pub fn run(
+    listeners: Listeners,
+    config: &DriverConfig,
+    prefork: PreforkConfig,
+    stop: &'static AtomicBool,
+    child_main: &dyn Fn(Child<'_>) -> io::Result<()>,
+) -> io::Result<()> {
+    let threads = std::fs::read_dir("/proc/self/task").map_or(1, |tasks| tasks.count());
+    if threads > 1 {
+        return Err(io::Error::other(format!(
+            "the prefork model must start before any other thread ({threads} threads running)"
+        )));
+    }
+    let prefork = prefork.normalised();
+    let sockets: Vec<OwnedFd> = listeners.per_worker.into_iter().flatten().collect();
+    let mut pool = ChildPool {
+        scoreboard: Scoreboard::new(prefork.max_children)?,
+        pids: vec![None; prefork.max_children],
+        sockets,
+        config,
+        prefork,
+        stop,
+        parent: std::process::id(),
+    };
+    pool.spawn(prefork.start, child_main);
+    let mut spawn_rate = 1;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(MAINTENANCE_INTERVAL);
+        let crashed = pool.reap();
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if crashed > 0 {
+            pool.spawn(crashed, child_main);
+        }
+        let (idle, alive) = pool.count();
+        if idle < prefork.min_spare && alive < prefork.max_children {
+            let wanted = (prefork.min_spare - idle).min(spawn_rate);
+            pool.spawn(wanted, child_main);
+            spawn_rate = (spawn_rate * 2).min(MAX_SPAWN_RATE);
+        } else {
+            spawn_rate = 1;
+            if idle > prefork.max_spare {
+                pool.retire_one();
+            }
+        }
+    }
+    pool.stop_all();
+    Ok(())
+}
+
+/// The parent's view of its children.
+struct ChildPool<'a> {
+    scoreboard: Scoreboard,
+    pids: Vec<Option<libc::pid_t>>,
+    sockets: Vec<OwnedFd>,
+    config: &'a DriverConfig,
+    prefork: PreforkConfig,
+    stop: &'static AtomicBool,
+    parent: u32,
+}
+
+impl ChildPool<'_> {
+    /// Idle children and children alive.
+    fn count(&self) -> (usize, usize) {
+        let mut idle = 0;
+        let mut alive = 0;
+        for (slot, pid) in self.pids.iter().enumerate() {
+            if pid.is_some() {
+                alive += 1;
+                // A starting child is about to be idle: counting it avoids forking twice.
+                let word = self.scoreboard.word(slot).load(Ordering::Acquire);
+                if word == state::IDLE || word == state::STARTING {
+                    idle += 1;
+                }
+            }
+        }
+        (idle, alive)
+    }
+
+    /// Forks up to `n` children into free slots.
+    fn spawn(&mut self, n: usize, child_main: &dyn Fn(Child<'_>) -> io::Result<()>) {
+        for _ in 0..n {
+            let Some(slot) = self.pids.iter().position(Option::is_none) else {
+                return;
+            };
+            self.scoreboard
+                .word(slot)
+                .store(state::STARTING, Ordering::Release);
+            // SAFETY: the process has one thread (checked in run), so the child starts
+            // with consistent memory.
+            let pid = unsafe { libc::fork() };
+            if pid < 0 {
+                let e = io::Error::last_os_error();
+                self.scoreboard
+                    .word(slot)
+                    .store(state::EMPTY, Ordering::Release);
+                tracing::error!("cannot fork a child: {e}");
+                return;
+            }
+            if pid == 0 {
+                self.become_child(slot, child_main);
+            }
+            self.pids[slot] = Some(pid);
+        }
+    }
+
+    /// Runs in a freshly forked child and never returns.
+    fn become_child(&self, slot: usize, child_main: &dyn Fn(Child<'_>) -> io::Result<()>) -> ! {
+        // SAFETY: plain system calls in the child.
+        unsafe {
+            // A parent that dies without stopping its children (killed) takes them along.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() as u32 != self.parent {
+                libc::_exit(0);
+            }
+        }
+        let child = Child {
+            slot,
+            scoreboard: &self.scoreboard,
+            listeners: &self.sockets,
+            config: self.config,
+            prefork: self.prefork,
+            stop: self.stop,
+        };
+        let status = match child_main(child) {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::error!("child {slot} failed: {e}");
+                1
+            }
+        };
+        // SAFETY: ends the child without running anything inherited from the parent (buffered
+        // output would otherwise be written twice).
+        unsafe { libc::_exit(status) }
+    }
+
+    /// Collects children that ended; returns how many of them crashed (ended by a signal or
+    /// with a failure status without being asked to).
+    fn reap(&mut self) -> usize {
+        let mut crashed = 0;
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid on our own children, without blocking.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return crashed;
+            }
+            let Some(slot) = self.pids.iter().position(|p| *p == Some(pid)) else {
+                continue;
+            };
+            self.pids[slot] = None;
+            let word = self
+                .scoreboard
+                .word(slot)
+                .swap(state::EMPTY, Ordering::AcqRel);
+            if libc::WIFSIGNALED(status) {
+                let signal = libc::WTERMSIG(status);
+                if !self.stop.load(Ordering::Relaxed) {
+                    tracing::warn!(
+                        "child {slot} (pid {pid}) was ended by signal {signal} while {}; replacing it",
+                        if word == state::BUSY { "serving a connection" } else { "idle" }
+                    );
+                    crashed += 1;
+                }
+            } else if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 0 {
+                tracing::warn!(
+                    "child {slot} (pid {pid}) exited with status {}; replacing it",
+                    libc::WEXITSTATUS(status)
+                );
+                crashed += 1;
+            }
+        }
+    }
+
+    /// Asks one idle child (the highest slot, so low slots stay busy and warm) to exit.
+    fn retire_one(&self) {
+        for slot in (0..self.pids.len()).rev() {
+            if self.pids[slot].is_some()
+                && self
+                    .scoreboard
+                    .word(slot)
+                    .compare_exchange(
+                        state::IDLE,
+                        state::RETIRE,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Asks every child to stop (SIGTERM sets their stop flag), waits for them, and kills
+    /// those still there after [`STOP_GRACE`].
+    fn stop_all(&mut self) {
+        for pid in self.pids.iter().flatten() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(*pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        while self.pids.iter().any(Option::is_some) {
+            self.reap();
+            if Instant::now() >= deadline {
+                for pid in self.pids.iter().flatten() {
+                    // SAFETY: signalling our own child.
+                    unsafe { libc::kill(*pid, libc::SIGKILL) };
+                }
+                let mut status = 0;
+                for pid in self.pids.iter_mut() {
+                    if let Some(p) = pid.take() {
+                        // SAFETY: waiting for our own child, which was just killed.
+                        unsafe { libc::waitpid(p, &mut status, 0) };
+                    }
+                }
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
