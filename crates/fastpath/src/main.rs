@@ -82,7 +82,10 @@ fn print_config_errors(path: &Path, errors: &[ConfigError]) {
 
 fn check(path: &Path) -> ExitCode {
     match Config::load(path) {
-        Ok(_) => {
+        Ok(config) => {
+            for note in config.model_notes() {
+                println!("{}: note: {note}", path.display());
+            }
             println!("{}: configuration ok", path.display());
             ExitCode::SUCCESS
         }

@@ -212,3 +212,66 @@ fn serve_refuses_invalid_config() {
         show(&out)
     );
 }
+
+#[test]
+fn model_sections_are_checked_key_by_key() {
+    let site = Site::new();
+    let path = site.config(
+        "root = \"root\"\nmodel = \"prefork\"\n[prefork]\nstart = 2\nmin_spare = 4\nmax_spare = 3\nmax_children = 0\nspare = 1\n[threads]\nthreads = \"many\"\n[percore]\nbusy_poll = \"5 fortnights\"\n",
+    );
+    let out = check(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{}", show(&out));
+    for expected in [
+        ":7:16:",      // max_children = 0
+        "`spare`",     // unknown key in [prefork]
+        "min_spare",   // min_spare >= max_spare
+        ":10:11:",     // threads = "many"
+        "`busy_poll`", // a bad duration
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?}\n{}",
+            show(&out)
+        );
+    }
+}
+
+#[test]
+fn check_says_what_a_model_does_differently() {
+    let site = Site::new();
+    let path = site.config(
+        "root = \"root\"\nworkers = 4\nmodel = \"percore\"\n[percore]\nbusy_poll = \"50us\"\n",
+    );
+    let out = check(&path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        stdout.contains("note: `workers` is ignored by model \"percore\""),
+        "{}",
+        show(&out)
+    );
+
+    let path = site
+        .config("root = \"root\"\nmodel = \"threads\"\n[threads]\nthreads = 64\nmax_active = 2\n");
+    let out = check(&path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        stdout.contains("keeps its caches per thread: each of up to 64"),
+        "{}",
+        show(&out)
+    );
+
+    let path = site.config(
+        "root = \"root\"\nmodel = \"uring\"\n[[backend]]\nname = \"app\"\naddresses = \"127.0.0.1:9\"\n[[route]]\nbackend = \"app\"\nprefix = \"/app/\"\n",
+    );
+    let out = check(&path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        stdout.contains("the server runs the epoll loop instead"),
+        "{}",
+        show(&out)
+    );
+}

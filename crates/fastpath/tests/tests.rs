@@ -18,6 +18,7 @@ mod curl;
 mod handover;
 mod handover_real;
 mod limits;
+mod models;
 mod logs;
 mod paths;
 mod precompressed;

@@ -318,6 +318,47 @@ impl Config {
             .unwrap_or(&self.default_host)
     }
 
+    /// What the chosen model does differently from what the file asks, one sentence each:
+    /// `fastpath check` prints these and `fastpath serve` logs them at start.
+    pub fn model_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let model = self.model.name();
+        match self.model {
+            Model::Uring if !self.routes.is_empty() => notes.push(
+                "model \"uring\": hand-over routes need upstream connections, which the io_uring \
+                 loop does not run yet; the server runs the epoll loop instead"
+                    .to_owned(),
+            ),
+            Model::Percore | Model::Threads | Model::Prefork if self.workers > 0 => {
+                let instead = match self.model {
+                    Model::Percore => "one worker per CPU",
+                    Model::Threads => "the pool size is [threads] threads",
+                    _ => "the pool size is [prefork] max_children",
+                };
+                notes.push(format!(
+                    "`workers` is ignored by model \"{model}\": {instead}"
+                ));
+            }
+            _ => {}
+        }
+        let handlers = match self.model {
+            Model::Threads => Some(("thread", self.threads.threads)),
+            Model::Prefork => Some(("child process", self.prefork.max_children)),
+            _ => None,
+        };
+        if let Some((holder, count)) = handlers {
+            if self.cache.enabled || !self.routes.is_empty() {
+                notes.push(format!(
+                    "model \"{model}\" keeps its caches per {holder}: each of up to {count} gets \
+                     1/{count} of [cache] max_memory ({} bytes) and of [handover] cache_memory, \
+                     and a response cached by one is not seen by the others",
+                    self.cache.max_memory / count.max(1) as u64
+                ));
+            }
+        }
+        notes
+    }
+
     /// Replaces the top-level document root (the `serve DIR` argument).
     ///
     /// `[[host]]` tables that inherited the old top-level root (their root is

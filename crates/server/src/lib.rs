@@ -119,13 +119,8 @@ fn driver_model(config: &Config) -> DriverModel {
         // epoll until a benchmark shows io_uring ahead across the SPECweb mix; then `auto`
         // becomes io_uring where uring_available() says it can run.
         Model::Auto | Model::Epoll => DriverModel::Epoll,
-        Model::Uring if !config.routes.is_empty() => {
-            // The io_uring loop does not run upstream connections yet.
-            tracing::warn!(
-                "hand-over routes are configured and the uring model cannot run them yet; using epoll"
-            );
-            DriverModel::Epoll
-        }
+        // The io_uring loop does not run upstream connections yet; model_notes() says so.
+        Model::Uring if !config.routes.is_empty() => DriverModel::Epoll,
         Model::Uring => match fastpath_drivers::uring_available() {
             Ok(()) => DriverModel::Uring,
             Err(reason) => {
@@ -214,6 +209,9 @@ impl Shared {
 /// Runs the server described by `config` until `stop` is set.
 pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeError> {
     fastpath_drivers::ignore_sigpipe();
+    for note in config.model_notes() {
+        tracing::info!("{note}");
+    }
     let model = driver_model(config);
     let (listener_sets, handlers) = layout(model, worker_count(config.workers));
     let listeners = bind_listeners(&config.listen, listener_sets).map_err(ServeError::Bind)?;

@@ -1447,3 +1447,49 @@ fn example_file_has_backends_and_routes() {
         assert!(used, "example does not set {key}");
     }
 }
+
+#[test]
+fn model_sections_fill_the_driver_settings() {
+    let c = ok("model = \"prefork\"\n[prefork]\nstart = 2\nmin_spare = 1\nmax_spare = 3\nmax_children = 9\nmax_connections_per_child = 1000\n[threads]\nthreads = 12\nmax_active = 3\nstack_size = \"512k\"\n[percore]\nbusy_poll = \"50us\"\n");
+    assert_eq!(c.model, Model::Prefork);
+    assert_eq!(
+        c.prefork,
+        fastpath_drivers::PreforkConfig {
+            start: 2,
+            min_spare: 1,
+            max_spare: 3,
+            max_children: 9,
+            max_connections_per_child: 1000,
+        }
+    );
+    assert_eq!(
+        c.threads,
+        fastpath_drivers::ThreadsConfig {
+            threads: 12,
+            max_active: 3,
+            stack_size: 512 * 1024,
+        }
+    );
+    assert_eq!(c.percore.busy_poll, Some(Duration::from_micros(50)));
+    for name in ["percore", "threads", "prefork", "epoll", "uring", "auto"] {
+        assert_eq!(ok(&format!("model = \"{name}\"\n")).model.name(), name);
+    }
+}
+
+#[test]
+fn model_sections_reject_inconsistent_pools() {
+    let errs = errors("[prefork]\nmin_spare = 5\nmax_spare = 5\n");
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("`min_spare` (5) must be below `max_spare` (5)")),
+        "{errs:?}"
+    );
+    let errs = errors("[prefork]\nstart = 20\nmax_children = 10\nmax_spare = 11\n");
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("must not exceed `max_children` (10)")),
+        "{errs:?}"
+    );
+    let errs = errors("[threads]\nthreads = 0\nstack_size = 100\n");
+    assert_eq!(errs.len(), 2, "{errs:?}");
+}

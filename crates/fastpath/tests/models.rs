@@ -1,0 +1,226 @@
+//! What each concurrency model promises beyond the shared HTTP suite: prefork children are
+//! replaced and the pool follows the load, per-core workers are pinned, and `fastpath check`
+//! says what a model cannot do.
+
+use std::fs;
+use std::time::Duration;
+
+use crate::util::*;
+
+fn site() -> Site {
+    let site = Site::new();
+    site.file("a.txt", "hello");
+    site
+}
+
+/// The processes whose parent is `parent`.
+fn children(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The command name is in parentheses and may hold spaces: fields resume after ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+            continue;
+        };
+        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        if ppid == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The inode of the server side of the connection whose client side is `conn`.
+fn server_socket_inode(conn: &Conn) -> u64 {
+    let client_port = conn.stream().local_addr().unwrap().port();
+    let table = fs::read_to_string("/proc/net/tcp").unwrap();
+    for line in table.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // local_address rem_address ... inode is the tenth field.
+        let remote_port = fields[2].rsplit(':').next().unwrap();
+        if u16::from_str_radix(remote_port, 16).unwrap() == client_port {
+            return fields[9].parse().unwrap();
+        }
+    }
+    panic!("no server socket for client port {client_port}");
+}
+
+/// The child process holding the socket with `inode`.
+fn owner_of(inode: u64, candidates: &[u32]) -> Option<u32> {
+    let needle = format!("socket:[{inode}]");
+    candidates.iter().copied().find(|pid| {
+        fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| {
+                fds.flatten().any(|fd| {
+                    fs::read_link(fd.path()).is_ok_and(|target| target.to_string_lossy() == needle)
+                })
+            })
+            .unwrap_or(false)
+    })
+}
+
+const SMALL_POOL: &str =
+    "root = \"root\"\n[prefork]\nstart = 3\nmin_spare = 2\nmax_spare = 4\nmax_children = 8\n";
+
+#[test]
+fn a_killed_prefork_child_is_replaced_and_other_connections_are_unaffected() {
+    let site = site();
+    let srv = site.serve_config("prefork", SMALL_POOL);
+    let mut kept = srv.connect();
+    kept.exchange(req("GET", "/a.txt", &[]))
+        .assert_ok(200, "hello");
+    let mut doomed = srv.connect();
+    doomed
+        .exchange(req("GET", "/a.txt", &[]))
+        .assert_ok(200, "hello");
+
+    let pool = children(srv.pid());
+    let victim =
+        owner_of(server_socket_inode(&doomed), &pool).expect("a child serves the connection");
+    let keeper =
+        owner_of(server_socket_inode(&kept), &pool).expect("a child serves the connection");
+    assert_ne!(victim, keeper, "one child per connection");
+    // SAFETY: signalling a process of the server under test.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+
+    // The crashed child's connection ends; nobody else notices.
+    assert!(doomed.wait_closed(IO_TIMEOUT).is_ok());
+    kept.exchange(req("GET", "/a.txt", &[]))
+        .assert_ok(200, "hello");
+    assert!(
+        srv.wait_stderr(Duration::from_secs(5), "ended by signal 9"),
+        "the crash is not logged:\n{}",
+        srv.report()
+    );
+    // It is replaced, and new connections are served.
+    let replaced = wait_for(Duration::from_secs(5), || {
+        let now = children(srv.pid());
+        (!now.contains(&victim) && now.len() >= pool.len()).then_some(())
+    });
+    assert!(
+        replaced.is_some(),
+        "not replaced: {:?}",
+        children(srv.pid())
+    );
+    for _ in 0..5 {
+        srv.get("/a.txt").assert_ok(200, "hello");
+    }
+}
+
+#[test]
+fn the_prefork_pool_grows_with_load_and_shrinks_when_idle() {
+    let site = site();
+    let srv = site.serve_config(
+        "prefork",
+        "root = \"root\"\n[prefork]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax_children = 16\n",
+    );
+    // Ten connections held open at once need ten children.
+    let mut held: Vec<Conn> = (0..10).map(|_| srv.connect()).collect();
+    for conn in &mut held {
+        conn.exchange(req("GET", "/a.txt", &[]))
+            .assert_ok(200, "hello");
+    }
+    let grown = children(srv.pid()).len();
+    assert!(grown >= 10, "{grown} children for 10 connections");
+    drop(held);
+    // Idle children beyond max_spare are retired, one per round.
+    let shrunk = wait_for(Duration::from_secs(10), || {
+        let n = children(srv.pid()).len();
+        (n <= 3).then_some(n)
+    });
+    assert!(
+        shrunk.is_some(),
+        "still {} children after the load went away",
+        children(srv.pid()).len()
+    );
+    srv.get("/a.txt").assert_ok(200, "hello");
+}
+
+#[test]
+fn the_prefork_parent_takes_its_children_along_when_it_stops() {
+    let site = site();
+    let mut srv = site.serve_config("prefork", SMALL_POOL);
+    srv.get("/a.txt").assert_ok(200, "hello");
+    let pool = children(srv.pid());
+    assert!(pool.len() >= 3, "{pool:?}");
+    let status = srv.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    for pid in pool {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z")),
+            "child {pid} outlived the server"
+        );
+    }
+}
+
+#[test]
+fn percore_workers_are_pinned_one_per_cpu() {
+    let site = site();
+    let srv = site.serve("percore");
+    srv.get("/a.txt").assert_ok(200, "hello");
+    let mut pinned = Vec::new();
+    for task in fs::read_dir(format!("/proc/{}/task", srv.pid()))
+        .unwrap()
+        .flatten()
+    {
+        let status = fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let name = status.lines().next().unwrap_or_default();
+        let is_worker = name
+            .strip_prefix("Name:\tfastpath-w")
+            .is_some_and(|n| n.parse::<usize>().is_ok());
+        if !is_worker {
+            continue;
+        }
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        pinned.push(cpus);
+    }
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(pinned.len(), cores, "workers: {pinned:?}");
+    pinned.sort();
+    pinned.dedup();
+    assert_eq!(
+        pinned.len(),
+        cores,
+        "each worker on a CPU of its own: {pinned:?}"
+    );
+    assert!(
+        pinned.iter().all(|cpus| cpus.parse::<usize>().is_ok()),
+        "{pinned:?}"
+    );
+}
+
+#[test]
+fn the_thread_pool_serves_no_more_connections_than_its_threads_at_once() {
+    let site = site();
+    let srv = site.serve_config("threads", "root = \"root\"\n[threads]\nthreads = 2\n");
+    let mut first = srv.connect();
+    first
+        .exchange(req("GET", "/a.txt", &[]))
+        .assert_ok(200, "hello");
+    let mut second = srv.connect();
+    second
+        .exchange(req("GET", "/a.txt", &[]))
+        .assert_ok(200, "hello");
+    // A third client waits in the backlog, neither served nor refused ...
+    let mut third = srv.connect();
+    third.send(req("GET", "/a.txt", &[]));
+    third.expect_open_for(Duration::from_millis(500));
+    // ... until a thread is free.
+    drop(first);
+    third.read_response().assert_ok(200, "hello");
+}
