@@ -3,6 +3,7 @@
 //! says what a model cannot do.
 
 use std::fs;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::util::*;
@@ -223,4 +224,119 @@ fn the_thread_pool_serves_no_more_connections_than_its_threads_at_once() {
     // ... until a thread is free.
     drop(first);
     third.read_response().assert_ok(200, "hello");
+}
+
+/// Runs the server under callgrind with collection switched on only inside functions matching
+/// `toggle`, sends it keep-alive and one-shot requests, and returns the names of the functions
+/// that ran there.
+fn functions_run_inside(model: &str, toggle: &str) -> Option<String> {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "valgrind is not installed, and CI must run this test"
+        );
+        eprintln!("skipped: valgrind is not installed");
+        return None;
+    }
+    let site = site();
+    site.file("b.html", "<p>b</p>");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = site.base().join("callgrind.out");
+    let mut server = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg("--collect-atstart=no")
+        .arg(format!("--toggle-collect={toggle}"))
+        .arg(BIN)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--model",
+            model,
+        ])
+        .arg(site.root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let up = wait_for(Duration::from_secs(60), || {
+        std::net::TcpStream::connect(addr).ok().map(|_| ())
+    });
+    assert!(up.is_some(), "the server did not start under valgrind");
+    for round in 0..20 {
+        let mut c = Conn::open(addr);
+        c.exchange(req("GET", "/a.txt", &[]))
+            .assert_ok(200, "hello");
+        c.exchange(req("GET", "/b.html", &[]))
+            .assert_ok(200, "<p>b</p>");
+        c.exchange(req("GET", "/missing", &[])).assert_status(404);
+        if round % 2 == 0 {
+            c.exchange(req("HEAD", "/a.txt", &[("Range", "bytes=0-1")]));
+        }
+    }
+    // SAFETY: signalling the server this test started.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let exited = wait_for(Duration::from_secs(60), || server.try_wait().unwrap());
+    assert!(exited.is_some(), "the server did not stop under valgrind");
+    let annotated = Command::new("callgrind_annotate")
+        .args(["--inclusive=yes", "--threshold=100", "--auto=no"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(annotated.status.success());
+    Some(String::from_utf8_lossy(&annotated.stdout).into_owned())
+}
+
+/// The lines of a callgrind listing that name a lock or a futex.
+fn locks(listing: &str) -> Vec<&str> {
+    listing
+        .lines()
+        .filter(|l| {
+            [
+                "sync::mutex",
+                "sync::rwlock",
+                "Condvar",
+                "futex",
+                "lll_lock",
+                "pthread_mutex",
+            ]
+            .iter()
+            .any(|lock| l.contains(lock))
+        })
+        .collect()
+}
+
+/// Every function that runs while a per-core worker handles an event (which is all request
+/// work), in a debug build where no standard-library lock is inlined away, is free of locks.
+/// The same probe finds the thread pool's lock, so it can see one when there is one.
+#[test]
+fn percore_takes_no_lock_on_the_request_path() {
+    let Some(percore) = functions_run_inside("percore", "*epoll*Worker*dispatch*") else {
+        return;
+    };
+    assert!(
+        percore.contains("HttpHandler"),
+        "the profile does not cover the handler:\n{percore}"
+    );
+    let found = locks(&percore);
+    assert!(
+        found.is_empty(),
+        "locks on the request path:\n{}",
+        found.join("\n")
+    );
+
+    let Some(threads) = functions_run_inside("threads", "*epoll*Worker*turn*") else {
+        return;
+    };
+    assert!(
+        !locks(&threads).is_empty(),
+        "the probe did not see the thread pool's lock:\n{threads}"
+    );
 }
