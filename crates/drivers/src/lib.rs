@@ -8,11 +8,14 @@
 //! chosen by configuration without touching the protocol.
 //!
 //! Models live in files of their own behind one entry point, [`run`], which takes the [`Model`]:
-//! the epoll event loop (`epoll.rs`) and the io_uring completion loop (`uring.rs`). Both run
-//! one loop per worker thread, each with its own SO_REUSEPORT listener, its own connections and
-//! its own buffers, sharing nothing mutable but a connection counter, and both honour the same
-//! contract towards the handler, so the choice is a matter of speed only. The epoll model
-//! works everywhere; [`uring_available`] says whether the io_uring one can run here.
+//! the epoll event loop (`epoll.rs`), the io_uring completion loop (`uring.rs`), pinned
+//! per-core loops (`percore.rs`), a thread pool with a bound on running threads
+//! (`threads.rs`) and preforked single-threaded processes (`prefork.rs`). The last three reuse
+//! the epoll loop's connection engine: a pool thread or child runs it over one connection at
+//! a time and blocks in its wait, so every model honours the same contract towards the
+//! handler and the choice is one of speed, isolation and memory, never of features. The
+//! epoll model works everywhere; [`uring_available`] says whether the io_uring one can run
+//! here.
 //!
 //! Timers are coarse: deadlines are checked by a sweep every [`TICK`], which costs one pass over
 //! a worker's connections and no timer structure updates on the hot path.
