@@ -21,22 +21,22 @@ fn bytes(n: f64) -> String {
 }
 
 fn load_line(r: &Report) -> String {
-    let mut s = match r.mode {
-        "rate" => format!("open loop, {} req/s", r.offered_rate.unwrap_or(0.0)),
+    let mut s = match r.meta.mode {
+        "rate" => format!("open loop, {} req/s", r.meta.offered_rate.unwrap_or(0.0)),
         "conn-rate" => format!(
             "open loop, {} conn/s x {} calls",
-            r.offered_rate.unwrap_or(0.0),
-            r.calls.unwrap_or(1)
+            r.meta.offered_rate.unwrap_or(0.0),
+            r.meta.calls.unwrap_or(1)
         ),
         _ => "closed loop".to_string(),
     };
-    if r.mode != "conn-rate" {
-        let _ = write!(s, ", {} connections", r.connections);
+    if r.meta.mode != "conn-rate" {
+        let _ = write!(s, ", {} connections", r.meta.connections);
     }
-    if r.pipeline > 1 {
-        let _ = write!(s, ", pipeline {}", r.pipeline);
+    if r.meta.pipeline > 1 {
+        let _ = write!(s, ", pipeline {}", r.meta.pipeline);
     }
-    s.push_str(if r.keepalive {
+    s.push_str(if r.meta.keepalive {
         ", keep-alive"
     } else {
         ", connection per request"
@@ -44,8 +44,8 @@ fn load_line(r: &Report) -> String {
     let _ = write!(
         s,
         ", {} thread{}",
-        r.threads,
-        if r.threads == 1 { "" } else { "s" }
+        r.meta.threads,
+        if r.meta.threads == 1 { "" } else { "s" }
     );
     s
 }
@@ -75,9 +75,9 @@ fn status_line(r: &Report) -> String {
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let w = &mut out;
-    let _ = writeln!(w, "{}  ({})", r.name, load_line(r));
-    if r.name != r.url {
-        let _ = writeln!(w, "url           {}", r.url);
+    let _ = writeln!(w, "{}  ({})", r.meta.name, load_line(r));
+    if r.meta.name != r.meta.url {
+        let _ = writeln!(w, "url           {}", r.meta.url);
     }
     let _ = writeln!(w, "window        {:.2} s", r.duration_s);
     let _ = writeln!(
@@ -120,7 +120,7 @@ pub fn render(r: &Report) -> String {
         ("transfer", &r.transfer_us),
         ("total", &r.latency_us),
     ];
-    if r.mode != "closed" {
+    if r.meta.mode != "closed" {
         rows.push(("send lag", &r.send_lag_us));
     }
     for (name, p) in rows {
@@ -133,7 +133,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(w);
     let _ = writeln!(w, "status        {}", status_line(r));
     let _ = writeln!(w, "errors        {}", errors_line(r));
-    if r.in_flight_at_end > 0 || r.missed > 0 || r.mode != "closed" {
+    if r.in_flight_at_end > 0 || r.missed > 0 || r.meta.mode != "closed" {
         let _ = writeln!(
             w,
             "unfinished    {} in flight at the end, {} due but never sent",
@@ -147,10 +147,10 @@ pub fn render(r: &Report) -> String {
 pub fn render_compare(reports: &[Report]) -> String {
     type Row = (&'static str, fn(&Report) -> String);
     let rows: &[Row] = &[
-        ("load", |r| match r.mode {
-            "rate" => format!("{} req/s", r.offered_rate.unwrap_or(0.0)),
-            "conn-rate" => format!("{} conn/s", r.offered_rate.unwrap_or(0.0)),
-            _ => format!("{} conns", r.connections),
+        ("load", |r| match r.meta.mode {
+            "rate" => format!("{} req/s", r.meta.offered_rate.unwrap_or(0.0)),
+            "conn-rate" => format!("{} conn/s", r.meta.offered_rate.unwrap_or(0.0)),
+            _ => format!("{} conns", r.meta.connections),
         }),
         ("replies/s", |r| format!("{:.1}", r.rps)),
         ("requests", |r| r.requests.to_string()),
@@ -187,7 +187,7 @@ pub fn render_compare(reports: &[Report]) -> String {
     ];
     let width = reports
         .iter()
-        .map(|r| r.name.chars().count())
+        .map(|r| r.meta.name.chars().count())
         .max()
         .unwrap_or(0)
         .max(12)
@@ -195,7 +195,7 @@ pub fn render_compare(reports: &[Report]) -> String {
     let mut out = String::new();
     let _ = write!(out, "{:<20}", "");
     for r in reports {
-        let _ = write!(out, "{:>width$}", r.name);
+        let _ = write!(out, "{:>width$}", r.meta.name);
     }
     out.push('\n');
     for (label, cell) in rows {
@@ -213,16 +213,16 @@ pub fn render_sweep(points: &[Report]) -> String {
     let mut out = String::new();
     let mut last = None;
     for r in points {
-        if last != Some(&r.name) {
+        if last != Some(&r.meta.name) {
             if last.is_some() {
                 out.push('\n');
             }
-            let unit = if r.mode == "conn-rate" {
+            let unit = if r.meta.mode == "conn-rate" {
                 "conn/s"
             } else {
                 "req/s"
             };
-            let _ = writeln!(out, "{}", r.name);
+            let _ = writeln!(out, "{}", r.meta.name);
             let _ = writeln!(
                 out,
                 "{:>14}{:>14}{:>12}{:>12}{:>10}{:>10}",
@@ -233,12 +233,12 @@ pub fn render_sweep(points: &[Report]) -> String {
                 "errors",
                 "missed"
             );
-            last = Some(&r.name);
+            last = Some(&r.meta.name);
         }
         let _ = writeln!(
             out,
             "{:>14}{:>14.1}{:>12.1}{:>12.1}{:>10}{:>10}",
-            r.offered_rate.unwrap_or(0.0),
+            r.meta.offered_rate.unwrap_or(0.0),
             r.rps,
             r.latency_us.p50,
             r.latency_us.p99,

@@ -296,24 +296,10 @@ pub struct StatusClasses {
 /// Everything a run measured: the `--json` object of one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
-    /// Name of the target (the URL unless `--compare` named it).
-    pub name: String,
-    /// URL of the target (the first one if several).
-    pub url: String,
-    /// `closed`, `rate` or `conn-rate`.
-    pub mode: &'static str,
-    /// Offered rate: requests/s (`rate`) or connections/s (`conn-rate`).
-    pub offered_rate: Option<f64>,
-    /// Requests per connection (`conn-rate`).
-    pub calls: Option<u32>,
-    /// Worker threads.
-    pub threads: usize,
-    /// Connections (the most open at once; unbounded in `conn-rate`, reported as 0).
-    pub connections: usize,
-    /// Pipelining depth.
-    pub pipeline: usize,
-    /// Whether connections are kept alive between requests.
-    pub keepalive: bool,
+    /// The settings of the run. Flattened, so its fields are keys of this object like
+    /// the measured ones.
+    #[serde(flatten)]
+    pub meta: ReportMeta,
     /// Length of the measured window, seconds.
     pub duration_s: f64,
     /// Requests issued in the window.
@@ -376,15 +362,7 @@ impl Report {
         };
         let e = |c: ErrorClass| stats.errors_of(c);
         Report {
-            name: meta.name,
-            url: meta.url,
-            mode: meta.mode,
-            offered_rate: meta.offered_rate,
-            calls: meta.calls,
-            threads: meta.threads,
-            connections: meta.connections,
-            pipeline: meta.pipeline,
-            keepalive: meta.keepalive,
+            meta,
             duration_s,
             requests: stats.requests,
             replies: stats.replies,
@@ -429,25 +407,25 @@ impl Report {
     }
 }
 
-/// The settings a report repeats, so it can be read alone.
-#[derive(Debug, Clone)]
+/// The settings of a run, which its [`Report`] carries so it can be read alone.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReportMeta {
-    /// See [`Report::name`].
+    /// Name of the target (the URL unless `--compare` named it).
     pub name: String,
-    /// See [`Report::url`].
+    /// URL of the target (the first one if several).
     pub url: String,
-    /// See [`Report::mode`].
+    /// `closed`, `rate` or `conn-rate`.
     pub mode: &'static str,
-    /// See [`Report::offered_rate`].
+    /// Offered rate: requests/s (`rate`) or connections/s (`conn-rate`).
     pub offered_rate: Option<f64>,
-    /// See [`Report::calls`].
+    /// Requests per connection (`conn-rate`).
     pub calls: Option<u32>,
-    /// See [`Report::threads`].
+    /// Worker threads.
     pub threads: usize,
-    /// See [`Report::connections`].
+    /// Connections (the most open at once; unbounded in `conn-rate`, reported as 0).
     pub connections: usize,
-    /// See [`Report::pipeline`].
+    /// Pipelining depth.
     pub pipeline: usize,
-    /// See [`Report::keepalive`].
+    /// Whether connections are kept alive between requests.
     pub keepalive: bool,
 }

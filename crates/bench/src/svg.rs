@@ -266,7 +266,7 @@ pub fn latency_chart(reports: &[Report]) -> String {
                 bar - 2.0,
                 (frame.bottom - top).max(0.0),
                 color(i),
-                escape(&reports[i].name),
+                escape(&reports[i].meta.name),
                 label,
                 v[g]
             );
@@ -285,7 +285,7 @@ pub fn latency_chart(reports: &[Report]) -> String {
             frame.bottom + 18.0
         );
     }
-    let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
+    let names: Vec<&str> = reports.iter().map(|r| r.meta.name.as_str()).collect();
     legend(&mut out, &names, frame.left + 200.0, 30.0);
     out.push_str("</svg>\n");
     out
@@ -296,18 +296,18 @@ pub fn latency_chart(reports: &[Report]) -> String {
 pub fn sweep_chart(points: &[Report]) -> String {
     let mut names: Vec<&str> = Vec::new();
     for p in points {
-        if !names.contains(&p.name.as_str()) {
-            names.push(&p.name);
+        if !names.contains(&p.meta.name.as_str()) {
+            names.push(&p.meta.name);
         }
     }
-    let unit = if points.first().is_some_and(|p| p.mode == "conn-rate") {
+    let unit = if points.first().is_some_and(|p| p.meta.mode == "conn-rate") {
         "connections/s"
     } else {
         "requests/s"
     };
     let offered_max = points
         .iter()
-        .filter_map(|p| p.offered_rate)
+        .filter_map(|p| p.meta.offered_rate)
         .fold(0.0, f64::max);
     let errors_per_s = |p: &Report| {
         if p.duration_s > 0.0 {
@@ -397,8 +397,8 @@ pub fn sweep_chart(points: &[Report]) -> String {
         for (i, name) in names.iter().enumerate() {
             let pts: Vec<(f64, f64)> = points
                 .iter()
-                .filter(|p| p.name == *name)
-                .map(|p| (x.px(p.offered_rate.unwrap_or(0.0)), y.px(metric(p))))
+                .filter(|p| p.meta.name == *name)
+                .map(|p| (x.px(p.meta.offered_rate.unwrap_or(0.0)), y.px(metric(p))))
                 .collect();
             let path: Vec<String> = pts.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect();
             let _ = writeln!(

@@ -15,7 +15,7 @@ fn ok_head_len(body: usize) -> u64 {
 fn closed_loop_counts_are_exact() {
     let server = Server::start(Behaviour::Ok(vec![b'a'; 1000]));
     let r = run_checked(&config(&server.url("/x"), 4, 200));
-    assert_eq!(r.mode, "closed");
+    assert_eq!(r.meta.mode, "closed");
     assert_eq!(r.requests, 200);
     assert_eq!(r.replies, 200);
     assert_eq!(r.status.s2xx, 200);
@@ -56,7 +56,7 @@ fn no_keepalive_opens_a_connection_per_request() {
             .load(std::sync::atomic::Ordering::SeqCst),
         20
     );
-    assert!(!r.keepalive);
+    assert!(!r.meta.keepalive);
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn pipelining_keeps_requests_outstanding() {
     c.pipeline = 8;
     let r = run_checked(&c);
     assert_eq!((r.requests, r.replies, r.errors.total), (400, 400, 0));
-    assert_eq!(r.pipeline, 8);
+    assert_eq!(r.meta.pipeline, 8);
     assert_eq!(server.accepted(), 2);
     // The first write carries all eight requests of a connection.
     assert!(server.max_batch.load(std::sync::atomic::Ordering::SeqCst) > 1);
@@ -151,7 +151,7 @@ fn threads_split_the_load() {
     let mut c = config(&server.url("/"), 4, 301);
     c.threads = 2;
     let r = run_checked(&c);
-    assert_eq!(r.threads, 2);
+    assert_eq!(r.meta.threads, 2);
     assert_eq!((r.requests, r.replies), (301, 301));
     assert_eq!(server.accepted(), 4);
 }
@@ -192,8 +192,8 @@ fn request_rate_follows_the_schedule() {
     c.load = Load::Rate(400.0);
     c.duration = Some(Duration::from_secs(1));
     let r = run_checked(&c);
-    assert_eq!(r.mode, "rate");
-    assert_eq!(r.offered_rate, Some(400.0));
+    assert_eq!(r.meta.mode, "rate");
+    assert_eq!(r.meta.offered_rate, Some(400.0));
     // 400/s for 1 s: 400 due. Each was sent, or found all four connections busy (only
     // if this machine starves the test server) and was missed.
     assert_eq!(r.requests + r.missed, 400, "{r:#?}");
@@ -246,7 +246,7 @@ fn connection_rate_opens_r_times_d_connections() {
     };
     c.duration = Some(Duration::from_secs(1));
     let r = run_checked(&c);
-    assert_eq!(r.mode, "conn-rate");
+    assert_eq!(r.meta.mode, "conn-rate");
     assert!((199..=201).contains(&r.conns_opened), "{}", r.conns_opened);
     assert_eq!(r.missed, 0);
     assert_eq!(r.send_lag_us.count, r.conns_opened);

@@ -30,11 +30,23 @@ fn json(args: &[&str]) -> Value {
 #[test]
 fn json_has_every_figure() {
     let server = Server::start(Behaviour::Ok(vec![b'z'; 100]));
-    let v = json(&["-c", "2", "-n", "50", "-t", "1", &server.url("/f")]);
-    for key in [
+    let text = bench(&[
+        "--json",
+        "-c",
+        "2",
+        "-n",
+        "50",
+        "-t",
+        "1",
+        &server.url("/f"),
+    ]);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let keys = [
         "name",
         "url",
         "mode",
+        "offered_rate",
+        "calls",
         "threads",
         "connections",
         "pipeline",
@@ -61,9 +73,18 @@ fn json_has_every_figure() {
         "in_flight_at_end",
         "missed",
         "cpu_s",
-    ] {
+    ];
+    for key in keys {
         assert!(v.get(key).is_some(), "missing {key} in {v}");
     }
+    // Exactly these keys, in this order: the run's settings are flattened into the
+    // object, never nested. Top-level keys are the lines indented by two spaces.
+    let top: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("  \""))
+        .filter_map(|l| l.split_once("\":").map(|(k, _)| k))
+        .collect();
+    assert_eq!(top, keys, "{text}");
     for key in ["count", "min", "mean", "p50", "p90", "p99", "p999", "max"] {
         assert!(v["latency_us"][key].is_number(), "latency_us.{key}");
         assert!(v["connect_us"][key].is_number(), "connect_us.{key}");

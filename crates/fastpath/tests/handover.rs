@@ -436,7 +436,8 @@ httptest!(
     }
 );
 
-/// Answers with the Cache-Control the path names (`/public`, `/no-store`, `/cookie`) and a
+/// Answers with the Cache-Control the path names (`/public`, `/no-store`, `/cookie`, and
+/// `/aged`, which says it has already spent 58 of its 60 seconds in another cache) and a
 /// body that counts the requests it has seen, so a cached answer is recognisable.
 fn cache_control(stream: TcpStream, log: &BackendLog) {
     let mut writer = stream.try_clone().unwrap();
@@ -452,6 +453,8 @@ fn cache_control(stream: TcpStream, log: &BackendLog) {
             "Cache-Control: no-store\r\n"
         } else if line.contains("/cookie") {
             "Cache-Control: public, max-age=60\r\nSet-Cookie: id=1\r\n"
+        } else if line.contains("/aged") {
+            "Age: 58\r\nCache-Control: public, max-age=60\r\n"
         } else {
             "Cache-Control: public, max-age=60\r\n"
         };
@@ -476,24 +479,103 @@ httptest!(
             &config(&backend, "prefix = \"/app/\"", "workers = 1"),
         );
         let count = || backend.log.requests.lock().unwrap().len();
-        let first = srv.get("/app/public");
+        // One connection, so every request meets the same worker and its cache (each
+        // thread or process of some models has its own).
+        let mut conn = srv.connect();
+        let mut get_with =
+            |path: &str, fields: &[(&str, &str)]| conn.exchange(req("GET", path, fields));
+        let first = get_with("/app/public", &[]);
         first.assert_status(200);
-        let again = srv.get("/app/public");
+        let again = get_with("/app/public", &[]);
         assert_eq!(
             again.body, first.body,
             "a cacheable answer was fetched again"
         );
         assert_eq!(count(), 1);
         // Not kept: no-store, Set-Cookie, or a request with credentials.
-        srv.get("/app/no-store");
-        srv.get("/app/no-store");
+        get_with("/app/no-store", &[]);
+        get_with("/app/no-store", &[]);
         assert_eq!(count(), 3);
-        srv.get("/app/cookie");
-        srv.get("/app/cookie");
+        get_with("/app/cookie", &[]);
+        get_with("/app/cookie", &[]);
         assert_eq!(count(), 5);
-        srv.get_with("/app/public", &[("Authorization", "Basic dTpw")])
-            .assert_status(200);
+        get_with("/app/public", &[("Authorization", "Basic dTpw")]).assert_status(200);
         assert_eq!(count(), 6);
+    }
+);
+
+/// The one `Age` field of a response, in seconds.
+#[track_caller]
+fn age(r: &Response) -> u64 {
+    match r.headers_all("age")[..] {
+        [value] => value.parse().unwrap_or_else(|_| panic!("bad Age in\n{r}")),
+        _ => panic!("not exactly one Age field in\n{r}"),
+    }
+}
+
+httptest!(cached_responses_carry_their_age, |model| {
+    let backend = Backend::start(cache_control);
+    let site = site();
+    let srv = site.serve_config(
+        model,
+        &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+    );
+    let count = || backend.log.requests.lock().unwrap().len();
+    // One connection, so every request meets the same worker and its cache.
+    let mut conn = srv.connect();
+    let mut get = |path: &str| conn.exchange(req("GET", path, &[]));
+    // Relayed from the backend: no Age of ours.
+    let first = get("/app/public");
+    first.assert_status(200).assert_no_header("age");
+    // From the cache: the same response with its age, which grows.
+    let hit = get("/app/public");
+    assert_eq!(hit.body, first.body, "not served from the cache");
+    let young = age(&hit);
+    assert!(young <= 1, "Age {young} for a response just fetched");
+    let mut fields = hit.headers.clone();
+    fields.retain(|(name, _)| !name.eq_ignore_ascii_case("age"));
+    assert_eq!(
+        fields, first.headers,
+        "a cached response differs beyond Age"
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let older = get("/app/public");
+    assert_eq!(older.body, first.body, "not served from the cache");
+    assert!(age(&older) > young, "Age did not grow:\n{older}");
+    assert_eq!(count(), 1);
+});
+
+httptest!(
+    the_backends_age_is_replaced_and_shortens_the_lifetime,
+    |model| {
+        let backend = Backend::start(cache_control);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        let count = || backend.log.requests.lock().unwrap().len();
+        // One connection, so every request meets the same worker and its cache.
+        let mut conn = srv.connect();
+        let mut get = |path: &str| conn.exchange(req("GET", path, &[]));
+        let fetched = Instant::now();
+        // Relayed: the backend's own Age, as sent.
+        let first = get("/app/aged");
+        assert_eq!(age(&first), 58);
+        // From the cache: one Age, the backend's plus the time held here.
+        let hit = get("/app/aged");
+        assert_eq!(hit.body, first.body, "not served from the cache");
+        let held = age(&hit);
+        assert!((58..60).contains(&held), "Age {held}:\n{hit}");
+        assert_eq!(count(), 1);
+        // 58 of 60 seconds were gone on arrival: fetched again after 2 s, not 60.
+        std::thread::sleep(
+            (fetched + Duration::from_millis(2500)).saturating_duration_since(Instant::now()),
+        );
+        let again = get("/app/aged");
+        assert_eq!(count(), 2, "an expired response was served from the cache");
+        assert_ne!(again.body, first.body);
+        assert_eq!(age(&again), 58);
     }
 );
 

@@ -14,8 +14,8 @@ use fastpath_content::handover::{
 use fastpath_content::{Body, ContentCache, Part, Reply, Source, StaticRequest};
 use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Output, UpstreamPort};
 use fastpath_http::{
-    normalize_path, parse_target, write_header, write_status_line, BodyFraming, ChunkedDecoder,
-    Parser, Request, Target, Version,
+    normalize_path, parse_target, write_header, write_header_u64, write_status_line, BodyFraming,
+    ChunkedDecoder, Parser, Request, Target, Version,
 };
 
 use crate::access_log::{AccessLogBuffer, Entry};
@@ -506,10 +506,16 @@ impl HttpHandler {
                     request.target.as_bytes(),
                     with_encoding,
                 );
-                if let Some(response) = self.response_cache.get(&self.cache_key, sink.now) {
-                    let (status, body) = cached_status_and_body(&response);
-                    sink.output.push_shared(response);
-                    return HandOver::Answered(status, body);
+                if let Some(hit) = self.response_cache.get(&self.cache_key, sink.now) {
+                    // Only the Age field is written per hit; the head and body are shared.
+                    let body_len = hit.body.len() as u64;
+                    sink.output.push_shared(hit.head);
+                    sink.output.write_with(sink.pool, |out| {
+                        write_header_u64("Age", hit.age, out);
+                        out.extend_from_slice(b"\r\n");
+                    });
+                    sink.output.push_shared(hit.body);
+                    return HandOver::Answered(hit.status, body_len);
                 }
                 if accept_encoding.is_none() {
                     break;
@@ -523,6 +529,7 @@ impl HttpHandler {
             accept_encoding: accept_encoding.map(<[u8]>::to_vec),
             max: max_response,
             capture: None,
+            since: sink.now,
             expires: None,
             vary: false,
         });
@@ -633,7 +640,7 @@ impl HttpHandler {
                 };
                 cache_key(&mut self.cache_key, &slot.host, &slot.target, encoding);
                 self.response_cache
-                    .insert(&self.cache_key, Arc::from(capture), expires);
+                    .insert(&self.cache_key, &capture, slot.since, expires);
             }
         }
         if self.response_parsers.len() < MAX_POOLED_PARSERS {
@@ -831,20 +838,6 @@ struct Sink<'s> {
     upstream: &'s mut UpstreamPort,
     deadline: &'s mut Option<Instant>,
     now: Instant,
-}
-
-/// The status and body length of a cached backend response, for the access log.
-fn cached_status_and_body(response: &[u8]) -> (u16, u64) {
-    let status = response
-        .get(9..12)
-        .and_then(|d| std::str::from_utf8(d).ok())
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(200);
-    let head = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(response.len(), |i| i + 4);
-    (status, (response.len() - head) as u64)
 }
 
 /// The host name a route condition is compared with: lower case, without the port.

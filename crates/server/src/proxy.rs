@@ -105,6 +105,9 @@ pub(crate) struct CacheSlot {
     pub max: usize,
     /// The response as relayed (head and body), once the head said it is cacheable.
     pub capture: Option<Vec<u8>>,
+    /// When the request was handed over: a kept response's age counts from here, so the
+    /// time the backend took to answer counts too (RFC 9111 §4.2.3).
+    pub since: Instant,
     /// When the captured response expires, and whether it varies on Accept-Encoding.
     pub expires: Option<Instant>,
     pub vary: bool,
@@ -368,7 +371,7 @@ impl Exchange {
                     if let Some(slot) = self.cache.as_mut() {
                         let headers: Vec<(&str, &[u8])> = head.headers().collect();
                         if let Some(ttl) = cache_lifetime("GET", false, status, &headers) {
-                            slot.expires = Some(io.now + ttl);
+                            slot.expires = Some(slot.since + ttl);
                             slot.vary = vary_accept_encoding(&headers);
                             slot.capture = Some(Vec::new());
                         }

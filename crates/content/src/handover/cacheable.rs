@@ -66,8 +66,8 @@ pub fn cache_lifetime(
                 return None;
             }
         } else if name.eq_ignore_ascii_case("age") {
-            // The first member of the first field counts (RFC 9111 §5.1).
-            age = age.or_else(|| Some(list(value).next().and_then(delta_seconds)));
+            // The first field counts (RFC 9111 §5.1).
+            age = age.or_else(|| Some(age_value(value)));
         } else if name.eq_ignore_ascii_case("date") {
             date = date.or(Some(value));
         } else if name.eq_ignore_ascii_case("expires") {
@@ -88,6 +88,13 @@ pub fn cache_lifetime(
     let age = age.flatten().unwrap_or(0);
     let left = lifetime.saturating_sub(age);
     (left > 0).then(|| Duration::from_secs(left).min(MAX_LIFETIME))
+}
+
+/// The seconds an `Age` field value gives: its first member if that is a
+/// valid delta-seconds, else `None`, in which case the field is ignored (RFC
+/// 9111 §5.1). Huge values saturate.
+pub(crate) fn age_value(value: &[u8]) -> Option<u64> {
+    list(value).next().and_then(delta_seconds)
 }
 
 /// Whether the response's `Vary` names `Accept-Encoding`, so the cache key must
@@ -323,6 +330,29 @@ mod tests {
         ];
         for (headers, want) in cases {
             assert_eq!(lifetime(headers), *want, "{headers:?}");
+        }
+    }
+
+    #[test]
+    fn age_values() {
+        let cases: &[(&[u8], Option<u64>)] = &[
+            (b"0", Some(0)),
+            (b" 58 ", Some(58)),
+            (b"10, 20", Some(10)),
+            (b"99999999999999999999999", Some(u64::MAX)),
+            (b"", None),
+            (b"old", None),
+            (b"-1", None),
+            (b"1.5", None),
+            (b", 5", Some(5)),
+        ];
+        for &(value, want) in cases {
+            assert_eq!(
+                age_value(value),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(value)
+            );
         }
     }
 

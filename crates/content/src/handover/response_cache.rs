@@ -1,14 +1,25 @@
 //! One worker's cache of whole backend responses, as TUX kept the output of
 //! its user-space modules: bytes ready to send, looked up by request.
+//!
+//! A kept response is stored in two shared parts, the head without its
+//! closing blank line and the body, so the one field that changes from hit to
+//! hit, `Age` (RFC 9111 §5.1), is written between them when sent and nothing
+//! else is copied.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use lru::LruCache;
 
+use super::cacheable::age_value;
+
 /// Bookkeeping bytes counted per entry besides its key and response: the map
-/// slot, the LRU links and the `Arc` header, rounded up.
+/// slot, the LRU links and the two `Arc` headers, rounded up.
 const ENTRY_OVERHEAD: usize = 128;
+
+/// The largest `Age` sent: RFC 9111 §1.2.2 has a cache send 2^31 when an age
+/// would be larger than it can represent.
+pub const MAX_AGE: u64 = 1 << 31;
 
 /// Builds the cache key of a request into `out` (cleared first): the host name
 /// (empty when the request named none), the request target as sent, and, for
@@ -36,18 +47,41 @@ pub fn cache_key(out: &mut Vec<u8>, host: &[u8], target: &[u8], accept_encoding:
 }
 
 struct Entry {
-    response: Arc<[u8]>,
+    head: Arc<[u8]>,
+    body: Arc<[u8]>,
+    status: u16,
+    /// The `Age` the backend sent, seconds (0 if none or invalid).
+    initial_age: u64,
+    /// Where the entry's age starts counting on this server's clock.
+    since: Instant,
     expires: Instant,
     memory: usize,
+}
+
+/// A response found in the cache, to be sent as `head`, then an `Age: {age}`
+/// field and the blank line that ends the head, then `body`.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    /// The status line and header fields as relayed the first time, less any
+    /// `Age` field, without the blank line that ends the head.
+    pub head: Arc<[u8]>,
+    /// The body as relayed (chunked if it was), possibly empty.
+    pub body: Arc<[u8]>,
+    /// The response status, for the access log.
+    pub status: u16,
+    /// The response's current age in seconds (RFC 9111 §4.2.3): the backend's
+    /// `Age` plus the whole seconds since the request that fetched it was
+    /// sent, at most [`MAX_AGE`].
+    pub age: u64,
 }
 
 /// Per-worker cache of whole backend responses (head and body, ready to
 /// send), least recently used first out, bounded in memory and in the size of
 /// the largest response kept. Entries expire at the time given when inserted.
 ///
-/// A hit takes no lock and copies nothing: the caller gets a shared reference
+/// A hit takes no lock and copies nothing: the caller gets shared references
 /// to the bytes, which stay valid while it sends them even if the entry is
-/// evicted meanwhile.
+/// evicted meanwhile, and the current age to put between them.
 pub struct ResponseCache {
     entries: LruCache<Box<[u8]>, Entry>,
     max_memory: usize,
@@ -70,25 +104,52 @@ impl ResponseCache {
 
     /// The response stored under `key` if it has not expired at `now`; an
     /// expired one is dropped. A hit makes the entry the most recently used.
-    pub fn get(&mut self, key: &[u8], now: Instant) -> Option<Arc<[u8]>> {
+    pub fn get(&mut self, key: &[u8], now: Instant) -> Option<Hit> {
         let entry = self.entries.get(key)?;
         if now < entry.expires {
-            return Some(Arc::clone(&entry.response));
+            // Whole seconds, rounded down: an entry is fresh only while its age is
+            // below the lifetime it was given, so it never shows an Age as large
+            // as its max-age.
+            let resident = now.saturating_duration_since(entry.since).as_secs();
+            return Some(Hit {
+                head: Arc::clone(&entry.head),
+                body: Arc::clone(&entry.body),
+                status: entry.status,
+                age: entry.initial_age.saturating_add(resident).min(MAX_AGE),
+            });
         }
         self.remove(key);
         None
     }
 
-    /// Keeps `response` under `key` until `expires`, replacing what was there
-    /// and evicting the least recently used entries to make room.
+    /// Keeps `response` (a head as relayed, ending in an empty line, then the
+    /// body) under `key` until `expires`, replacing what was there and
+    /// evicting the least recently used entries to make room.
     ///
-    /// A response larger than `max_response`, or one that would not fit even in
-    /// an empty cache, is not kept; any older entry under `key` is dropped all
-    /// the same, since the backend has just said something newer.
-    pub fn insert(&mut self, key: &[u8], response: Arc<[u8]>, expires: Instant) {
+    /// `since` is when the request that fetched the response was sent. Its age
+    /// when served is the backend's `Age` plus the time since then: counting
+    /// from the request rather than the response includes the response delay,
+    /// as RFC 9111 §4.2.3 does, so the caller computes `expires` from the same
+    /// instant (`since` plus what [`super::cache_lifetime`] gave, which has
+    /// already taken the backend's `Age` off). The backend's `Date` is not used
+    /// (its one-second granularity would add a second of age to fresh
+    /// responses). Every `Age` field of `response` is dropped: a hit carries
+    /// one, with the current age.
+    ///
+    /// A response larger than `max_response`, one that would not fit even in
+    /// an empty cache, or one whose head cannot be read, is not kept; any older
+    /// entry under `key` is dropped all the same, since the backend has just
+    /// said something newer.
+    pub fn insert(&mut self, key: &[u8], response: &[u8], since: Instant, expires: Instant) {
         self.remove(key);
-        let memory = response.len() + key.len() + ENTRY_OVERHEAD;
-        if response.len() > self.max_response || memory > self.max_memory {
+        if response.len() > self.max_response {
+            return;
+        }
+        let Some(split) = Split::new(response) else {
+            return;
+        };
+        let memory = split.head.len() + split.body.len() + key.len() + ENTRY_OVERHEAD;
+        if memory > self.max_memory {
             return;
         }
         while self.memory + memory > self.max_memory {
@@ -101,7 +162,11 @@ impl ResponseCache {
         self.entries.put(
             key.into(),
             Entry {
-                response,
+                head: split.head.into(),
+                body: split.body.into(),
+                status: split.status,
+                initial_age: split.age,
+                since,
                 expires,
                 memory,
             },
@@ -159,6 +224,56 @@ impl ResponseCache {
     }
 }
 
+/// A relayed response taken apart for storing.
+struct Split<'a> {
+    /// The head less its `Age` fields and its closing empty line.
+    head: Vec<u8>,
+    body: &'a [u8],
+    status: u16,
+    /// The first `Age` field's value, read as [`super::cache_lifetime`] reads
+    /// it; 0 if there is none or it is invalid.
+    age: u64,
+}
+
+impl<'a> Split<'a> {
+    /// `None` unless `response` starts with a status line and a head ending
+    /// in an empty line, as a relayed response does.
+    fn new(response: &'a [u8]) -> Option<Split<'a>> {
+        let head_len = response.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+        let (head, body) = response.split_at(head_len);
+        let status = match head.get(..12)? {
+            [b'H', b'T', b'T', b'P', b'/', _, b'.', _, b' ', digits @ ..]
+                if digits.iter().all(u8::is_ascii_digit) =>
+            {
+                digits
+                    .iter()
+                    .fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'))
+            }
+            _ => return None,
+        };
+        let mut kept = Vec::with_capacity(head_len);
+        let mut age = None;
+        // Each line ends in CRLF; the empty one that ends the head is left off.
+        let mut lines = head[..head_len - 2].split_inclusive(|&b| b == b'\n');
+        kept.extend_from_slice(lines.next()?);
+        for line in lines {
+            let colon = line.iter().position(|&b| b == b':');
+            if let Some(colon) = colon.filter(|&c| line[..c].eq_ignore_ascii_case(b"age")) {
+                let value = line[colon + 1..].strip_suffix(b"\r\n").unwrap_or_default();
+                age = age.or_else(|| Some(age_value(value)));
+                continue;
+            }
+            kept.extend_from_slice(line);
+        }
+        Some(Split {
+            head: kept,
+            body,
+            status,
+            age: age.flatten().unwrap_or(0),
+        })
+    }
+}
+
 impl std::fmt::Debug for ResponseCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseCache")
@@ -176,24 +291,44 @@ mod tests {
 
     use super::*;
 
-    fn bytes(n: usize, fill: u8) -> Arc<[u8]> {
-        vec![fill; n].into()
+    /// The head of the responses `response` builds.
+    const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\n\r\n";
+
+    /// A response of `n` bytes in all (at least `HEAD.len()`), its body filled
+    /// with `fill`.
+    fn response(n: usize, fill: u8) -> Vec<u8> {
+        let mut r = HEAD.to_vec();
+        r.resize(n, fill);
+        r
     }
 
-    /// What one entry of `n` bytes under a one-byte key costs.
+    /// What one entry made by `response(n, _)` costs under a one-byte key:
+    /// its bytes less the empty line that ends the head.
     fn cost(n: usize) -> usize {
-        n + 1 + ENTRY_OVERHEAD
+        n - 2 + 1 + ENTRY_OVERHEAD
+    }
+
+    fn body_of(hit: Option<Hit>) -> Option<Vec<u8>> {
+        hit.map(|h| h.body.to_vec())
+    }
+
+    /// The bytes a hit puts on the wire.
+    fn wire(hit: &Hit) -> Vec<u8> {
+        let mut out = hit.head.to_vec();
+        out.extend_from_slice(format!("Age: {}\r\n\r\n", hit.age).as_bytes());
+        out.extend_from_slice(&hit.body);
+        out
     }
 
     #[test]
     fn hit_until_expiry() {
         let t0 = Instant::now();
         let mut c = ResponseCache::new(1 << 20, 1 << 10);
-        c.insert(b"k", bytes(10, 1), t0 + Duration::from_secs(5));
-        assert_eq!(c.get(b"k", t0).as_deref(), Some(&[1u8; 10][..]));
+        c.insert(b"k", &response(29, 1), t0, t0 + Duration::from_secs(5));
+        assert_eq!(body_of(c.get(b"k", t0)), Some(vec![1u8; 10]));
         assert!(c.get(b"k", t0 + Duration::from_millis(4999)).is_some());
         assert_eq!(c.len(), 1);
-        assert_eq!(c.memory(), cost(10));
+        assert_eq!(c.memory(), cost(29));
         assert!(c.get(b"k", t0 + Duration::from_secs(5)).is_none());
         assert!(c.is_empty());
         assert_eq!(c.memory(), 0);
@@ -205,11 +340,11 @@ mod tests {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(60);
         let mut c = ResponseCache::new(1 << 20, 1 << 10);
-        c.insert(b"k", bytes(10, 1), later);
-        c.insert(b"k", bytes(20, 2), later);
+        c.insert(b"k", &response(30, 1), t0, later);
+        c.insert(b"k", &response(40, 2), t0, later);
         assert_eq!(c.len(), 1);
-        assert_eq!(c.memory(), cost(20));
-        assert_eq!(c.get(b"k", t0).unwrap()[0], 2);
+        assert_eq!(c.memory(), cost(40));
+        assert_eq!(c.get(b"k", t0).unwrap().body[0], 2);
     }
 
     #[test]
@@ -217,19 +352,19 @@ mod tests {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(60);
         let mut c = ResponseCache::new(3 * cost(100), 1000);
-        c.insert(b"a", bytes(100, 1), later);
-        c.insert(b"b", bytes(100, 2), later);
-        c.insert(b"c", bytes(100, 3), later);
+        c.insert(b"a", &response(100, 1), t0, later);
+        c.insert(b"b", &response(100, 2), t0, later);
+        c.insert(b"c", &response(100, 3), t0, later);
         assert_eq!(c.memory(), 3 * cost(100));
         // Touch "a" so "b" is the least recently used.
         assert!(c.get(b"a", t0).is_some());
-        c.insert(b"d", bytes(100, 4), later);
+        c.insert(b"d", &response(100, 4), t0, later);
         assert!(c.get(b"b", t0).is_none());
         for key in [b"a", b"c", b"d"] {
             assert!(c.get(key, t0).is_some());
         }
         // A larger one pushes out as many as needed, oldest first.
-        c.insert(b"e", bytes(250, 5), later);
+        c.insert(b"e", &response(250, 5), t0, later);
         assert!(c.get(b"a", t0).is_none());
         assert!(c.get(b"c", t0).is_none());
         assert!(c.get(b"d", t0).is_some());
@@ -243,24 +378,24 @@ mod tests {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(60);
         let mut c = ResponseCache::new(10_000, 100);
-        c.insert(b"k", bytes(100, 1), later);
+        c.insert(b"k", &response(100, 1), t0, later);
         assert!(c.get(b"k", t0).is_some());
-        c.insert(b"big", bytes(101, 1), later);
+        c.insert(b"big", &response(101, 1), t0, later);
         assert!(c.get(b"big", t0).is_none());
         // A too-large replacement drops the old entry.
-        c.insert(b"k", bytes(101, 2), later);
+        c.insert(b"k", &response(101, 2), t0, later);
         assert!(c.get(b"k", t0).is_none());
         assert_eq!(c.memory(), 0);
 
         // Larger than the whole cache: refused without evicting anything.
         let mut small = ResponseCache::new(cost(50), 1000);
-        small.insert(b"a", bytes(50, 1), later);
-        small.insert(b"b", bytes(51, 1), later);
+        small.insert(b"a", &response(50, 1), t0, later);
+        small.insert(b"b", &response(51, 1), t0, later);
         assert!(small.get(b"a", t0).is_some());
         assert!(small.get(b"b", t0).is_none());
 
         let mut off = ResponseCache::new(0, 1000);
-        off.insert(b"a", bytes(0, 1), later);
+        off.insert(b"a", HEAD, t0, later);
         assert!(off.is_empty());
     }
 
@@ -268,14 +403,15 @@ mod tests {
     fn remove_and_remove_expired() {
         let t0 = Instant::now();
         let mut c = ResponseCache::new(1 << 20, 1 << 10);
-        c.insert(b"short", bytes(1, 1), t0 + Duration::from_secs(1));
-        c.insert(b"long", bytes(1, 1), t0 + Duration::from_secs(100));
-        c.insert(b"gone", bytes(1, 1), t0 + Duration::from_secs(100));
+        let r = response(20, 1);
+        c.insert(b"short", &r, t0, t0 + Duration::from_secs(1));
+        c.insert(b"long", &r, t0, t0 + Duration::from_secs(100));
+        c.insert(b"gone", &r, t0, t0 + Duration::from_secs(100));
         assert!(c.remove(b"gone"));
         assert!(!c.remove(b"gone"));
         assert_eq!(c.remove_expired(t0 + Duration::from_secs(1)), 1);
         assert_eq!(c.len(), 1);
-        assert_eq!(c.memory(), 4 + 1 + ENTRY_OVERHEAD);
+        assert_eq!(c.memory(), 18 + 4 + ENTRY_OVERHEAD);
         assert!(c.get(b"long", t0).is_some());
     }
 
@@ -283,12 +419,139 @@ mod tests {
     fn a_hit_outlives_its_eviction() {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(60);
-        let mut c = ResponseCache::new(cost(10), 100);
-        c.insert(b"a", bytes(10, 7), later);
+        let mut c = ResponseCache::new(cost(29), 100);
+        c.insert(b"a", &response(29, 7), t0, later);
         let held = c.get(b"a", t0).unwrap();
-        c.insert(b"b", bytes(10, 8), later);
+        c.insert(b"b", &response(29, 8), t0, later);
         assert!(c.get(b"a", t0).is_none());
-        assert_eq!(&held[..], &[7u8; 10]);
+        assert_eq!(&held.body[..], &[7u8; 10]);
+        assert_eq!(&held.head[..], b"HTTP/1.1 200 OK\r\n");
+    }
+
+    #[test]
+    fn head_and_body_are_split_where_age_goes() {
+        let t0 = Instant::now();
+        let mut c = ResponseCache::new(1 << 20, 1 << 10);
+        let r = b"HTTP/1.1 203 Non-Authoritative Information\r\nX-A: 1\r\nContent-Length: 4\r\n\r\nbody";
+        c.insert(b"k", r, t0, t0 + Duration::from_secs(60));
+        let hit = c.get(b"k", t0 + Duration::from_secs(3)).unwrap();
+        assert_eq!(hit.status, 203);
+        assert_eq!(
+            &hit.head[..],
+            b"HTTP/1.1 203 Non-Authoritative Information\r\nX-A: 1\r\nContent-Length: 4\r\n"
+        );
+        assert_eq!(&hit.body[..], b"body");
+        assert_eq!(hit.age, 3);
+        assert_eq!(
+            wire(&hit),
+            b"HTTP/1.1 203 Non-Authoritative Information\r\nX-A: 1\r\nContent-Length: 4\r\nAge: 3\r\n\r\nbody"
+        );
+        // A response without a body (a 204, say) has an empty one.
+        c.insert(
+            b"e",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            t0,
+            t0 + Duration::from_secs(60),
+        );
+        let hit = c.get(b"e", t0).unwrap();
+        assert_eq!((hit.status, hit.body.len()), (204, 0));
+        assert_eq!(wire(&hit), b"HTTP/1.1 204 No Content\r\nAge: 0\r\n\r\n");
+    }
+
+    #[test]
+    fn age_counts_whole_seconds_since_the_request() {
+        let t0 = Instant::now();
+        let mut c = ResponseCache::new(1 << 20, 1 << 10);
+        c.insert(b"k", &response(20, 1), t0, t0 + Duration::from_secs(60));
+        let age = |c: &mut ResponseCache, ms: u64| {
+            c.get(b"k", t0 + Duration::from_millis(ms)).map(|h| h.age)
+        };
+        assert_eq!(age(&mut c, 0), Some(0));
+        assert_eq!(age(&mut c, 999), Some(0));
+        assert_eq!(age(&mut c, 1000), Some(1));
+        assert_eq!(age(&mut c, 2500), Some(2));
+        // Never as large as the lifetime while fresh.
+        assert_eq!(age(&mut c, 59_999), Some(59));
+        assert_eq!(age(&mut c, 60_000), None);
+        // A clock reading before the entry's start counts as no time at all.
+        c.insert(
+            b"k",
+            &response(20, 1),
+            t0 + Duration::from_secs(5),
+            t0 + Duration::from_secs(60),
+        );
+        assert_eq!(age(&mut c, 0), Some(0));
+    }
+
+    #[test]
+    fn the_backends_age_is_replaced_and_counted() {
+        let t0 = Instant::now();
+        let mut c = ResponseCache::new(1 << 20, 1 << 10);
+        // Age 50 with max-age=60 leaves 10 s, which the caller passes as the expiry.
+        let r = b"HTTP/1.1 200 OK\r\nAge: 50\r\nCache-Control: max-age=60\r\nage: 7\r\nAgent: x\r\nX-Age: 9\r\n\r\nhi";
+        c.insert(b"k", r, t0, t0 + Duration::from_secs(10));
+        let hit = c.get(b"k", t0).unwrap();
+        assert_eq!(hit.age, 50);
+        // Every Age field goes, others whose names only look alike stay.
+        assert_eq!(
+            &hit.head[..],
+            b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nAgent: x\r\nX-Age: 9\r\n"
+        );
+        assert_eq!(&hit.body[..], b"hi");
+        let at = |c: &mut ResponseCache, ms: u64| {
+            c.get(b"k", t0 + Duration::from_millis(ms)).map(|h| h.age)
+        };
+        assert_eq!(at(&mut c, 1500), Some(51));
+        assert_eq!(at(&mut c, 9999), Some(59));
+        assert_eq!(at(&mut c, 10_000), None);
+
+        let cases: &[(&[u8], u64)] = &[
+            (b"Age: 10, 20", 10),
+            (b"AGE:3", 3),
+            (b"Age:  4 \t", 4),
+            // Invalid: ignored, and dropped all the same.
+            (b"Age: old", 0),
+            (b"Age: -1", 0),
+            (b"Age:", 0),
+            // Too large to represent: 2^31 (RFC 9111 §1.2.2).
+            (b"Age: 99999999999999999999999", MAX_AGE),
+            (b"Age: 2147483649", MAX_AGE),
+        ];
+        for &(field, want) in cases {
+            let mut r = b"HTTP/1.1 200 OK\r\n".to_vec();
+            r.extend_from_slice(field);
+            r.extend_from_slice(b"\r\nX: y\r\n\r\n");
+            c.insert(b"k", &r, t0, t0 + Duration::from_secs(10));
+            let hit = c.get(b"k", t0).unwrap();
+            let text = String::from_utf8_lossy(field);
+            assert_eq!(hit.age, want, "{text}");
+            assert_eq!(&hit.head[..], b"HTTP/1.1 200 OK\r\nX: y\r\n", "{text}");
+        }
+    }
+
+    #[test]
+    fn unreadable_responses_are_not_kept() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(60);
+        let mut c = ResponseCache::new(1 << 20, 1 << 10);
+        c.insert(b"k", &response(30, 1), t0, later);
+        let bad: &[&[u8]] = &[
+            b"",
+            b"garbage",
+            b"HTTP/1.1 200 OK\r\nX: y\r\n",
+            b"HTTP/1.1 2x0 OK\r\n\r\n",
+            b"HTTP/1.1 200",
+            b"\r\n\r\n",
+        ];
+        for r in bad {
+            c.insert(b"k", r, t0, later);
+            assert!(
+                c.get(b"k", t0).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(r)
+            );
+            assert_eq!(c.memory(), 0);
+        }
     }
 
     #[test]
@@ -320,7 +583,7 @@ mod tests {
         let mut c = ResponseCache::new(1 << 20, 1 << 10);
         let mut key = Vec::new();
         cache_key(&mut key, b"h", b"/v", Some(b"gzip"));
-        c.insert(&key, bytes(1, 1), later);
+        c.insert(&key, HEAD, t0, later);
         cache_key(&mut key, b"h", b"/v", None);
         assert!(c.get(&key, t0).is_none());
         cache_key(&mut key, b"h", b"/v", Some(b"gzip"));
