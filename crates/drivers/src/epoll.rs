@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, Gate, UNKNOWN_PEER};
+use crate::splice::{Joint, PumpError, Side};
 use crate::sys::{socket_addr, syscall};
 use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
@@ -75,6 +76,8 @@ enum State {
     Draining,
     Closing,
     Lingering,
+    /// Joined with its upstream in the kernel ([`crate::UpstreamPort::join`]).
+    Joined,
 }
 
 /// Everything a worker holds for one connection.
@@ -94,6 +97,7 @@ struct Slot<C> {
     linger: bool,
     eof: bool,
     upstream: UpstreamPort,
+    joint: Option<Box<Joint>>,
 }
 
 /// One event loop: its listeners (none for a worker fed connections by someone else), its
@@ -464,6 +468,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             linger: false,
             eof: false,
             upstream: UpstreamPort::new(true),
+            joint: None,
         });
         self.drive(index);
     }
@@ -493,11 +498,19 @@ impl<'a, H: Handler> Worker<'a, H> {
                     }
                 }
             }
+            if slot.state == State::Joined {
+                if !self.pump(index) {
+                    return;
+                }
+                continue;
+            }
             let mut upstream_news = std::mem::take(&mut slot.upstream.notify);
             if let Some(up) = slot.upstream.attached() {
                 upstream_news |= up.service(&mut self.pool);
             }
             match slot.state {
+                // Handled before the upstream's service above.
+                State::Joined => return,
                 State::Draining => {
                     if !slot.output.is_empty() {
                         if !upstream_news {
@@ -630,13 +643,118 @@ impl<'a, H: Handler> Worker<'a, H> {
         {
             slot.upstream.notify = true;
         }
+        if let Some(idle) = slot.upstream.join_request.take() {
+            return self.join(index, idle, next);
+        }
         next
+    }
+
+    /// Joins a connection with its upstream as the handler asked; Abort when it cannot be.
+    fn join(&mut self, index: usize, idle: Duration, next: Next) -> Next {
+        let slot = self.slots[index].as_mut().expect("live slot");
+        let Some(up) = slot.upstream.attached() else {
+            return Next::Abort;
+        };
+        let joint = match Joint::new(idle) {
+            Ok(joint) => joint,
+            Err(e) => {
+                tracing::warn!("cannot join a connection with its upstream: {e}");
+                return Next::Abort;
+            }
+        };
+        // What either side sent that the handler has not passed on goes first.
+        let unread = slot.input.data();
+        if !unread.is_empty() {
+            up.output
+                .write_with(&mut self.pool, |buf| buf.extend_from_slice(unread));
+            let n = unread.len();
+            slot.input.consume(n);
+            slot.input.release_if_empty(&mut self.pool);
+        }
+        let unsent = up.input.data();
+        if !unsent.is_empty() {
+            slot.output
+                .write_with(&mut self.pool, |buf| buf.extend_from_slice(unsent));
+            let n = unsent.len();
+            up.input.consume(n);
+            up.input.release_if_empty(&mut self.pool);
+        }
+        slot.joint = Some(Box::new(joint));
+        slot.deadline = Some(self.now + idle);
+        next
+    }
+
+    /// Moves bytes of a joined connection; closes it when the joint is broken. When the joint
+    /// is done, the connection closes like any other (its late input discarded for the linger
+    /// time, so the answer is not reset away): true then, to drive it on.
+    fn pump(&mut self, index: usize) -> bool {
+        let slot = self.slots[index].as_mut().expect("live slot");
+        let (Some(joint), Some(up)) = (slot.joint.as_mut(), slot.upstream.attached()) else {
+            self.close(index, CloseReason::Error);
+            return false;
+        };
+        if !up.output.is_empty() && up.writable {
+            match up.output.flush(up.fd.as_raw_fd(), &mut self.pool) {
+                Ok(Flush::Done) => {}
+                Ok(Flush::WouldBlock) => up.writable = false,
+                Err(_) => {
+                    self.close(index, CloseReason::Error);
+                    return false;
+                }
+            }
+        }
+        let client_pending = !slot.output.is_empty();
+        let upstream_pending = !up.output.is_empty();
+        let pumped = joint.pump(
+            Side {
+                fd: slot.fd.as_raw_fd(),
+                readable: &mut slot.readable,
+                writable: &mut slot.writable,
+            },
+            Side {
+                fd: up.fd.as_raw_fd(),
+                readable: &mut up.readable,
+                writable: &mut up.writable,
+            },
+            client_pending,
+            upstream_pending,
+        );
+        match pumped {
+            Ok(pumped) => {
+                if pumped.moved {
+                    slot.deadline = Some(self.now + joint.idle);
+                }
+                if pumped.finished {
+                    slot.joint = None;
+                    slot.upstream.close(&mut self.pool);
+                    slot.state = State::Closing;
+                    slot.linger = true;
+                    return true;
+                }
+                false
+            }
+            Err(PumpError::Client(e)) => {
+                tracing::debug!("joined client failed: {e}");
+                self.close(index, CloseReason::PeerGone);
+                false
+            }
+            Err(PumpError::Upstream(e)) => {
+                tracing::debug!("joined upstream failed: {e}");
+                self.close(index, CloseReason::Error);
+                false
+            }
+        }
     }
 
     /// Records what the handler asked for; false when the connection is gone.
     fn apply(&mut self, index: usize, next: Next) -> bool {
         let slot = self.slots[index].as_mut().expect("live slot");
         slot.state = match next {
+            Next::Abort => {
+                self.close(index, CloseReason::Done);
+                return false;
+            }
+            _ if slot.joint.is_some() => State::Joined,
             // Nothing more can arrive, so waiting for input would wait forever.
             Next::Read if slot.eof => State::Closing,
             Next::Read => State::Reading,
@@ -645,10 +763,6 @@ impl<'a, H: Handler> Worker<'a, H> {
             Next::Linger => {
                 slot.linger = true;
                 State::Closing
-            }
-            Next::Abort => {
-                self.close(index, CloseReason::Done);
-                return false;
             }
         };
         true
@@ -676,7 +790,8 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
             slot.deadline = None;
             match slot.state {
-                State::Lingering => self.close(index, CloseReason::Done),
+                // A joint idle for its whole idle time ends.
+                State::Lingering | State::Joined => self.close(index, CloseReason::Done),
                 State::Closing => {}
                 State::Reading | State::Draining => {
                     let next = self.call(index, true);

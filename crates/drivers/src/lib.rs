@@ -56,6 +56,7 @@ mod listener;
 mod percore;
 pub mod prefork;
 pub mod signals;
+mod splice;
 mod sys;
 mod threads;
 mod upstream;

@@ -61,6 +61,8 @@ pub struct UpstreamPort {
     pub(crate) notify: bool,
     /// A connect that failed before any socket existed, reported within the same call.
     failed_now: Option<io::ErrorKind>,
+    /// The handler asked to join the connections, ending when idle this long.
+    pub(crate) join_request: Option<Duration>,
 }
 
 /// One attached upstream connection.
@@ -106,6 +108,18 @@ impl UpstreamPort {
         if self.conn.is_some() || matches!(self.request, Some(Request::Connect { .. })) {
             self.request = Some(Request::Release { reuse });
         }
+    }
+
+    /// Joins the client connection and the connected upstream for good, after the call:
+    /// bytes queued on either side are sent first, then everything either side sends goes to
+    /// the other through kernel pipes (splice), each end of stream is passed on, and the
+    /// connection closes when both directions have ended, either side fails, or nothing
+    /// moves for `idle`. The handler is not called again for the connection except
+    /// [`crate::Handler::on_close`]; unconsumed client input goes to the upstream and
+    /// unconsumed upstream input to the client. Without a connected upstream the connection
+    /// is aborted.
+    pub fn join(&mut self, idle: Duration) {
+        self.join_request = Some(idle);
     }
 
     /// Where the upstream stands.

@@ -948,3 +948,156 @@ fn clients_beyond_the_pool_wait_for_a_thread() {
     third.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"third\n");
 }
+
+// ---------------------------------------------------------------------------
+// Joined connections: client and upstream spliced together in the kernel.
+
+/// Connects upstream on the first input and joins the two; counts calls after the join.
+struct Joiner {
+    upstream: UpstreamAddr,
+    idle: Duration,
+    calls_after_join: Arc<AtomicUsize>,
+    log: Arc<Log>,
+}
+
+#[derive(Default)]
+struct JoinerConn {
+    joined: bool,
+}
+
+impl Handler for Joiner {
+    type Conn = JoinerConn;
+
+    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) -> JoinerConn {
+        JoinerConn::default()
+    }
+
+    fn on_ready(&mut self, conn: &mut JoinerConn, io: &mut Io<'_>) -> Next {
+        if conn.joined {
+            self.calls_after_join.fetch_add(1, Ordering::SeqCst);
+            return Next::Read;
+        }
+        match io.upstream.state() {
+            UpstreamState::None if !io.input.is_empty() => {
+                io.upstream.connect(7, self.upstream.clone());
+                Next::Read
+            }
+            UpstreamState::Connected => {
+                // Everything the client sent so far is still unconsumed: the join passes
+                // it on.
+                io.upstream.join(self.idle);
+                conn.joined = true;
+                Next::Read
+            }
+            UpstreamState::Failed(_) => Next::Abort,
+            _ => Next::Read,
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut JoinerConn, _io: &mut Io<'_>) -> Next {
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: JoinerConn, reason: CloseReason) {
+        self.log.closes.lock().unwrap().push(reason);
+    }
+}
+
+fn joiner_server(
+    model: Model,
+    upstream: UpstreamAddr,
+    idle: Duration,
+) -> (Server, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler_calls = calls.clone();
+    let server = Server::start(model, DriverConfig::default(), move |_, log| Joiner {
+        upstream: upstream.clone(),
+        idle,
+        calls_after_join: handler_calls.clone(),
+        log,
+    });
+    (server, calls)
+}
+
+for_each_upstream_model!(
+    a_joined_connection_carries_both_directions_to_the_end,
+    |model| {
+        let upper = upper_server();
+        let (server, calls) = joiner_server(model, UpstreamAddr::Tcp(upper.addr), IO_TIMEOUT);
+        let conn = server.connect();
+        let mut writer = conn.try_clone().unwrap();
+        // Sent before the join: passed on by it.
+        writer.write_all(b"first line\n").unwrap();
+        let mut reader = BufReader::new(conn);
+        let mut answer = String::new();
+        reader.read_line(&mut answer).unwrap();
+        assert_eq!(answer, "FIRST LINE\n");
+        // Megabytes each way, written while the answers are read.
+        let lines = 40_000;
+        let sender = thread::spawn(move || {
+            for i in 0..lines {
+                writer
+                    .write_all(format!("line {i} of a joined connection\n").as_bytes())
+                    .unwrap();
+            }
+            writer.shutdown(Shutdown::Write).unwrap();
+        });
+        for i in 0..lines {
+            answer.clear();
+            reader.read_line(&mut answer).unwrap();
+            assert_eq!(answer, format!("LINE {i} OF A JOINED CONNECTION\n"));
+        }
+        sender.join().unwrap();
+        // The client's end of stream reached the backend, whose end came back.
+        answer.clear();
+        assert_eq!(reader.read_line(&mut answer).unwrap(), 0);
+        assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "the handler saw joined bytes"
+        );
+    }
+);
+
+for_each_upstream_model!(an_idle_joint_ends, |model| {
+    let upper = upper_server();
+    let (server, _) = joiner_server(
+        model,
+        UpstreamAddr::Tcp(upper.addr),
+        Duration::from_millis(300),
+    );
+    let mut conn = server.connect();
+    conn.write_all(b"ping\n").unwrap();
+    let started = Instant::now();
+    let (got, _) = read_to_end(&mut conn);
+    assert_eq!(got, b"PING\n");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+});
+
+for_each_upstream_model!(a_joint_whose_backend_vanishes_closes_the_client, |model| {
+    // A backend that answers one line and then resets the connection.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        writer.write_all(b"bye\n").unwrap();
+        drop(writer);
+    });
+    let (server, _) = joiner_server(model, UpstreamAddr::Tcp(addr), IO_TIMEOUT);
+    let mut conn = server.connect();
+    conn.write_all(b"hello\n").unwrap();
+    let started = Instant::now();
+    let (got, _) = read_to_end(&mut conn);
+    assert_eq!(got, b"bye\n");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    server.log.wait_closes(1);
+});
