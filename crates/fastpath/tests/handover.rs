@@ -604,3 +604,70 @@ httptest!(an_index_file_a_route_claims_goes_to_the_backend, |model| {
     // A directory whose only index is static is served statically.
     srv.get("/").assert_ok(200, "static index\n");
 });
+
+/// After a request head, answers 101 and then echoes every byte until the client's end, then
+/// ends too: a protocol switch, as WebSocket does.
+fn upgrade_then_echo(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    let Some((line, _)) = read_head(&mut reader) else {
+        return;
+    };
+    log.requests.lock().unwrap().push(line);
+    if writer
+        .write_all(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n",
+        )
+        .is_err()
+    {
+        return;
+    }
+    let _ = std::io::copy(&mut reader, &mut writer);
+    let _ = writer.shutdown(std::net::Shutdown::Write);
+}
+
+httptest!(
+    a_bridge_carries_megabytes_both_ways_until_the_backend_ends,
+    |model| {
+        let backend = Backend::start(upgrade_then_echo);
+        let site = site();
+        let route = "prefix = \"/ws/\"\nmethod = \"bridge\"";
+        let srv = site.serve_config(model, &config(&backend, route, ""));
+        let mut conn = srv.connect();
+        // Bytes right behind the head go along with it.
+        conn.send("GET /ws/echo HTTP/1.1\r\nHost: t\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nearly bytes|");
+        let stream = conn.stream().try_clone().unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let payload: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let sent = payload.clone();
+        let sender = std::thread::spawn(move || {
+            writer.write_all(&sent).unwrap();
+            // Half-close: the answer must still arrive in full.
+            writer.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut received = Vec::new();
+        let mut reader = stream;
+        reader
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        reader.read_to_end(&mut received).unwrap();
+        sender.join().unwrap();
+        let head =
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n";
+        assert!(
+            received.starts_with(head),
+            "{:?}",
+            String::from_utf8_lossy(&received[..80.min(received.len())])
+        );
+        let echoed = &received[head.len()..];
+        assert_eq!(&echoed[..12], b"early bytes|");
+        assert_eq!(echoed.len(), 12 + payload.len());
+        assert!(echoed[12..] == payload[..], "the echoed bytes differ");
+        // Logged once, when handed over; the backend's answer is its own to log.
+        let logged = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("GET /ws/echo"));
+        assert!(
+            logged.as_deref().is_some_and(|l| l.contains("\" - - ")),
+            "{logged:?}"
+        );
+    }
+);

@@ -43,13 +43,16 @@ fn children(parent: u32) -> Vec<u32> {
 /// The inode of the server side of the connection whose client side is `conn`.
 fn server_socket_inode(conn: &Conn) -> u64 {
     let client_port = conn.stream().local_addr().unwrap().port();
+    let server_port = conn.stream().peer_addr().unwrap().port();
+    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
     let table = fs::read_to_string("/proc/net/tcp").unwrap();
     for line in table.lines().skip(1) {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        // local_address rem_address ... inode is the tenth field.
-        let remote_port = fields[2].rsplit(':').next().unwrap();
-        if u16::from_str_radix(remote_port, 16).unwrap() == client_port {
-            return fields[9].parse().unwrap();
+        // local_address rem_address ... inode is the tenth field; closed sockets waiting
+        // out TIME_WAIT with the same ports show inode 0.
+        let inode: u64 = fields[9].parse().unwrap();
+        if port(fields[1]) == server_port && port(fields[2]) == client_port && inode != 0 {
+            return inode;
         }
     }
     panic!("no server socket for client port {client_port}");

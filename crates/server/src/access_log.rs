@@ -114,7 +114,12 @@ impl AccessLogBuffer {
             }
             escape_into(part, buf);
         }
-        let _ = write!(buf, "\" {} ", entry.status);
+        // Status 0: not known here (a bridged connection, whose backend answers unseen).
+        if entry.status == 0 {
+            buf.extend_from_slice(b"\" - ");
+        } else {
+            let _ = write!(buf, "\" {} ", entry.status);
+        }
         if entry.body_bytes == 0 {
             buf.push(b'-');
         } else {

@@ -605,6 +605,22 @@ impl HttpHandler {
         let finished = matches!(progress, Progress::Finished { .. });
         let (status, bytes, next) = match progress {
             Progress::Wait(next) => return Some(next),
+            Progress::Joined => {
+                // Logged as it is handed over, status and size unknown ("-"): what follows is
+                // the backend's to log. The exchange stays in place so that closing the
+                // connection releases its count of backend connections.
+                let entry_line: [&[u8]; 1] = [&exchange.log_line];
+                let (referer, user_agent) = (exchange.referer.clone(), exchange.user_agent.clone());
+                self.log(
+                    conn.peer,
+                    &entry_line,
+                    0,
+                    0,
+                    referer.as_deref(),
+                    user_agent.as_deref(),
+                );
+                return Some(Next::Read);
+            }
             Progress::Finished { close } => (
                 exchange.status,
                 exchange.relayed,

@@ -5,8 +5,11 @@
 //! response head, relays it with hop-by-hop fields replaced, and relays the body by its
 //! framing, so the client connection stays with fastpath and its next request may be
 //! static again; the backend connection goes back to the worker's pool when the response
-//! allowed it. Bridge mode hands the connection over for good: the bytes already read and
-//! everything after them go to the backend, its bytes come back, nothing is parsed again.
+//! allowed it. Bridge mode hands the connection over for good: once the backend connection
+//! is up, the request head goes to it and the driver joins the two connections in the kernel
+//! (splice through pipes, [`UpstreamPort::join`]): the bytes read after the head and
+//! everything after them go to the backend, its bytes come back, and nothing is parsed or
+//! even copied through fastpath again.
 //!
 //! Failures keep their meaning for the client: a backend that refuses or cannot be reached
 //! gives 502, one that does not answer in time 504, one that answers garbage 502; one that
@@ -31,8 +34,6 @@ enum RequestBody {
     None,
     Length(u64),
     Chunked(Box<ChunkedDecoder>),
-    /// Bridge mode: everything, until the client closes.
-    All,
 }
 
 /// Where the response stands.
@@ -45,8 +46,6 @@ enum Response {
         remaining: u64,
         decoder: Option<Box<ChunkedDecoder>>,
     },
-    /// Bridge mode: everything, until the backend closes.
-    Raw,
 }
 
 /// How an exchange ended, or what it waits for.
@@ -59,6 +58,9 @@ pub(crate) enum Progress {
     Failed(u16),
     /// A response was partly relayed and cannot be completed: drop the client connection.
     Broken,
+    /// Bridge mode: the connection is joined with the backend's in the kernel and no longer
+    /// the handler's.
+    Joined,
 }
 
 /// One request relayed to a backend.
@@ -149,14 +151,12 @@ impl Exchange {
             return Err((503, parser));
         };
         let connect_deadline = now + state.config().connect_timeout;
-        let body = if start.bridge {
-            RequestBody::All
-        } else {
-            match start.framing {
-                BodyFraming::None => RequestBody::None,
-                BodyFraming::Length(n) => RequestBody::Length(n),
-                BodyFraming::Chunked => RequestBody::Chunked(Box::new(ChunkedDecoder::new())),
-            }
+        // A bridge passes the body on with everything else when it joins.
+        let body = match start.framing {
+            _ if start.bridge => RequestBody::None,
+            BodyFraming::None => RequestBody::None,
+            BodyFraming::Length(n) => RequestBody::Length(n),
+            BodyFraming::Chunked => RequestBody::Chunked(Box::new(ChunkedDecoder::new())),
         };
         let mut exchange = Exchange {
             backend: start.backend,
@@ -165,11 +165,7 @@ impl Exchange {
             staged: start.staged,
             body,
             parser,
-            response: if start.bridge {
-                Response::Raw
-            } else {
-                Response::AwaitingHead
-            },
+            response: Response::AwaitingHead,
             client_version: start.client_version,
             head_request: start.head_request,
             client_close: start.client_close,
@@ -292,6 +288,16 @@ impl Exchange {
                 let staged = std::mem::take(&mut self.staged);
                 out.write_with(io.pool, |b| b.extend_from_slice(&staged));
             }
+            if self.bridge {
+                // From here on the kernel moves the bytes (splice through pipes); what the
+                // client sent after the head is passed on by the join. The joint ends when
+                // the backend's end reaches the client, or after the response timeout
+                // without a byte either way.
+                // The backend connection stays counted until the client connection closes.
+                io.upstream
+                    .join(backends[self.backend].config().response_timeout);
+                return Progress::Joined;
+            }
             if out.pending() < RELAY_HIGH_WATER {
                 if let Err(status) = forward_body(&mut self.body, io.input, out, io.pool) {
                     self.release(backends, io);
@@ -310,28 +316,6 @@ impl Exchange {
                 return Progress::Failed(502);
             };
             match &mut self.response {
-                Response::Raw => {
-                    let n = input.len();
-                    if n > 0 {
-                        let data = input.data();
-                        io.output.write_with(io.pool, |b| b.extend_from_slice(data));
-                        input.consume(n);
-                        self.relayed += n as u64;
-                        self.status = self.status.max(1);
-                    }
-                    if ended {
-                        self.release(backends, io);
-                        return Progress::Finished { close: true };
-                    }
-                    if io.eof {
-                        // The client is gone or done: a bridge ends with either side.
-                        self.release(backends, io);
-                        return Progress::Finished { close: true };
-                    }
-                    // A bridge idle for the response timeout in both directions ends.
-                    *io.deadline = Some(io.now + backends[self.backend].config().response_timeout);
-                    return Progress::Wait(Next::Read);
-                }
                 Response::AwaitingHead => {
                     let head = match self.parser.parse(input.data(), self.head_request) {
                         Ok(Some(head)) => head,
@@ -475,14 +459,6 @@ fn forward_body(
 ) -> Result<(), u16> {
     match body {
         RequestBody::None => {}
-        RequestBody::All => {
-            let n = input.len();
-            if n > 0 {
-                let data = input.data();
-                out.write_with(pool, |b| b.extend_from_slice(data));
-                input.consume(n);
-            }
-        }
         RequestBody::Length(remaining) => {
             let n = (*remaining).min(input.len() as u64) as usize;
             if n > 0 {

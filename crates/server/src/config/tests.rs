@@ -387,7 +387,7 @@ fn unknown_top_level_key() {
     assert!(m.contains("unknown key `wrokers` at the top level"), "{m}");
     assert!(m.contains("did you mean `workers`?"), "{m}");
     assert!(
-        m.contains("allowed keys: listen, workers, model, root"),
+        m.contains("allowed keys: listen, workers, model, prefork, threads, percore, root"),
         "{m}"
     );
 }
@@ -752,7 +752,7 @@ fn index_entries_are_plain_file_names() {
 #[test]
 fn several_errors_all_reported_in_order() {
     let text = r#"workers = "many"
-model = "threads"
+model = "fibers"
 colour = "blue"
 
 [limits]
