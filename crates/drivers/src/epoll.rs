@@ -688,6 +688,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// is done, the connection closes like any other (its late input discarded for the linger
     /// time, so the answer is not reset away): true then, to drive it on.
     fn pump(&mut self, index: usize) -> bool {
+        let epoll = self.epoll_fd();
         let slot = self.slots[index].as_mut().expect("live slot");
         let (Some(joint), Some(up)) = (slot.joint.as_mut(), slot.upstream.attached()) else {
             self.close(index, CloseReason::Error);
@@ -726,7 +727,9 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
                 if pumped.finished {
                     slot.joint = None;
-                    slot.upstream.close(&mut self.pool);
+                    let mut registry = EpollRegistry { epoll, token: 0 };
+                    slot.upstream
+                        .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
                     slot.state = State::Closing;
                     slot.linger = true;
                     return true;
@@ -808,7 +811,12 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         slot.output.clear(&mut self.pool);
-        slot.upstream.close(&mut self.pool);
+        let mut registry = EpollRegistry {
+            epoll: self.epoll_fd(),
+            token: 0,
+        };
+        slot.upstream
+            .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
         let unread = slot.input.len();
         slot.input.consume(unread);
         slot.input.release_if_empty(&mut self.pool);

@@ -6,8 +6,13 @@
 //! (back to the worker's keep-alive pool, or closed); the driver carries the request out
 //! after the call, does the socket I/O, and calls the handler again whenever something
 //! happened upstream: connected, failed, bytes arrived, the output drained, the end came.
-//! Idle upstream connections are kept per pool key and reused, after a check that the
-//! backend has not closed them meanwhile.
+//! A connection released for reuse stays parked on its client connection, still registered
+//! with the event loop, so that the client's next request to the same backend takes it back
+//! without a system call (the common case of a keep-alive client whose requests all go to
+//! one backend); an event on a parked connection (the backend closed it or sent something
+//! unasked) marks it stale. When the client connection closes or asks for another backend,
+//! the parked connection moves to the worker's pool, kept per pool key and reused after a
+//! check that the backend has not closed it meanwhile.
 
 use std::collections::HashMap;
 use std::io;
@@ -77,6 +82,8 @@ pub(crate) struct Upstream {
     pub(crate) hangup: bool,
     /// The output was non-empty at the last look (so draining it is news).
     had_output: bool,
+    /// Released for reuse at this time and kept on the client connection.
+    parked: Option<Instant>,
 }
 
 impl UpstreamPort {
@@ -130,6 +137,7 @@ impl UpstreamPort {
         match (&self.conn, &self.request) {
             (_, Some(Request::Connect { .. })) => UpstreamState::Connecting,
             (_, Some(Request::Release { .. })) | (None, None) => UpstreamState::None,
+            (Some(up), None) if up.parked.is_some() => UpstreamState::None,
             (Some(up), None) => up.state,
         }
     }
@@ -147,7 +155,7 @@ impl UpstreamPort {
     /// Bytes received and not consumed (0 without an upstream).
     pub fn pending_input(&self) -> usize {
         match (&self.conn, &self.request) {
-            (Some(up), None) => up.input.len(),
+            (Some(up), None) if up.parked.is_none() => up.input.len(),
             _ => 0,
         }
     }
@@ -155,7 +163,7 @@ impl UpstreamPort {
     /// Bytes queued for the backend and not sent yet.
     pub fn pending_output(&self) -> u64 {
         match (&self.conn, &self.request) {
-            (Some(up), None) => up.output.pending(),
+            (Some(up), None) if up.parked.is_none() => up.output.pending(),
             _ => 0,
         }
     }
@@ -164,7 +172,7 @@ impl UpstreamPort {
         if self.request.is_some() {
             return None;
         }
-        self.conn.as_mut()
+        self.conn.as_mut().filter(|up| up.parked.is_none())
     }
 
     pub(crate) fn attached(&mut self) -> Option<&mut Upstream> {
@@ -287,11 +295,33 @@ impl UpstreamPort {
         match self.request.take() {
             None => false,
             Some(Request::Release { reuse }) => {
-                self.detach(registry, pool, buffers, now, reuse);
+                match self.conn.as_mut() {
+                    Some(up) if reuse && up.clean() => {
+                        if up.parked.is_none() {
+                            up.parked = Some(now);
+                        }
+                    }
+                    _ => self.detach(registry, pool, buffers, now, reuse),
+                }
                 false
             }
             Some(Request::Connect { key, addr }) => {
-                self.detach(registry, pool, buffers, now, false);
+                if let Some(up) = self.conn.as_mut() {
+                    let fresh = up
+                        .parked
+                        .is_some_and(|since| now.duration_since(since) < pool.idle_timeout);
+                    if fresh && up.key == key && up.clean() {
+                        // Taken back from the client connection: still registered, no
+                        // system call. Nothing is due to arrive until a request is sent.
+                        up.parked = None;
+                        up.had_output = false;
+                        return true;
+                    }
+                }
+                // A parked connection to another backend goes to the pool; a busy one is
+                // dropped.
+                let parked = self.conn.as_ref().is_some_and(|up| up.parked.is_some());
+                self.detach(registry, pool, buffers, now, parked);
                 let (fd, connected) = match pool.take(key, now) {
                     Some(fd) => (fd, true),
                     None => match start_connect(&addr) {
@@ -316,10 +346,13 @@ impl UpstreamPort {
                     } else {
                         UpstreamState::Connecting
                     },
-                    readable: connected,
+                    // A pooled connection was checked empty: its response will announce itself,
+                    // so reading before the request is sent would only say EAGAIN.
+                    readable: false,
                     writable: connected,
                     hangup: false,
                     had_output: false,
+                    parked: None,
                 });
                 connected
             }
@@ -338,20 +371,27 @@ impl UpstreamPort {
             return;
         };
         registry.deregister(up.fd.as_raw_fd());
-        let clean = up.state == UpstreamState::Connected
-            && up.input.is_empty()
-            && up.output.is_empty()
-            && !up.hangup;
+        let clean = up.clean();
         up.output.clear(buffers);
         up.input.release_if_empty(buffers);
         if reuse && clean {
-            pool.put(up.key, up.fd, now);
+            pool.put(up.key, up.fd, up.parked.unwrap_or(now));
         }
     }
 
-    /// Drops the upstream with the client connection.
-    pub(crate) fn close(&mut self, buffers: &mut BufferPool) {
+    /// Drops the upstream with the client connection; a parked one goes to the pool.
+    pub(crate) fn close(
+        &mut self,
+        registry: &mut dyn Registry,
+        pool: &mut UpstreamPool,
+        buffers: &mut BufferPool,
+        now: Instant,
+    ) {
         self.request = None;
+        if self.conn.as_ref().is_some_and(|up| up.parked.is_some()) {
+            self.detach(registry, pool, buffers, now, true);
+            return;
+        }
         if let Some(mut up) = self.conn.take() {
             up.output.clear(buffers);
             let unread = up.input.len();
@@ -366,9 +406,23 @@ impl UpstreamPort {
 pub(crate) const MAX_UPSTREAM_INPUT: usize = 64 * 1024;
 
 impl Upstream {
+    /// Connected, with nothing unread, unsent or unasked: fit to carry another request.
+    fn clean(&self) -> bool {
+        self.state == UpstreamState::Connected
+            && self.input.is_empty()
+            && self.output.is_empty()
+            && !self.hangup
+            // On a parked connection, readiness means the backend sent or closed something.
+            && !(self.parked.is_some() && self.readable)
+    }
+
     /// Moves bytes for an attached upstream: finishes a connect, sends queued output, reads
     /// what arrived. Returns true when something happened that the handler should see.
     pub(crate) fn service(&mut self, buffers: &mut BufferPool) -> bool {
+        if self.parked.is_some() {
+            // Its events only mark it stale (see `clean`); nothing is read here.
+            return false;
+        }
         let fd = self.fd.as_raw_fd();
         let mut news = false;
         if self.state == UpstreamState::Connecting {
