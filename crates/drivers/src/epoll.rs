@@ -506,6 +506,20 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
             let mut upstream_news = std::mem::take(&mut slot.upstream.notify);
             if let Some(up) = slot.upstream.attached() {
+                if up.to_client.is_some() || up.to_upstream.is_some() {
+                    let pumped = up.pump_splices(
+                        Side {
+                            fd,
+                            readable: &mut slot.readable,
+                            writable: &mut slot.writable,
+                        },
+                        !slot.output.is_empty(),
+                    );
+                    if let Some(idle) = pumped.moved {
+                        slot.deadline = Some(self.now + idle);
+                    }
+                    upstream_news |= pumped.news;
+                }
                 upstream_news |= up.service(&mut self.pool);
             }
             match slot.state {
@@ -574,7 +588,12 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
                 State::Reading => {
                     let mut got = false;
-                    if slot.readable && !slot.eof {
+                    // A splice to the upstream takes the client's bytes itself.
+                    let splicing = slot
+                        .upstream
+                        .attached()
+                        .is_some_and(|up| up.to_upstream.is_some());
+                    if slot.readable && !slot.eof && !splicing {
                         if slot.input.len() >= self.config.max_input {
                             self.close(index, CloseReason::Error);
                             return;
@@ -641,6 +660,9 @@ impl<'a, H: Handler> Worker<'a, H> {
             .upstream
             .apply(&mut registry, &mut self.upstreams, &mut self.pool, self.now)
         {
+            slot.upstream.notify = true;
+        }
+        if slot.upstream.start_splices() {
             slot.upstream.notify = true;
         }
         if let Some(idle) = slot.upstream.join_request.take() {
@@ -728,8 +750,12 @@ impl<'a, H: Handler> Worker<'a, H> {
                 if pumped.finished {
                     slot.joint = None;
                     let mut registry = EpollRegistry { epoll, token: 0 };
-                    slot.upstream
-                        .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+                    slot.upstream.close(
+                        &mut registry,
+                        &mut self.upstreams,
+                        &mut self.pool,
+                        self.now,
+                    );
                     slot.state = State::Closing;
                     slot.linger = true;
                     return true;

@@ -75,7 +75,7 @@ pub use percore::{allowed_cpus, PercoreConfig};
 pub use prefork::PreforkConfig;
 pub use sys::ignore_sigpipe;
 pub use threads::ThreadsConfig;
-pub use upstream::{UpstreamAddr, UpstreamPort, UpstreamState};
+pub use upstream::{Spliced, UpstreamAddr, UpstreamPort, UpstreamState};
 
 /// How often deadlines are checked and [`Handler::on_tick`] runs.
 pub const TICK: Duration = Duration::from_millis(100);

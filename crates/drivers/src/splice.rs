@@ -46,13 +46,53 @@ impl Pipe {
     }
 }
 
-/// One direction of a joint.
-struct Direction {
+/// One direction: a source, a pipe and a destination.
+pub(crate) struct Direction {
     pipe: Pipe,
-    /// The source has ended.
+    /// Bytes still to take from the source; `None` for everything until its end.
+    limit: Option<u64>,
+    /// The source has ended (or the limit was reached).
     ended: bool,
+    /// Shut the destination's sending side down once everything has moved.
+    shut_on_end: bool,
     /// The destination's sending side has been shut down.
     shut: bool,
+}
+
+impl Direction {
+    /// A direction that moves `limit` bytes (or everything, for `None`) and then, with
+    /// `shut_on_end`, shuts the destination's sending side down.
+    pub(crate) fn new(limit: Option<u64>, shut_on_end: bool) -> io::Result<Direction> {
+        Ok(Direction {
+            pipe: Pipe::new()?,
+            limit,
+            ended: limit == Some(0),
+            shut_on_end,
+            shut: false,
+        })
+    }
+
+    /// Everything has moved: the source ended or gave its `limit`, and the pipe is empty.
+    pub(crate) fn is_done(&self) -> bool {
+        self.ended && self.pipe.len == 0
+    }
+
+    /// The source ended before giving its `limit`.
+    pub(crate) fn fell_short(&self) -> bool {
+        self.ended && self.limit.is_some_and(|n| n > 0)
+    }
+
+    /// Moves what can move from `from` to `to`; true when anything moved. An error says which
+    /// side failed.
+    pub(crate) fn pump(
+        &mut self,
+        from: RawFd,
+        readable: &mut bool,
+        to: RawFd,
+        writable: &mut bool,
+    ) -> Result<bool, Failure> {
+        pump(self, from, readable, to, writable)
+    }
 }
 
 /// Readiness of one socket, as the event loop tracks it.
@@ -90,16 +130,9 @@ pub(crate) struct Joint {
 
 impl Joint {
     pub(crate) fn new(idle: Duration) -> io::Result<Joint> {
-        let direction = || -> io::Result<Direction> {
-            Ok(Direction {
-                pipe: Pipe::new()?,
-                ended: false,
-                shut: false,
-            })
-        };
         Ok(Joint {
-            to_upstream: direction()?,
-            to_client: direction()?,
+            to_upstream: Direction::new(None, true)?,
+            to_client: Direction::new(None, true)?,
             idle,
         })
     }
@@ -148,7 +181,8 @@ impl Joint {
     }
 }
 
-enum Failure {
+/// Which end of a direction failed.
+pub(crate) enum Failure {
     Source(io::Error),
     Destination(io::Error),
 }
@@ -189,7 +223,11 @@ fn pump(
             }
         }
         if !d.ended && *readable && d.pipe.len < d.pipe.capacity {
-            match splice(from, d.pipe.write.as_raw_fd(), d.pipe.capacity - d.pipe.len) {
+            let room = d.pipe.capacity - d.pipe.len;
+            let want = d
+                .limit
+                .map_or(room, |left| room.min(left.min(usize::MAX as u64) as usize));
+            match splice(from, d.pipe.write.as_raw_fd(), want) {
                 Ok(0) => {
                     d.ended = true;
                     moved = true;
@@ -197,6 +235,12 @@ fn pump(
                 Ok(n) => {
                     d.pipe.len += n;
                     moved = true;
+                    if let Some(left) = d.limit.as_mut() {
+                        *left -= n as u64;
+                        if *left == 0 {
+                            d.ended = true;
+                        }
+                    }
                 }
                 // Only an empty pipe proves the socket is drained (see the module doc).
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -213,7 +257,7 @@ fn pump(
         }
         moved_any = true;
     }
-    if d.ended && d.pipe.len == 0 && !d.shut {
+    if d.shut_on_end && d.ended && d.pipe.len == 0 && !d.shut {
         d.shut = true;
         // The peer may be gone already; the other direction's errors will say so.
         let _ = syscall!(shutdown(to, libc::SHUT_WR));

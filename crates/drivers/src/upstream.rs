@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
+use crate::splice::{Direction, Failure, Side};
 use crate::sys::{setsockopt_int, syscall};
 
 /// Where an upstream connection goes.
@@ -48,6 +49,27 @@ pub enum UpstreamState {
     Ended,
 }
 
+/// Where a body splice ([`UpstreamPort::splice_to_client`], [`UpstreamPort::splice_to_upstream`])
+/// stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spliced {
+    /// None asked for (or the last one's outcome was taken).
+    None,
+    /// Bytes are still moving.
+    Running,
+    /// Every byte moved.
+    Done,
+    /// It failed: the source ended early (`UnexpectedEof`), a side failed, or no pipe could be
+    /// made.
+    Failed(io::ErrorKind),
+}
+
+/// One body splice under way, and the idle time after which the handler's deadline fires.
+pub(crate) struct BodySplice {
+    pub(crate) direction: Direction,
+    pub(crate) idle: Duration,
+}
+
 /// What the handler asked of the port during a call.
 #[derive(Debug)]
 enum Request {
@@ -68,6 +90,9 @@ pub struct UpstreamPort {
     failed_now: Option<io::ErrorKind>,
     /// The handler asked to join the connections, ending when idle this long.
     pub(crate) join_request: Option<Duration>,
+    /// Body splices asked for during the call: bytes and idle time, towards the client and
+    /// towards the upstream.
+    splice_requests: [Option<(u64, Duration)>; 2],
 }
 
 /// One attached upstream connection.
@@ -84,7 +109,17 @@ pub(crate) struct Upstream {
     had_output: bool,
     /// Released for reuse at this time and kept on the client connection.
     parked: Option<Instant>,
+    /// A body moving from the upstream to the client through a pipe.
+    pub(crate) to_client: Option<Box<BodySplice>>,
+    /// A body moving from the client to the upstream through a pipe.
+    pub(crate) to_upstream: Option<Box<BodySplice>>,
+    /// How the last splice each way ended, until the handler looks.
+    pub(crate) outcomes: [Spliced; 2],
 }
+
+/// Indexes of [`Upstream::outcomes`] and [`UpstreamPort`]'s splice requests.
+pub(crate) const TO_CLIENT: usize = 0;
+pub(crate) const TO_UPSTREAM: usize = 1;
 
 impl UpstreamPort {
     pub(crate) fn new(supported: bool) -> Self {
@@ -127,6 +162,75 @@ impl UpstreamPort {
     /// is aborted.
     pub fn join(&mut self, idle: Duration) {
         self.join_request = Some(idle);
+    }
+
+    /// After the call, moves exactly `len` bytes of the upstream's stream to the client through
+    /// a kernel pipe (splice), after what the client output and the upstream input already
+    /// hold; meanwhile nothing is read from the upstream into [`UpstreamPort::input`]. The
+    /// handler is called again when it is over ([`UpstreamPort::to_client`]). Each time bytes
+    /// move, the connection's deadline is pushed to `idle` from then, so the handler's
+    /// timeout fires only when nothing moved for that long.
+    pub fn splice_to_client(&mut self, len: u64, idle: Duration) {
+        self.splice_requests[TO_CLIENT] = Some((len, idle));
+    }
+
+    /// After the call, moves exactly `len` bytes of the client's stream to the upstream through
+    /// a kernel pipe, after what the upstream output already holds; meanwhile nothing is read
+    /// from the client into the connection's input. As [`UpstreamPort::splice_to_client`]
+    /// otherwise.
+    pub fn splice_to_upstream(&mut self, len: u64, idle: Duration) {
+        self.splice_requests[TO_UPSTREAM] = Some((len, idle));
+    }
+
+    /// Where the splice towards the client stands; a finished one's outcome is shown until
+    /// another splice that way, or until the upstream is released.
+    pub fn to_client(&self) -> Spliced {
+        self.spliced(TO_CLIENT)
+    }
+
+    /// Where the splice towards the upstream stands.
+    pub fn to_upstream(&self) -> Spliced {
+        self.spliced(TO_UPSTREAM)
+    }
+
+    fn spliced(&self, way: usize) -> Spliced {
+        if self.splice_requests[way].is_some() {
+            return Spliced::Running;
+        }
+        self.conn
+            .as_ref()
+            .map_or(Spliced::None, |up| up.outcomes[way])
+    }
+
+    /// Starts the splices the handler asked for during the call; a direction that cannot get
+    /// a pipe fails at once. True when one failed that way (the handler must hear of it).
+    pub(crate) fn start_splices(&mut self) -> bool {
+        let requests = std::mem::take(&mut self.splice_requests);
+        let Some(up) = self.conn.as_mut().filter(|up| up.parked.is_none()) else {
+            return requests.iter().any(Option::is_some);
+        };
+        let mut failed = false;
+        for (way, request) in requests.into_iter().enumerate() {
+            let Some((len, idle)) = request else {
+                continue;
+            };
+            match Direction::new(Some(len), false) {
+                Ok(direction) => {
+                    up.outcomes[way] = Spliced::Running;
+                    let splice = Some(Box::new(BodySplice { direction, idle }));
+                    if way == TO_CLIENT {
+                        up.to_client = splice;
+                    } else {
+                        up.to_upstream = splice;
+                    }
+                }
+                Err(e) => {
+                    up.outcomes[way] = Spliced::Failed(e.kind());
+                    failed = true;
+                }
+            }
+        }
+        failed
     }
 
     /// Where the upstream stands.
@@ -315,6 +419,7 @@ impl UpstreamPort {
                         // system call. Nothing is due to arrive until a request is sent.
                         up.parked = None;
                         up.had_output = false;
+                        up.outcomes = [Spliced::None; 2];
                         return true;
                     }
                 }
@@ -353,6 +458,9 @@ impl UpstreamPort {
                     hangup: false,
                     had_output: false,
                     parked: None,
+                    to_client: None,
+                    to_upstream: None,
+                    outcomes: [Spliced::None; 2],
                 });
                 connected
             }
@@ -401,6 +509,100 @@ impl UpstreamPort {
     }
 }
 
+/// What pumping the body splices of an upstream achieved.
+pub(crate) struct SplicePump {
+    /// Bytes moved: push the deadline to `idle` from now.
+    pub(crate) moved: Option<Duration>,
+    /// A splice finished or failed: the handler must hear of it.
+    pub(crate) news: bool,
+}
+
+impl Upstream {
+    /// Moves body bytes spliced either way, each after what user space still holds for the
+    /// same destination (`client_output_pending` for the client).
+    pub(crate) fn pump_splices(
+        &mut self,
+        client: Side<'_>,
+        client_output_pending: bool,
+    ) -> SplicePump {
+        let mut result = SplicePump {
+            moved: None,
+            news: false,
+        };
+        let fd = self.fd.as_raw_fd();
+        if !client_output_pending {
+            if let Some(splice) = self.to_client.as_mut() {
+                let pumped =
+                    splice
+                        .direction
+                        .pump(fd, &mut self.readable, client.fd, client.writable);
+                if Self::settle(
+                    &mut self.to_client,
+                    &mut self.outcomes[TO_CLIENT],
+                    pumped,
+                    &mut result,
+                ) {
+                    result.news = true;
+                }
+            }
+        }
+        if self.output.is_empty() {
+            if let Some(splice) = self.to_upstream.as_mut() {
+                let pumped =
+                    splice
+                        .direction
+                        .pump(client.fd, client.readable, fd, &mut self.writable);
+                if Self::settle(
+                    &mut self.to_upstream,
+                    &mut self.outcomes[TO_UPSTREAM],
+                    pumped,
+                    &mut result,
+                ) {
+                    result.news = true;
+                }
+            }
+        }
+        result
+    }
+
+    /// Records a pump's result; true when the splice is over (done or failed).
+    fn settle(
+        slot: &mut Option<Box<BodySplice>>,
+        outcome: &mut Spliced,
+        pumped: Result<bool, Failure>,
+        result: &mut SplicePump,
+    ) -> bool {
+        let Some(splice) = slot.as_ref() else {
+            return false;
+        };
+        let over = match pumped {
+            Ok(moved) => {
+                if moved {
+                    result.moved = Some(splice.idle);
+                }
+                if splice.direction.is_done() {
+                    *outcome = if splice.direction.fell_short() {
+                        Spliced::Failed(io::ErrorKind::UnexpectedEof)
+                    } else {
+                        Spliced::Done
+                    };
+                    true
+                } else {
+                    false
+                }
+            }
+            Err(Failure::Source(e) | Failure::Destination(e)) => {
+                *outcome = Spliced::Failed(e.kind());
+                true
+            }
+        };
+        if over {
+            *slot = None;
+        }
+        over
+    }
+}
+
 /// Upper bound of unconsumed upstream input before reading pauses (backpressure towards
 /// the backend while the client is slow).
 pub(crate) const MAX_UPSTREAM_INPUT: usize = 64 * 1024;
@@ -408,7 +610,9 @@ pub(crate) const MAX_UPSTREAM_INPUT: usize = 64 * 1024;
 impl Upstream {
     /// Connected, with nothing unread, unsent or unasked: fit to carry another request.
     fn clean(&self) -> bool {
-        self.state == UpstreamState::Connected
+        self.to_client.is_none()
+            && self.to_upstream.is_none()
+            && self.state == UpstreamState::Connected
             && self.input.is_empty()
             && self.output.is_empty()
             && !self.hangup
@@ -464,7 +668,9 @@ impl Upstream {
             self.had_output = false;
             news = true;
         }
+        // A splice to the client takes the upstream's bytes itself.
         while self.state == UpstreamState::Connected
+            && self.to_client.is_none()
             && self.readable
             && self.input.len() < MAX_UPSTREAM_INPUT
         {

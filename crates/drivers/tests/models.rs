@@ -1102,36 +1102,39 @@ for_each_upstream_model!(a_joint_whose_backend_vanishes_closes_the_client, |mode
     server.log.wait_closes(1);
 });
 
-for_each_upstream_model!(a_parked_upstream_the_backend_closed_is_not_reused, |model| {
-    // Answers one line per connection, then closes it (as a backend with a short keep-alive
-    // timeout does).
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            counter.fetch_add(1, Ordering::SeqCst);
-            let mut writer = stream.try_clone().unwrap();
-            let mut line = String::new();
-            if BufReader::new(stream).read_line(&mut line).is_ok() {
-                let _ = writer.write_all(line.to_uppercase().as_bytes());
-                // Closed a moment after the answer: while the relay has it parked.
-                thread::sleep(Duration::from_millis(10));
+for_each_upstream_model!(
+    a_parked_upstream_the_backend_closed_is_not_reused,
+    |model| {
+        // Answers one line per connection, then closes it (as a backend with a short keep-alive
+        // timeout does).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let mut writer = stream.try_clone().unwrap();
+                let mut line = String::new();
+                if BufReader::new(stream).read_line(&mut line).is_ok() {
+                    let _ = writer.write_all(line.to_uppercase().as_bytes());
+                    // Closed a moment after the answer: while the relay has it parked.
+                    thread::sleep(Duration::from_millis(10));
+                }
             }
+        });
+        let server = relay_server(model, UpstreamAddr::Tcp(addr));
+        let mut conn = server.connect();
+        let mut reader = BufReader::new(conn.try_clone().unwrap());
+        for word in ["one", "two", "three"] {
+            conn.write_all(format!("{word}\n").as_bytes()).unwrap();
+            let mut answer = String::new();
+            reader.read_line(&mut answer).unwrap();
+            assert_eq!(answer, format!("{}\n", word.to_uppercase()));
+            // Let the backend's close arrive while the connection is parked.
+            thread::sleep(Duration::from_millis(50));
         }
-    });
-    let server = relay_server(model, UpstreamAddr::Tcp(addr));
-    let mut conn = server.connect();
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    for word in ["one", "two", "three"] {
-        conn.write_all(format!("{word}\n").as_bytes()).unwrap();
-        let mut answer = String::new();
-        reader.read_line(&mut answer).unwrap();
-        assert_eq!(answer, format!("{}\n", word.to_uppercase()));
-        // Let the backend's close arrive while the connection is parked.
-        thread::sleep(Duration::from_millis(50));
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
     }
-    assert_eq!(accepted.load(Ordering::SeqCst), 3);
-});
+);

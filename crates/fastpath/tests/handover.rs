@@ -671,3 +671,129 @@ httptest!(
         );
     }
 );
+
+/// The byte at `i` of a large test body.
+fn body_byte(i: usize) -> u8 {
+    (i % 253) as u8
+}
+
+/// `GET /app/big/N` answers N bytes of `body_byte`; `GET /app/cut/N` announces N and sends
+/// half, then closes; any request with a body is answered with its length and a checksum.
+fn bulk(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some((line, headers)) = read_head(&mut reader) {
+        log.requests.lock().unwrap().push(line.clone());
+        let target = line.split(' ').nth(1).unwrap_or_default().to_string();
+        if let Some(n) = target.strip_prefix("/app/big/") {
+            let n: usize = n.parse().unwrap();
+            let body: Vec<u8> = (0..n).map(body_byte).collect();
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+            if writer.write_all(head.as_bytes()).is_err() || writer.write_all(&body).is_err() {
+                return;
+            }
+            continue;
+        }
+        if let Some(n) = target.strip_prefix("/app/cut/") {
+            let n: usize = n.parse().unwrap();
+            let body: Vec<u8> = (0..n / 2).map(body_byte).collect();
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+            let _ = writer.write_all(head.as_bytes());
+            let _ = writer.write_all(&body);
+            return;
+        }
+        let body = read_body(&mut reader, &headers);
+        let wrong = body
+            .iter()
+            .enumerate()
+            .filter(|(i, b)| **b != body_byte(*i))
+            .count();
+        let answer = format!("got {} bytes, {wrong} wrong\n", body.len());
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+            answer.len()
+        );
+        if writer.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+httptest!(large_bodies_cross_the_proxy_intact_both_ways, |model| {
+    let backend = Backend::start(bulk);
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    let mut conn = srv.connect();
+    // Downloads, small and large, on one kept-alive connection.
+    for n in [1000, 3 << 20, 70_000, 5 << 20] {
+        let r = conn.exchange(req("GET", &format!("/app/big/{n}"), &[]));
+        r.assert_status(200);
+        assert_eq!(r.body.len(), n);
+        let wrong = r
+            .body
+            .iter()
+            .enumerate()
+            .filter(|(i, b)| **b != body_byte(*i))
+            .count();
+        assert_eq!(wrong, 0, "{wrong} bytes differ in a body of {n}");
+    }
+    // Uploads, then a static request on the same connection.
+    for n in [2000, 4 << 20] {
+        let body: Vec<u8> = (0..n).map(body_byte).collect();
+        let head = format!("POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: {n}\r\n\r\n");
+        conn.send(head.as_bytes());
+        conn.send(&body);
+        let r = conn.read_response();
+        r.assert_ok(200, format!("got {n} bytes, 0 wrong\n"));
+    }
+    conn.exchange(req("GET", "/page.txt", &[]))
+        .assert_ok(200, "static page\n");
+    // One backend connection carried all of it.
+    assert_eq!(backend.connections(), 1);
+});
+
+httptest!(
+    a_large_body_cut_short_by_the_backend_closes_the_client,
+    |model| {
+        let backend = Backend::start(bulk);
+        let site = site();
+        let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+        let mut conn = srv.connect();
+        let n = 2 << 20;
+        conn.send(req("GET", &format!("/app/cut/{n}"), &[]));
+        // The head and half of the body arrive, then the end: never a complete-looking response.
+        let mut received = Vec::new();
+        let stream = conn.stream().try_clone().unwrap();
+        let _ = (&stream).read_to_end(&mut received);
+        let head_end = received.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(received.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        assert!(received.len() - head_end < n, "the body looks complete");
+        assert_eq!(received.len() - head_end, n / 2);
+    }
+);
+
+httptest!(
+    a_client_that_stops_uploading_does_not_poison_the_backend,
+    |model| {
+        let backend = Backend::start(bulk);
+        let site = site();
+        let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+        {
+            let mut conn = srv.connect();
+            let n = 4 << 20;
+            let head =
+                format!("POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: {n}\r\n\r\n");
+            conn.send(head.as_bytes());
+            let part: Vec<u8> = (0..n / 4).map(body_byte).collect();
+            conn.send(&part);
+            // Gone with three quarters unsent.
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        // The next client gets a clean answer (on a new backend connection: the cut one is not
+        // reused).
+        let mut conn = srv.connect();
+        conn.exchange(req("GET", "/app/big/10", &[]))
+            .assert_status(200);
+        assert_eq!(backend.connections(), 2);
+    }
+);

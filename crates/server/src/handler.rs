@@ -288,6 +288,9 @@ impl HttpHandler {
         let head = request.method == "HEAD";
         let mut close =
             !request.keep_alive || served + 1 >= self.settings.max_requests_per_connection;
+        // A body relayed to a backend is neither discarded nor refused, so only the request
+        // decides whether a relayed exchange closes the connection.
+        let relay_close = close;
         // A body we do not want is read and dropped, unless it is too large or the client
         // waits for 100 Continue before sending it: then the connection closes after the reply.
         let body_pending = !matches!(request.framing, BodyFraming::None | BodyFraming::Length(0));
@@ -308,7 +311,15 @@ impl HttpHandler {
         let (output, pool) = (&mut *sink.output, &mut *sink.pool);
         let (status, body_bytes) = match self.route(request) {
             Route::Handover(backend, method) => {
-                match self.hand_over(peer, request, raw_head, backend, method, close, sink) {
+                match self.hand_over(
+                    peer,
+                    request,
+                    raw_head,
+                    backend,
+                    method,
+                    (close, relay_close),
+                    sink,
+                ) {
                     HandOver::Started(exchange) => {
                         // Logged when the exchange ends; the body goes to the backend.
                         return Outcome {
@@ -472,7 +483,7 @@ impl HttpHandler {
         raw_head: &[u8],
         backend: usize,
         method: HandoverMethod,
-        close: bool,
+        (close, relay_close): (bool, bool),
         sink: &mut Sink<'_>,
     ) -> HandOver {
         let version = request.version;
@@ -569,7 +580,7 @@ impl HttpHandler {
             framing: request.framing,
             client_version: version,
             head_request: head,
-            client_close: close,
+            client_close: relay_close,
             log_line,
             referer: request.header("referer"),
             user_agent: request.header("user-agent"),

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use fastpath_content::handover::{cache_lifetime, vary_accept_encoding, BackendState};
 use fastpath_drivers::{
-    BufferPool, Input, Io, Next, Output, UpstreamAddr, UpstreamPort, UpstreamState,
+    BufferPool, Input, Io, Next, Output, Spliced, UpstreamAddr, UpstreamPort, UpstreamState,
 };
 use fastpath_http::{
     BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser, Version,
@@ -28,11 +28,17 @@ use fastpath_http::{
 
 /// Client output queued past which relaying from the backend pauses.
 const RELAY_HIGH_WATER: u64 = 256 * 1024;
+/// Bodies (of requests and responses framed by length) with at least this much left to move
+/// go through a kernel pipe (splice) instead of user space. Below it, a pipe's extra system
+/// calls cost more than copying the bytes.
+const SPLICE_MIN_BODY: u64 = 64 * 1024;
 
 /// Bytes of the request body still to forward to the backend.
 enum RequestBody {
     None,
     Length(u64),
+    /// The rest is being spliced from the client to the backend.
+    Spliced,
     Chunked(Box<ChunkedDecoder>),
 }
 
@@ -82,6 +88,8 @@ pub(crate) struct Exchange {
     pub(crate) status: u16,
     /// Body bytes relayed, for the access log.
     pub(crate) relayed: u64,
+    /// Response body bytes being spliced from the backend to the client.
+    splicing: Option<u64>,
     /// The response allows reusing the backend connection.
     reusable: bool,
     /// The address was counted as an open connection in the backend state.
@@ -171,6 +179,7 @@ impl Exchange {
             client_close: start.client_close,
             status: 0,
             relayed: 0,
+            splicing: None,
             reusable: false,
             counted: false,
             connected: false,
@@ -298,10 +307,29 @@ impl Exchange {
                     .join(backends[self.backend].config().response_timeout);
                 return Progress::Joined;
             }
-            if out.pending() < RELAY_HIGH_WATER {
+            if out.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced) {
                 if let Err(status) = forward_body(&mut self.body, io.input, out, io.pool) {
                     self.release(backends, io);
                     return Progress::Failed(status);
+                }
+                if let RequestBody::Length(left) = self.body {
+                    if left >= SPLICE_MIN_BODY && io.input.is_empty() {
+                        let idle = backends[self.backend].config().response_timeout;
+                        io.upstream.splice_to_upstream(left, idle);
+                        self.body = RequestBody::Spliced;
+                    }
+                }
+            }
+        }
+        if let RequestBody::Spliced = self.body {
+            match io.upstream.to_upstream() {
+                Spliced::Running => {}
+                Spliced::Done => self.body = RequestBody::None,
+                // The client stopped sending (or a side failed) in the middle of the body.
+                Spliced::Failed(_) | Spliced::None => {
+                    self.reusable = false;
+                    self.release(backends, io);
+                    return Progress::Broken;
                 }
             }
         }
@@ -312,6 +340,7 @@ impl Exchange {
                 *io.deadline = None;
                 return Progress::Wait(Next::Drain);
             }
+            let to_client = io.upstream.to_client();
             let Some(input) = io.upstream.input() else {
                 return Progress::Failed(502);
             };
@@ -403,25 +432,60 @@ impl Exchange {
                     remaining,
                     decoder,
                 } => {
-                    let capture = self.cache.as_mut().and_then(|c| {
-                        if c.capture.as_ref().is_some_and(|b| b.len() > c.max) {
-                            // Too large to keep: stop copying it.
-                            c.capture = None;
+                    let done = if let Some(len) = self.splicing {
+                        match to_client {
+                            // The driver pushes the deadline on while bytes move.
+                            Spliced::Running => return Progress::Wait(Next::Read),
+                            Spliced::Done => {
+                                self.splicing = None;
+                                self.relayed += len;
+                                *remaining = 0;
+                                true
+                            }
+                            Spliced::Failed(_) | Spliced::None => {
+                                self.splicing = None;
+                                self.reusable = false;
+                                self.release(backends, io);
+                                return Progress::Broken;
+                            }
                         }
-                        c.capture.as_mut()
-                    });
-                    let done = match relay_body(
-                        relay, remaining, decoder, input, io.output, io.pool, capture,
-                    ) {
-                        Ok((moved, done)) => {
-                            self.relayed += moved;
-                            done
+                    } else {
+                        let capture = self.cache.as_mut().and_then(|c| {
+                            if c.capture.as_ref().is_some_and(|b| b.len() > c.max) {
+                                // Too large to keep: stop copying it.
+                                c.capture = None;
+                            }
+                            c.capture.as_mut()
+                        });
+                        let capturing = capture.is_some();
+                        let done = match relay_body(
+                            relay, remaining, decoder, input, io.output, io.pool, capture,
+                        ) {
+                            Ok((moved, done)) => {
+                                self.relayed += moved;
+                                done
+                            }
+                            Err(()) => {
+                                self.reusable = false;
+                                self.release(backends, io);
+                                return Progress::Broken;
+                            }
+                        };
+                        // The rest of a long body framed by length moves through a kernel
+                        // pipe, unless it is being kept for the cache.
+                        if !done
+                            && !capturing
+                            && matches!(relay, BodyRelay::Length(_))
+                            && *remaining >= SPLICE_MIN_BODY
+                            && input.is_empty()
+                        {
+                            let idle = backends[self.backend].config().response_timeout;
+                            io.upstream.splice_to_client(*remaining, idle);
+                            self.splicing = Some(*remaining);
+                            *io.deadline = Some(io.now + idle);
+                            return Progress::Wait(Next::Read);
                         }
-                        Err(()) => {
-                            self.reusable = false;
-                            self.release(backends, io);
-                            return Progress::Broken;
-                        }
+                        done
                     };
                     let until_close = matches!(relay, BodyRelay::UntilClose);
                     if done {
@@ -458,7 +522,7 @@ fn forward_body(
     pool: &mut BufferPool,
 ) -> Result<(), u16> {
     match body {
-        RequestBody::None => {}
+        RequestBody::None | RequestBody::Spliced => {}
         RequestBody::Length(remaining) => {
             let n = (*remaining).min(input.len() as u64) as usize;
             if n > 0 {
