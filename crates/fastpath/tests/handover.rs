@@ -196,6 +196,8 @@ httptest!(prefix_route_proxies_and_static_stays_static, |model| {
     assert!(text.starts_with("GET /app/hello?x=1 HTTP/1.1\n"), "{text}");
     assert!(text.contains("x-forwarded-for: 127.0.0.1\n"), "{text}");
     assert!(text.contains("x-forwarded-proto: http\n"), "{text}");
+    // RFC 9110 §7.6.3: the gateway names itself in Via.
+    assert!(text.contains("via: 1.1 fastpath\n"), "{text}");
     assert!(
         text.contains("forwarded: for=127.0.0.1;proto=http\n"),
         "{text}"

@@ -82,6 +82,8 @@ pub struct ForwardOptions<'a> {
 ///   client's Transfer-Encoding codings, since the body bytes are relayed as
 ///   received. Nothing for a request without a body.
 /// - `Connection: keep-alive`: backend connections are reused.
+/// - `Via: 1.1 fastpath` (or `1.0` for an HTTP/1.0 client) after any Via the client sent,
+///   as RFC 9110 §7.6.3 requires of a gateway.
 /// - The forwarding fields when `opts.forwarded` is set, then the blank line.
 ///
 /// Expect is passed on for HTTP/1.1 clients, so a backend may answer 100
@@ -142,6 +144,17 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
         ),
     }
     write_header("Connection", b"keep-alive", out);
+    // RFC 9110 §7.6.3: a gateway MUST add Via to each request it forwards, naming the
+    // protocol it received; the pseudonym stands for this hop. The client's own Via fields
+    // went before it, in order, so the list reads from the client on.
+    write_header(
+        "Via",
+        match req.version {
+            Version::Http10 => b"1.0 fastpath",
+            Version::Http11 => b"1.1 fastpath",
+        },
+        out,
+    );
 
     if opts.forwarded {
         let client = opts.client.to_canonical();

@@ -74,7 +74,7 @@ fn forwarded_request_basics() {
     );
     assert_eq!(
         out,
-        "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nCookie: c=1\r\nConnection: keep-alive\r\n\r\n"
+        "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nCookie: c=1\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
     );
 }
 
@@ -88,7 +88,7 @@ fn forwarded_request_drops_hop_by_hop_fields() {
     );
     assert_eq!(
         out,
-        "GET / HTTP/1.1\r\nHost: h\r\nProxy-Authorization: Basic x\r\nX-Kept: k\r\nConnection: keep-alive\r\n\r\n"
+        "GET / HTTP/1.1\r\nHost: h\r\nProxy-Authorization: Basic x\r\nX-Kept: k\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
     );
 }
 
@@ -100,7 +100,7 @@ fn forwarded_request_body_framing() {
     );
     assert_eq!(
         out,
-        "POST /p HTTP/1.1\r\nHost: h\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n"
+        "POST /p HTTP/1.1\r\nHost: h\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
     );
     let out = forward(
         b"PUT /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTrailer: X-Sum\r\nTransfer-Encoding: , chunked\r\n\r\n",
@@ -108,7 +108,7 @@ fn forwarded_request_body_framing() {
     );
     assert_eq!(
         out,
-        "PUT /p HTTP/1.1\r\nHost: h\r\nTrailer: X-Sum\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\n\r\n"
+        "PUT /p HTTP/1.1\r\nHost: h\r\nTrailer: X-Sum\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
     );
     // HTTP/1.0 client, no Host, no body: Host is required in HTTP/1.1.
     let out = forward(
@@ -117,7 +117,7 @@ fn forwarded_request_body_framing() {
     );
     assert_eq!(
         out,
-        "GET / HTTP/1.1\r\nHost: \r\nConnection: keep-alive\r\n\r\n"
+        "GET / HTTP/1.1\r\nHost: \r\nConnection: keep-alive\r\nVia: 1.0 fastpath\r\n\r\n"
     );
 }
 
@@ -143,7 +143,7 @@ fn absolute_form_is_converted() {
     );
     assert_eq!(
         out,
-        "GET /a/b?q=1 HTTP/1.1\r\nHost: Example.com:8080\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n"
+        "GET /a/b?q=1 HTTP/1.1\r\nHost: Example.com:8080\r\nAccept: */*\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
     );
     let out = forward(b"GET https://h?x HTTP/1.1\r\nHost: h\r\n\r\n", &opts(false));
     assert!(out.starts_with("GET /?x HTTP/1.1\r\nHost: h\r\n"), "{out}");
@@ -157,7 +157,7 @@ fn forwarding_fields_are_added() {
     let out = forward(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &opts(true));
     assert_eq!(
         out,
-        "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nX-Forwarded-For: 192.0.2.7\r\n\
+        "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\nX-Forwarded-For: 192.0.2.7\r\n\
          X-Forwarded-Proto: http\r\nForwarded: for=192.0.2.7;proto=http\r\n\r\n"
     );
 }
@@ -172,7 +172,7 @@ fn forwarding_fields_append_to_existing_ones() {
     );
     assert_eq!(
         out,
-        "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nConnection: keep-alive\r\n\
+        "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\
          X-Forwarded-For: 203.0.113.1, 10.0.0.1, 10.0.0.2, 192.0.2.7\r\nX-Forwarded-Proto: http\r\n\
          Forwarded: for=203.0.113.1, for=192.0.2.7;proto=http\r\n\r\n"
     );
@@ -180,7 +180,7 @@ fn forwarding_fields_append_to_existing_ones() {
     let req = b"GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\n\r\n";
     assert_eq!(
         forward(req, &opts(false)),
-        "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\n\r\n"
+        "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
     );
     // A forwarding field the client declared hop-by-hop is not appended to.
     let out = forward(
@@ -239,7 +239,7 @@ fn host_override() {
     let out = forward(b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n", &o);
     assert_eq!(
         out,
-        "GET / HTTP/1.1\r\nHost: backend:8080\r\nConnection: keep-alive\r\nX-Forwarded-For: 192.0.2.7\r\n\
+        "GET / HTTP/1.1\r\nHost: backend:8080\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\nX-Forwarded-For: 192.0.2.7\r\n\
          X-Forwarded-Proto: http\r\nX-Forwarded-Host: example.com\r\n\
          Forwarded: for=192.0.2.7;proto=http;host=example.com\r\n\r\n"
     );
@@ -270,7 +270,7 @@ fn caller_text_cannot_inject_lines() {
     let out = forward(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &o);
     assert!(!out.contains("\r\nX-Evil"), "{out}");
     assert!(out.contains(";proto=\"ht  tp\""), "{out}");
-    assert_eq!(out.matches("\r\n").count(), 8, "{out}");
+    assert_eq!(out.matches("\r\n").count(), 9, "{out}");
 }
 
 #[test]

@@ -401,7 +401,13 @@ fn check_forwarding(data: &[u8]) {
         }
 
         let own = |n: &str| {
-            let mut fields = vec!["host", "content-length", "transfer-encoding", "connection"];
+            let mut fields = vec![
+                "host",
+                "content-length",
+                "transfer-encoding",
+                "connection",
+                "via",
+            ];
             if req.version == Version::Http10 {
                 fields.push("expect");
             }
@@ -421,6 +427,18 @@ fn check_forwarding(data: &[u8]) {
             .filter(|(n, _)| !own(n) && !is_hop_by_hop(n, connection.iter().copied()))
             .collect();
         assert_eq!(copied, kept, "end-to-end fields not forwarded as sent");
+        // Via: the client's, in order, then this hop's.
+        let mut via: Vec<&[u8]> = if is_hop_by_hop("via", connection.iter().copied()) {
+            Vec::new()
+        } else {
+            req.header_values("via").collect()
+        };
+        via.push(match req.version {
+            Version::Http10 => b"1.0 fastpath",
+            Version::Http11 => b"1.1 fastpath",
+        });
+        let sent: Vec<&[u8]> = f.header_values("via").collect();
+        assert_eq!(sent, via, "Via is the client's list and then this hop");
         let conn: Vec<&[u8]> = f.header_values("connection").collect();
         assert_eq!(conn, [b"keep-alive"]);
 
