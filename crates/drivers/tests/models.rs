@@ -589,7 +589,7 @@ for_each_model!(stop_ends_run_and_closes_everything, |model| {
 // ---------------------------------------------------------------------------
 // Upstream connections (the proxy hand-over), on the models that run them.
 
-use fastpath_drivers::{UpstreamAddr, UpstreamState};
+use fastpath_drivers::{Spliced, UpstreamAddr, UpstreamState};
 
 /// A line server upstream: answers each line upper-cased, counts connections.
 struct UpperServer {
@@ -1138,3 +1138,175 @@ for_each_upstream_model!(
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
     }
 );
+
+// ---------------------------------------------------------------------------
+// Body splices: a counted stretch of one side's stream moved to the other in the kernel.
+
+/// Serves `N\n` with N pattern bytes, and `up N\n` followed by N bytes with the count of
+/// pattern bytes that were right.
+fn bytes_server() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                    if let Some(n) = line.trim().strip_prefix("up ") {
+                        let mut body = vec![0u8; n.parse().unwrap()];
+                        reader.read_exact(&mut body).unwrap();
+                        let right = body
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, b)| **b == pattern(*i))
+                            .count();
+                        writer.write_all(format!("{right}\n").as_bytes()).unwrap();
+                    } else {
+                        let n: usize = line.trim().parse().unwrap();
+                        let body: Vec<u8> = (0..n).map(pattern).collect();
+                        writer.write_all(&body).unwrap();
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Relays one command line to the bytes server and splices the counted bytes: a download's
+/// body to the client, an upload's body to the server.
+struct Splicer {
+    upstream: UpstreamAddr,
+}
+
+#[derive(Default)]
+struct SplicerConn {
+    /// The command sent upstream, and the length to splice.
+    command: Option<(Vec<u8>, u64, bool)>,
+    started: bool,
+}
+
+impl Handler for Splicer {
+    type Conn = SplicerConn;
+
+    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) -> SplicerConn {
+        SplicerConn::default()
+    }
+
+    fn on_ready(&mut self, conn: &mut SplicerConn, io: &mut Io<'_>) -> Next {
+        let idle = Duration::from_secs(5);
+        match io.upstream.state() {
+            UpstreamState::None => {
+                let Some(end) = io.input.data().iter().position(|&b| b == b'\n') else {
+                    return Next::Read;
+                };
+                let line = io.input.data()[..=end].to_vec();
+                io.input.consume(end + 1);
+                let text = String::from_utf8_lossy(&line).trim().to_string();
+                let (n, up) = match text.strip_prefix("up ") {
+                    Some(n) => (n.parse().unwrap(), true),
+                    None => (text.parse().unwrap(), false),
+                };
+                conn.command = Some((line, n, up));
+                conn.started = false;
+                io.upstream.connect(9, self.upstream.clone());
+                Next::Read
+            }
+            UpstreamState::Connected if !conn.started => {
+                let (line, n, up) = conn.command.clone().unwrap();
+                io.upstream
+                    .output()
+                    .unwrap()
+                    .write_with(io.pool, |b| b.extend_from_slice(&line));
+                if up {
+                    // What already arrived goes through user space; the rest is spliced.
+                    let have = (io.input.len() as u64).min(n);
+                    let data = io.input.data()[..have as usize].to_vec();
+                    io.input.consume(have as usize);
+                    io.upstream
+                        .output()
+                        .unwrap()
+                        .write_with(io.pool, |b| b.extend_from_slice(&data));
+                    io.upstream.splice_to_upstream(n - have, idle);
+                } else {
+                    io.upstream.splice_to_client(n, idle);
+                }
+                conn.started = true;
+                Next::Read
+            }
+            UpstreamState::Connected => {
+                let (_, _, up) = conn.command.clone().unwrap();
+                if up {
+                    match io.upstream.to_upstream() {
+                        Spliced::Running => return Next::Read,
+                        Spliced::Failed(kind) => {
+                            io.write(format!("failed {kind:?}\n").as_bytes());
+                            return Next::Close;
+                        }
+                        _ => {}
+                    }
+                    let input = io.upstream.input().unwrap();
+                    let Some(end) = input.data().iter().position(|&b| b == b'\n') else {
+                        return Next::Read;
+                    };
+                    let answer = input.data()[..=end].to_vec();
+                    input.consume(end + 1);
+                    io.write(&answer);
+                } else {
+                    match io.upstream.to_client() {
+                        Spliced::Running => return Next::Read,
+                        Spliced::Done => io.write(b"done\n"),
+                        other => {
+                            io.write(format!("failed {other:?}\n").as_bytes());
+                            return Next::Close;
+                        }
+                    }
+                }
+                io.upstream.release(true);
+                conn.command = None;
+                Next::Read
+            }
+            UpstreamState::Failed(_) | UpstreamState::Ended => {
+                io.write(b"upstream gone\n");
+                Next::Close
+            }
+            UpstreamState::Connecting => Next::Read,
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut SplicerConn, _io: &mut Io<'_>) -> Next {
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: SplicerConn, _reason: CloseReason) {}
+}
+
+for_each_upstream_model!(body_splices_move_counted_bytes_both_ways, |model| {
+    let upstream = UpstreamAddr::Tcp(bytes_server());
+    let server = Server::start(model, DriverConfig::default(), move |_, _| Splicer {
+        upstream: upstream.clone(),
+    });
+    let mut conn = server.connect();
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    for n in [5usize << 20, 10, 300_000] {
+        conn.write_all(format!("{n}\n").as_bytes()).unwrap();
+        let mut body = vec![0u8; n];
+        reader.read_exact(&mut body).unwrap();
+        assert!(body.iter().enumerate().all(|(i, b)| *b == pattern(i)));
+        let mut done = String::new();
+        reader.read_line(&mut done).unwrap();
+        assert_eq!(done, "done\n", "after {n} bytes");
+    }
+    for n in [3usize << 20, 1] {
+        let body: Vec<u8> = (0..n).map(pattern).collect();
+        conn.write_all(format!("up {n}\n").as_bytes()).unwrap();
+        conn.write_all(&body).unwrap();
+        let mut answer = String::new();
+        reader.read_line(&mut answer).unwrap();
+        assert_eq!(answer, format!("{n}\n"));
+    }
+});
