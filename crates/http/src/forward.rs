@@ -39,10 +39,54 @@ const HOP_BY_HOP: [&str; 6] = [
 /// Trailer, Proxy-Authenticate and Proxy-Authorization are end-to-end here;
 /// see the module source for why.
 pub fn is_hop_by_hop<'v>(name: &str, connection: impl IntoIterator<Item = &'v [u8]>) -> bool {
-    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
-        || connection
-            .into_iter()
-            .any(|v| list_elements(v).any(|t| t.eq_ignore_ascii_case(name.as_bytes())))
+    HopByHop::new(connection).contains(name)
+}
+
+/// Connection options kept inline; a message naming more spills to the heap.
+const INLINE_OPTIONS: usize = 8;
+
+/// The hop-by-hop field names of one message, worked out once: the fixed ones and the
+/// options its Connection fields name. Checking every field of a message against the
+/// Connection values directly would parse those values once per field.
+pub struct HopByHop<'m> {
+    inline: [&'m [u8]; INLINE_OPTIONS],
+    len: usize,
+    spilled: Vec<&'m [u8]>,
+}
+
+impl<'m> HopByHop<'m> {
+    /// Collects the options of `connection`, the values of the message's Connection fields.
+    pub fn new(connection: impl IntoIterator<Item = &'m [u8]>) -> Self {
+        let mut set = HopByHop {
+            inline: [&[]; INLINE_OPTIONS],
+            len: 0,
+            spilled: Vec::new(),
+        };
+        for value in connection {
+            for option in list_elements(value) {
+                if set.len < INLINE_OPTIONS {
+                    set.inline[set.len] = option;
+                    set.len += 1;
+                } else {
+                    set.spilled.push(option);
+                }
+            }
+        }
+        set
+    }
+
+    /// Whether the field `name` is hop-by-hop in this message.
+    pub fn contains(&self, name: &str) -> bool {
+        let fixed = match name.len() {
+            2 | 7 | 10 | 16 | 17 => HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h)),
+            _ => false,
+        };
+        fixed
+            || self.inline[..self.len]
+                .iter()
+                .chain(&self.spilled)
+                .any(|option| option.eq_ignore_ascii_case(name.as_bytes()))
+    }
 }
 
 /// What [`write_forwarded_request`] needs to know beyond the request.
@@ -120,7 +164,7 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
     let original_host =
         client_host.filter(|c| opts.host.is_some_and(|h| !h.eq_ignore_ascii_case(c)));
 
-    let connection = || req.header_values("connection");
+    let hop_by_hop = HopByHop::new(req.header_values("connection"));
     for (name, value) in req.headers() {
         let managed = name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("content-length")
@@ -128,7 +172,7 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
             // RFC 9110 §10.1.1: an HTTP/1.0 client's expectation is ignored,
             // and sent on as HTTP/1.1 it would be revived.
             || (req.version == Version::Http10 && name.eq_ignore_ascii_case("expect"));
-        if managed || is_hop_by_hop(name, connection()) {
+        if managed || hop_by_hop.contains(name) {
             continue;
         }
         write_header(name, value, out);
@@ -161,13 +205,13 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
         // Existing values are kept unless the client itself declared the
         // field hop-by-hop, in which case it never was meant for us to pass on.
         let start = begin_field("X-Forwarded-For", out);
-        if !is_hop_by_hop("X-Forwarded-For", connection()) {
+        if !hop_by_hop.contains("X-Forwarded-For") {
             for v in req.header_values("x-forwarded-for") {
                 push_element(start, v, out);
             }
         }
         separate(start, out);
-        let _ = write!(out, "{client}");
+        write_ip(client, out);
         end_field(start, out);
 
         write_header("X-Forwarded-Proto", opts.proto.as_bytes(), out);
@@ -176,7 +220,7 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
         }
 
         let start = begin_field("Forwarded", out);
-        if !is_hop_by_hop("Forwarded", connection()) {
+        if !hop_by_hop.contains("Forwarded") {
             // An unterminated quoted-string would swallow the element we
             // append, so such a line is dropped rather than passed on.
             for v in req.header_values("forwarded").filter(|v| quotes_closed(v)) {
@@ -186,8 +230,9 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
         separate(start, out);
         // RFC 7239 §6: an IPv6 node is bracketed, and ':' forces quoting.
         match client {
-            IpAddr::V4(ip) => {
-                let _ = write!(out, "for={ip}");
+            IpAddr::V4(_) => {
+                out.extend_from_slice(b"for=");
+                write_ip(client, out);
             }
             IpAddr::V6(ip) => {
                 let _ = write!(out, "for=\"[{ip}]\"");
@@ -202,6 +247,30 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
         end_field(start, out);
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Writes an address as text; IPv4, the common case, without the formatting machinery,
+/// which costs more than the rest of a forwarded head's fields together.
+fn write_ip(ip: IpAddr, out: &mut Vec<u8>) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                if octet >= 100 {
+                    out.push(b'0' + octet / 100);
+                }
+                if octet >= 10 {
+                    out.push(b'0' + octet / 10 % 10);
+                }
+                out.push(b'0' + octet % 10);
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
 }
 
 /// Fields `forwarded` takes over: the lists it appends to and the single
@@ -267,7 +336,14 @@ pub fn write_relayed_response_head(
     let interim = (100..200).contains(&head.status);
 
     out.extend_from_slice(b"HTTP/1.1 ");
-    let _ = write!(out, "{:03} ", head.status);
+    // Statuses are three digits (the parser accepts nothing else).
+    let status = head.status.min(999);
+    out.extend_from_slice(&[
+        b'0' + (status / 100) as u8,
+        b'0' + (status / 10 % 10) as u8,
+        b'0' + (status % 10) as u8,
+        b' ',
+    ]);
     let reason = if head.reason.is_empty() {
         reason_phrase(head.status)
     } else {
@@ -276,11 +352,11 @@ pub fn write_relayed_response_head(
     out.extend_from_slice(reason.as_bytes());
     out.extend_from_slice(b"\r\n");
 
-    let connection = || head.header_values("connection");
+    let hop_by_hop = HopByHop::new(head.header_values("connection"));
     for (name, value) in head.headers() {
         let managed = name.eq_ignore_ascii_case("content-length")
             || (relay != BodyRelay::Chunked && name.eq_ignore_ascii_case("trailer"));
-        if managed || is_hop_by_hop(name, connection()) {
+        if managed || hop_by_hop.contains(name) {
             continue;
         }
         write_header(name, value, out);

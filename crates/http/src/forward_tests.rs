@@ -454,3 +454,40 @@ fn both_framing_fields_relay_as_chunked_without_length() {
     let (_, how) = relay(resp, true, Version::Http11, false);
     assert_eq!(how, BodyRelay::None);
 }
+
+#[test]
+fn hop_by_hop_options_past_the_inline_ones_still_count() {
+    let values: Vec<u8> = (0..20)
+        .map(|i| format!("X-Opt-{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+        .into_bytes();
+    let set = HopByHop::new([values.as_slice(), b"close, X-Last".as_slice()]);
+    for i in 0..20 {
+        assert!(set.contains(&format!("x-opt-{i}")), "{i}");
+    }
+    assert!(set.contains("X-LAST"));
+    assert!(set.contains("Keep-Alive") && set.contains("te") && set.contains("UPGRADE"));
+    assert!(!set.contains("X-Opt-20") && !set.contains("Accept") && !set.contains("t"));
+}
+
+#[test]
+fn client_addresses_are_written_in_full() {
+    for (ip, text) in [
+        ("0.0.0.0", "0.0.0.0"),
+        ("9.10.99.100", "9.10.99.100"),
+        ("255.255.255.255", "255.255.255.255"),
+        ("192.0.2.7", "192.0.2.7"),
+    ] {
+        let o = ForwardOptions {
+            client: ip.parse().unwrap(),
+            ..opts(true)
+        };
+        let out = forward(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &o);
+        assert!(
+            out.contains(&format!("X-Forwarded-For: {text}\r\n")),
+            "{out}"
+        );
+        assert!(out.contains(&format!("Forwarded: for={text};")), "{out}");
+    }
+}

@@ -73,6 +73,7 @@ pub use encoding::{parse_accept_encoding, AcceptEncoding};
 pub use error::RequestError;
 pub use forward::{
     is_hop_by_hop, write_forwarded_request, write_relayed_response_head, BodyRelay, ForwardOptions,
+    HopByHop,
 };
 pub use limits::{
     Limits, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_REQUEST_LINE,
