@@ -467,7 +467,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             hangup: false,
             linger: false,
             eof: false,
-            upstream: UpstreamPort::new(true),
+            upstream: UpstreamPort::new(true, true),
             joint: None,
         });
         self.drive(index);

@@ -84,6 +84,9 @@ pub struct UpstreamPort {
     request: Option<Request>,
     /// The model can run upstream connections; when false, `connect` fails at once.
     pub(crate) supported: bool,
+    /// The model can splice ([`UpstreamPort::join`] and the body splices); when false, a
+    /// join aborts the connection and a body splice fails at once with `Unsupported`.
+    pub(crate) splicing: bool,
     /// A state change not yet shown to the handler (set by the driver).
     pub(crate) notify: bool,
     /// A connect that failed before any socket existed, reported within the same call.
@@ -122,11 +125,19 @@ pub(crate) const TO_CLIENT: usize = 0;
 pub(crate) const TO_UPSTREAM: usize = 1;
 
 impl UpstreamPort {
-    pub(crate) fn new(supported: bool) -> Self {
+    pub(crate) fn new(supported: bool, splicing: bool) -> Self {
         UpstreamPort {
             supported,
+            splicing,
             ..UpstreamPort::default()
         }
+    }
+
+    /// Whether this model can splice: [`UpstreamPort::join`], [`UpstreamPort::splice_to_client`]
+    /// and [`UpstreamPort::splice_to_upstream`] work. Where it cannot (the io_uring model,
+    /// whose receives take the client's bytes as they arrive), handlers copy instead.
+    pub fn can_splice(&self) -> bool {
+        self.splicing
     }
 
     /// Asks for an upstream connection to `addr`, reusing an idle one kept under `key` if
@@ -214,7 +225,12 @@ impl UpstreamPort {
             let Some((len, idle)) = request else {
                 continue;
             };
-            match Direction::new(Some(len), false) {
+            let made = if self.splicing {
+                Direction::new(Some(len), false)
+            } else {
+                Err(io::ErrorKind::Unsupported.into())
+            };
+            match made {
                 Ok(direction) => {
                     up.outcomes[way] = Spliced::Running;
                     let splice = Some(Box::new(BodySplice { direction, idle }));
@@ -608,6 +624,40 @@ impl Upstream {
 pub(crate) const MAX_UPSTREAM_INPUT: usize = 64 * 1024;
 
 impl Upstream {
+    /// The socket.
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// The connect is under way.
+    pub(crate) fn is_connecting(&self) -> bool {
+        self.state == UpstreamState::Connecting
+    }
+
+    /// For a model that receives through completions: whether a receive should be armed
+    /// (connected, or parked to notice the backend closing, and not holding too much input).
+    pub(crate) fn wants_input(&self) -> bool {
+        self.state == UpstreamState::Connected && self.input.len() < MAX_UPSTREAM_INPUT
+    }
+
+    /// Bytes a completion-based model received; returns a spare buffer.
+    pub(crate) fn received(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        self.input.receive(buf)
+    }
+
+    /// The backend ended its stream (a parked connection is then stale).
+    pub(crate) fn received_end(&mut self) {
+        self.hangup = true;
+        if self.state == UpstreamState::Connected {
+            self.state = UpstreamState::Ended;
+        }
+    }
+
+    /// The connection failed.
+    pub(crate) fn failed(&mut self, kind: io::ErrorKind) {
+        self.state = UpstreamState::Failed(kind);
+    }
+
     /// Connected, with nothing unread, unsent or unasked: fit to carry another request.
     fn clean(&self) -> bool {
         self.to_client.is_none()

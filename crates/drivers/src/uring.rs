@@ -27,10 +27,20 @@
 //! completed: it happens once per connection, and an IORING_OP_SHUTDOWN would have to wait
 //! for that completion all the same.
 //!
+//! A connection's upstream (the proxy hand-over) is connected and written to with plain system
+//! calls, which are rare or almost always complete at once, with an IORING_OP_POLL_ADD to wait
+//! for a connect or for room to send; it is received from with a multishot receive into the
+//! same provided buffers, so a proxied exchange costs one system call of its own (the send to
+//! the backend) and its share of the loop's io_uring_enter. An upstream is never handed to
+//! another connection (its receive may still be in flight when it is let go): it is reused by
+//! the client connection that parked it, and closed with it. Joining and splicing are not
+//! offered ([`UpstreamPort::can_splice`] says so): they need the client's bytes left in its
+//! socket, and this model receives them as they arrive.
+//!
 //! Rules that keep the kernel's view of our memory sound:
 //!
-//! - a connection has at most one receive and one send (SENDMSG or POLL_ADD) in flight, each
-//!   counted on its slot; a slot, its descriptor and the memory a send reads are released
+//! - a connection has at most one receive and one send (SENDMSG or POLL_ADD) in flight, and
+//!   its upstream at most one receive and one POLL_ADD, each counted on its slot; a slot, its descriptor and the memory a send reads are released
 //!   only once every operation naming the slot has completed. The slot's generation is part
 //!   of every operation's user_data, so a late cancellation can never hit the slot's next
 //!   connection;
@@ -52,10 +62,12 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN_PEER};
 use crate::sys::{peer_addr, syscall};
-use crate::upstream::UpstreamPort;
+use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 use bufring::BufRing;
 
+/// A parked upstream older than this is not reused (as in the epoll model).
+const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Submission queue size: the requests one wait can carry before an extra enter is needed.
 const SQ_ENTRIES: u32 = 1024;
 /// Completion queue size: room for the multishot completions that pile up between two waits.
@@ -165,6 +177,10 @@ enum Op {
     Poll = 4,
     /// A cancellation request: its own completion carries nothing we need.
     Cancel = 5,
+    /// The multishot receive of a connection's upstream.
+    UpRecv = 6,
+    /// A POLL_ADD waiting for an upstream's connect to finish or for room to send.
+    UpPoll = 7,
 }
 
 /// Bits of a slot's generation carried in user_data.
@@ -182,10 +198,32 @@ fn untoken(user_data: u64) -> (Option<Op>, usize, u32) {
         3 => Some(Op::Send),
         4 => Some(Op::Poll),
         5 => Some(Op::Cancel),
+        6 => Some(Op::UpRecv),
+        7 => Some(Op::UpPoll),
         _ => None,
     };
     let generation = ((user_data >> 32) as u32) & GENERATION_MASK;
     (op, (user_data & 0xffff_ffff) as usize, generation)
+}
+
+/// Slot indexes of upstream operations take 24 bits; the top 8 carry the upstream's epoch,
+/// so a completion of a released upstream's operation is never taken for its successor's.
+const UPSTREAM_INDEX_BITS: u32 = 24;
+
+fn up_token(op: Op, index: usize, generation: u32, epoch: u8) -> u64 {
+    token(
+        op,
+        ((epoch as usize) << UPSTREAM_INDEX_BITS) | index,
+        generation,
+    )
+}
+
+/// Splits the index of an upstream operation's token into slot index and epoch.
+fn up_index(index: usize) -> (usize, u8) {
+    (
+        index & ((1 << UPSTREAM_INDEX_BITS) - 1),
+        (index >> UPSTREAM_INDEX_BITS) as u8,
+    )
 }
 
 fn cancel(user_data: u64) -> squeue::Entry {
@@ -237,8 +275,10 @@ struct Conn<C> {
     eof: bool,
     /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
     linger: bool,
-    /// Upstream connections are not run by this model yet: `connect` fails at once.
+    /// The upstream: connected and written to with plain system calls (rare, and almost always
+    /// complete at once), received from with a multishot receive on the ring.
     upstream: UpstreamPort,
+    up_ops: UpstreamOps,
     recv_armed: bool,
     /// A cancellation of the armed receive has been requested.
     recv_cancelled: bool,
@@ -248,6 +288,54 @@ struct Conn<C> {
     ready_pending: bool,
     /// Listed in `Worker::dirty`.
     dirty: bool,
+}
+
+/// The ring operations of a connection's upstream.
+#[derive(Debug, Default)]
+struct UpstreamOps {
+    recv_armed: bool,
+    recv_cancelled: bool,
+    poll_armed: bool,
+    /// Bumped when the upstream is let go, so the completions of its operations are ignored.
+    epoch: u8,
+}
+
+/// What [`UpstreamPort::apply`] needs from this model: nothing to register (operations are
+/// armed after the call), and letting go cancels the upstream's operations.
+struct UringRegistry<'a> {
+    sqes: &'a mut Vec<squeue::Entry>,
+    ops: &'a mut UpstreamOps,
+    index: usize,
+    generation: u32,
+}
+
+impl Registry for UringRegistry<'_> {
+    fn register(&mut self, _fd: std::os::fd::RawFd) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn deregister(&mut self, _fd: std::os::fd::RawFd) {
+        cancel_upstream_ops(self.sqes, self.ops, self.index, self.generation);
+    }
+}
+
+/// Cancels the upstream's armed operations and starts a new epoch.
+fn cancel_upstream_ops(
+    sqes: &mut Vec<squeue::Entry>,
+    ops: &mut UpstreamOps,
+    index: usize,
+    generation: u32,
+) {
+    if ops.recv_armed && !ops.recv_cancelled {
+        sqes.push(cancel(up_token(Op::UpRecv, index, generation, ops.epoch)));
+    }
+    if ops.poll_armed {
+        sqes.push(cancel(up_token(Op::UpPoll, index, generation, ops.epoch)));
+    }
+    ops.recv_armed = false;
+    ops.recv_cancelled = false;
+    ops.poll_armed = false;
+    ops.epoch = ops.epoch.wrapping_add(1);
 }
 
 /// The msghdr and iovecs of a SENDMSG, boxed so they stay put for the kernel. About 1 KiB, so
@@ -315,6 +403,10 @@ struct Worker<'a, H: Handler> {
     now: Instant,
     accept_pause: AcceptPause,
     stopping: bool,
+    /// Keeps no idle connection: an upstream's receive may still be in flight when it is let
+    /// go, so it is never handed to another connection; reuse happens on the client connection
+    /// that parked it.
+    upstreams: UpstreamPool,
 }
 
 impl<'a, H: Handler> Worker<'a, H> {
@@ -349,6 +441,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             now: Instant::now(),
             accept_pause: AcceptPause::default(),
             stopping: false,
+            upstreams: UpstreamPool::new(UPSTREAM_IDLE_TIMEOUT, 0),
         })
     }
 
@@ -454,6 +547,8 @@ impl<'a, H: Handler> Worker<'a, H> {
             Some(Op::Recv) => self.on_recv(index, generation, result, flags),
             Some(Op::Send) => self.on_send(index, generation, result),
             Some(Op::Poll) => self.on_poll(index, generation, result),
+            Some(Op::UpRecv) => self.on_up_recv(index, generation, result, flags),
+            Some(Op::UpPoll) => self.on_up_poll(index, generation, result),
             Some(Op::Cancel) | None => {}
         }
     }
@@ -576,7 +671,8 @@ impl<'a, H: Handler> Worker<'a, H> {
             send_deadline: None,
             eof: false,
             linger: false,
-            upstream: UpstreamPort::new(false),
+            upstream: UpstreamPort::new(true, false),
+            up_ops: UpstreamOps::default(),
             recv_armed: false,
             recv_cancelled: false,
             sending: Sending::Idle,
@@ -759,6 +855,138 @@ impl<'a, H: Handler> Worker<'a, H> {
         self.mark_dirty(index);
     }
 
+    /// Bytes (or the end, or an error) from a connection's upstream.
+    fn on_up_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
+        let (index, epoch) = up_index(index);
+        let more = cqueue::more(flags);
+        let mut data = None;
+        if let Some(bid) = cqueue::buffer_select(flags) {
+            match self.buffers.take(bid, result.max(0) as usize) {
+                Some(buf) => data = Some((bid, buf)),
+                None => tracing::error!("upstream receive completed with an unknown buffer {bid}"),
+            }
+        }
+        let live = self.op_done(index, generation, !more);
+        let c = match self.slots[index].conn.as_mut() {
+            Some(c) if live && c.up_ops.epoch == epoch => c,
+            _ => {
+                if let Some((bid, buf)) = data {
+                    self.buffers.provide(bid, buf);
+                }
+                return;
+            }
+        };
+        if !more {
+            c.up_ops.recv_armed = false;
+            c.up_ops.recv_cancelled = false;
+        }
+        let Some(up) = c.upstream.attached() else {
+            if let Some((bid, buf)) = data {
+                self.buffers.provide(bid, buf);
+            }
+            return;
+        };
+        if let Some((bid, buf)) = data {
+            if result > 0 {
+                let spare = up.received(buf);
+                let spare = if spare.capacity() >= BUFFER_SIZE {
+                    spare
+                } else {
+                    self.pool.take()
+                };
+                self.buffers.provide(bid, spare);
+            } else {
+                self.buffers.provide(bid, buf);
+            }
+        }
+        match result {
+            n if n > 0 => {}
+            0 => up.received_end(),
+            // Paused, the ring ran dry, or interrupted: the flush re-arms it.
+            e if matches!(
+                -e,
+                libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN
+            ) =>
+            {
+                self.mark_dirty(index);
+                return;
+            }
+            e => up.failed(io::Error::from_raw_os_error(-e).kind()),
+        }
+        c.upstream.notify = true;
+        self.mark_dirty(index);
+    }
+
+    /// An upstream's connect finished, or it has room to send again.
+    fn on_up_poll(&mut self, index: usize, generation: u32, result: i32) {
+        let (index, epoch) = up_index(index);
+        if !self.op_done(index, generation, true) {
+            return;
+        }
+        let Some(c) = self.slots[index].conn.as_mut() else {
+            return;
+        };
+        if c.up_ops.epoch != epoch {
+            return;
+        }
+        c.up_ops.poll_armed = false;
+        if let Some(up) = c.upstream.attached() {
+            if result == -libc::ECANCELED {
+                return;
+            }
+            // Writable, or an error or hang-up that the connect check or the next send
+            // reports.
+            up.writable = true;
+            if result < 0 || result & (libc::POLLHUP | libc::POLLERR) as i32 != 0 {
+                up.hangup = true;
+            }
+        }
+        self.mark_dirty(index);
+    }
+
+    /// Carries an upstream forward with plain system calls (finishing a connect, sending) and
+    /// keeps its ring operations armed; true when the handler must hear of what happened.
+    fn service_upstream(&mut self, index: usize) -> bool {
+        let slot = &mut self.slots[index];
+        let Some(c) = slot.conn.as_mut() else {
+            return false;
+        };
+        let Some(up) = c.upstream.attached() else {
+            return false;
+        };
+        let news = up.service(&mut self.pool);
+        let fd = up.raw_fd();
+        let wants_room = up.is_connecting() || (!up.output.is_empty() && !up.writable);
+        if wants_room && !c.up_ops.poll_armed {
+            c.up_ops.poll_armed = true;
+            slot.in_flight += 1;
+            let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32)
+                .build()
+                .user_data(up_token(Op::UpPoll, index, slot.generation, c.up_ops.epoch));
+            self.sqes.push(entry);
+        }
+        let wants_input = up.wants_input();
+        if wants_input && !c.up_ops.recv_armed {
+            c.up_ops.recv_armed = true;
+            c.up_ops.recv_cancelled = false;
+            slot.in_flight += 1;
+            let entry = opcode::RecvMulti::new(types::Fd(fd), self.buffers.group())
+                .build()
+                .user_data(up_token(Op::UpRecv, index, slot.generation, c.up_ops.epoch));
+            self.sqes.push(entry);
+        } else if !wants_input && c.up_ops.recv_armed && !c.up_ops.recv_cancelled {
+            // Backpressure: the handler has not taken what arrived.
+            c.up_ops.recv_cancelled = true;
+            self.sqes.push(cancel(up_token(
+                Op::UpRecv,
+                index,
+                slot.generation,
+                c.up_ops.epoch,
+            )));
+        }
+        news
+    }
+
     /// Advances every connection that had something happen, preparing their sends.
     fn flush_dirty(&mut self) {
         while !self.dirty.is_empty() {
@@ -777,6 +1005,23 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Moves a connection forward as far as it goes without waiting: calls the handler when
     /// output has drained, starts the next send, closes, and arms the receive.
     fn flush(&mut self, index: usize) {
+        if let Some(c) = self.slots[index].conn.as_mut() {
+            if std::mem::take(&mut c.upstream.notify) {
+                match c.state {
+                    // Not while the kernel reads the output the handler may write to.
+                    State::Reading | State::Draining if c.sending == Sending::Msg => {
+                        c.ready_pending = true;
+                    }
+                    State::Reading | State::Draining => {
+                        let next = self.call(index, false);
+                        if !self.apply(index, next) {
+                            return;
+                        }
+                    }
+                    State::Closing | State::Lingering => {}
+                }
+            }
+        }
         loop {
             let Some(c) = self.slots[index].conn.as_mut() else {
                 return;
@@ -847,6 +1092,12 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         }
         self.arm_receive(index);
+        if self.service_upstream(index) {
+            if let Some(c) = self.slots[index].conn.as_mut() {
+                c.upstream.notify = true;
+            }
+            self.mark_dirty(index);
+        }
     }
 
     fn arm_receive(&mut self, index: usize) {
@@ -925,6 +1176,30 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.handler.on_ready(&mut c.conn, &mut io)
         };
         c.input.release_if_empty(&mut self.pool);
+        let slot = &mut self.slots[index];
+        let c = slot.conn.as_mut().expect("live connection");
+        let mut registry = UringRegistry {
+            sqes: &mut self.sqes,
+            ops: &mut c.up_ops,
+            index,
+            generation: slot.generation,
+        };
+        if c.upstream
+            .apply(&mut registry, &mut self.upstreams, &mut self.pool, self.now)
+        {
+            c.upstream.notify = true;
+        }
+        if c.upstream.start_splices() {
+            c.upstream.notify = true;
+        }
+        if c.upstream.join_request.take().is_some() {
+            // Joining needs the client's bytes left in its socket; this model receives them
+            // as they arrive.
+            return Next::Abort;
+        }
+        if c.upstream.notify {
+            self.mark_dirty(index);
+        }
         next
     }
 
@@ -1012,6 +1287,15 @@ impl<'a, H: Handler> Worker<'a, H> {
         let unread = c.input.len();
         c.input.consume(unread);
         c.input.release_if_empty(&mut self.pool);
+        let mut registry = UringRegistry {
+            sqes: &mut self.sqes,
+            ops: &mut c.up_ops,
+            index,
+            generation: slot.generation,
+        };
+        cancel_upstream_ops(registry.sqes, registry.ops, index, slot.generation);
+        c.upstream
+            .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
         slot.retired_fd = Some(c.fd);
         self.handler.on_close(c.conn, reason);
         self.active.fetch_sub(1, Ordering::Relaxed);

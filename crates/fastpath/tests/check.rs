@@ -270,6 +270,18 @@ fn check_says_what_a_model_does_differently() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", show(&out));
     assert!(
+        stdout.contains("proxied bodies are copied through memory"),
+        "{}",
+        show(&out)
+    );
+
+    let path = site.config(
+        "root = \"root\"\nmodel = \"uring\"\n[[backend]]\nname = \"app\"\naddresses = \"127.0.0.1:9\"\n[[route]]\nbackend = \"app\"\nprefix = \"/ws/\"\nmethod = \"bridge\"\n",
+    );
+    let out = check(&path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
         stdout.contains("the server runs the epoll loop instead"),
         "{}",
         show(&out)

@@ -324,9 +324,22 @@ impl Config {
         let mut notes = Vec::new();
         let model = self.model.name();
         match self.model {
+            Model::Uring
+                if self
+                    .routes
+                    .iter()
+                    .any(|r| r.method == fastpath_content::handover::HandoverMethod::Bridge) =>
+            {
+                notes.push(
+                    "model \"uring\": `bridge` routes join connections in the kernel, which the \
+                     io_uring loop cannot do (it receives the client's bytes as they arrive); the \
+                     server runs the epoll loop instead"
+                        .to_owned(),
+                )
+            }
             Model::Uring if !self.routes.is_empty() => notes.push(
-                "model \"uring\": hand-over routes need upstream connections, which the io_uring \
-                 loop does not run yet; the server runs the epoll loop instead"
+                "model \"uring\": proxied bodies are copied through memory (the io_uring loop \
+                 does not splice)"
                     .to_owned(),
             ),
             Model::Percore | Model::Threads | Model::Prefork if self.workers > 0 => {

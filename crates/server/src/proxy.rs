@@ -313,7 +313,7 @@ impl Exchange {
                     return Progress::Failed(status);
                 }
                 if let RequestBody::Length(left) = self.body {
-                    if left >= SPLICE_MIN_BODY && io.input.is_empty() {
+                    if left >= SPLICE_MIN_BODY && io.input.is_empty() && io.upstream.can_splice() {
                         let idle = backends[self.backend].config().response_timeout;
                         io.upstream.splice_to_upstream(left, idle);
                         self.body = RequestBody::Spliced;
@@ -341,6 +341,7 @@ impl Exchange {
                 return Progress::Wait(Next::Drain);
             }
             let to_client = io.upstream.to_client();
+            let can_splice = io.upstream.can_splice();
             let Some(input) = io.upstream.input() else {
                 return Progress::Failed(502);
             };
@@ -475,6 +476,7 @@ impl Exchange {
                         // pipe, unless it is being kept for the cache.
                         if !done
                             && !capturing
+                            && can_splice
                             && matches!(relay, BodyRelay::Length(_))
                             && *remaining >= SPLICE_MIN_BODY
                             && input.is_empty()
