@@ -343,3 +343,51 @@ fn percore_takes_no_lock_on_the_request_path() {
         "the probe did not see the thread pool's lock:\n{threads}"
     );
 }
+
+/// CPU time (user + system, in clock ticks) of the threads of `pid` named `fastpath-w*`.
+fn worker_ticks(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("fastpath-w") {
+            continue;
+        }
+        let stat = fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        total += fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+    }
+    total
+}
+
+#[test]
+fn percore_busy_polling_spins_after_traffic_and_sleeps_when_idle() {
+    let site = site();
+    let srv = site.serve_config(
+        "percore",
+        "root = \"root\"\n[percore]\nbusy_poll = \"300ms\"\n",
+    );
+    let mut conn = srv.connect();
+    let before = worker_ticks(srv.pid());
+    // Requests 100 ms apart: the workers spin through every gap instead of sleeping.
+    for _ in 0..10 {
+        conn.exchange(req("GET", "/a.txt", &[]))
+            .assert_ok(200, "hello");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let busy = worker_ticks(srv.pid()) - before;
+    // About a second of spinning is 100 ticks; serving 10 requests costs about none. The
+    // bound leaves room for a machine busy with other tests.
+    assert!(busy >= 20, "the workers did not spin: {busy} ticks");
+    // Idle past the window: they sleep.
+    std::thread::sleep(Duration::from_millis(500));
+    let quiet_start = worker_ticks(srv.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let quiet = worker_ticks(srv.pid()) - quiet_start;
+    assert!(
+        quiet <= 10,
+        "the workers kept spinning while idle: {quiet} ticks"
+    );
+}
