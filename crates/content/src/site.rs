@@ -96,6 +96,22 @@ impl Site {
         Ok(())
     }
 
+    /// Like [`Site::watch`], but without a thread: changes are seen when
+    /// [`Site::poll_changes`] is called, which a single-threaded process does on every tick
+    /// and before each connection.
+    pub fn watch_polled(&mut self) -> io::Result<()> {
+        self.watch = Some(Watch::start_polled(self.root.canonical())?);
+        Ok(())
+    }
+
+    /// Reads the change events that arrived, for a site watched with
+    /// [`Site::watch_polled`]; does nothing otherwise.
+    pub fn poll_changes(&self) {
+        if let Some(watch) = &self.watch {
+            watch.poll();
+        }
+    }
+
     /// Whether changes under the root are being watched (and lookups cached).
     pub fn is_watched(&self) -> bool {
         self.watch.is_some()

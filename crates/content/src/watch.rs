@@ -6,6 +6,10 @@
 //! they were made at and are resolved afresh once it has moved. That throws away more
 //! than strictly needed when files change often, but it is simple enough to be
 //! obviously right: no event can be mapped to the wrong entry.
+//!
+//! The events are read by a thread of the watch's own, or, for a process that must stay
+//! single-threaded (a prefork child), by its owner calling [`Watch::poll`] on every tick and
+//! before each connection; reading an empty queue costs one system call per site.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -14,7 +18,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Events that can change what a path serves.
 const WATCH_MASK: u32 = libc::IN_MODIFY
@@ -42,12 +46,20 @@ struct Shared {
 #[derive(Debug)]
 pub(crate) struct Watch {
     shared: Arc<Shared>,
+    /// The inotify queue, for a watch without a thread.
+    polled: Option<Mutex<Queue>>,
 }
 
-impl Watch {
-    /// Watches every directory under `root` (not following symlinks out of it) and
-    /// starts the thread that reads the events.
-    pub(crate) fn start(root: &Path) -> io::Result<Watch> {
+/// An inotify descriptor, the directories it watches, and a buffer to read events into.
+#[derive(Debug)]
+struct Queue {
+    inotify: OwnedFd,
+    dirs: HashMap<i32, PathBuf>,
+    buf: Vec<u8>,
+}
+
+impl Queue {
+    fn open(root: &Path) -> io::Result<Queue> {
         // SAFETY: plain system call; the result is checked.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if fd < 0 {
@@ -57,14 +69,106 @@ impl Watch {
         let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
         let mut dirs = HashMap::new();
         add_tree(&inotify, root, &mut dirs)?;
+        Ok(Queue {
+            inotify,
+            dirs,
+            buf: vec![0u8; 64 * 1024],
+        })
+    }
+
+    /// Reads what the queue holds without waiting; true when anything changed.
+    fn drain(&mut self) -> bool {
+        let mut changed = false;
+        loop {
+            // SAFETY: reading into a buffer we own, of the length passed.
+            let n = unsafe {
+                libc::read(
+                    self.inotify.as_raw_fd(),
+                    self.buf.as_mut_ptr() as *mut libc::c_void,
+                    self.buf.len(),
+                )
+            };
+            if n <= 0 {
+                return changed;
+            }
+            changed = true;
+            self.handle(n as usize);
+        }
+    }
+
+    /// Follows new directories among the `n` bytes of events in the buffer.
+    fn handle(&mut self, n: usize) {
+        let mut new_dirs = Vec::new();
+        let mut offset = 0usize;
+        let header = std::mem::size_of::<libc::inotify_event>();
+        while offset + header <= n {
+            // SAFETY: the kernel wrote whole events; read_unaligned copes with alignment.
+            let event: libc::inotify_event =
+                unsafe { std::ptr::read_unaligned(self.buf.as_ptr().add(offset) as *const _) };
+            let name_start = offset + header;
+            let name_end = (name_start + event.len as usize).min(n);
+            let name = &self.buf[name_start..name_end];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if event.mask & libc::IN_ISDIR != 0
+                && event.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0
+            {
+                if let Some(parent) = self.dirs.get(&event.wd) {
+                    new_dirs.push(parent.join(std::ffi::OsStr::from_bytes(name)));
+                }
+            }
+            if event.mask & libc::IN_IGNORED != 0 {
+                self.dirs.remove(&event.wd);
+            }
+            offset = name_end;
+        }
+        for dir in new_dirs {
+            // Files may already sit in the new directory; the caller's bump covers them.
+            let _ = add_tree(&self.inotify, &dir, &mut self.dirs);
+        }
+    }
+}
+
+impl Watch {
+    /// Watches every directory under `root` (not following symlinks out of it) and
+    /// starts the thread that reads the events.
+    pub(crate) fn start(root: &Path) -> io::Result<Watch> {
+        let queue = Queue::open(root)?;
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("fastpath-watch".into())
-            .spawn(move || watch_loop(inotify, dirs, weak))?;
-        Ok(Watch { shared })
+            .spawn(move || watch_loop(queue, weak))?;
+        Ok(Watch {
+            shared,
+            polled: None,
+        })
+    }
+
+    /// Watches every directory under `root`, without a thread: the events are read by
+    /// [`Watch::poll`].
+    pub(crate) fn start_polled(root: &Path) -> io::Result<Watch> {
+        Ok(Watch {
+            shared: Arc::new(Shared {
+                generation: AtomicU64::new(0),
+            }),
+            polled: Some(Mutex::new(Queue::open(root)?)),
+        })
+    }
+
+    /// Reads the events that arrived, for a watch without a thread; does nothing for one
+    /// with a thread.
+    pub(crate) fn poll(&self) {
+        let Some(queue) = &self.polled else {
+            return;
+        };
+        let mut queue = queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if queue.drain() {
+            self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// The current generation; it moves whenever something under the root changed.
@@ -115,11 +219,10 @@ fn add_tree(inotify: &OwnedFd, dir: &Path, dirs: &mut HashMap<i32, PathBuf>) -> 
     Ok(())
 }
 
-fn watch_loop(inotify: OwnedFd, mut dirs: HashMap<i32, PathBuf>, shared: Weak<Shared>) {
-    let mut buf = vec![0u8; 64 * 1024];
+fn watch_loop(mut queue: Queue, shared: Weak<Shared>) {
     loop {
         let mut poll = libc::pollfd {
-            fd: inotify.as_raw_fd(),
+            fd: queue.inotify.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -131,44 +234,8 @@ fn watch_loop(inotify: OwnedFd, mut dirs: HashMap<i32, PathBuf>, shared: Weak<Sh
         if ready <= 0 {
             continue;
         }
-        // SAFETY: reading into a buffer we own, of the length passed.
-        let n = unsafe {
-            libc::read(
-                inotify.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-            )
-        };
-        if n <= 0 {
-            continue;
+        if queue.drain() {
+            shared.generation.fetch_add(1, Ordering::AcqRel);
         }
-        let mut new_dirs = Vec::new();
-        let mut offset = 0usize;
-        let header = std::mem::size_of::<libc::inotify_event>();
-        while offset + header <= n as usize {
-            // SAFETY: the kernel wrote whole events; read_unaligned copes with alignment.
-            let event: libc::inotify_event =
-                unsafe { std::ptr::read_unaligned(buf.as_ptr().add(offset) as *const _) };
-            let name_start = offset + header;
-            let name_end = (name_start + event.len as usize).min(n as usize);
-            let name = &buf[name_start..name_end];
-            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-            if event.mask & libc::IN_ISDIR != 0
-                && event.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0
-            {
-                if let Some(parent) = dirs.get(&event.wd) {
-                    new_dirs.push(parent.join(std::ffi::OsStr::from_bytes(name)));
-                }
-            }
-            if event.mask & libc::IN_IGNORED != 0 {
-                dirs.remove(&event.wd);
-            }
-            offset = name_end;
-        }
-        for dir in new_dirs {
-            // Files may already sit in the new directory; the bump below covers them.
-            let _ = add_tree(&inotify, &dir, &mut dirs);
-        }
-        shared.generation.fetch_add(1, Ordering::AcqRel);
     }
 }

@@ -13,8 +13,10 @@
 //! connection being served, so this model suits backends-style isolation more than speed.
 //!
 //! Forking is only safe from a process with one thread: [`run`] refuses to start otherwise,
-//! and the child body runs in the child after the fork, so everything with threads of its own
-//! (log writers, file watchers) must be made there.
+//! and the child body runs in the child after the fork, so everything a child needs is made
+//! there. The HTTP server keeps its children single-threaded too (no log writer or file
+//! watcher threads): a child serves one connection, so doing that work itself holds up no
+//! one.
 
 use std::io;
 use std::net::SocketAddr;

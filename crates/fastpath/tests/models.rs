@@ -391,3 +391,36 @@ fn percore_busy_polling_spins_after_traffic_and_sleeps_when_idle() {
         "the workers kept spinning while idle: {quiet} ticks"
     );
 }
+
+#[test]
+fn prefork_children_and_parent_run_one_thread_each() {
+    let site = site();
+    let log = site.base().join("access.log");
+    let srv = site.serve_config(
+        "prefork",
+        &format!(
+            "root = \"root\"\n[log]\naccess = \"{}\"\n[prefork]\nstart = 3\nmin_spare = 2\nmax_spare = 4\n",
+            log.display()
+        ),
+    );
+    srv.get("/a.txt").assert_ok(200, "hello");
+    let threads = |pid: u32| fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    assert_eq!(threads(srv.pid()), 1, "the parent");
+    let pool = children(srv.pid());
+    assert!(pool.len() >= 3, "{pool:?}");
+    for child in pool {
+        assert_eq!(threads(child), 1, "child {child}");
+    }
+    // The access log and the file watch work all the same.
+    let logged = wait_for(Duration::from_secs(5), || {
+        fs::read_to_string(&log)
+            .ok()
+            .filter(|text| text.contains("GET /a.txt"))
+    });
+    assert!(logged.is_some(), "the request was not logged");
+    site.file("a.txt", "changed");
+    let fresh = wait_for(Duration::from_secs(5), || {
+        (srv.get("/a.txt").body == b"changed").then_some(())
+    });
+    assert!(fresh.is_some(), "the change was not seen");
+}

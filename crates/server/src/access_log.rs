@@ -4,6 +4,10 @@
 //! it has) to one writer thread over a bounded channel. A worker never waits for the disk or a
 //! slow stdout reader: when the channel is full the lines are dropped and counted, and the
 //! count is reported in the error log.
+//!
+//! A process that must stay single-threaded (a prefork child) writes its buffers itself
+//! instead ([`AccessLog::start_direct`]): it serves one connection, so waiting for the write
+//! holds up no one else, and a file opened for appending keeps the children's lines whole.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -19,9 +23,18 @@ const FLUSH_AT: usize = 32 * 1024;
 /// Buffers queued for the writer before workers start dropping lines.
 const CHANNEL_DEPTH: usize = 256;
 
+/// Where workers' buffers go.
+#[derive(Clone)]
+enum Destination {
+    /// To the writer thread.
+    Writer(SyncSender<Vec<u8>>),
+    /// Written by the worker itself.
+    Direct(std::sync::Arc<std::sync::Mutex<Box<dyn Write + Send>>>),
+}
+
 /// The writer thread and the way to reach it.
 pub struct AccessLog {
-    sender: Option<SyncSender<Vec<u8>>>,
+    sender: Option<Destination>,
     writer: Option<JoinHandle<()>>,
 }
 
@@ -44,8 +57,29 @@ impl AccessLog {
             .name("fastpath-access-log".into())
             .spawn(move || write_loop(receiver, sink))?;
         Ok(AccessLog {
-            sender: Some(sender),
+            sender: Some(Destination::Writer(sender)),
             writer: Some(writer),
+        })
+    }
+
+    /// Opens the target for workers that write their buffers themselves, with no thread.
+    pub fn start_direct(target: &LogTarget) -> io::Result<AccessLog> {
+        let sink: Box<dyn Write + Send> = match target {
+            LogTarget::Off => {
+                return Ok(AccessLog {
+                    sender: None,
+                    writer: None,
+                })
+            }
+            LogTarget::Stdout => Box::new(io::stdout()),
+            LogTarget::Stderr => Box::new(io::stderr()),
+            LogTarget::File(path) => Box::new(open_append(path)?),
+        };
+        Ok(AccessLog {
+            sender: Some(Destination::Direct(std::sync::Arc::new(
+                std::sync::Mutex::new(sink),
+            ))),
+            writer: None,
         })
     }
 
@@ -82,7 +116,7 @@ fn write_loop(receiver: Receiver<Vec<u8>>, mut sink: Box<dyn Write + Send>) {
 /// One worker's pending access-log lines.
 pub(crate) struct AccessLogBuffer {
     buf: Vec<u8>,
-    sender: SyncSender<Vec<u8>>,
+    sender: Destination,
     dropped: u64,
 }
 
@@ -144,8 +178,21 @@ impl AccessLogBuffer {
         if self.buf.is_empty() {
             return;
         }
+        if let Destination::Direct(sink) = &self.sender {
+            let mut sink = sink
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(e) = sink.write_all(&self.buf).and_then(|_| sink.flush()) {
+                tracing::error!("access log write failed: {e}");
+            }
+            self.buf.clear();
+            return;
+        }
+        let Destination::Writer(sender) = &self.sender else {
+            return;
+        };
         let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(FLUSH_AT + 1024));
-        match self.sender.try_send(chunk) {
+        match sender.try_send(chunk) {
             Ok(()) => {
                 if self.dropped > 0 {
                     tracing::warn!(
@@ -183,7 +230,7 @@ mod tests {
         let (sender, receiver) = sync_channel(4);
         let mut buffer = AccessLogBuffer {
             buf: Vec::new(),
-            sender,
+            sender: Destination::Writer(sender),
             dropped: 0,
         };
         buffer.record(&Entry {

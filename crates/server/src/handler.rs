@@ -982,6 +982,7 @@ impl Handler for HttpHandler {
 
     fn on_tick(&mut self, _now: Instant) {
         self.clock.refresh();
+        self.hosts.poll_changes();
         if let Some(log) = self.access_log.as_mut() {
             log.flush();
         }

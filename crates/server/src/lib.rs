@@ -76,7 +76,18 @@ pub fn worker_count(configured: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn open_site(host: &HostConfig, watch: bool) -> Result<Site, ServeError> {
+/// Whether and how a site's tree is watched for changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watching {
+    /// Not at all (a root opened only to check it).
+    Off,
+    /// By a thread per site.
+    Thread,
+    /// By the handlers' ticks: for a process that must stay single-threaded.
+    Ticks,
+}
+
+fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
     let mut site = Site::open(
         &host.root,
         SiteOptions {
@@ -86,20 +97,23 @@ fn open_site(host: &HostConfig, watch: bool) -> Result<Site, ServeError> {
         },
     )
     .map_err(|e| ServeError::Site(host.root.clone(), e))?;
-    if watch {
-        if let Err(e) = site.watch() {
-            tracing::warn!(
-                "cannot watch {} for changes ({e}); its files will not be cached",
-                host.root.display()
-            );
-        }
+    let watched = match watch {
+        Watching::Off => Ok(()),
+        Watching::Thread => site.watch(),
+        Watching::Ticks => site.watch_polled(),
+    };
+    if let Err(e) = watched {
+        tracing::warn!(
+            "cannot watch {} for changes ({e}); its files will not be cached",
+            host.root.display()
+        );
     }
     Ok(site)
 }
 
-/// Opens the sites and maps every configured name to its site; `watch` starts watching them
-/// for changes (a thread per site), which the content cache needs.
-fn virtual_hosts(config: &Config, watch: bool) -> Result<VirtualHosts, ServeError> {
+/// Opens the sites and maps every configured name to its site, watching them for changes as
+/// `watch` says (the content cache needs a watch).
+fn virtual_hosts(config: &Config, watch: Watching) -> Result<VirtualHosts, ServeError> {
     let mut sites = vec![open_site(&config.default_host, watch)?];
     let mut names = Vec::new();
     let mut default = 0;
@@ -173,9 +187,26 @@ struct Shared {
 }
 
 impl Shared {
-    fn start(config: &Config, handlers: usize) -> Result<Shared, ServeError> {
-        let hosts = Arc::new(virtual_hosts(config, config.cache.enabled)?);
-        let access_log = AccessLog::start(&config.log.access).map_err(ServeError::AccessLog)?;
+    /// Opens the sites and the access log; `single_threaded` (a prefork child) keeps the
+    /// process to the one thread that serves, reading file changes on its ticks and writing
+    /// its own log lines.
+    fn start(
+        config: &Config,
+        handlers: usize,
+        single_threaded: bool,
+    ) -> Result<Shared, ServeError> {
+        let watch = match (config.cache.enabled, single_threaded) {
+            (false, _) => Watching::Off,
+            (true, false) => Watching::Thread,
+            (true, true) => Watching::Ticks,
+        };
+        let hosts = Arc::new(virtual_hosts(config, watch)?);
+        let access_log = if single_threaded {
+            AccessLog::start_direct(&config.log.access)
+        } else {
+            AccessLog::start(&config.log.access)
+        }
+        .map_err(ServeError::AccessLog)?;
         Ok(Shared {
             hosts,
             settings: Arc::new(HandlerSettings::from_config(config)),
@@ -246,17 +277,17 @@ pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeErro
     if let DriverModel::Prefork(prefork) = model {
         // Open every root once here so that a bad one stops the server at start, not each
         // child as it is forked; the children open their own (with their own watchers).
-        virtual_hosts(config, false)?;
+        virtual_hosts(config, Watching::Off)?;
         let result =
             fastpath_drivers::prefork::run(listeners, &driver_config, prefork, stop, &|child| {
-                let shared = Shared::start(config, handlers).map_err(io::Error::other)?;
+                let shared = Shared::start(config, handlers, true).map_err(io::Error::other)?;
                 let result = child.serve(shared.handler());
                 shared.finish();
                 result
             });
         return result.map_err(ServeError::Run);
     }
-    let shared = Shared::start(config, handlers)?;
+    let shared = Shared::start(config, handlers, false)?;
     let result =
         fastpath_drivers::run(model, listeners, &driver_config, |_| shared.handler(), stop);
     shared.finish();

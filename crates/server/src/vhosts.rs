@@ -41,6 +41,13 @@ impl VirtualHosts {
 
     /// The site for a Host value (or an absolute target's authority): case-insensitive, port
     /// and a trailing dot ignored.
+    /// Reads the change events of sites watched without a thread.
+    pub(crate) fn poll_changes(&self) {
+        for site in &self.sites {
+            site.poll_changes();
+        }
+    }
+
     pub(crate) fn select(&self, host: Option<&[u8]>) -> &Site {
         if self.exact.is_empty() && self.wildcards.is_empty() {
             return &self.sites[self.default];
