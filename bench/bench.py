@@ -42,6 +42,7 @@ REPO_DIR = os.path.dirname(BENCH_DIR)
 PEERS_DIR = os.path.join(BENCH_DIR, "peers")
 WRK_DIR = os.path.join(BENCH_DIR, "wrk")
 RESULTS_DIR = os.path.join(BENCH_DIR, "results")
+APACHE_MODULES = "/usr/lib/apache2/modules"
 
 ALL_SERVERS = ["fastpath", "nginx", "lighttpd", "h2o", "apache2"]
 SERVER_LABEL = {"fastpath": "fastpath", "nginx": "nginx", "lighttpd": "lighttpd",
@@ -91,75 +92,123 @@ OVERLOAD_CHART = "overload.svg"
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
+# The name in front of every log line (bench/models.py, which reuses this
+# module, sets its own).
+LOG_TAG = "bench"
+
 
 class BenchError(Exception):
     pass
 
 
 def log(msg):
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    print(f"[{LOG_TAG} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------
 # Process trees, CPU time and memory from /proc
 
 
-def read_stat(pid):
-    """(ppid, cpu ticks incl. reaped children) of one process, or None."""
+def stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name ([0] is field 3,
+    the state), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read().decode("latin-1")
     except OSError:
         return None
-    rest = data[data.rfind(")") + 2:].split()
-    # rest[0] is field 3 (state); utime, stime, cutime, cstime are fields 14-17.
+    return data[data.rfind(")") + 2:].split()
+
+
+def read_stat(pid):
+    """(ppid, cpu ticks incl. reaped children) of one process, or None."""
+    rest = stat_fields(pid)
+    if rest is None:
+        return None
+    # utime, stime, cutime, cstime are fields 14-17.
     ppid = int(rest[1])
     ticks = int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
     return ppid, ticks
 
 
-def process_tree(root):
-    """The root pid and all its descendants."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        st = read_stat(int(entry))
-        if st:
-            children.setdefault(st[0], []).append(int(entry))
-    tree, todo = [], [root]
+def process_tree(root, children_of=None):
+    """The root pid and all its descendants: through children_of(pid) if given,
+    else from the parent pid of every process in /proc."""
+    if children_of is None:
+        children = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            st = read_stat(int(entry))
+            if st:
+                children.setdefault(st[0], []).append(int(entry))
+
+        def children_of(pid):
+            return children.get(pid, [])
+
+    tree, todo, seen = [], [root], set()
     while todo:
         pid = todo.pop()
-        if pid in tree:
+        if pid in seen:
             continue
+        seen.add(pid)
         tree.append(pid)
-        todo.extend(children.get(pid, []))
+        todo.extend(children_of(pid))
     return tree
 
 
-def tree_cpu_seconds(root):
+def tree_cpu_seconds(root, children_of=None):
     """User + system time of the whole tree: every process (all its threads,
     live or exited) plus the children it has already reaped (cutime/cstime)."""
     total = 0
-    for pid in process_tree(root):
+    for pid in process_tree(root, children_of):
         st = read_stat(pid)
         if st:
             total += st[1]
     return total / CLK_TCK
 
 
+def proc_numbers(path, *keys):
+    """{key: the number after it} for the lines of a /proc file that start with
+    one of `keys` ("VmRSS:", "Pss:", ...); 0 for a key not found."""
+    out = dict.fromkeys(keys, 0)
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if parts and parts[0] in out:
+                    out[parts[0]] = int(parts[1])
+    except OSError:
+        pass
+    return out
+
+
+def tree_memory(root, children_of=None):
+    """{"pss", "rss"} bytes summed over the tree, and its processes and threads."""
+    pss = rss = threads = 0
+    pids = process_tree(root, children_of)
+    for pid in pids:
+        pss += proc_numbers(f"/proc/{pid}/smaps_rollup", "Pss:")["Pss:"] * 1024
+        status = proc_numbers(f"/proc/{pid}/status", "VmRSS:", "Threads:")
+        rss += status["VmRSS:"] * 1024
+        threads += status["Threads:"]
+    return {"pss": pss, "rss": rss, "processes": len(pids), "threads": threads}
+
+
 def tree_rss_bytes(root):
-    total = 0
-    for pid in process_tree(root):
+    return sum(proc_numbers(f"/proc/{pid}/status", "VmRSS:")["VmRSS:"]
+               for pid in process_tree(root)) * 1024
+
+
+def raise_nofile():
+    """Raises the open-file limit to the hard limit; returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
         try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
             pass
-    return total
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 # --------------------------------------------------------------------------
@@ -171,10 +220,7 @@ def make_docroot(ctx):
     `fastpath bench make-docroot`, plus /1m.bin and its manifest. Returns
     {url path: bytes} of every file, for the byte-for-byte checks."""
     root = ctx.root
-    cmd = [ctx.fastpath_bin, "bench", "make-docroot", root]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if p.returncode != 0:
-        raise BenchError(f"{shlex.join(cmd)} failed:\n{(p.stdout + p.stderr).strip()}")
+    make_spec_docroot(ctx.fastpath_bin, root)
     manifest = os.path.join(root, SPEC_MANIFEST)
     entries = read_manifest(manifest)
     data_1m = make_content(1 << 20)
@@ -195,11 +241,28 @@ def make_docroot(ctx):
     contents[FILE_1M] = data_1m
     if FILE_1K not in contents or len(contents[FILE_1K]) != 1024:
         raise BenchError(f"{FILE_1K} is not a 1 KiB file of the set in {root}")
-    for dirpath, dirnames, filenames in os.walk(root):
+    publish_tree(root)
+    return contents
+
+
+def make_spec_docroot(fastpath_bin, root):
+    """The SPECweb96 file set (and its manifest) of `fastpath bench make-docroot`."""
+    cmd = [fastpath_bin, "bench", "make-docroot", root]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise BenchError(f"{shlex.join(cmd)} failed:\n{(p.stdout + p.stderr).strip()}")
+
+
+def publish_tree(root):
+    """Makes a document root readable by every server (the peers run as
+    "nobody"); returns the URL path of every file in it."""
+    paths = []
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o644)
-    return contents
+            paths.append("/" + os.path.relpath(os.path.join(dirpath, name), root))
+    return paths
 
 
 def read_manifest(path):
@@ -230,9 +293,14 @@ def make_content(size):
 # Servers
 
 
-def which(name):
+def find_program(name):
+    """The path of a program (also in the sbin directories), or None."""
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/local/sbin"
-    found = shutil.which(name, path=path)
+    return shutil.which(name, path=path)
+
+
+def which(name):
+    found = find_program(name)
     if not found:
         raise BenchError(f"{name} is not installed")
     return found
@@ -261,14 +329,25 @@ def first_line(cmd):
 
 
 class Server:
+    """One server under test, started and stopped as a process group pinned to
+    SERVER_CPU, with its configuration, pid and log files in WORK/NAME/.
+    bench/models.py runs its servers with a subclass of this one."""
+
+    # Seconds a fresh server has to answer correctly, and what the error says
+    # it did not do in that time.
+    start_timeout = 15
+    ready_desc = ""
+    # Passed to Popen for the server process.
+    preexec_fn = None
+
     def __init__(self, name, ctx):
         self.name = name
         self.ctx = ctx
-        self.port = ctx.port_base + PORT_OFFSET[name]
+        self.port = ctx.port_base + self.port_offset()
         self.dir = os.path.join(ctx.work, name)
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o755)
-        if os.geteuid() == 0 and name != "fastpath":
+        if os.geteuid() == 0 and not name.startswith("fastpath"):
             # The peers drop root for "nobody" and some of them write their
             # pid and log files only after that.
             os.chown(self.dir, pwd.getpwnam("nobody").pw_uid, grp.getgrnam("nogroup").gr_gid)
@@ -276,27 +355,21 @@ class Server:
         self.log_path = os.path.join(ctx.work, "logs", f"{name}.server.log")
         self.cmd, self.test_cmd, self.version_cmd = self.prepare()
 
+    def port_offset(self):
+        return PORT_OFFSET[self.name]
+
+    def values(self):
+        """The placeholders of the configuration templates in bench/peers/."""
+        return {"PORT": self.port, "ROOT": self.ctx.root, "WORK": self.ctx.work}
+
     def prepare(self):
-        ctx, name = self.ctx, self.name
-        values = {"PORT": self.port, "ROOT": ctx.root, "WORK": ctx.work}
+        """(command, configuration test command or None, version command)."""
+        name = self.name
         if name == "fastpath":
-            binary = ctx.fastpath_bin
-            if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-                raise BenchError(f"fastpath binary {binary} not found (set FASTPATH_BIN)")
-            conf = render(os.path.join(PEERS_DIR, "fastpath.toml"), values,
-                          os.path.join(self.dir, "fastpath.toml"))
-            cmd = [binary, "serve", ctx.root, "--listen", f"{HOST}:{self.port}",
-                   "--config", conf]
-            if ctx.model:
-                cmd += ["--model", ctx.model]
-            return cmd, [binary, "check", "--config", conf], [binary, "--version"]
+            return self.prepare_fastpath(self.ctx.model)
         if name == "nginx":
-            binary = which("nginx")
-            conf = render(os.path.join(PEERS_DIR, "nginx.conf"), values,
-                          os.path.join(self.dir, "nginx.conf"))
-            base = [binary, "-p", self.dir + "/", "-e", os.path.join(self.dir, "error.log"),
-                    "-c", conf]
-            return base, base + ["-t", "-q"], [binary, "-v"]
+            return self.prepare_nginx()
+        values = self.values()
         if name == "lighttpd":
             binary = which("lighttpd")
             conf = render(os.path.join(PEERS_DIR, "lighttpd.conf"), values,
@@ -309,20 +382,47 @@ class Server:
             return [binary, "-m", "worker", "-c", conf], [binary, "-t", "-c", conf], \
                 [binary, "--version"]
         if name == "apache2":
-            binary = which("apache2")
-            modules = "/usr/lib/apache2/modules"
-            if not os.path.isdir(modules):
-                raise BenchError(f"{modules} not found")
-            values["APACHE_MODULES"] = modules
-            with open(os.path.join(self.dir, "file_cache.conf"), "w") as f:
-                f.write("# Generated: every file of the benchmark document root.\n")
-                for path in sorted(ctx.contents):
-                    f.write(f'CacheFile "{os.path.join(ctx.root, path.lstrip("/"))}"\n')
-            conf = render(os.path.join(PEERS_DIR, "apache2.conf"), values,
-                          os.path.join(self.dir, "apache2.conf"))
-            base = [binary, "-d", self.dir, "-f", conf]
-            return base + ["-DFOREGROUND"], base + ["-t"], [binary, "-v"]
+            return self.prepare_apache2("apache2.conf", self.ctx.contents)
         raise BenchError(f"unknown server {name}")
+
+    def prepare_fastpath(self, model):
+        """fastpath with bench/peers/fastpath.toml, and --model if `model` is set."""
+        ctx = self.ctx
+        binary = ctx.fastpath_bin
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            raise BenchError(f"fastpath binary {binary} not found (set FASTPATH_BIN)")
+        conf = render(os.path.join(PEERS_DIR, "fastpath.toml"), self.values(),
+                      os.path.join(self.dir, "fastpath.toml"))
+        cmd = [binary, "serve", ctx.root, "--listen", f"{HOST}:{self.port}",
+               "--config", conf]
+        if model:
+            cmd += ["--model", model]
+        return cmd, [binary, "check", "--config", conf], [binary, "--version"]
+
+    def prepare_nginx(self):
+        binary = which("nginx")
+        conf = render(os.path.join(PEERS_DIR, "nginx.conf"), self.values(),
+                      os.path.join(self.dir, "nginx.conf"))
+        # nginx.conf keeps its pid and error log in WORK/nginx/.
+        base = [binary, "-p", self.dir + "/", "-e", os.path.join(self.dir, "error.log"),
+                "-c", conf]
+        return base, base + ["-t", "-q"], [binary, "-v"]
+
+    def prepare_apache2(self, template, paths):
+        """Apache httpd with the configuration bench/peers/`template`, and a
+        CacheFile line for each URL path in `paths`."""
+        binary = which("apache2")
+        if not os.path.isdir(APACHE_MODULES):
+            raise BenchError(f"{APACHE_MODULES} not found")
+        values = dict(self.values(), APACHE_MODULES=APACHE_MODULES)
+        with open(os.path.join(self.dir, "file_cache.conf"), "w") as f:
+            f.write("# Generated: every file of the benchmark document root.\n")
+            for path in sorted(paths):
+                f.write(f'CacheFile "{os.path.join(self.ctx.root, path.lstrip("/"))}"\n')
+        conf = render(os.path.join(PEERS_DIR, template), values,
+                      os.path.join(self.dir, "apache2.conf"))
+        base = [binary, "-d", self.dir, "-f", conf]
+        return base + ["-DFOREGROUND"], base + ["-t"], [binary, "-v"]
 
     def version(self):
         v = first_line(self.version_cmd)
@@ -333,6 +433,8 @@ class Server:
         return v
 
     def check_config(self):
+        if not self.test_cmd:
+            return
         p = subprocess.run(self.test_cmd, capture_output=True, text=True, timeout=30)
         if p.returncode != 0:
             raise BenchError(f"{self.name}: configuration test failed:\n"
@@ -342,28 +444,40 @@ class Server:
         if port_in_use(self.port):
             raise BenchError(f"port {self.port} is already in use (a leftover server?); "
                              f"choose another with --port-base")
+        offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         logf = open(self.log_path, "ab")
         logf.write(f"\n=== start {time.ctime()}: {shlex.join(self.cmd)}\n".encode())
         logf.flush()
         self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU] + self.cmd,
                                      stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                                     cwd=self.dir, start_new_session=True)
+                                     cwd=self.dir, start_new_session=True,
+                                     preexec_fn=self.preexec_fn)
         logf.close()
         self.ctx.register(self)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise BenchError(f"{self.name} exited at start (status {self.proc.returncode}): "
-                                 f"{last_line(self.log_path)}\n{tail(self.log_path)}")
+                raise self.start_error(f"exited at start (status {self.proc.returncode})",
+                                       offset)
             try:
-                status, body, _ = http_get(self.port, FILE_1K)
-                if status == 200 and body == self.ctx.contents[FILE_1K]:
+                if self.ready():
                     return
-            except OSError:
+            except (OSError, http.client.HTTPException):
                 pass
             time.sleep(0.1)
-        raise BenchError(f"{self.name} did not answer on port {self.port} within 15 s: "
-                         f"{last_line(self.log_path)}\n{tail(self.log_path)}")
+        raise self.start_error(f"did not answer{self.ready_desc} on port {self.port} "
+                               f"within {self.start_timeout} s", offset)
+
+    def ready(self):
+        """Whether the server answers GET FILE_1K with the file."""
+        status, body, _ = http_get(self.port, FILE_1K)
+        return status == 200 and body == self.ctx.contents[FILE_1K]
+
+    def start_error(self, what, offset):
+        """The error for a server that did not come up: `what` happened; its log
+        from byte `offset` on is what it wrote since this start."""
+        return BenchError(f"{self.name} {what}: "
+                          f"{last_line(read_log(self.log_path))}\n{tail(self.log_path)}")
 
     @property
     def pid(self):
@@ -406,29 +520,33 @@ class Server:
 
 
 def alive(pid):
+    f = stat_fields(pid)
+    return bool(f) and f[0] != "Z"
+
+
+def read_log(path, offset=0):
+    """The text of a log file from byte `offset` on, or None if it cannot be read."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", "replace")
     except OSError:
-        return False
+        return None
 
 
 def tail(path, n=20):
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().decode("utf-8", "replace").splitlines()
-        return "\n".join("    " + l for l in lines[-n:])
-    except OSError:
+    text = read_log(path)
+    if text is None:
         return "    (no log)"
+    return "\n".join("    " + l for l in text.splitlines()[-n:])
 
 
-def last_line(path):
-    try:
-        with open(path, "rb") as f:
-            lines = [l.strip() for l in f.read().decode("utf-8", "replace").splitlines()]
-    except OSError:
+def last_line(text):
+    """The last line of a server log's text (from read_log) that is not one of
+    the marks written at every start."""
+    if text is None:
         return "(no log)"
+    lines = [l.strip() for l in text.splitlines()]
     lines = [l for l in lines if l and not l.startswith("=== start")]
     return lines[-1] if lines else "(empty log)"
 
@@ -445,10 +563,10 @@ def port_in_use(port):
         s.close()
 
 
-def http_get(port, path, conn=None):
+def http_get(port, path, conn=None, timeout=5):
     own = conn is None
     if own:
-        conn = http.client.HTTPConnection(HOST, port, timeout=5)
+        conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
@@ -498,25 +616,23 @@ def bench_cmd(ctx, server, wl_args, path, duration, verify, extra=()):
 
 
 def run_bench(ctx, cmd, log_name, duration):
-    p = ctx.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = p.communicate(timeout=duration + 60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        ctx.reap(p)
+    rc, out, err = ctx.run(cmd, duration + 60, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
     with open(os.path.join(ctx.work, "logs", log_name), "w") as f:
         f.write(shlex.join(cmd) + "\n" + out + err)
-    if p.returncode != 0:
-        raise BenchError(f"fastpath bench failed (status {p.returncode}): "
-                         f"{(err or out).strip()[-2000:]}")
-    try:
-        res = json.loads(out)
-    except ValueError as e:
-        raise BenchError(f"fastpath bench printed no JSON ({e}): {out[:500]!r}")
+    res = bench_report(rc, out, err)
     res["cmd"] = shlex.join(cmd)
     return res
+
+
+def bench_report(rc, out, err):
+    """The JSON report of a `fastpath bench --json` run that ended with status `rc`."""
+    if rc != 0:
+        raise BenchError(f"fastpath bench failed (status {rc}): {(err or out).strip()[-2000:]}")
+    try:
+        return json.loads(out)
+    except ValueError as e:
+        raise BenchError(f"fastpath bench printed no JSON ({e}): {out[:500]!r}")
 
 
 def display_cmd(ctx, cmd):
@@ -593,19 +709,13 @@ def run_wrk(ctx, server, duration, tag):
     script = os.path.join(WRK_DIR, w["script"])
     cmd = ["taskset", "-c", CLIENT_CPU, ctx.wrk, "-t1", f"-c{w['conns']}", f"-d{duration}s",
            "--latency", "--timeout", "10s", "-s", script, f"http://{HOST}:{server.port}{w['path']}"]
-    p = ctx.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = p.communicate(timeout=duration + 60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        ctx.reap(p)
+    rc, out, _ = ctx.run(cmd, duration + 60, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
     with open(os.path.join(ctx.work, "logs", f"{server.name}.w1.{tag}.wrk.txt"), "w") as f:
         f.write(shlex.join(cmd) + "\n" + out)
     m = re.search(r"^BENCH_RESULT (\{.*\})$", out, re.M)
-    if p.returncode != 0 or not m:
-        raise BenchError(f"wrk failed against {server.name} (status {p.returncode}):\n{out}")
+    if rc != 0 or not m:
+        raise BenchError(f"wrk failed against {server.name} (status {rc}):\n{out}")
     res = json.loads(m.group(1))
     res["cmd"] = shlex.join(cmd)
     return res
@@ -835,17 +945,25 @@ def overload_run(ctx, server):
             break
         time.sleep(ctx.overload_pause)
     # Recovery: the server must answer every file correctly again within 10 s.
+    recovered_s, problem = recovery(lambda: verify_content(server))
+    if problem:
+        return {"points": points, "problems": [problem]}
+    return {"points": points, "problems": [], "recovered_s": recovered_s}
+
+
+def recovery(check, limit=10):
+    """Calls check() until it passes (it raises BenchError, OSError or an HTTP
+    error while the server does not answer correctly), at most `limit` s after
+    a sweep: (seconds it took, None), or (None, the problem)."""
     start = time.monotonic()
     while True:
         try:
-            verify_content(server)
-            break
+            check()
+            return time.monotonic() - start, None
         except (BenchError, OSError, http.client.HTTPException) as e:
-            if time.monotonic() - start > 10:
-                return {"points": points,
-                        "problems": [f"did not answer correctly 10 s after the sweep: {e}"]}
+            if time.monotonic() - start > limit:
+                return None, f"did not answer correctly {limit} s after the sweep: {e}"
             time.sleep(0.5)
-    return {"points": points, "problems": [], "recovered_s": time.monotonic() - start}
 
 
 def fmt_errors(pt):
@@ -859,9 +977,25 @@ def idle_run(ctx, server):
     """Workload 5: memory per idle keep-alive connection."""
     time.sleep(0.5)
     before = tree_rss_bytes(server.pid)
+
+    def measure():
+        time.sleep(1.0)
+        return tree_rss_bytes(server.pid)
+
+    after, ready, held, problems = hold_idle(ctx, server, IDLE_CONNECTIONS, measure)
+    return {"before": before, "after": after, "held": held, "open_seconds": ready["seconds"],
+            "per_conn": (after - before) / held if held else None, "problems": problems}
+
+
+def hold_idle(ctx, server, count, measure, extra=()):
+    """Opens `count` keep-alive connections to the server with
+    bench/idle_conns.py (each makes one request and stays open), calls
+    measure() while they are held, then closes them. Returns (what measure()
+    returned, the client's READY report, connections still open at the check,
+    problems)."""
     cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, os.path.join(BENCH_DIR, "idle_conns.py"),
-           "--port", str(server.port), "--count", str(IDLE_CONNECTIONS), "--path", FILE_1K,
-           "--in-flight", "64"]
+           "--port", str(server.port), "--count", str(count), "--path", FILE_1K,
+           "--in-flight", "64"] + list(extra)
     p = ctx.spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     try:
         line = p.stdout.readline()
@@ -870,8 +1004,7 @@ def idle_run(ctx, server):
         ready = json.loads(line[6:])
         if "error" in ready:
             raise BenchError(f"idle connection client: {ready['error']}")
-        time.sleep(1.0)
-        after = tree_rss_bytes(server.pid)
+        measured = measure()
         p.stdin.write("check\n")
         p.stdin.flush()
         line = p.stdout.readline()
@@ -882,22 +1015,81 @@ def idle_run(ctx, server):
     finally:
         if p.poll() is None:
             p.kill()
+            p.wait()
         ctx.reap(p)
     held = checked.get("alive", 0)
-    problems = []
-    if ready["failures"]:
-        problems += [f"{v} × {k}" for k, v in ready["failures"].items()]
-    if held != IDLE_CONNECTIONS:
-        problems.append(f"{held} of {IDLE_CONNECTIONS} connections still open at the check")
-    return {"before": before, "after": after, "held": held, "open_seconds": ready["seconds"],
-            "per_conn": (after - before) / held if held else None, "problems": problems}
+    problems = [f"{v} × {k}" for k, v in ready["failures"].items()]
+    if held != count:
+        problems.append(f"{held} of {count} connections still open at the check")
+    return measured, ready, held, problems
 
 
 # --------------------------------------------------------------------------
 # Orchestration
 
 
-class Context:
+class Processes:
+    """The servers and clients a run has started, so that every one of them is
+    stopped at the end, whatever happens. With `pgid_file`, the process groups
+    of the running servers are kept in that file too (for bench/run.sh)."""
+
+    def __init__(self, pgid_file=None):
+        self.pgid_file = pgid_file
+        self.running = {}
+        self.clients = set()
+
+    def register(self, server):
+        self.running[server.name] = server
+        self._write_pgids()
+
+    def unregister(self, server):
+        self.running.pop(server.name, None)
+        self._write_pgids()
+
+    def _write_pgids(self):
+        if not self.pgid_file:
+            return
+        with open(self.pgid_file, "w") as f:
+            for s in self.running.values():
+                f.write(f"{s.proc.pid}\n")
+
+    def spawn(self, cmd, **kw):
+        p = subprocess.Popen(cmd, **kw)
+        self.clients.add(p)
+        return p
+
+    def reap(self, p):
+        self.clients.discard(p)
+
+    def run(self, cmd, timeout, **kw):
+        """Runs a client to its end (killed after `timeout` s): (status, stdout, stderr)."""
+        p = self.spawn(cmd, **kw)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            self.reap(p)
+        return p.returncode, out, err
+
+    def cleanup(self):
+        for p in list(self.clients):
+            if p.poll() is None:
+                try:
+                    p.kill()
+                    p.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self.clients.discard(p)
+        for s in list(self.running.values()):
+            try:
+                s.stop()
+            except Exception as e:  # keep stopping the others
+                log(f"stopping {s.name}: {e}")
+
+
+class Context(Processes):
     def __init__(self, args):
         self.args = args
         self.port_base = args.port_base
@@ -918,51 +1110,49 @@ class Context:
         os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
         self.root = os.path.join(self.work, "www")
         self.manifest_1m = os.path.join(self.work, "1m.manifest")
-        self.pgid_file = os.path.join(self.work, "pgids")
-        self.running = {}
-        self.clients = set()
+        super().__init__(os.path.join(self.work, "pgids"))
         self.contents = {}
         self.wrk = None
         self.strace = None
         self.commit = "unknown"
 
-    def register(self, server):
-        self.running[server.name] = server
-        self._write_pgids()
-
-    def unregister(self, server):
-        self.running.pop(server.name, None)
-        self._write_pgids()
-
-    def _write_pgids(self):
-        with open(self.pgid_file, "w") as f:
-            for s in self.running.values():
-                f.write(f"{s.proc.pid}\n")
-
-    def spawn(self, cmd, **kw):
-        p = subprocess.Popen(cmd, **kw)
-        self.clients.add(p)
-        return p
-
-    def reap(self, p):
-        self.clients.discard(p)
-
     def cleanup(self):
-        for p in list(self.clients):
-            if p.poll() is None:
-                try:
-                    p.kill()
-                    p.wait(timeout=5)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
-            self.clients.discard(p)
-        for s in list(self.running.values()):
-            try:
-                s.stop()
-            except Exception as e:  # keep stopping the others
-                log(f"stopping {s.name}: {e}")
+        super().cleanup()
         if self.own_work and not self.args.keep:
             shutil.rmtree(self.work, ignore_errors=True)
+
+
+def git_commit():
+    """The short hash of the checked-out commit, or "unknown"."""
+    try:
+        p = subprocess.run(["git", "-C", REPO_DIR, "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else "unknown"
+
+
+# What a failed measurement raises: the server is marked failed, the run goes on.
+RUN_ERRORS = (BenchError, OSError, subprocess.SubprocessError, ValueError,
+              http.client.HTTPException)
+
+
+def failed(r, name, e):
+    r["failed"] = str(e)
+    log(f"ERROR {name}: {e}")
+
+
+def prepare_server(ctx, name, r, server_class=Server):
+    """The server `name` with its configuration written and tested and its
+    version in r["version"]; None (and r["failed"]) if that failed."""
+    try:
+        server = server_class(name, ctx)
+        r["version"] = server.version()
+        server.check_config()
+    except (BenchError, OSError, subprocess.SubprocessError) as e:
+        failed(r, name, e)
+        return None
+    return server
 
 
 def run_server(ctx, name, results):
@@ -971,13 +1161,8 @@ def run_server(ctx, name, results):
     overload sweep on a fresh start (so that neither inherits the other's
     state, and a server that falls over under overload spoils nothing else)."""
     r = results.setdefault(name, {"workloads": {}, "problems": []})
-    try:
-        server = Server(name, ctx)
-        r["version"] = server.version()
-        server.check_config()
-    except (BenchError, OSError, subprocess.SubprocessError) as e:
-        r["failed"] = str(e)
-        log(f"ERROR {name}: {e}")
+    server = prepare_server(ctx, name, r)
+    if server is None:
         return
     try:
         log(f"{name}: starting on port {server.port}")
@@ -1034,10 +1219,8 @@ def run_server(ctx, name, results):
             for p in r["overload"]["problems"]:
                 log(f"ERROR {name}: overload: {p}")
             server.stop()
-    except (BenchError, OSError, subprocess.SubprocessError, ValueError,
-            http.client.HTTPException) as e:
-        r["failed"] = str(e)
-        log(f"ERROR {name}: {e}")
+    except RUN_ERRORS as e:
+        failed(r, name, e)
     finally:
         server.stop()
 
@@ -1500,23 +1683,23 @@ def report(ctx, order, results, started, load_start, load_end, with_charts):
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_benchmarks_md(path, block):
+def write_benchmarks_md(path, block, begin=MARK_BEGIN, end=MARK_END, heading="## Results"):
+    """Replaces the text between the markers `begin` and `end` of the Markdown
+    file with `block` (which ends with a newline), or appends the block under
+    `heading` if the file has no such markers."""
     if os.path.exists(path):
         with open(path) as f:
             text = f.read()
     else:
         text = "# Benchmarks\n\n"
-    new_block = f"{MARK_BEGIN}\n{block}{MARK_END}"
-    if MARK_BEGIN in text and MARK_END in text:
-        pre = text[:text.index(MARK_BEGIN)]
-        post = text[text.index(MARK_END) + len(MARK_END):]
+    new_block = f"{begin}\n{block}{end}"
+    if begin in text and end in text:
+        pre = text[:text.index(begin)]
+        post = text[text.index(end) + len(end):]
         text = pre + new_block + post
     else:
-        text = text.rstrip() + "\n\n## Results\n\n" + new_block + "\n"
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+        text = text.rstrip() + f"\n\n{heading}\n\n" + new_block + "\n"
+    write_file(path, text)
 
 
 
@@ -1535,6 +1718,14 @@ def parse_sweep(text):
     if n > 100:
         raise argparse.ArgumentTypeError(f"sweep {text!r} has {n} steps; at most 100")
     return [lo + step * i for i in range(n)]
+
+
+def fill_defaults(args, defaults):
+    """Sets every option of `defaults` ({name: (quick value, full value)}) that
+    was not given on the command line."""
+    for name, (quick, full) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
 
 
 def parse_args(argv):
@@ -1573,16 +1764,10 @@ def parse_args(argv):
     ap.add_argument("--json", default=None, help="also write the raw results here")
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.duration is None:
-        args.duration = 2 if args.quick else 10
-    if args.warmup is None:
-        args.warmup = 0 if args.quick else 2
-    if args.strace_duration is None:
-        args.strace_duration = 1 if args.quick else 3
+    fill_defaults(args, {"duration": (2, 10), "warmup": (0, 2), "strace_duration": (1, 3),
+                         "overload_duration": (1, 2)})
     if args.overload is None:
         args.overload = parse_sweep("2000:30000:7000" if args.quick else "2000:30000:4000")
-    if args.overload_duration is None:
-        args.overload_duration = 1 if args.quick else 2
     args.overload_rates = [] if args.no_overload else args.overload
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     bad = [s for s in servers if s not in ALL_SERVERS]
@@ -1608,14 +1793,9 @@ def main(argv):
         signal.signal(sig, on_signal)
     atexit.register(ctx.cleanup)
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ValueError, OSError):
-        pass
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < IDLE_CONNECTIONS + 1000:
-        log(f"warning: RLIMIT_NOFILE is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; "
-            f"workload 5 needs more than {IDLE_CONNECTIONS}")
+    limit = raise_nofile()
+    if limit < IDLE_CONNECTIONS + 1000:
+        log(f"warning: RLIMIT_NOFILE is {limit}; workload 5 needs more than {IDLE_CONNECTIONS}")
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("the suite needs two CPUs (server on CPU 0, load generator on CPU 1)")
 
@@ -1628,11 +1808,7 @@ def main(argv):
         which("taskset")
     except BenchError as e:
         raise SystemExit(f"error: {e} (bench/run.sh installs it)")
-    try:
-        ctx.commit = subprocess.run(["git", "-C", REPO_DIR, "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True).stdout.strip() or "unknown"
-    except OSError:
-        pass
+    ctx.commit = git_commit()
 
     started = datetime.datetime.now(datetime.timezone.utc)
     load_start = loadavg()
