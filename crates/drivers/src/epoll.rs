@@ -665,7 +665,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         if slot.upstream.start_splices() {
             slot.upstream.notify = true;
         }
-        if let Some(idle) = slot.upstream.join_request.take() {
+        if let Some(idle) = slot.upstream.take_join_request() {
             return self.join(index, idle, next);
         }
         next

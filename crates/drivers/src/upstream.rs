@@ -77,22 +77,32 @@ enum Request {
     Release { reuse: bool },
 }
 
-/// The upstream side of one client connection, as a handler sees it.
+/// The upstream side of one client connection, as a handler sees it. Everything but the
+/// model's abilities lives in a box made on first use, so that the many connections that
+/// never hand over a request carry one pointer for it.
 #[derive(Default)]
 pub struct UpstreamPort {
-    conn: Option<Upstream>,
-    request: Option<Request>,
+    port: Option<Box<Port>>,
     /// The model can run upstream connections; when false, `connect` fails at once.
-    pub(crate) supported: bool,
+    supported: bool,
     /// The model can splice ([`UpstreamPort::join`] and the body splices); when false, a
     /// join aborts the connection and a body splice fails at once with `Unsupported`.
-    pub(crate) splicing: bool,
+    splicing: bool,
     /// A state change not yet shown to the handler (set by the driver).
     pub(crate) notify: bool,
+}
+
+/// The state of an [`UpstreamPort`] in use.
+#[derive(Default)]
+struct Port {
+    conn: Option<Upstream>,
+    request: Option<Request>,
+    supported: bool,
+    splicing: bool,
     /// A connect that failed before any socket existed, reported within the same call.
     failed_now: Option<io::ErrorKind>,
     /// The handler asked to join the connections, ending when idle this long.
-    pub(crate) join_request: Option<Duration>,
+    join_request: Option<Duration>,
     /// Body splices asked for during the call: bytes and idle time, towards the client and
     /// towards the upstream.
     splice_requests: [Option<(u64, Duration)>; 2],
@@ -124,26 +134,8 @@ pub(crate) struct Upstream {
 pub(crate) const TO_CLIENT: usize = 0;
 pub(crate) const TO_UPSTREAM: usize = 1;
 
-impl UpstreamPort {
-    pub(crate) fn new(supported: bool, splicing: bool) -> Self {
-        UpstreamPort {
-            supported,
-            splicing,
-            ..UpstreamPort::default()
-        }
-    }
-
-    /// Whether this model can splice: [`UpstreamPort::join`], [`UpstreamPort::splice_to_client`]
-    /// and [`UpstreamPort::splice_to_upstream`] work. Where it cannot (the io_uring model,
-    /// whose receives take the client's bytes as they arrive), handlers copy instead.
-    pub fn can_splice(&self) -> bool {
-        self.splicing
-    }
-
-    /// Asks for an upstream connection to `addr`, reusing an idle one kept under `key` if
-    /// there is one. Takes effect after the call; the handler is called again once it is
-    /// connected or has failed. Any attached upstream is released (not reused) first.
-    pub fn connect(&mut self, key: u64, addr: UpstreamAddr) {
+impl Port {
+    fn connect(&mut self, key: u64, addr: UpstreamAddr) {
         if !self.supported {
             self.conn = None;
             self.request = None;
@@ -154,53 +146,30 @@ impl UpstreamPort {
         self.request = Some(Request::Connect { key, addr });
     }
 
-    /// Lets go of the upstream after the call: kept for reuse under its key when `reuse`
-    /// is true and nothing is left unread or unsent, else closed.
-    pub fn release(&mut self, reuse: bool) {
+    fn release(&mut self, reuse: bool) {
         self.failed_now = None;
         if self.conn.is_some() || matches!(self.request, Some(Request::Connect { .. })) {
             self.request = Some(Request::Release { reuse });
         }
     }
 
-    /// Joins the client connection and the connected upstream for good, after the call:
-    /// bytes queued on either side are sent first, then everything either side sends goes to
-    /// the other through kernel pipes (splice), each end of stream is passed on, and the
-    /// connection closes when both directions have ended, either side fails, or nothing
-    /// moves for `idle`. The handler is not called again for the connection except
-    /// [`crate::Handler::on_close`]; unconsumed client input goes to the upstream and
-    /// unconsumed upstream input to the client. Without a connected upstream the connection
-    /// is aborted.
-    pub fn join(&mut self, idle: Duration) {
+    fn join(&mut self, idle: Duration) {
         self.join_request = Some(idle);
     }
 
-    /// After the call, moves exactly `len` bytes of the upstream's stream to the client through
-    /// a kernel pipe (splice), after what the client output and the upstream input already
-    /// hold; meanwhile nothing is read from the upstream into [`UpstreamPort::input`]. The
-    /// handler is called again when it is over ([`UpstreamPort::to_client`]). Each time bytes
-    /// move, the connection's deadline is pushed to `idle` from then, so the handler's
-    /// timeout fires only when nothing moved for that long.
-    pub fn splice_to_client(&mut self, len: u64, idle: Duration) {
+    fn splice_to_client(&mut self, len: u64, idle: Duration) {
         self.splice_requests[TO_CLIENT] = Some((len, idle));
     }
 
-    /// After the call, moves exactly `len` bytes of the client's stream to the upstream through
-    /// a kernel pipe, after what the upstream output already holds; meanwhile nothing is read
-    /// from the client into the connection's input. As [`UpstreamPort::splice_to_client`]
-    /// otherwise.
-    pub fn splice_to_upstream(&mut self, len: u64, idle: Duration) {
+    fn splice_to_upstream(&mut self, len: u64, idle: Duration) {
         self.splice_requests[TO_UPSTREAM] = Some((len, idle));
     }
 
-    /// Where the splice towards the client stands; a finished one's outcome is shown until
-    /// another splice that way, or until the upstream is released.
-    pub fn to_client(&self) -> Spliced {
+    fn to_client(&self) -> Spliced {
         self.spliced(TO_CLIENT)
     }
 
-    /// Where the splice towards the upstream stands.
-    pub fn to_upstream(&self) -> Spliced {
+    fn to_upstream(&self) -> Spliced {
         self.spliced(TO_UPSTREAM)
     }
 
@@ -215,7 +184,7 @@ impl UpstreamPort {
 
     /// Starts the splices the handler asked for during the call; a direction that cannot get
     /// a pipe fails at once. True when one failed that way (the handler must hear of it).
-    pub(crate) fn start_splices(&mut self) -> bool {
+    fn start_splices(&mut self) -> bool {
         let requests = std::mem::take(&mut self.splice_requests);
         let Some(up) = self.conn.as_mut().filter(|up| up.parked.is_none()) else {
             return requests.iter().any(Option::is_some);
@@ -249,8 +218,7 @@ impl UpstreamPort {
         failed
     }
 
-    /// Where the upstream stands.
-    pub fn state(&self) -> UpstreamState {
+    fn state(&self) -> UpstreamState {
         if let Some(kind) = self.failed_now {
             return UpstreamState::Failed(kind);
         }
@@ -262,26 +230,22 @@ impl UpstreamPort {
         }
     }
 
-    /// Bytes received from the backend and not consumed yet.
-    pub fn input(&mut self) -> Option<&mut Input> {
+    fn input(&mut self) -> Option<&mut Input> {
         self.live().map(|up| &mut up.input)
     }
 
-    /// Bytes queued for the backend.
-    pub fn output(&mut self) -> Option<&mut Output> {
+    fn output(&mut self) -> Option<&mut Output> {
         self.live().map(|up| &mut up.output)
     }
 
-    /// Bytes received and not consumed (0 without an upstream).
-    pub fn pending_input(&self) -> usize {
+    fn pending_input(&self) -> usize {
         match (&self.conn, &self.request) {
             (Some(up), None) if up.parked.is_none() => up.input.len(),
             _ => 0,
         }
     }
 
-    /// Bytes queued for the backend and not sent yet.
-    pub fn pending_output(&self) -> u64 {
+    fn pending_output(&self) -> u64 {
         match (&self.conn, &self.request) {
             (Some(up), None) if up.parked.is_none() => up.output.pending(),
             _ => 0,
@@ -295,8 +259,168 @@ impl UpstreamPort {
         self.conn.as_mut().filter(|up| up.parked.is_none())
     }
 
-    pub(crate) fn attached(&mut self) -> Option<&mut Upstream> {
+    fn attached(&mut self) -> Option<&mut Upstream> {
         self.conn.as_mut()
+    }
+}
+
+impl UpstreamPort {
+    pub(crate) fn new(supported: bool, splicing: bool) -> Self {
+        UpstreamPort {
+            port: None,
+            supported,
+            splicing,
+            notify: false,
+        }
+    }
+
+    /// The port's state, made on first use.
+    fn port(&mut self) -> &mut Port {
+        let (supported, splicing) = (self.supported, self.splicing);
+        self.port.get_or_insert_with(|| {
+            Box::new(Port {
+                supported,
+                splicing,
+                ..Port::default()
+            })
+        })
+    }
+
+    /// Whether this model can splice: [`UpstreamPort::join`], [`UpstreamPort::splice_to_client`]
+    /// and [`UpstreamPort::splice_to_upstream`] work. Where it cannot (the io_uring model,
+    /// whose receives take the client's bytes as they arrive), handlers copy instead.
+    pub fn can_splice(&self) -> bool {
+        self.splicing
+    }
+
+    /// Asks for an upstream connection to `addr`, reusing an idle one kept under `key` if
+    /// there is one. Takes effect after the call; the handler is called again once it is
+    /// connected or has failed. Any attached upstream is released (not reused) first.
+    pub fn connect(&mut self, key: u64, addr: UpstreamAddr) {
+        self.port().connect(key, addr)
+    }
+
+    /// Lets go of the upstream after the call: kept for reuse under its key when `reuse`
+    /// is true and nothing is left unread or unsent, else closed.
+    pub fn release(&mut self, reuse: bool) {
+        if let Some(port) = self.port.as_mut() {
+            port.release(reuse);
+        }
+    }
+
+    /// Joins the client connection and the connected upstream for good, after the call:
+    /// bytes queued on either side are sent first, then everything either side sends goes to
+    /// the other through kernel pipes (splice), each end of stream is passed on, and the
+    /// connection closes when both directions have ended, either side fails, or nothing
+    /// moves for `idle`. The handler is not called again for the connection except
+    /// [`crate::Handler::on_close`]; unconsumed client input goes to the upstream and
+    /// unconsumed upstream input to the client. Without a connected upstream the connection
+    /// is aborted.
+    pub fn join(&mut self, idle: Duration) {
+        self.port().join(idle)
+    }
+
+    /// After the call, moves exactly `len` bytes of the upstream's stream to the client through
+    /// a kernel pipe (splice), after what the client output and the upstream input already
+    /// hold; meanwhile nothing is read from the upstream into [`UpstreamPort::input`]. The
+    /// handler is called again when it is over ([`UpstreamPort::to_client`]). Each time bytes
+    /// move, the connection's deadline is pushed to `idle` from then, so the handler's
+    /// timeout fires only when nothing moved for that long.
+    pub fn splice_to_client(&mut self, len: u64, idle: Duration) {
+        self.port().splice_to_client(len, idle)
+    }
+
+    /// After the call, moves exactly `len` bytes of the client's stream to the upstream through
+    /// a kernel pipe, after what the upstream output already holds; meanwhile nothing is read
+    /// from the client into the connection's input. As [`UpstreamPort::splice_to_client`]
+    /// otherwise.
+    pub fn splice_to_upstream(&mut self, len: u64, idle: Duration) {
+        self.port().splice_to_upstream(len, idle)
+    }
+
+    /// Where the splice towards the client stands; a finished one's outcome is shown until
+    /// another splice that way, or until the upstream is released.
+    pub fn to_client(&self) -> Spliced {
+        self.port
+            .as_ref()
+            .map_or(Spliced::None, |port| port.to_client())
+    }
+
+    /// Where the splice towards the upstream stands.
+    pub fn to_upstream(&self) -> Spliced {
+        self.port
+            .as_ref()
+            .map_or(Spliced::None, |port| port.to_upstream())
+    }
+
+    /// Where the upstream stands.
+    pub fn state(&self) -> UpstreamState {
+        self.port
+            .as_ref()
+            .map_or(UpstreamState::None, |port| port.state())
+    }
+
+    /// Bytes received from the backend and not consumed yet.
+    pub fn input(&mut self) -> Option<&mut Input> {
+        self.port.as_mut()?.input()
+    }
+
+    /// Bytes queued for the backend.
+    pub fn output(&mut self) -> Option<&mut Output> {
+        self.port.as_mut()?.output()
+    }
+
+    /// Bytes received and not consumed (0 without an upstream).
+    pub fn pending_input(&self) -> usize {
+        self.port.as_ref().map_or(0, |port| port.pending_input())
+    }
+
+    /// Bytes queued for the backend and not sent yet.
+    pub fn pending_output(&self) -> u64 {
+        self.port.as_ref().map_or(0, |port| port.pending_output())
+    }
+
+    pub(crate) fn attached(&mut self) -> Option<&mut Upstream> {
+        self.port.as_mut()?.attached()
+    }
+
+    /// Starts the splices the handler asked for during the call; true when one failed at
+    /// once (the handler must hear of it).
+    pub(crate) fn start_splices(&mut self) -> bool {
+        self.port.as_mut().is_some_and(|port| port.start_splices())
+    }
+
+    /// The join the handler asked for during the call, if any.
+    pub(crate) fn take_join_request(&mut self) -> Option<Duration> {
+        self.port.as_mut()?.join_request.take()
+    }
+
+    /// Carries out what the handler asked during the call. Returns true when the handler
+    /// must be called again at once (a connect finished or failed immediately).
+    pub(crate) fn apply(
+        &mut self,
+        registry: &mut dyn Registry,
+        pool: &mut UpstreamPool,
+        buffers: &mut BufferPool,
+        now: Instant,
+    ) -> bool {
+        match self.port.as_mut() {
+            Some(port) => port.apply(registry, pool, buffers, now),
+            None => false,
+        }
+    }
+
+    /// Drops the upstream with the client connection; a parked one goes to the pool.
+    pub(crate) fn close(
+        &mut self,
+        registry: &mut dyn Registry,
+        pool: &mut UpstreamPool,
+        buffers: &mut BufferPool,
+        now: Instant,
+    ) {
+        if let Some(port) = self.port.as_mut() {
+            port.close(registry, pool, buffers, now);
+        }
     }
 }
 
@@ -402,10 +526,10 @@ pub(crate) trait Registry {
     fn deregister(&mut self, fd: RawFd);
 }
 
-impl UpstreamPort {
+impl Port {
     /// Carries out what the handler asked during the call. Returns true when the handler
     /// must be called again at once (a connect finished or failed immediately).
-    pub(crate) fn apply(
+    fn apply(
         &mut self,
         registry: &mut dyn Registry,
         pool: &mut UpstreamPool,
@@ -504,7 +628,7 @@ impl UpstreamPort {
     }
 
     /// Drops the upstream with the client connection; a parked one goes to the pool.
-    pub(crate) fn close(
+    fn close(
         &mut self,
         registry: &mut dyn Registry,
         pool: &mut UpstreamPool,

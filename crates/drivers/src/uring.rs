@@ -1192,7 +1192,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         if c.upstream.start_splices() {
             c.upstream.notify = true;
         }
-        if c.upstream.join_request.take().is_some() {
+        if c.upstream.take_join_request().is_some() {
             // Joining needs the client's bytes left in its socket; this model receives them
             // as they arrive.
             return Next::Abort;
