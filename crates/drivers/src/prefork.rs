@@ -36,6 +36,10 @@ pub const MAX_SPAWN_RATE: usize = 32;
 /// How long an idle child waits for a connection before it looks at its scoreboard word and
 /// the stop flag again; bounds how long retiring an idle child takes.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// Children in a row that fail before they ever serve, after which the parent gives up: a
+/// child that cannot start (a root that vanished, a log that cannot be opened) would
+/// otherwise be replaced ten times a second for ever.
+const MAX_FAILED_STARTS: usize = 10;
 /// How long the parent waits for children to finish after asking them to stop, before it
 /// kills them.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -322,6 +326,7 @@ pub fn run(
         prefork,
         stop,
         parent: std::process::id(),
+        failed_starts: 0,
     };
     pool.spawn(prefork.start, child_main);
     let mut spawn_rate = 1;
@@ -330,6 +335,12 @@ pub fn run(
         let crashed = pool.reap();
         if stop.load(Ordering::Relaxed) {
             break;
+        }
+        if pool.failed_starts >= MAX_FAILED_STARTS {
+            pool.stop_all();
+            return Err(io::Error::other(format!(
+                "{MAX_FAILED_STARTS} children in a row failed before serving; giving up"
+            )));
         }
         if crashed > 0 {
             pool.spawn(crashed, child_main);
@@ -359,16 +370,25 @@ struct ChildPool<'a> {
     prefork: PreforkConfig,
     stop: &'static AtomicBool,
     parent: u32,
+    /// Children in a row that ended in failure before they were ever idle.
+    failed_starts: usize,
 }
 
 impl ChildPool<'_> {
-    /// Idle children and children alive.
-    fn count(&self) -> (usize, usize) {
+    /// Idle children and children alive; a child seen idle or busy ends a run of failed
+    /// starts.
+    fn count(&mut self) -> (usize, usize) {
         let mut idle = 0;
         let mut alive = 0;
         for (slot, pid) in self.pids.iter().enumerate() {
             if pid.is_some() {
                 alive += 1;
+                if matches!(
+                    self.scoreboard.word(slot).load(Ordering::Acquire),
+                    state::IDLE | state::BUSY
+                ) {
+                    self.failed_starts = 0;
+                }
                 // A starting child is about to be idle: counting it avoids forking twice.
                 let word = self.scoreboard.word(slot).load(Ordering::Acquire);
                 if word == state::IDLE || word == state::STARTING {
@@ -470,6 +490,9 @@ impl ChildPool<'_> {
                     libc::WEXITSTATUS(status)
                 );
                 crashed += 1;
+                if word == state::STARTING {
+                    self.failed_starts += 1;
+                }
             }
         }
     }

@@ -424,3 +424,40 @@ fn prefork_children_and_parent_run_one_thread_each() {
     });
     assert!(fresh.is_some(), "the change was not seen");
 }
+
+#[test]
+fn a_prefork_server_whose_children_cannot_start_says_why_at_once() {
+    let site = site();
+    // The access log's path names a directory: it cannot be opened for appending.
+    fs::create_dir(site.base().join("logs")).unwrap();
+    let config = site.config("root = \"root\"\n[log]\naccess = \"logs\"\n");
+    let mut server = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--model",
+            "prefork",
+            "--config",
+        ])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = wait_for(Duration::from_secs(10), || server.try_wait().unwrap());
+    if exited.is_none() {
+        let _ = server.kill();
+        let _ = server.wait();
+        panic!("the server started anyway");
+    }
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut server.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!exited.unwrap().success());
+    assert!(stderr.contains("cannot open the access log"), "{stderr}");
+    assert!(
+        !stderr.contains("replacing it"),
+        "children were forked: {stderr}"
+    );
+}

@@ -275,9 +275,10 @@ pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeErro
         ..DriverConfig::default()
     };
     if let DriverModel::Prefork(prefork) = model {
-        // Open every root once here so that a bad one stops the server at start, not each
-        // child as it is forked; the children open their own (with their own watchers).
+        // Open every root and the access log once here so that a bad one stops the server at
+        // start, not each child as it is forked; the children open their own.
         virtual_hosts(config, Watching::Off)?;
+        AccessLog::start_direct(&config.log.access).map_err(ServeError::AccessLog)?;
         let result =
             fastpath_drivers::prefork::run(listeners, &driver_config, prefork, stop, &|child| {
                 let shared = Shared::start(config, handlers, true).map_err(io::Error::other)?;
