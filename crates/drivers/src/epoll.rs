@@ -6,14 +6,14 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, Gate, UNKNOWN_PEER};
 use crate::splice::{Joint, PumpError, Side};
-use crate::sys::{socket_addr, syscall};
+use crate::sys::{self, syscall};
 use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 
@@ -163,9 +163,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Makes the epoll instance if there is none yet.
     fn ensure_epoll(&mut self) -> io::Result<()> {
         if self.epoll.is_none() {
-            let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-            // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
-            self.epoll = Some(unsafe { OwnedFd::from_raw_fd(epfd) });
+            self.epoll = Some(sys::epoll_create()?);
         }
         Ok(())
     }
@@ -290,20 +288,14 @@ impl<'a, H: Handler> Worker<'a, H> {
         if !spinning {
             gate.leave();
         }
-        let waited = syscall!(epoll_wait(
-            self.epoll_fd(),
-            events.as_mut_ptr(),
-            events.len() as i32,
-            timeout
-        ));
+        let waited = match &self.epoll {
+            Some(epoll) => sys::epoll_wait(epoll, events, timeout),
+            None => Ok(0),
+        };
         if !spinning {
             gate.enter();
         }
-        let n = match waited {
-            Ok(n) => n as usize,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
-            Err(e) => return Err(e),
-        };
+        let n = waited?;
         self.now = Instant::now();
         if n > 0 {
             self.last_event = self.now;
@@ -371,19 +363,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         let listen_fd = self.listeners[listener_index].as_raw_fd();
         for _ in 0..ACCEPT_BATCH {
-            let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            let accepted = syscall!(accept4(
-                listen_fd,
-                &mut storage as *mut _ as *mut libc::sockaddr,
-                &mut len,
-                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
-            ));
-            match accepted {
-                Ok(fd) => {
-                    // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
-                    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                    let peer = socket_addr(&storage).unwrap_or(UNKNOWN_PEER);
+            match sys::accept(listen_fd) {
+                Ok((fd, peer)) => {
+                    let peer = peer.unwrap_or(UNKNOWN_PEER);
                     if !common::admit(self.active, self.config.max_connections, &fd, &self.handler)
                     {
                         continue;

@@ -20,13 +20,13 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::epoll::{LoopOptions, Worker};
-use crate::sys::{socket_addr, syscall};
+use crate::sys;
 use crate::{DriverConfig, Handler, Listeners};
 
 /// How often the parent looks at the pool.
@@ -175,21 +175,15 @@ impl Child<'_> {
     /// this child, the stop flag is set or `max_connections_per_child` is reached.
     pub fn serve<H: Handler>(self, handler: H) -> io::Result<()> {
         let word = self.scoreboard.word(self.slot);
-        let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-        // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
-        let epoll = unsafe { OwnedFd::from_raw_fd(epfd) };
+        let epoll = sys::epoll_create()?;
         for (i, listener) in self.listeners.iter().enumerate() {
             // EPOLLEXCLUSIVE: a new connection wakes one idle child, not all of them.
-            let mut event = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
-                u64: i as u64,
-            };
-            syscall!(epoll_ctl(
-                epoll.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
+            sys::epoll_add(
+                &epoll,
                 listener.as_raw_fd(),
-                &mut event
-            ))?;
+                libc::EPOLLIN | libc::EPOLLEXCLUSIVE,
+                i as u64,
+            )?;
         }
         let active = self.scoreboard.active();
         let refusal = handler.refusal().to_vec();
@@ -215,14 +209,8 @@ impl Child<'_> {
                 // Retired by the parent while idle.
                 break;
             }
-            let n = match syscall!(epoll_wait(
-                epoll.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as i32,
-                IDLE_WAIT.as_millis() as i32
-            )) {
-                Ok(n) => n as usize,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            let n = match sys::epoll_wait(&epoll, &mut events, IDLE_WAIT.as_millis() as i32) {
+                Ok(n) => n,
                 Err(e) => {
                     result = Err(e);
                     break;
@@ -275,25 +263,12 @@ impl Child<'_> {
 
 /// Accepts one connection if one is waiting (another child may have taken it).
 fn accept(listener: i32) -> Option<(OwnedFd, SocketAddr)> {
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    match syscall!(accept4(
-        listener,
-        &mut storage as *mut _ as *mut libc::sockaddr,
-        &mut len,
-        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
-    )) {
-        Ok(fd) => {
-            // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            Some((fd, socket_addr(&storage).unwrap_or(UNKNOWN_PEER)))
-        }
+    match sys::accept(listener) {
+        Ok((fd, peer)) => Some((fd, peer.unwrap_or(UNKNOWN_PEER))),
         Err(e) => {
-            if let Some(errno) = e.raw_os_error() {
-                if common::out_of_descriptors(errno) {
-                    tracing::warn!("accept failed: {e} (out of file descriptors or memory)");
-                    std::thread::sleep(common::ACCEPT_PAUSE);
-                }
+            if e.raw_os_error().is_some_and(common::out_of_descriptors) {
+                tracing::warn!("accept failed: {e} (out of file descriptors or memory)");
+                std::thread::sleep(common::ACCEPT_PAUSE);
             }
             None
         }

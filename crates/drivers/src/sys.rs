@@ -2,7 +2,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Calls a libc function and turns a `-1` return into `io::Error::last_os_error()`.
 macro_rules! syscall {
@@ -17,6 +17,64 @@ macro_rules! syscall {
     }};
 }
 pub(crate) use syscall;
+
+/// Makes an epoll instance.
+pub(crate) fn epoll_create() -> io::Result<OwnedFd> {
+    let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+    // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(epfd) })
+}
+
+/// Adds `fd` to an epoll instance for `events`, tagged with `token`.
+pub(crate) fn epoll_add(epoll: &OwnedFd, fd: RawFd, events: i32, token: u64) -> io::Result<()> {
+    let mut event = libc::epoll_event {
+        events: events as u32,
+        u64: token,
+    };
+    syscall!(epoll_ctl(
+        epoll.as_raw_fd(),
+        libc::EPOLL_CTL_ADD,
+        fd,
+        &mut event
+    ))
+    .map(|_| ())
+}
+
+/// Waits for events for at most `timeout_ms` (0: do not wait); an interrupted wait is an
+/// empty one.
+pub(crate) fn epoll_wait(
+    epoll: &OwnedFd,
+    events: &mut [libc::epoll_event],
+    timeout_ms: i32,
+) -> io::Result<usize> {
+    match syscall!(epoll_wait(
+        epoll.as_raw_fd(),
+        events.as_mut_ptr(),
+        events.len() as i32,
+        timeout_ms
+    )) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Accepts a connection from a listener, non-blocking and close-on-exec itself, with the
+/// peer's address when the kernel gives a usable one.
+pub(crate) fn accept(listener: RawFd) -> io::Result<(OwnedFd, Option<SocketAddr>)> {
+    // SAFETY: all-zero is a valid sockaddr_storage, filled in by the kernel.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let fd = syscall!(accept4(
+        listener,
+        &mut storage as *mut _ as *mut libc::sockaddr,
+        &mut len,
+        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
+    ))?;
+    // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok((fd, socket_addr(&storage)))
+}
 
 /// Sets an integer socket option.
 pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {

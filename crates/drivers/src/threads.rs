@@ -15,14 +15,14 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Gate, UNKNOWN_PEER};
 use crate::epoll::{LoopOptions, Worker};
-use crate::sys::{socket_addr, syscall};
+use crate::sys;
 use crate::{DriverConfig, Handler, Listeners};
 
 /// How long blocked threads wait before they look at the stop flag again.
@@ -239,20 +239,9 @@ fn accept_loop(
     active: &AtomicUsize,
     stop: &AtomicBool,
 ) -> io::Result<()> {
-    let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-    // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
-    let epoll = unsafe { OwnedFd::from_raw_fd(epfd) };
+    let epoll = sys::epoll_create()?;
     for (i, socket) in sockets.iter().enumerate() {
-        let mut event = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: i as u64,
-        };
-        syscall!(epoll_ctl(
-            epoll.as_raw_fd(),
-            libc::EPOLL_CTL_ADD,
-            socket.as_raw_fd(),
-            &mut event
-        ))?;
+        sys::epoll_add(&epoll, socket.as_raw_fd(), libc::EPOLLIN, i as u64)?;
     }
     let mut pause = AcceptPause::default();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; sockets.len().max(1)];
@@ -260,29 +249,11 @@ fn accept_loop(
         if !wait_for_idle_thread(pool, stop) {
             break;
         }
-        let n = match syscall!(epoll_wait(
-            epoll.as_raw_fd(),
-            events.as_mut_ptr(),
-            events.len() as i32,
-            STOP_POLL.as_millis() as i32
-        )) {
-            Ok(n) => n as usize,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
-            Err(e) => return Err(e),
-        };
+        let n = sys::epoll_wait(&epoll, &mut events, STOP_POLL.as_millis() as i32)?;
         for event in &events[..n] {
             let listener = sockets[event.u64 as usize].as_raw_fd();
-            let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            let accepted = syscall!(accept4(
-                listener,
-                &mut storage as *mut _ as *mut libc::sockaddr,
-                &mut len,
-                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
-            ));
-            let fd = match accepted {
-                // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
-                Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+            let (fd, peer) = match sys::accept(listener) {
+                Ok(accepted) => accepted,
                 Err(e) => match e.raw_os_error() {
                     Some(errno) if common::out_of_descriptors(errno) => {
                         let now = Instant::now();
@@ -297,7 +268,7 @@ fn accept_loop(
             if !common::admit_with(active, config.max_connections, &fd, refusal) {
                 continue;
             }
-            let peer = socket_addr(&storage).unwrap_or(UNKNOWN_PEER);
+            let peer = peer.unwrap_or(UNKNOWN_PEER);
             let Some(id) = lock(&pool.idle).pop() else {
                 // Cannot happen: only this thread takes idle threads off the stack, and it
                 // saw one. Refusing is the safe answer if it ever does.

@@ -25,41 +25,55 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 const HIGH_WATER: u64 = 64 * 1024;
 const WORKERS: usize = 2;
 
-/// Defines a test once and runs it on every model.
-macro_rules! for_each_model {
-    ($name:ident, $body:expr) => {
+/// Defines a test once and runs it on each of the models listed (by name: `epoll`, `uring`,
+/// `percore`, `threads`); a model this kernel cannot run is skipped with a message.
+macro_rules! for_models {
+    ($name:ident, [$($model:ident),*], $body:expr) => {
         mod $name {
             use super::*;
 
-            #[test]
-            fn epoll() {
-                let f: fn(Model) = $body;
-                f(Model::Epoll)
-            }
-
-            #[test]
-            fn uring() {
-                if let Err(e) = fastpath_drivers::uring_available() {
-                    eprintln!("skipped: io_uring unavailable ({e})");
-                    return;
+            $(
+                #[test]
+                fn $model() {
+                    if let Some(model) = model_named(stringify!($model)) {
+                        let f: fn(Model) = $body;
+                        f(model)
+                    }
                 }
-                let f: fn(Model) = $body;
-                f(Model::Uring)
-            }
-
-            #[test]
-            fn percore() {
-                let f: fn(Model) = $body;
-                f(Model::Percore(PercoreConfig::default()))
-            }
-
-            #[test]
-            fn threads() {
-                let f: fn(Model) = $body;
-                f(Model::Threads(TEST_THREADS))
-            }
+            )*
         }
     };
+}
+
+/// Defines a test once and runs it on every model (upstream connections included).
+macro_rules! for_each_model {
+    ($name:ident, $body:expr) => {
+        for_models!($name, [epoll, uring, percore, threads], $body);
+    };
+}
+
+/// Joins and body splices run on the models built on the epoll loop.
+macro_rules! for_each_splicing_model {
+    ($name:ident, $body:expr) => {
+        for_models!($name, [epoll, percore, threads], $body);
+    };
+}
+
+/// The model a test is named after; `None` (with a message) when this kernel cannot run it.
+fn model_named(name: &str) -> Option<Model> {
+    match name {
+        "epoll" => Some(Model::Epoll),
+        "uring" => match fastpath_drivers::uring_available() {
+            Ok(()) => Some(Model::Uring),
+            Err(e) => {
+                eprintln!("skipped: io_uring unavailable ({e})");
+                None
+            }
+        },
+        "percore" => Some(Model::Percore(PercoreConfig::default())),
+        "threads" => Some(Model::Threads(TEST_THREADS)),
+        other => panic!("no model named {other}"),
+    }
 }
 
 /// The thread pool of the tests: enough threads for the most connections a test holds open.
@@ -700,71 +714,7 @@ fn relay_server(model: Model, upstream: UpstreamAddr) -> Server {
     })
 }
 
-/// Upstream connections run on every model.
-macro_rules! for_each_upstream_model {
-    ($name:ident, $body:expr) => {
-        mod $name {
-            use super::*;
-
-            #[test]
-            fn epoll() {
-                let f: fn(Model) = $body;
-                f(Model::Epoll)
-            }
-
-            #[test]
-            fn uring() {
-                if let Err(e) = fastpath_drivers::uring_available() {
-                    eprintln!("skipped: io_uring unavailable ({e})");
-                    return;
-                }
-                let f: fn(Model) = $body;
-                f(Model::Uring)
-            }
-
-            #[test]
-            fn percore() {
-                let f: fn(Model) = $body;
-                f(Model::Percore(PercoreConfig::default()))
-            }
-
-            #[test]
-            fn threads() {
-                let f: fn(Model) = $body;
-                f(Model::Threads(TEST_THREADS))
-            }
-        }
-    };
-}
-
-/// Joins and body splices run on the models built on the epoll loop.
-macro_rules! for_each_splicing_model {
-    ($name:ident, $body:expr) => {
-        mod $name {
-            use super::*;
-
-            #[test]
-            fn epoll() {
-                let f: fn(Model) = $body;
-                f(Model::Epoll)
-            }
-
-            #[test]
-            fn percore() {
-                let f: fn(Model) = $body;
-                f(Model::Percore(PercoreConfig::default()))
-            }
-
-            #[test]
-            fn threads() {
-                let f: fn(Model) = $body;
-                f(Model::Threads(TEST_THREADS))
-            }
-        }
-    };
-}
-
-for_each_upstream_model!(upstream_round_trips_reuse_one_backend_connection, |model| {
+for_each_model!(upstream_round_trips_reuse_one_backend_connection, |model| {
     let upper = upper_server();
     let server = relay_server(model, UpstreamAddr::Tcp(upper.addr));
     let mut conn = server.connect();
@@ -779,7 +729,7 @@ for_each_upstream_model!(upstream_round_trips_reuse_one_backend_connection, |mod
     assert_eq!(upper.accepted.load(Ordering::SeqCst), 1);
 });
 
-for_each_upstream_model!(upstream_refused_is_reported_to_the_handler, |model| {
+for_each_model!(upstream_refused_is_reported_to_the_handler, |model| {
     // A port nobody listens on: bind, note the port, close.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -1138,7 +1088,7 @@ for_each_splicing_model!(a_joint_whose_backend_vanishes_closes_the_client, |mode
     server.log.wait_closes(1);
 });
 
-for_each_upstream_model!(
+for_each_model!(
     a_parked_upstream_the_backend_closed_is_not_reused,
     |model| {
         // Answers one line per connection, then closes it (as a backend with a short keep-alive

@@ -14,6 +14,7 @@ use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::config::LogTarget;
@@ -29,7 +30,7 @@ enum Destination {
     /// To the writer thread.
     Writer(SyncSender<Vec<u8>>),
     /// Written by the worker itself.
-    Direct(std::sync::Arc<std::sync::Mutex<Box<dyn Write + Send>>>),
+    Direct(Arc<Mutex<Box<dyn Write + Send>>>),
 }
 
 /// The writer thread and the way to reach it.
@@ -41,16 +42,11 @@ pub struct AccessLog {
 impl AccessLog {
     /// Opens the target and starts the writer; `Off` gives a log that records nothing.
     pub fn start(target: &LogTarget) -> io::Result<AccessLog> {
-        let sink: Box<dyn Write + Send> = match target {
-            LogTarget::Off => {
-                return Ok(AccessLog {
-                    sender: None,
-                    writer: None,
-                })
-            }
-            LogTarget::Stdout => Box::new(io::stdout()),
-            LogTarget::Stderr => Box::new(io::stderr()),
-            LogTarget::File(path) => Box::new(open_append(path)?),
+        let Some(sink) = open_sink(target)? else {
+            return Ok(AccessLog {
+                sender: None,
+                writer: None,
+            });
         };
         let (sender, receiver) = sync_channel(CHANNEL_DEPTH);
         let writer = std::thread::Builder::new()
@@ -64,21 +60,9 @@ impl AccessLog {
 
     /// Opens the target for workers that write their buffers themselves, with no thread.
     pub fn start_direct(target: &LogTarget) -> io::Result<AccessLog> {
-        let sink: Box<dyn Write + Send> = match target {
-            LogTarget::Off => {
-                return Ok(AccessLog {
-                    sender: None,
-                    writer: None,
-                })
-            }
-            LogTarget::Stdout => Box::new(io::stdout()),
-            LogTarget::Stderr => Box::new(io::stderr()),
-            LogTarget::File(path) => Box::new(open_append(path)?),
-        };
+        let sink = open_sink(target)?;
         Ok(AccessLog {
-            sender: Some(Destination::Direct(std::sync::Arc::new(
-                std::sync::Mutex::new(sink),
-            ))),
+            sender: sink.map(|sink| Destination::Direct(Arc::new(Mutex::new(sink)))),
             writer: None,
         })
     }
@@ -99,6 +83,16 @@ impl AccessLog {
             let _ = writer.join();
         }
     }
+}
+
+/// Opens where the lines go; `None` for a log that is off.
+fn open_sink(target: &LogTarget) -> io::Result<Option<Box<dyn Write + Send>>> {
+    Ok(Some(match target {
+        LogTarget::Off => return Ok(None),
+        LogTarget::Stdout => Box::new(io::stdout()),
+        LogTarget::Stderr => Box::new(io::stderr()),
+        LogTarget::File(path) => Box::new(open_append(path)?),
+    }))
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -179,9 +173,7 @@ impl AccessLogBuffer {
             return;
         }
         if let Destination::Direct(sink) = &self.sender {
-            let mut sink = sink
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut sink = sink.lock().unwrap_or_else(PoisonError::into_inner);
             if let Err(e) = sink.write_all(&self.buf).and_then(|_| sink.flush()) {
                 tracing::error!("access log write failed: {e}");
             }
