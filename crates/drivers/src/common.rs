@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::buffers::Output;
 use crate::sys::refuse;
-use crate::{Handler, Listeners};
+use crate::{Handler, Io, Listeners, Next};
 
 /// How long accepting pauses when the process is out of file descriptors: long enough for
 /// connections to close, short enough that clients hardly notice.
@@ -59,6 +59,23 @@ where
         }
         result
     })
+}
+
+/// Calls the handler's `on_ready` (or `on_timeout`) with a connection's parts, then gives an
+/// emptied input buffer back to the pool: the call every model makes.
+pub(crate) fn call_handler<H: Handler>(
+    handler: &mut H,
+    conn: &mut H::Conn,
+    mut io: Io<'_>,
+    timeout: bool,
+) -> Next {
+    let next = if timeout {
+        handler.on_timeout(conn, &mut io)
+    } else {
+        handler.on_ready(conn, &mut io)
+    };
+    io.input.release_if_empty(io.pool);
+    next
 }
 
 /// Counts a newly accepted connection in: true when it may open, false when the limit was

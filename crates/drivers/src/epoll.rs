@@ -617,11 +617,12 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
-    /// Calls the handler's `on_ready` (or `on_timeout`) for a connection.
+    /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
+    /// it asked of the upstream.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
         let epoll = self.epoll_fd();
         let slot = self.slots[index].as_mut().expect("live slot");
-        let mut io = Io {
+        let io = Io {
             input: &mut slot.input,
             output: &mut slot.output,
             pool: &mut self.pool,
@@ -630,27 +631,16 @@ impl<'a, H: Handler> Worker<'a, H> {
             deadline: &mut slot.deadline,
             upstream: &mut slot.upstream,
         };
-        let next = if timeout {
-            self.handler.on_timeout(&mut slot.conn, &mut io)
-        } else {
-            self.handler.on_ready(&mut slot.conn, &mut io)
-        };
-        slot.input.release_if_empty(&mut self.pool);
+        let next = common::call_handler(&mut self.handler, &mut slot.conn, io, timeout);
         let token = ((self.generations[index] as u64) << 32) | index as u64 | UPSTREAM_BIT;
         let mut registry = EpollRegistry { epoll, token };
-        if slot
-            .upstream
-            .apply(&mut registry, &mut self.upstreams, &mut self.pool, self.now)
-        {
-            slot.upstream.notify = true;
+        let join =
+            slot.upstream
+                .after_call(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+        match join {
+            Some(idle) => self.join(index, idle, next),
+            None => next,
         }
-        if slot.upstream.start_splices() {
-            slot.upstream.notify = true;
-        }
-        if let Some(idle) = slot.upstream.take_join_request() {
-            return self.join(index, idle, next);
-        }
-        next
     }
 
     /// Joins a connection with its upstream as the handler asked; Abort when it cannot be.

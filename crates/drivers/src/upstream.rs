@@ -386,18 +386,37 @@ impl UpstreamPort {
 
     /// Starts the splices the handler asked for during the call; true when one failed at
     /// once (the handler must hear of it).
-    pub(crate) fn start_splices(&mut self) -> bool {
+    fn start_splices(&mut self) -> bool {
         self.port.as_mut().is_some_and(|port| port.start_splices())
     }
 
     /// The join the handler asked for during the call, if any.
-    pub(crate) fn take_join_request(&mut self) -> Option<Duration> {
+    fn take_join_request(&mut self) -> Option<Duration> {
         self.port.as_mut()?.join_request.take()
+    }
+
+    /// Carries out what the handler asked of the port during a call (connect, release,
+    /// splices), marking `notify` when the handler must hear of something at once; returns the
+    /// join it asked for, which each model carries out (or refuses) itself.
+    pub(crate) fn after_call(
+        &mut self,
+        registry: &mut dyn Registry,
+        pool: &mut UpstreamPool,
+        buffers: &mut BufferPool,
+        now: Instant,
+    ) -> Option<Duration> {
+        if self.apply(registry, pool, buffers, now) {
+            self.notify = true;
+        }
+        if self.start_splices() {
+            self.notify = true;
+        }
+        self.take_join_request()
     }
 
     /// Carries out what the handler asked during the call. Returns true when the handler
     /// must be called again at once (a connect finished or failed immediately).
-    pub(crate) fn apply(
+    fn apply(
         &mut self,
         registry: &mut dyn Registry,
         pool: &mut UpstreamPool,

@@ -1158,10 +1158,12 @@ impl<'a, H: Handler> Worker<'a, H> {
             .get_or_insert(self.now + self.config.send_timeout);
     }
 
-    /// Calls the handler's `on_ready` (or `on_timeout`) for a connection.
+    /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
+    /// it asked of the upstream.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
-        let c = self.slots[index].conn.as_mut().expect("live connection");
-        let mut io = Io {
+        let slot = &mut self.slots[index];
+        let c = slot.conn.as_mut().expect("live connection");
+        let io = Io {
             input: &mut c.input,
             output: &mut c.output,
             pool: &mut self.pool,
@@ -1170,29 +1172,17 @@ impl<'a, H: Handler> Worker<'a, H> {
             deadline: &mut c.deadline,
             upstream: &mut c.upstream,
         };
-        let next = if timeout {
-            self.handler.on_timeout(&mut c.conn, &mut io)
-        } else {
-            self.handler.on_ready(&mut c.conn, &mut io)
-        };
-        c.input.release_if_empty(&mut self.pool);
-        let slot = &mut self.slots[index];
-        let c = slot.conn.as_mut().expect("live connection");
+        let next = common::call_handler(&mut self.handler, &mut c.conn, io, timeout);
         let mut registry = UringRegistry {
             sqes: &mut self.sqes,
             ops: &mut c.up_ops,
             index,
             generation: slot.generation,
         };
-        if c.upstream
-            .apply(&mut registry, &mut self.upstreams, &mut self.pool, self.now)
-        {
-            c.upstream.notify = true;
-        }
-        if c.upstream.start_splices() {
-            c.upstream.notify = true;
-        }
-        if c.upstream.take_join_request().is_some() {
+        let join =
+            c.upstream
+                .after_call(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+        if join.is_some() {
             // Joining needs the client's bytes left in its socket; this model receives them
             // as they arrive.
             return Next::Abort;
