@@ -40,6 +40,16 @@ fn children(parent: u32) -> Vec<u32> {
     found
 }
 
+/// The children of `parent` once at least `n` exist (the parent forks its first children
+/// after it has said it listens, one after the other); whatever exists after 5 s otherwise.
+fn children_once(parent: u32, n: usize) -> Vec<u32> {
+    wait_for(Duration::from_secs(5), || {
+        let found = children(parent);
+        (found.len() >= n).then_some(found)
+    })
+    .unwrap_or_else(|| children(parent))
+}
+
 /// The inode of the server side of the connection whose client side is `conn`.
 fn server_socket_inode(conn: &Conn) -> u64 {
     let client_port = conn.stream().local_addr().unwrap().port();
@@ -154,7 +164,7 @@ fn the_prefork_parent_takes_its_children_along_when_it_stops() {
     let site = site();
     let mut srv = site.serve_config("prefork", SMALL_POOL);
     srv.get("/a.txt").assert_ok(200, "hello");
-    let pool = children(srv.pid());
+    let pool = children_once(srv.pid(), 3);
     assert!(pool.len() >= 3, "{pool:?}");
     let status = srv.stop(libc::SIGTERM, Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
@@ -406,7 +416,7 @@ fn prefork_children_and_parent_run_one_thread_each() {
     srv.get("/a.txt").assert_ok(200, "hello");
     let threads = |pid: u32| fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
     assert_eq!(threads(srv.pid()), 1, "the parent");
-    let pool = children(srv.pid());
+    let pool = children_once(srv.pid(), 3);
     assert!(pool.len() >= 3, "{pool:?}");
     for child in pool {
         assert_eq!(threads(child), 1, "child {child}");
