@@ -182,39 +182,52 @@ fn percore_workers_are_pinned_one_per_cpu() {
     let site = site();
     let srv = site.serve("percore");
     srv.get("/a.txt").assert_ok(200, "hello");
-    let mut pinned = Vec::new();
-    for task in fs::read_dir(format!("/proc/{}/task", srv.pid()))
-        .unwrap()
-        .flatten()
-    {
-        let status = fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        let name = status.lines().next().unwrap_or_default();
-        let is_worker = name
-            .strip_prefix("Name:\tfastpath-w")
-            .is_some_and(|n| n.parse::<usize>().is_ok());
-        if !is_worker {
-            continue;
-        }
-        let cpus = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .unwrap()
-            .trim()
-            .to_string();
-        pinned.push(cpus);
-    }
     let cores = std::thread::available_parallelism().unwrap().get();
+    // Each worker names and pins itself once it runs, which may be after the server says it
+    // listens: wait (bounded) for all of them instead of sampling once.
+    let worker_cpus = || {
+        let mut pinned = Vec::new();
+        for task in fs::read_dir(format!("/proc/{}/task", srv.pid()))
+            .unwrap()
+            .flatten()
+        {
+            let status = fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            let name = status.lines().next().unwrap_or_default();
+            let is_worker = name
+                .strip_prefix("Name:\tfastpath-w")
+                .is_some_and(|n| n.parse::<usize>().is_ok());
+            if !is_worker {
+                continue;
+            }
+            let cpus = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .unwrap()
+                .trim()
+                .to_string();
+            pinned.push(cpus);
+        }
+        pinned.sort();
+        pinned
+    };
+    let all_pinned = |pinned: &Vec<String>| {
+        pinned.len() >= cores && pinned.iter().all(|c| c.parse::<usize>().is_ok())
+    };
+    let pinned = wait_for(Duration::from_secs(10), || {
+        Some(worker_cpus()).filter(all_pinned)
+    })
+    .unwrap_or_else(worker_cpus);
     assert_eq!(pinned.len(), cores, "workers: {pinned:?}");
-    pinned.sort();
+    assert!(
+        pinned.iter().all(|cpus| cpus.parse::<usize>().is_ok()),
+        "each worker on one CPU: {pinned:?}"
+    );
+    let mut pinned = pinned;
     pinned.dedup();
     assert_eq!(
         pinned.len(),
         cores,
         "each worker on a CPU of its own: {pinned:?}"
-    );
-    assert!(
-        pinned.iter().all(|cpus| cpus.parse::<usize>().is_ok()),
-        "{pinned:?}"
     );
 }
 
