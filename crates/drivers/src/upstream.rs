@@ -122,6 +122,8 @@ pub(crate) struct Upstream {
     had_output: bool,
     /// Released for reuse at this time and kept on the client connection.
     parked: Option<Instant>,
+    /// Carried an earlier exchange (taken back from parking or from the pool).
+    reused: bool,
     /// A body moving from the upstream to the client through a pipe.
     pub(crate) to_client: Option<Box<BodySplice>>,
     /// A body moving from the client to the upstream through a pipe.
@@ -298,6 +300,17 @@ impl UpstreamPort {
     /// connected or has failed. Any attached upstream is released (not reused) first.
     pub fn connect(&mut self, key: u64, addr: UpstreamAddr) {
         self.port().connect(key, addr)
+    }
+
+    /// Whether the attached connection carried an earlier exchange. A backend may close an
+    /// idle connection at any moment (RFC 9112 §9.3.1), so one that fails or ends before
+    /// answering may have been closed before the request reached it, and an idempotent
+    /// request can be sent again on another connection (§9.3.1.1).
+    pub fn reused(&self) -> bool {
+        self.port
+            .as_ref()
+            .and_then(|port| port.conn.as_ref())
+            .is_some_and(|up| up.reused)
     }
 
     /// Lets go of the upstream after the call: kept for reuse under its key when `reuse`
@@ -577,6 +590,7 @@ impl Port {
                         // Taken back from the client connection: still registered, no
                         // system call. Nothing is due to arrive until a request is sent.
                         up.parked = None;
+                        up.reused = true;
                         up.had_output = false;
                         up.outcomes = [Spliced::None; 2];
                         return true;
@@ -586,10 +600,10 @@ impl Port {
                 // dropped.
                 let parked = self.conn.as_ref().is_some_and(|up| up.parked.is_some());
                 self.detach(registry, pool, buffers, now, parked);
-                let (fd, connected) = match pool.take(key, now) {
-                    Some(fd) => (fd, true),
+                let (fd, connected, reused) = match pool.take(key, now) {
+                    Some(fd) => (fd, true, true),
                     None => match start_connect(&addr) {
-                        Ok(started) => started,
+                        Ok((fd, connected)) => (fd, connected, false),
                         Err(e) => {
                             self.failed_now = Some(e.kind());
                             return true;
@@ -617,6 +631,7 @@ impl Port {
                     hangup: false,
                     had_output: false,
                     parked: None,
+                    reused,
                     to_client: None,
                     to_upstream: None,
                     outcomes: [Spliced::None; 2],

@@ -171,6 +171,36 @@ fn garbage(stream: TcpStream, _log: &BackendLog) {
     let _ = writer.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n");
 }
 
+/// Answers the first request of a connection without saying it will close, then reads the
+/// next one and closes without answering: what a backend does that closes idle connections
+/// just as a request arrives.
+fn one_per_connection(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    let Some((line, _)) = read_head(&mut reader) else {
+        return;
+    };
+    let body: &[u8] = if line.starts_with("HEAD ") {
+        b""
+    } else {
+        b"ok\n"
+    };
+    log.requests.lock().unwrap().push(line);
+    let _ = writer.write_all(&[b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", body].concat());
+    if let Some((line, _)) = read_head(&mut reader) {
+        log.requests.lock().unwrap().push(line);
+    }
+}
+
+/// Answers one request without saying it will close, then closes at once.
+fn answer_then_close(stream: TcpStream, _log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    if read_head(&mut reader).is_some() {
+        let _ = writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
+    }
+}
+
 fn config(backend: &Backend, route: &str, extra: &str) -> String {
     format!(
         "root = \"root\"\n{extra}\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\naddresses = \"{}\"\npublic_url = \"http://backend.example:8000\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"1s\"\n[[route]]\nbackend = \"app\"\n{route}\n",
@@ -409,6 +439,62 @@ httptest!(a_backend_closing_mid_response_closes_the_client, |model| {
         "the client must see the response cut short"
     );
 });
+
+httptest!(
+    an_idempotent_request_goes_again_when_a_kept_backend_connection_was_closed,
+    |model| {
+        let backend = Backend::start(one_per_connection);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        let mut conn = srv.connect();
+        for i in 0..4 {
+            let r = conn.exchange(format!("GET /app/{i} HTTP/1.1\r\nHost: t\r\n\r\n"));
+            r.assert_ok(200, "ok\n");
+        }
+        conn.exchange("HEAD /app/h HTTP/1.1\r\nHost: t\r\n\r\n")
+            .assert_status(200);
+        // A request with a body is not sent twice: the backend saw it once, the client gets
+        // 502, and the next request is served on a new connection.
+        let r = conn.exchange("POST /app/p HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc");
+        r.assert_status(502);
+        conn.exchange("GET /app/after HTTP/1.1\r\nHost: t\r\n\r\n")
+            .assert_ok(200, "ok\n");
+        let seen = backend.log.requests.lock().unwrap().clone();
+        let posts = seen.iter().filter(|l| l.starts_with("POST ")).count();
+        assert_eq!(posts, 1, "{seen:?}");
+        for i in 0..4 {
+            let line = format!("GET /app/{i} HTTP/1.1");
+            let times = seen.iter().filter(|l| **l == line).count();
+            // Once on the connection that closed, once on the one that answered (the
+            // first request went on a new connection and was answered at once).
+            assert!((1..=2).contains(&times), "{line}: {seen:?}");
+        }
+    }
+);
+
+httptest!(
+    a_backend_that_closes_after_each_answer_serves_every_request,
+    |model| {
+        let backend = Backend::start(answer_then_close);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        let mut conn = srv.connect();
+        for i in 0..20 {
+            let r = conn.exchange(format!("GET /app/{i} HTTP/1.1\r\nHost: t\r\n\r\n"));
+            r.assert_ok(200, "ok\n");
+            if i % 2 == 0 {
+                // Give the backend's FIN time to arrive before the next request.
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+);
 
 httptest!(a_backend_answering_garbage_gives_502, |model| {
     let backend = Backend::start(garbage);

@@ -577,6 +577,10 @@ impl HttpHandler {
             backend,
             bridge,
             staged,
+            idempotent: matches!(
+                request.method,
+                "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+            ),
             framing: request.framing,
             client_version: version,
             head_request: head,

@@ -14,7 +14,10 @@
 //! Failures keep their meaning for the client: a backend that refuses or cannot be reached
 //! gives 502, one that does not answer in time 504, one that answers garbage 502; one that
 //! stops in the middle of a response makes fastpath close the client connection, so a
-//! truncated response never looks complete.
+//! truncated response never looks complete. A kept connection the backend closed while it
+//! was idle is not a failure of the backend: a request with an idempotent method and no body
+//! goes again on another connection; any other request gets 502 rather than risk running
+//! twice.
 
 use std::time::Instant;
 
@@ -28,6 +31,9 @@ use fastpath_http::{
 
 /// Client output queued past which relaying from the backend pauses.
 const RELAY_HIGH_WATER: u64 = 256 * 1024;
+/// Times a request is sent again after a reused backend connection turned out closed. Each
+/// try takes another kept connection or opens a new one; a new one that fails ends it.
+const MAX_REPLAYS: u8 = 4;
 /// Bodies (of requests and responses framed by length) with at least this much left to move
 /// go through a kernel pipe (splice) instead of user space. Below it, a pipe's extra system
 /// calls cost more than copying the bytes.
@@ -75,8 +81,14 @@ pub(crate) struct Exchange {
     address: usize,
     bridge: bool,
     /// The request head (and for a bridge, the bytes read after it) waiting for the
-    /// connection.
+    /// connection; kept after sending while the request may be sent again.
     staged: Vec<u8>,
+    /// `staged` is on its way to the current connection.
+    staged_sent: bool,
+    /// The request may be sent again on another connection if a reused one closes before
+    /// answering: an idempotent method and no body (RFC 9110 §9.2.2, RFC 9112 §9.3.1.1).
+    replayable: bool,
+    replays: u8,
     body: RequestBody,
     parser: Box<ResponseParser>,
     response: Response,
@@ -133,6 +145,8 @@ pub(crate) struct Start<'a> {
     pub backend: usize,
     pub bridge: bool,
     pub staged: Vec<u8>,
+    /// The method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
+    pub idempotent: bool,
     pub framing: BodyFraming,
     pub client_version: Version,
     pub head_request: bool,
@@ -171,6 +185,11 @@ impl Exchange {
             address,
             bridge: start.bridge,
             staged: start.staged,
+            staged_sent: false,
+            replayable: start.idempotent
+                && !start.bridge
+                && matches!(start.framing, BodyFraming::None),
+            replays: 0,
             body,
             parser,
             response: Response::AwaitingHead,
@@ -268,6 +287,32 @@ impl Exchange {
         }
     }
 
+    /// Whether the request can go again on another connection: nothing of a response came
+    /// back, and the connection that failed had carried an earlier exchange (so the backend
+    /// may have closed it while it was idle, before the request reached it).
+    fn may_replay(&self, upstream: &UpstreamPort) -> bool {
+        self.replayable
+            && self.replays < MAX_REPLAYS
+            && self.status == 0
+            && self.relayed == 0
+            && upstream.reused()
+    }
+
+    /// Sends the request again on another connection to the same address: the closed one
+    /// is dropped, and the backend is not marked as failing.
+    fn replay(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
+        self.replays += 1;
+        self.parser.reset();
+        self.reusable = false;
+        self.staged_sent = false;
+        self.forget(backends);
+        self.connected = false;
+        self.connect(backends, io.upstream);
+        self.deadline = io.now + backends[self.backend].config().connect_timeout;
+        *io.deadline = Some(self.deadline);
+        Progress::Wait(Next::Read)
+    }
+
     /// Moves the exchange forward with whatever arrived on either side.
     pub(crate) fn step(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
         match io.upstream.state() {
@@ -275,6 +320,9 @@ impl Exchange {
             UpstreamState::None => return Progress::Failed(502),
             UpstreamState::Failed(kind) => {
                 self.reusable = false;
+                if self.may_replay(io.upstream) {
+                    return self.replay(backends, io);
+                }
                 if self.status == 0 && self.relayed == 0 {
                     tracing::warn!("backend connection failed: {kind:?}");
                     backends[self.backend].failed(self.address, io.now);
@@ -293,9 +341,15 @@ impl Exchange {
         }
         // Request side: the staged head, then body bytes from the client.
         if let Some(out) = io.upstream.output() {
-            if !self.staged.is_empty() {
-                let staged = std::mem::take(&mut self.staged);
-                out.write_with(io.pool, |b| b.extend_from_slice(&staged));
+            if !self.staged_sent && !self.staged.is_empty() {
+                self.staged_sent = true;
+                if self.replayable {
+                    let staged = &self.staged;
+                    out.write_with(io.pool, |b| b.extend_from_slice(staged));
+                } else {
+                    let staged = std::mem::take(&mut self.staged);
+                    out.write_with(io.pool, |b| b.extend_from_slice(&staged));
+                }
             }
             if self.bridge {
                 // From here on the kernel moves the bytes (splice through pipes); what the
@@ -342,6 +396,10 @@ impl Exchange {
             }
             let to_client = io.upstream.to_client();
             let can_splice = io.upstream.can_splice();
+            let replay_on_end = ended
+                && io.upstream.pending_input() == 0
+                && matches!(self.response, Response::AwaitingHead)
+                && self.may_replay(io.upstream);
             let Some(input) = io.upstream.input() else {
                 return Progress::Failed(502);
             };
@@ -349,6 +407,9 @@ impl Exchange {
                 Response::AwaitingHead => {
                     let head = match self.parser.parse(input.data(), self.head_request) {
                         Ok(Some(head)) => head,
+                        Ok(None) if replay_on_end => {
+                            return self.replay(backends, io);
+                        }
                         Ok(None) if ended => {
                             self.parser.reset();
                             self.release(backends, io);
