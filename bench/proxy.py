@@ -28,6 +28,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import cpu_busy, cpu_times  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PORTS = {"backend": 18251, "fastpath": 18252, "nginx": 18253, "slow": 18254}
@@ -108,9 +111,16 @@ def bench(binary, url, duration, connections=64):
 def measure(binary, pid, url, duration):
     bench(binary, url, 1)  # warm up: connections to the backend are open
     before = cpu_of_tree(pid)
+    core_before = cpu_times()
     result = bench(binary, url, duration)
+    core_after = cpu_times()
     used = cpu_of_tree(pid) - before
     replies = max(result["replies"], 1)
+    # The proxy's core, whatever ran on it: the kernel's network work for a socket is not
+    # always charged to the process (softirq work that runs while the process sleeps is
+    # charged to nobody), so the process's own time can flatter a proxy that idles more.
+    busy = cpu_busy(core_before, core_after, 0) or 0.0
+    core_used = busy * (core_after[0] - core_before[0])
     return {
         "rps": result["rps"],
         "p50_us": result["latency_us"]["p50"],
@@ -118,6 +128,7 @@ def measure(binary, pid, url, duration):
         "errors": result["errors"]["total"],
         "non2xx": sum(v for k, v in result["status"].items() if k != "2xx"),
         "cpu_us": used / replies * 1e6,
+        "core_us": core_used / replies * 1e6,
     }
 
 
@@ -130,12 +141,12 @@ def slow_backend(port, stop):
     server.settimeout(0.5)
 
     def serve(conn):
+        # Keep-alive, one answer per request (the requests carry no body).
         with conn:
             try:
-                conn.recv(65536)
-                time.sleep(1)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nslow\n")
-                conn.recv(65536)
+                while conn.recv(65536):
+                    time.sleep(1)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nslow\n")
             except OSError:
                 pass
 
@@ -232,28 +243,38 @@ def main():
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, `bench/proxy.py --duration {args.duration}`, "
         f"{os.cpu_count()} cores, kernel {os.uname().release}. Proxy on CPU 0 (fastpath with one worker, "
         "each model in turn); backend (nginx, 1 KiB file) and "
-        "`fastpath bench -c 64` on CPU 1. CPU is the proxy's own user+sys per request.",
+        "`fastpath bench -c 64` on CPU 1. Process CPU is the proxy's own user+sys per request; "
+        "core CPU is everything that kept CPU 0 from idling, per request (from /proc/stat's "
+        "idle time), which also counts the kernel's network work done for the proxy while "
+        "it slept.",
         "",
-        "| proxy | replies/s | p50 | p99 | CPU µs/request | CPU ÷ nginx | errors |",
-        "|---|--:|--:|--:|--:|--:|--:|",
+        "| proxy | replies/s | p50 | p99 | process CPU µs/request | ÷ nginx | core CPU µs/request "
+        "| ÷ nginx | errors |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for name, r in results.items():
         lines.append(f"| {name} | {r['rps']:,.0f} | {r['p50_us']:,.0f} µs | {r['p99_us']:,.0f} µs | "
-                     f"{r['cpu_us']:.1f} | {r['cpu_us'] / n['cpu_us']:.2f}× | {r['errors'] + r['non2xx']} |")
+                     f"{r['cpu_us']:.1f} | {r['cpu_us'] / n['cpu_us']:.2f}× | "
+                     f"{r['core_us']:.1f} | {r['core_us'] / max(n['core_us'], 1e-9):.2f}× | "
+                     f"{r['errors'] + r['non2xx']} |")
+    met = f["cpu_us"] <= 0.7 * n["cpu_us"] and f["core_us"] <= 0.7 * n["core_us"]
     lines += [
         "",
-        f"Target: at most 0.7× nginx's CPU per proxied request: **{'met' if f['cpu_us'] <= 0.7 * n['cpu_us'] else 'not met'}** "
-        f"({best}: {f['cpu_us'] / n['cpu_us']:.2f}×).",
+        f"Target: at most 0.7× nginx's CPU per proxied request, counted both ways: "
+        f"**{'met' if met else 'not met'}** ({best}: process {f['cpu_us'] / n['cpu_us']:.2f}×, "
+        f"core {f['core_us'] / max(n['core_us'], 1e-9):.2f}×).",
         "",
         "Static requests while a slow backend (1 s per answer) holds 64 proxied requests:",
         "",
         "| static 1 KiB on fastpath | replies/s | p99 | errors |",
         "|---|--:|--:|--:|",
-        f"| alone | {alone['rps']:,.0f} | {alone['p99_us']:,.0f} µs | {alone['errors']} |",
-        f"| with the slow backend loaded | {loaded['rps']:,.0f} | {loaded['p99_us']:,.0f} µs | {loaded['errors']} |",
+        f"| alone | {alone['rps']:,.0f} | {alone['p99_us']:,.0f} µs | {alone['errors'] + alone['non2xx']} |",
+        f"| with the slow backend loaded | {loaded['rps']:,.0f} | {loaded['p99_us']:,.0f} µs | "
+        f"{loaded['errors'] + loaded['non2xx']} |",
         "",
         f"The slow requests meanwhile: {slow_result['replies']:,} answered, p50 {slow_result['latency_us']['p50'] / 1000:,.0f} ms, "
-        f"p99 {slow_result['latency_us']['p99'] / 1000:,.0f} ms, {slow_result['errors']['total']} errors.",
+        f"p99 {slow_result['latency_us']['p99'] / 1000:,.0f} ms, {slow_result['errors']['total']} errors, "
+        f"{sum(v for k, v in slow_result['status'].items() if k != '2xx')} answers other than 2xx.",
     ]
     text = "\n".join(lines)
     print(text)
