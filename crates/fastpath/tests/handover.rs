@@ -201,6 +201,18 @@ fn answer_then_close(stream: TcpStream, _log: &BackendLog) {
     }
 }
 
+/// Answers 401 to a request at once, without reading its body, then reads on to the end.
+fn refuse_early(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    if let Some((line, _)) = read_head(&mut reader) {
+        log.requests.lock().unwrap().push(line);
+        let _ = writer.write_all(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 4\r\n\r\nno!\n");
+    }
+    let mut rest = Vec::new();
+    let _ = reader.read_to_end(&mut rest);
+}
+
 fn config(backend: &Backend, route: &str, extra: &str) -> String {
     format!(
         "root = \"root\"\n{extra}\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\naddresses = \"{}\"\npublic_url = \"http://backend.example:8000\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"1s\"\n[[route]]\nbackend = \"app\"\n{route}\n",
@@ -493,6 +505,34 @@ httptest!(
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+    }
+);
+
+httptest!(
+    a_body_the_backend_did_not_wait_for_is_never_taken_for_a_request,
+    |model| {
+        let backend = Backend::start(refuse_early);
+        let site = site();
+        let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+        let mut conn = srv.connect();
+        // The body is a request in disguise: 38 bytes, as announced.
+        let smuggled = "GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+        let r = conn.exchange(format!(
+            "POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            smuggled.len()
+        ));
+        r.assert_status(401);
+        assert_eq!(r.header("Connection"), Some("close"));
+        // The client may still send the body; it is dropped, and the connection ends.
+        conn.send(smuggled);
+        let mut stream = conn.stream().try_clone().unwrap();
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest);
+        assert!(
+            rest.is_empty(),
+            "the body was answered as a request: {}",
+            String::from_utf8_lossy(&rest)
+        );
     }
 );
 

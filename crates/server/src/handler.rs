@@ -636,11 +636,17 @@ impl HttpHandler {
                 );
                 return Some(Next::Read);
             }
-            Progress::Finished { close } => (
-                exchange.status,
-                exchange.relayed,
-                close.then_some(Next::Close),
-            ),
+            Progress::Finished { close } => {
+                // Body bytes the backend did not wait for may still be arriving: they are
+                // read and dropped while the connection lingers, so they cannot reset the
+                // response away.
+                let how = if exchange.body_unsent() {
+                    Next::Linger
+                } else {
+                    Next::Close
+                };
+                (exchange.status, exchange.relayed, close.then_some(how))
+            }
             Progress::Failed(status) => {
                 let close = exchange.client_close || exchange.body_unsent();
                 let sent = self.error_reply(

@@ -451,6 +451,13 @@ impl Exchange {
                             slot.capture = Some(Vec::new());
                         }
                     }
+                    if !matches!(self.body, RequestBody::None) {
+                        // The backend answered before taking the whole request body (say, 401
+                        // to an `Expect: 100-continue`). What the client still sends is body,
+                        // never a request, so the connection closes after this response
+                        // (RFC 9110 §10.1.1) and says so.
+                        self.client_close = true;
+                    }
                     let capture = self.cache.as_mut().and_then(|c| c.capture.as_mut());
                     let relay = io.output.write_with(io.pool, |out| {
                         let start = out.len();
