@@ -3,17 +3,19 @@
 
 One run, on this machine's two cores:
   * the backend (nginx serving a 1 KiB file from memory, keep-alive) and the load generator
-    (`fastpath bench`) share CPU 1; the proxy under test runs alone on CPU 0;
+    (`fastpath bench`) share CPU 1; the proxies run on CPU 0, all started at once and
+    measured one at a time, round after round (`--rounds`, medians reported);
   * each proxy keeps its backend connections alive (fastpath reuses them by design; nginx
     gets `proxy_http_version 1.1`, `keepalive 64` and an empty Connection header);
-  * for each proxy: replies/s, p50 and p99 latency, and the proxy's own CPU time per request
-    (user+sys of its whole process tree from /proc, over the measured run);
+  * for each proxy: replies/s, p50 and p99 latency, the proxy's own CPU time per request
+    (user+sys of its whole process tree from /proc, over the measured run), and CPU 0's
+    busy time per request (network work the kernel does while the proxy sleeps included);
   * then the isolation check: fastpath's static requests/s alone, and again while 64
     connections wait on a backend that takes a second to answer each request.
 
 Results go to stdout and between the proxy markers in BENCHMARKS.md (unless --no-write).
-Usage: bench/proxy.py [--duration 10] [--models epoll,uring] [--no-write]; FASTPATH_BIN selects
-the binary.
+Usage: bench/proxy.py [--duration 10] [--rounds 3] [--models epoll,uring] [--no-write];
+FASTPATH_BIN selects the binary.
 """
 
 import argparse
@@ -22,6 +24,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -132,6 +135,11 @@ def measure(binary, pid, url, duration):
     }
 
 
+def median_run(runs):
+    """Each figure's median over the rounds (the rounds of one proxy differ by noise only)."""
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
 def slow_backend(port, stop):
     """Accepts connections and answers each request after one second."""
     server = socket.socket()
@@ -163,6 +171,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="measurements of each proxy, taken in turn; medians are reported")
     parser.add_argument("--models", default="epoll,uring",
                         help="fastpath models to measure, comma-separated (default: epoll,uring)")
     args = parser.parse_args()
@@ -199,18 +209,23 @@ def main():
 
         start(["nginx", "-c", write("backend.conf", NGINX_BACKEND.format(
             work=work, port=PORTS["backend"], root=root))], 1, PORTS["backend"])
-        results = {}
         config = write("fastpath.toml", FASTPATH_PROXY.format(root=root, backend=PORTS["backend"]))
-        for model in models:
+        # Every proxy runs at once on CPU 0 (an idle one costs nothing), and the rounds take
+        # them in turn, so a drift of the machine over the run touches all of them alike.
+        targets = {}
+        for i, model in enumerate(models):
+            port = PORTS["fastpath"] + 10 + i
             fp = start([binary, "serve", "--config", config, "--model", model,
-                        "--listen", f"127.0.0.1:{PORTS['fastpath']}"], 0, PORTS["fastpath"])
-            results[f"fastpath {model}"] = measure(
-                binary, fp.pid, f"http://127.0.0.1:{PORTS['fastpath']}/app/1k.bin", args.duration)
-            fp.terminate()
-            fp.wait(timeout=10)
+                        "--listen", f"127.0.0.1:{port}"], 0, port)
+            targets[f"fastpath {model}"] = (fp.pid, f"http://127.0.0.1:{port}/app/1k.bin")
         ng = start(["nginx", "-c", write("proxy.conf", NGINX_PROXY.format(
             work=work, port=PORTS["nginx"], backend=PORTS["backend"]))], 0, PORTS["nginx"])
-        results["nginx"] = measure(binary, ng.pid, f"http://127.0.0.1:{PORTS['nginx']}/app/1k.bin", args.duration)
+        targets["nginx"] = (ng.pid, f"http://127.0.0.1:{PORTS['nginx']}/app/1k.bin")
+        runs = {name: [] for name in targets}
+        for _ in range(args.rounds):
+            for name, (pid, url) in targets.items():
+                runs[name].append(measure(binary, pid, url, args.duration))
+        results = {name: median_run(r) for name, r in runs.items()}
 
         # Isolation: static speed alone, then with 64 requests parked on a slow backend.
         threading.Thread(target=slow_backend, args=(PORTS["slow"], stop), daemon=True).start()
@@ -240,9 +255,11 @@ def main():
     best = min((k for k in results if k != "nginx"), key=lambda k: results[k]["cpu_us"])
     f = results[best]
     lines = [
-        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, `bench/proxy.py --duration {args.duration}`, "
-        f"{os.cpu_count()} cores, kernel {os.uname().release}. Proxy on CPU 0 (fastpath with one worker, "
-        "each model in turn); backend (nginx, 1 KiB file) and "
+        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        f"`bench/proxy.py --duration {args.duration} --rounds {args.rounds}` (each figure the median "
+        f"of {args.rounds} measurements, the proxies taken in turn), "
+        f"{os.cpu_count()} cores, kernel {os.uname().release}. Proxies on CPU 0 (fastpath with one worker "
+        "per model, and nginx with one worker process; all running, measured in turn); backend (nginx, 1 KiB file) and "
         "`fastpath bench -c 64` on CPU 1. Process CPU is the proxy's own user+sys per request; "
         "core CPU is everything that kept CPU 0 from idling, per request (from /proc/stat's "
         "idle time), which also counts the kernel's network work done for the proxy while "
