@@ -213,6 +213,18 @@ fn refuse_early(stream: TcpStream, log: &BackendLog) {
     let _ = reader.read_to_end(&mut rest);
 }
 
+/// Switches protocols without being asked to.
+fn switch_unasked(stream: TcpStream, _log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    read_head(&mut reader);
+    let _ = writer.write_all(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: upgrade\r\n\r\n",
+    );
+    let mut rest = Vec::new();
+    let _ = reader.read_to_end(&mut rest);
+}
+
 fn config(backend: &Backend, route: &str, extra: &str) -> String {
     format!(
         "root = \"root\"\n{extra}\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\naddresses = \"{}\"\npublic_url = \"http://backend.example:8000\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"1s\"\n[[route]]\nbackend = \"app\"\n{route}\n",
@@ -535,6 +547,19 @@ httptest!(
         );
     }
 );
+
+httptest!(a_backend_switching_protocols_unasked_gives_502, |model| {
+    let backend = Backend::start(switch_unasked);
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    let mut conn = srv.connect();
+    // Upgrade is not passed on in proxy mode, so the backend had no reason to switch.
+    let r = conn
+        .exchange("GET /app/ws HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n");
+    r.assert_status(502);
+    conn.exchange("GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .assert_ok(200, "static page\n");
+});
 
 httptest!(a_backend_answering_garbage_gives_502, |model| {
     let backend = Backend::start(garbage);

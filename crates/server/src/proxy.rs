@@ -429,10 +429,19 @@ impl Exchange {
                     };
                     let head_len = head.head_len;
                     let status = head.status;
+                    if status == 101 {
+                        // Upgrade is never passed on in proxy mode, so a switch of protocols
+                        // is the backend's error (RFC 9110 §15.2.2); nothing HTTP follows.
+                        tracing::warn!("backend switched protocols unasked");
+                        self.parser.reset();
+                        self.reusable = false;
+                        self.release(backends, io);
+                        return Progress::Failed(502);
+                    }
                     if (100..200).contains(&status) {
                         // Interim responses go to 1.1 clients as they are; the final one
                         // follows.
-                        if status != 101 && self.client_version == Version::Http11 {
+                        if self.client_version == Version::Http11 {
                             let bytes = &input.data()[..head_len];
                             io.output
                                 .write_with(io.pool, |b| b.extend_from_slice(bytes));
