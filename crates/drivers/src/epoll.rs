@@ -21,9 +21,6 @@ use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 const UPSTREAM_BIT: u64 = 1 << 31;
 /// Idle upstream connections kept per backend address and worker.
 const IDLE_UPSTREAMS_PER_KEY: usize = 64;
-/// Idle upstream connections older than this are closed, not reused (backends commonly
-/// close idle keep-alive connections after 5 to 75 seconds).
-const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Tokens at and above this value name listeners, below it connection slots.
 const LISTENER_TOKEN: u64 = u64::MAX - 1024;
 /// Events taken from one epoll_wait.
@@ -151,7 +148,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             stop,
             now: Instant::now(),
             accept_pause: AcceptPause::default(),
-            upstreams: UpstreamPool::new(UPSTREAM_IDLE_TIMEOUT, IDLE_UPSTREAMS_PER_KEY),
+            upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
         };
         if !worker.listeners.is_empty() {
             worker.ensure_epoll()?;

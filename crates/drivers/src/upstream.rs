@@ -73,8 +73,14 @@ pub(crate) struct BodySplice {
 /// What the handler asked of the port during a call.
 #[derive(Debug)]
 enum Request {
-    Connect { key: u64, addr: UpstreamAddr },
-    Release { reuse: bool },
+    Connect {
+        key: u64,
+        addr: UpstreamAddr,
+        idle: Duration,
+    },
+    Release {
+        reuse: bool,
+    },
 }
 
 /// The upstream side of one client connection, as a handler sees it. Everything but the
@@ -124,6 +130,8 @@ pub(crate) struct Upstream {
     parked: Option<Instant>,
     /// Carried an earlier exchange (taken back from parking or from the pool).
     reused: bool,
+    /// Kept idle for reuse at most this long.
+    idle_timeout: Duration,
     /// A body moving from the upstream to the client through a pipe.
     pub(crate) to_client: Option<Box<BodySplice>>,
     /// A body moving from the client to the upstream through a pipe.
@@ -137,7 +145,7 @@ pub(crate) const TO_CLIENT: usize = 0;
 pub(crate) const TO_UPSTREAM: usize = 1;
 
 impl Port {
-    fn connect(&mut self, key: u64, addr: UpstreamAddr) {
+    fn connect(&mut self, key: u64, addr: UpstreamAddr, idle: Duration) {
         if !self.supported {
             self.conn = None;
             self.request = None;
@@ -145,7 +153,7 @@ impl Port {
             return;
         }
         self.failed_now = None;
-        self.request = Some(Request::Connect { key, addr });
+        self.request = Some(Request::Connect { key, addr, idle });
     }
 
     fn release(&mut self, reuse: bool) {
@@ -297,9 +305,10 @@ impl UpstreamPort {
 
     /// Asks for an upstream connection to `addr`, reusing an idle one kept under `key` if
     /// there is one. Takes effect after the call; the handler is called again once it is
-    /// connected or has failed. Any attached upstream is released (not reused) first.
-    pub fn connect(&mut self, key: u64, addr: UpstreamAddr) {
-        self.port().connect(key, addr)
+    /// connected or has failed. Any attached upstream is released (not reused) first. Once
+    /// released for reuse, the connection is kept for at most `idle`.
+    pub fn connect(&mut self, key: u64, addr: UpstreamAddr, idle: Duration) {
+        self.port().connect(key, addr, idle)
     }
 
     /// Whether the attached connection carried an earlier exchange. A backend may close an
@@ -458,18 +467,30 @@ impl UpstreamPort {
 
 /// Idle upstream connections kept for reuse, per pool key, by one worker.
 pub(crate) struct UpstreamPool {
-    idle: HashMap<u64, Vec<(OwnedFd, Instant)>>,
-    /// Idle connections older than this are closed rather than reused.
-    pub(crate) idle_timeout: Duration,
+    idle: HashMap<u64, Vec<PooledUpstream>>,
     /// Idle connections kept per key.
     pub(crate) per_key: usize,
 }
 
+/// An idle connection in the pool.
+struct PooledUpstream {
+    fd: OwnedFd,
+    /// Idle since.
+    since: Instant,
+    /// Closed rather than reused once idle this long.
+    idle_timeout: Duration,
+}
+
+impl PooledUpstream {
+    fn expired(&self, now: Instant) -> bool {
+        now.duration_since(self.since) >= self.idle_timeout
+    }
+}
+
 impl UpstreamPool {
-    pub(crate) fn new(idle_timeout: Duration, per_key: usize) -> Self {
+    pub(crate) fn new(per_key: usize) -> Self {
         UpstreamPool {
             idle: HashMap::new(),
-            idle_timeout,
             per_key,
         }
     }
@@ -477,26 +498,29 @@ impl UpstreamPool {
     /// An idle connection under `key` that is still open, if any.
     fn take(&mut self, key: u64, now: Instant) -> Option<OwnedFd> {
         let list = self.idle.get_mut(&key)?;
-        while let Some((fd, since)) = list.pop() {
-            if now.duration_since(since) < self.idle_timeout && still_open(fd.as_raw_fd()) {
-                return Some(fd);
+        while let Some(pooled) = list.pop() {
+            if !pooled.expired(now) && still_open(pooled.fd.as_raw_fd()) {
+                return Some(pooled.fd);
             }
         }
         None
     }
 
-    fn put(&mut self, key: u64, fd: OwnedFd, now: Instant) {
+    fn put(&mut self, key: u64, fd: OwnedFd, since: Instant, idle_timeout: Duration) {
         let list = self.idle.entry(key).or_default();
         if list.len() < self.per_key {
-            list.push((fd, now));
+            list.push(PooledUpstream {
+                fd,
+                since,
+                idle_timeout,
+            });
         }
     }
 
-    /// Closes connections idle past the timeout.
+    /// Closes connections idle past their timeout.
     pub(crate) fn sweep(&mut self, now: Instant) {
-        let timeout = self.idle_timeout;
         for list in self.idle.values_mut() {
-            list.retain(|(_, since)| now.duration_since(*since) < timeout);
+            list.retain(|pooled| !pooled.expired(now));
         }
     }
 }
@@ -581,16 +605,17 @@ impl Port {
                 }
                 false
             }
-            Some(Request::Connect { key, addr }) => {
+            Some(Request::Connect { key, addr, idle }) => {
                 if let Some(up) = self.conn.as_mut() {
                     let fresh = up
                         .parked
-                        .is_some_and(|since| now.duration_since(since) < pool.idle_timeout);
+                        .is_some_and(|since| now.duration_since(since) < up.idle_timeout);
                     if fresh && up.key == key && up.clean() {
                         // Taken back from the client connection: still registered, no
                         // system call. Nothing is due to arrive until a request is sent.
                         up.parked = None;
                         up.reused = true;
+                        up.idle_timeout = idle;
                         up.had_output = false;
                         up.outcomes = [Spliced::None; 2];
                         return true;
@@ -632,6 +657,7 @@ impl Port {
                     had_output: false,
                     parked: None,
                     reused,
+                    idle_timeout: idle,
                     to_client: None,
                     to_upstream: None,
                     outcomes: [Spliced::None; 2],
@@ -657,7 +683,7 @@ impl Port {
         up.output.clear(buffers);
         up.input.release_if_empty(buffers);
         if reuse && clean {
-            pool.put(up.key, up.fd, up.parked.unwrap_or(now));
+            pool.put(up.key, up.fd, up.parked.unwrap_or(now), up.idle_timeout);
         }
     }
 

@@ -66,8 +66,6 @@ use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 use bufring::BufRing;
 
-/// A parked upstream older than this is not reused (as in the epoll model).
-const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Submission queue size: the requests one wait can carry before an extra enter is needed.
 const SQ_ENTRIES: u32 = 1024;
 /// Completion queue size: room for the multishot completions that pile up between two waits.
@@ -441,7 +439,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             now: Instant::now(),
             accept_pause: AcceptPause::default(),
             stopping: false,
-            upstreams: UpstreamPool::new(UPSTREAM_IDLE_TIMEOUT, 0),
+            upstreams: UpstreamPool::new(0),
         })
     }
 

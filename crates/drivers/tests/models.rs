@@ -694,7 +694,8 @@ impl Handler for Relay {
             };
             conn.pending = Some(io.input.data()[..=end].to_vec());
             io.input.consume(end + 1);
-            io.upstream.connect(1, self.upstream.clone());
+            io.upstream
+                .connect(1, self.upstream.clone(), Duration::from_secs(4));
             if !matches!(io.upstream.state(), UpstreamState::Failed(_)) {
                 return Next::Read;
             }
@@ -965,7 +966,8 @@ impl Handler for Joiner {
         }
         match io.upstream.state() {
             UpstreamState::None if !io.input.is_empty() => {
-                io.upstream.connect(7, self.upstream.clone());
+                io.upstream
+                    .connect(7, self.upstream.clone(), Duration::from_secs(4));
                 Next::Read
             }
             UpstreamState::Connected => {
@@ -1199,7 +1201,8 @@ impl Handler for Splicer {
                 };
                 conn.command = Some((line, n, up));
                 conn.started = false;
-                io.upstream.connect(9, self.upstream.clone());
+                io.upstream
+                    .connect(9, self.upstream.clone(), Duration::from_secs(4));
                 Next::Read
             }
             UpstreamState::Connected if !conn.started => {

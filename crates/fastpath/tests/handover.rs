@@ -561,6 +561,32 @@ httptest!(a_backend_switching_protocols_unasked_gives_502, |model| {
         .assert_ok(200, "static page\n");
 });
 
+httptest!(backend_connections_are_kept_for_the_idle_timeout, |model| {
+    let backend = Backend::start(echo);
+    let site = site();
+    let srv = site.serve_config(
+        model,
+        &config(&backend, "prefix = \"/app/\"", "workers = 1").replace(
+            "response_timeout = \"1s\"",
+            "response_timeout = \"1s\"\nidle_timeout = \"1s\"",
+        ),
+    );
+    let mut conn = srv.connect();
+    conn.exchange("GET /app/1 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .assert_status(200);
+    conn.exchange("GET /app/2 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .assert_status(200);
+    assert_eq!(backend.connections(), 1, "reused within the idle timeout");
+    std::thread::sleep(Duration::from_millis(1500));
+    conn.exchange("GET /app/3 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .assert_status(200);
+    assert_eq!(
+        backend.connections(),
+        2,
+        "not reused after the idle timeout"
+    );
+});
+
 httptest!(a_backend_answering_garbage_gives_502, |model| {
     let backend = Backend::start(garbage);
     let site = site();

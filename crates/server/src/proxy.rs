@@ -221,7 +221,8 @@ impl Exchange {
         };
         state.opened(self.address);
         self.counted = true;
-        upstream.connect(pool_key(self.backend, self.address), addr);
+        let idle = state.config().idle_timeout;
+        upstream.connect(pool_key(self.backend, self.address), addr, idle);
     }
 
     /// The client's HTTP version.
