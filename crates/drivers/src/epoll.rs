@@ -409,27 +409,6 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.slots.len() - 1
             }
         };
-        let token = ((self.generations[index] as u64) << 32) | index as u64;
-        let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-            u64: token,
-        };
-        if let Err(e) = syscall!(epoll_ctl(
-            self.epoll_fd(),
-            libc::EPOLL_CTL_ADD,
-            fd.as_raw_fd(),
-            &mut event
-        )) {
-            tracing::error!("epoll_ctl add failed: {e}");
-            self.free.push(index);
-            self.active.fetch_sub(1, Ordering::Relaxed);
-            if self.open_connections == 0 {
-                if let Some(hook) = &self.on_last_close {
-                    hook();
-                }
-            }
-            return;
-        }
         self.open_connections += 1;
         let conn = self.handler.on_open(peer, self.now);
         self.slots[index] = Some(Slot {
@@ -450,6 +429,28 @@ impl<'a, H: Handler> Worker<'a, H> {
             joint: None,
         });
         self.drive(index);
+        // Registered only if it must wait: a connection answered and closed in its first turn
+        // (one request, `Connection: close`) costs no epoll_ctl at all. Edge-triggered
+        // registration reports what is ready by then, so nothing that arrived meanwhile is
+        // missed.
+        let Some(slot) = self.slots[index].as_ref() else {
+            return;
+        };
+        let token = ((self.generations[index] as u64) << 32) | index as u64;
+        let mut event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: token,
+        };
+        let fd = slot.fd.as_raw_fd();
+        if let Err(e) = syscall!(epoll_ctl(
+            self.epoll_fd(),
+            libc::EPOLL_CTL_ADD,
+            fd,
+            &mut event
+        )) {
+            tracing::error!("epoll_ctl add failed: {e}");
+            self.close(index, CloseReason::Error);
+        }
     }
 
     /// Moves a connection forward as far as it can go without blocking.
