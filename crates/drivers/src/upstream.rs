@@ -91,8 +91,8 @@ pub struct UpstreamPort {
     port: Option<Box<Port>>,
     /// The model can run upstream connections; when false, `connect` fails at once.
     supported: bool,
-    /// The model can splice ([`UpstreamPort::join`] and the body splices); when false, a
-    /// join aborts the connection and a body splice fails at once with `Unsupported`.
+    /// The model can splice bodies; when false, a body splice fails at once with
+    /// `Unsupported`.
     splicing: bool,
     /// A state change not yet shown to the handler (set by the driver).
     pub(crate) notify: bool,
@@ -296,9 +296,10 @@ impl UpstreamPort {
         })
     }
 
-    /// Whether this model can splice: [`UpstreamPort::join`], [`UpstreamPort::splice_to_client`]
-    /// and [`UpstreamPort::splice_to_upstream`] work. Where it cannot (the io_uring model,
-    /// whose receives take the client's bytes as they arrive), handlers copy instead.
+    /// Whether this model can splice bodies: [`UpstreamPort::splice_to_client`] and
+    /// [`UpstreamPort::splice_to_upstream`] work. Where they do not (the io_uring model,
+    /// whose receives take the bytes as they arrive), handlers copy instead.
+    /// [`UpstreamPort::join`] works on every model.
     pub fn can_splice(&self) -> bool {
         self.splicing
     }
@@ -840,6 +841,11 @@ impl Upstream {
     /// The connection failed.
     pub(crate) fn failed(&mut self, kind: io::ErrorKind) {
         self.state = UpstreamState::Failed(kind);
+    }
+
+    /// A failure was seen on the connection.
+    pub(crate) fn has_failed(&self) -> bool {
+        matches!(self.state, UpstreamState::Failed(_))
     }
 
     /// Connected, with nothing unread, unsent or unasked: fit to carry another request.

@@ -33,9 +33,14 @@
 //! same provided buffers, so a proxied exchange costs one system call of its own (the send to
 //! the backend) and its share of the loop's io_uring_enter. An upstream is never handed to
 //! another connection (its receive may still be in flight when it is let go): it is reused by
-//! the client connection that parked it, and closed with it. Joining and splicing are not
-//! offered ([`UpstreamPort::can_splice`] says so): they need the client's bytes left in its
-//! socket, and this model receives them as they arrive.
+//! the client connection that parked it, and closed with it.
+//!
+//! A join (the bridge hand-over) cancels both multishot receives; what they deliver until
+//! they end crosses over through user space, and then the two sockets are spliced together
+//! as in the epoll model, woken by one-shot IORING_OP_POLL_ADDs (see `Joining`). Body splices
+//! inside a proxied exchange are not offered ([`UpstreamPort::can_splice`] says so): they
+//! would need the receives stopped and restarted around every large body, so bodies are
+//! copied.
 //!
 //! Rules that keep the kernel's view of our memory sound:
 //!
@@ -61,6 +66,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN_PEER};
+use crate::splice::{Joint, PumpError, Side};
 use crate::sys::{peer_addr, syscall};
 use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
@@ -250,7 +256,8 @@ enum Sending {
 
 /// Whether a connection's receive should be armed.
 fn wants_input<C>(c: &Conn<C>) -> bool {
-    if c.eof {
+    // A joined connection's bytes are the joint's to move.
+    if c.eof || c.join.is_some() {
         return false;
     }
     match c.state {
@@ -286,6 +293,26 @@ struct Conn<C> {
     ready_pending: bool,
     /// Listed in `Worker::dirty`.
     dirty: bool,
+    /// Being joined with its upstream (the bridge hand-over).
+    join: Option<Box<Joining>>,
+}
+
+/// A connection the handler asked to join with its upstream. Both multishot receives are
+/// cancelled first; whatever they deliver until they end crosses over through user space
+/// (client input to the upstream, upstream input to the client). Once neither can take bytes
+/// any more, a [`Joint`] splices the rest through pipes, woken by one-shot polls on the two
+/// sockets: the same kernel-side join as in the epoll model, with readiness from the ring.
+struct Joining {
+    idle: Duration,
+    joint: Option<Joint>,
+    client_readable: bool,
+    client_writable: bool,
+    /// Events the armed one-shot poll on each socket waits for (0: none armed). A poll that
+    /// lacks an event now needed is cancelled; its completion re-arms it with all of them.
+    client_polled: i16,
+    upstream_polled: i16,
+    client_poll_cancelled: bool,
+    upstream_poll_cancelled: bool,
 }
 
 /// The ring operations of a connection's upstream.
@@ -676,6 +703,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             sending: Sending::Idle,
             ready_pending: false,
             dirty: false,
+            join: None,
         });
         // The receive is armed before the next wait; with TCP_DEFER_ACCEPT the request is
         // usually there already and completes within that same enter.
@@ -710,6 +738,37 @@ impl<'a, H: Handler> Worker<'a, H> {
         if !more {
             c.recv_armed = false;
             c.recv_cancelled = false;
+        }
+        if c.join.is_some() {
+            // The last bytes before the receive ends: they cross over to the upstream.
+            if let Some((bid, buf)) = data {
+                if result > 0 {
+                    let spare = c.input.receive(buf);
+                    let spare = if spare.capacity() >= BUFFER_SIZE {
+                        spare
+                    } else {
+                        self.pool.take()
+                    };
+                    self.buffers.provide(bid, spare);
+                } else {
+                    self.buffers.provide(bid, buf);
+                }
+            }
+            match result {
+                0 => c.eof = true,
+                e if e < 0
+                    && !matches!(
+                        -e,
+                        libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN
+                    ) =>
+                {
+                    self.close(index, CloseReason::PeerGone);
+                    return;
+                }
+                _ => {}
+            }
+            self.mark_dirty(index);
+            return;
         }
         if result > 0 {
             let Some((bid, buf)) = data else {
@@ -845,6 +904,20 @@ impl<'a, H: Handler> Worker<'a, H> {
         let c = self.slots[index].conn.as_mut().expect("live connection");
         c.sending = Sending::Idle;
         c.send_deadline = None;
+        if let Some(joining) = c.join.as_mut() {
+            joining.client_polled = 0;
+            joining.client_poll_cancelled = false;
+            // What the poll reports is tried (all of it when cancelled or failed): an error
+            // shows in the next splice, and a socket that is not ready says EAGAIN again.
+            let events = if result < 0 { -1 } else { result };
+            joining.client_readable |= events
+                & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as i32
+                != 0;
+            joining.client_writable |=
+                events & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) as i32 != 0;
+            self.mark_dirty(index);
+            return;
+        }
         if result < 0 && !matches!(-result, libc::EAGAIN | libc::EINTR) {
             self.close(index, CloseReason::PeerGone);
             return;
@@ -928,8 +1001,22 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         }
         c.up_ops.poll_armed = false;
+        let joined = c.join.is_some();
+        if let Some(joining) = c.join.as_mut() {
+            joining.upstream_polled = 0;
+            joining.upstream_poll_cancelled = false;
+        }
         if let Some(up) = c.upstream.attached() {
-            if result == -libc::ECANCELED {
+            if result == -libc::ECANCELED && !joined {
+                return;
+            }
+            if joined {
+                let events = if result < 0 { -1 } else { result };
+                up.readable |= events
+                    & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as i32
+                    != 0;
+                up.writable |= events & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) as i32 != 0;
+                self.mark_dirty(index);
                 return;
             }
             // Writable, or an error or hang-up that the connect check or the next send
@@ -1003,6 +1090,14 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Moves a connection forward as far as it goes without waiting: calls the handler when
     /// output has drained, starts the next send, closes, and arms the receive.
     fn flush(&mut self, index: usize) {
+        if self.slots[index]
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.join.is_some())
+        {
+            self.flush_joined(index);
+            return;
+        }
         if let Some(c) = self.slots[index].conn.as_mut() {
             if std::mem::take(&mut c.upstream.notify) {
                 match c.state {
@@ -1024,6 +1119,11 @@ impl<'a, H: Handler> Worker<'a, H> {
             let Some(c) = self.slots[index].conn.as_mut() else {
                 return;
             };
+            if c.join.is_some() {
+                // The handler asked for the join just now.
+                self.flush_joined(index);
+                return;
+            }
             c.dirty = false;
             if c.sending != Sending::Idle {
                 break;
@@ -1095,6 +1195,203 @@ impl<'a, H: Handler> Worker<'a, H> {
                 c.upstream.notify = true;
             }
             self.mark_dirty(index);
+        }
+    }
+
+    /// Carries a connection being joined with its upstream (see [`Joining`]).
+    fn flush_joined(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        let generation = slot.generation;
+        let Some(c) = slot.conn.as_mut() else {
+            return;
+        };
+        c.dirty = false;
+        c.upstream.notify = false;
+        if c.recv_armed && !c.recv_cancelled {
+            c.recv_cancelled = true;
+            self.sqes.push(cancel(token(Op::Recv, index, generation)));
+        }
+        if c.up_ops.recv_armed && !c.up_ops.recv_cancelled {
+            c.up_ops.recv_cancelled = true;
+            self.sqes.push(cancel(up_token(
+                Op::UpRecv,
+                index,
+                generation,
+                c.up_ops.epoch,
+            )));
+        }
+        let Some(joining) = c.join.as_mut() else {
+            return;
+        };
+        let Some(up) = c.upstream.attached() else {
+            self.close(index, CloseReason::Error);
+            return;
+        };
+        if up.has_failed() {
+            self.close(index, CloseReason::Error);
+            return;
+        }
+        // What either side sent that reached user space goes across first.
+        let unread = c.input.data();
+        if !unread.is_empty() {
+            up.output
+                .write_with(&mut self.pool, |buf| buf.extend_from_slice(unread));
+            let n = unread.len();
+            c.input.consume(n);
+            c.input.release_if_empty(&mut self.pool);
+        }
+        let unsent = up.input.data();
+        if !unsent.is_empty() {
+            c.output
+                .write_with(&mut self.pool, |buf| buf.extend_from_slice(unsent));
+            let n = unsent.len();
+            up.input.consume(n);
+            up.input.release_if_empty(&mut self.pool);
+        }
+        if !up.output.is_empty() && up.writable {
+            match up.output.flush(up.fd.as_raw_fd(), &mut self.pool) {
+                Ok(Flush::Done) => {}
+                Ok(Flush::WouldBlock) => up.writable = false,
+                Err(_) => {
+                    self.close(index, CloseReason::Error);
+                    return;
+                }
+            }
+        }
+        if joining.joint.is_none() && !c.recv_armed && !c.up_ops.recv_armed {
+            match Joint::new(joining.idle) {
+                Ok(joint) => {
+                    joining.joint = Some(joint);
+                    up.readable = true;
+                }
+                Err(e) => {
+                    tracing::warn!("cannot join a connection with its upstream: {e}");
+                    self.close(index, CloseReason::Error);
+                    return;
+                }
+            }
+        }
+        let client_pending = !c.output.is_empty();
+        let upstream_pending = !up.output.is_empty();
+        if let Some(joint) = joining.joint.as_mut() {
+            let pumped = joint.pump(
+                Side {
+                    fd: c.fd.as_raw_fd(),
+                    readable: &mut joining.client_readable,
+                    writable: &mut joining.client_writable,
+                },
+                Side {
+                    fd: up.fd.as_raw_fd(),
+                    readable: &mut up.readable,
+                    writable: &mut up.writable,
+                },
+                client_pending,
+                upstream_pending,
+            );
+            match pumped {
+                Ok(pumped) => {
+                    if pumped.moved {
+                        c.deadline = Some(self.now + joint.idle);
+                    }
+                    if pumped.finished {
+                        // The backend's end has reached the client: the connection closes
+                        // like any other, its late input discarded for the linger time.
+                        c.join = None;
+                        let mut registry = UringRegistry {
+                            sqes: &mut self.sqes,
+                            ops: &mut c.up_ops,
+                            index,
+                            generation,
+                        };
+                        c.upstream.close(
+                            &mut registry,
+                            &mut self.upstreams,
+                            &mut self.pool,
+                            self.now,
+                        );
+                        c.state = State::Closing;
+                        c.linger = true;
+                        c.deadline = None;
+                        self.mark_dirty(index);
+                        return;
+                    }
+                }
+                Err(PumpError::Client(e)) => {
+                    tracing::debug!("joined client failed: {e}");
+                    self.close(index, CloseReason::PeerGone);
+                    return;
+                }
+                Err(PumpError::Upstream(e)) => {
+                    tracing::debug!("joined upstream failed: {e}");
+                    self.close(index, CloseReason::Error);
+                    return;
+                }
+            }
+        }
+        // Wait for what is missing: room or bytes on either socket.
+        let joined = joining.joint.is_some();
+        let mut client_events: i16 = 0;
+        if joined && !joining.client_readable {
+            client_events |= libc::POLLIN | libc::POLLRDHUP;
+        }
+        if joined && !joining.client_writable {
+            client_events |= libc::POLLOUT;
+        }
+        let mut upstream_events: i16 = 0;
+        if joined && !up.readable {
+            upstream_events |= libc::POLLIN | libc::POLLRDHUP;
+        }
+        if !up.writable && (joined || !up.output.is_empty()) {
+            upstream_events |= libc::POLLOUT;
+        }
+        let up_fd = up.fd.as_raw_fd();
+        let client_fd = c.fd.as_raw_fd();
+        if upstream_events != 0 {
+            if !c.up_ops.poll_armed {
+                c.up_ops.poll_armed = true;
+                joining.upstream_polled = upstream_events;
+                slot.in_flight += 1;
+                let entry = opcode::PollAdd::new(types::Fd(up_fd), upstream_events as u32)
+                    .build()
+                    .user_data(up_token(Op::UpPoll, index, generation, c.up_ops.epoch));
+                self.sqes.push(entry);
+            } else if upstream_events & !joining.upstream_polled != 0
+                && !joining.upstream_poll_cancelled
+            {
+                joining.upstream_poll_cancelled = true;
+                self.sqes.push(cancel(up_token(
+                    Op::UpPoll,
+                    index,
+                    generation,
+                    c.up_ops.epoch,
+                )));
+            }
+        }
+        if !c.output.is_empty() {
+            // Bytes that reached user space before the joint go by the usual send.
+            if c.sending == Sending::Idle {
+                self.start_sendmsg(index);
+            }
+        } else if client_events != 0 {
+            match c.sending {
+                Sending::Idle => {
+                    joining.client_polled = client_events;
+                    slot.in_flight += 1;
+                    let entry = opcode::PollAdd::new(types::Fd(client_fd), client_events as u32)
+                        .build()
+                        .user_data(token(Op::Poll, index, generation));
+                    self.sqes.push(entry);
+                    c.sending = Sending::Poll;
+                }
+                Sending::Poll
+                    if client_events & !joining.client_polled != 0
+                        && !joining.client_poll_cancelled =>
+                {
+                    joining.client_poll_cancelled = true;
+                    self.sqes.push(cancel(token(Op::Poll, index, generation)));
+                }
+                _ => {}
+            }
         }
     }
 
@@ -1180,10 +1477,34 @@ impl<'a, H: Handler> Worker<'a, H> {
         let join =
             c.upstream
                 .after_call(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
-        if join.is_some() {
-            // Joining needs the client's bytes left in its socket; this model receives them
-            // as they arrive.
-            return Next::Abort;
+        if let Some(idle) = join {
+            if c.upstream.attached().is_none() {
+                return Next::Abort;
+            }
+            // A poll armed before the join waits for room to send.
+            let client_polled = if c.sending == Sending::Poll {
+                libc::POLLOUT
+            } else {
+                0
+            };
+            let upstream_polled = if c.up_ops.poll_armed {
+                libc::POLLOUT
+            } else {
+                0
+            };
+            c.join = Some(Box::new(Joining {
+                idle,
+                joint: None,
+                client_readable: true,
+                client_writable: true,
+                client_polled,
+                upstream_polled,
+                client_poll_cancelled: false,
+                upstream_poll_cancelled: false,
+            }));
+            c.deadline = Some(self.now + idle);
+            self.mark_dirty(index);
+            return next;
         }
         if c.upstream.notify {
             self.mark_dirty(index);
@@ -1231,6 +1552,11 @@ impl<'a, H: Handler> Worker<'a, H> {
                     continue;
                 }
                 Some(Expired::Handler) => {}
+            }
+            if c.join.is_some() {
+                // A joint idle for its whole idle time ends.
+                self.close(index, CloseReason::Done);
+                continue;
             }
             match c.state {
                 State::Lingering => self.close(index, CloseReason::Done),

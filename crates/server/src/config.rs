@@ -328,20 +328,14 @@ impl Config {
                 if self
                     .routes
                     .iter()
-                    .any(|r| r.method == fastpath_content::handover::HandoverMethod::Bridge) =>
+                    .any(|r| r.method == fastpath_content::handover::HandoverMethod::Proxy) =>
             {
                 notes.push(
-                    "model \"uring\": `bridge` routes join connections in the kernel, which the \
-                     io_uring loop cannot do (it receives the client's bytes as they arrive); the \
-                     server runs the epoll loop instead"
+                    "model \"uring\": proxied bodies are copied through memory (the io_uring \
+                     loop does not splice them)"
                         .to_owned(),
                 )
             }
-            Model::Uring if !self.routes.is_empty() => notes.push(
-                "model \"uring\": proxied bodies are copied through memory (the io_uring loop \
-                 does not splice)"
-                    .to_owned(),
-            ),
             Model::Percore | Model::Threads | Model::Prefork if self.workers > 0 => {
                 let instead = match self.model {
                     Model::Percore => "one worker per CPU",

@@ -26,9 +26,7 @@ use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use fastpath_content::handover::{
-    BackendConfig, BackendState, HandoverMethod, ResponseCache, Routes,
-};
+use fastpath_content::handover::{BackendConfig, BackendState, ResponseCache, Routes};
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
 use fastpath_drivers::Model as DriverModel;
 use fastpath_drivers::{bind_listeners, DriverConfig};
@@ -129,22 +127,12 @@ fn virtual_hosts(config: &Config, watch: Watching) -> Result<VirtualHosts, Serve
 }
 
 /// The driver model for a configured one; io_uring falls back to epoll, with one warning,
-/// where the kernel cannot run it or hand-over routes need upstream connections.
+/// where the kernel cannot run it.
 fn driver_model(config: &Config) -> DriverModel {
     match config.model {
         // epoll until a benchmark shows io_uring ahead across the SPECweb mix; then `auto`
         // becomes io_uring where uring_available() says it can run.
         Model::Auto | Model::Epoll => DriverModel::Epoll,
-        // The io_uring loop cannot join connections (it receives the client's bytes as they
-        // arrive); model_notes() says so.
-        Model::Uring
-            if config
-                .routes
-                .iter()
-                .any(|r| r.method == HandoverMethod::Bridge) =>
-        {
-            DriverModel::Epoll
-        }
         Model::Uring => match fastpath_drivers::uring_available() {
             Ok(()) => DriverModel::Uring,
             Err(reason) => {
