@@ -225,6 +225,44 @@ fn switch_unasked(stream: TcpStream, _log: &BackendLog) {
     let _ = reader.read_to_end(&mut rest);
 }
 
+/// Answers by path, on a kept-alive connection: `/garbage` is not HTTP, `/cut` stops short,
+/// `/big` sends 4 MiB, `/ws` switches protocols and echoes to the end; anything else gets a
+/// short answer.
+fn by_path(stream: TcpStream, _log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some((line, _)) = read_head(&mut reader) {
+        let path = line.split(' ').nth(1).unwrap_or("").to_owned();
+        let result = if path.contains("/garbage") {
+            let _ = writer.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n");
+            return;
+        } else if path.contains("/cut") {
+            let _ = writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nshort");
+            return;
+        } else if path.contains("/big") {
+            let body = vec![b'b'; 4 << 20];
+            writer
+                .write_all(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes(),
+                )
+                .and_then(|_| writer.write_all(&body))
+        } else if path.contains("/ws") {
+            if writer
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+                .is_ok()
+            {
+                let _ = std::io::copy(&mut reader, &mut writer);
+            }
+            return;
+        } else {
+            writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+        };
+        if result.is_err() {
+            return;
+        }
+    }
+}
+
 fn config(backend: &Backend, route: &str, extra: &str) -> String {
     format!(
         "root = \"root\"\n{extra}\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\naddresses = \"{}\"\npublic_url = \"http://backend.example:8000\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"1s\"\n[[route]]\nbackend = \"app\"\n{route}\n",
@@ -586,6 +624,74 @@ httptest!(backend_connections_are_kept_for_the_idle_timeout, |model| {
         "not reused after the idle timeout"
     );
 });
+
+httptest!(
+    hand_overs_that_fail_or_end_leave_no_descriptor_behind,
+    |model| {
+        let backend = Backend::start(by_path);
+        let dead = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let site = site();
+        let text = format!(
+            "root = \"root\"\nworkers = 1\n[timeouts]\nlinger = \"200ms\"\n\
+         [[backend]]\nname = \"app\"\naddresses = \"{}\"\nresponse_timeout = \"2s\"\n\
+         [[backend]]\nname = \"dead\"\naddresses = \"{dead}\"\n\
+         [[route]]\nbackend = \"app\"\nprefix = \"/ws/\"\nmethod = \"bridge\"\n\
+         [[route]]\nbackend = \"app\"\nprefix = \"/app/\"\n\
+         [[route]]\nbackend = \"dead\"\nprefix = \"/dead/\"\n",
+            backend.addr
+        );
+        let srv = site.serve_config(model, &text);
+        srv.get("/page.txt").assert_ok(200, "static page\n");
+        let baseline = sockets_and_pipes(srv.pid());
+        for _ in 0..10 {
+            srv.get("/app/ok").assert_ok(200, "ok\n");
+            srv.get("/app/garbage").assert_status(502);
+            srv.get("/dead/x").assert_status(502);
+            let mut conn = srv.connect();
+            conn.send("GET /app/cut HTTP/1.1\r\nHost: t\r\n\r\n");
+            let mut rest = Vec::new();
+            let _ = conn.stream().try_clone().unwrap().read_to_end(&mut rest);
+            // A client that leaves in the middle of a large answer.
+            let mut conn = srv.connect();
+            conn.send("GET /app/big HTTP/1.1\r\nHost: t\r\n\r\n");
+            let mut some = [0u8; 4096];
+            let _ = conn.stream().try_clone().unwrap().read(&mut some);
+            drop(conn);
+            // A bridged connection, ended by the client.
+            let mut conn = srv.connect();
+            conn.send(
+                "GET /ws/x HTTP/1.1\r\nHost: t\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nping",
+            );
+            let mut stream = conn.stream().try_clone().unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 256];
+            while !got.ends_with(b"ping") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            assert!(got.ends_with(b"ping"), "{}", String::from_utf8_lossy(&got));
+            stream.shutdown(std::net::Shutdown::Write).unwrap();
+            let _ = stream.read_to_end(&mut got);
+        }
+        // Kept backend connections may stay, a few per worker or child process; nothing
+        // else may (each round opens six connections, so a leak shows as dozens).
+        let allowed = baseline + 4 + 2 * children(srv.pid()).len();
+        let settled = wait_for(Duration::from_secs(10), || {
+            let n = sockets_and_pipes(srv.pid());
+            (n <= allowed).then_some(n)
+        });
+        assert!(
+            settled.is_some(),
+            "{} connections and pipes held, {baseline} at the start, {allowed} allowed",
+            sockets_and_pipes(srv.pid())
+        );
+    }
+);
 
 httptest!(a_backend_answering_garbage_gives_502, |model| {
     let backend = Backend::start(garbage);

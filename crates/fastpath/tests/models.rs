@@ -14,32 +14,6 @@ fn site() -> Site {
     site
 }
 
-/// The processes whose parent is `parent`.
-fn children(parent: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The command name is in parentheses and may hold spaces: fields resume after ')'.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-            continue;
-        };
-        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
-        if ppid == Some(parent) {
-            found.push(pid);
-        }
-    }
-    found
-}
-
 /// The children of `parent` once at least `n` exist (the parent forks its first children
 /// after it has said it listens, one after the other); whatever exists after 5 s otherwise.
 fn children_once(parent: u32, n: usize) -> Vec<u32> {

@@ -1142,3 +1142,74 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The processes whose parent is `parent`.
+pub fn children(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The command name is in parentheses and may hold spaces: fields resume after ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+            continue;
+        };
+        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        if ppid == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Connected TCP sockets (any state but LISTEN) and pipes (past standard input and output)
+/// held by the process `pid` and its children: what a leak of client, backend or joint
+/// descriptors would grow.
+pub fn sockets_and_pipes(pid: u32) -> usize {
+    let mut inodes = Vec::new();
+    let mut pipes = 0;
+    for p in std::iter::once(pid).chain(children(pid)) {
+        let Ok(fds) = fs::read_dir(format!("/proc/{p}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            // Standard input and output may be pipes to whoever started the server.
+            if ["0", "1", "2"].contains(&fd.file_name().to_string_lossy().as_ref()) {
+                continue;
+            }
+            let Ok(target) = fs::read_link(fd.path()) else {
+                continue;
+            };
+            let target = target.to_string_lossy().into_owned();
+            if target.starts_with("pipe:") {
+                pipes += 1;
+            } else if let Some(inode) = target
+                .strip_prefix("socket:[")
+                .and_then(|rest| rest.strip_suffix(']'))
+            {
+                inodes.push(inode.to_owned());
+            }
+        }
+    }
+    let mut connected = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // st is the fourth field (0A: LISTEN), inode the tenth.
+            if fields.len() > 9 && fields[3] != "0A" && inodes.iter().any(|i| i == fields[9]) {
+                connected += 1;
+            }
+        }
+    }
+    connected + pipes
+}
