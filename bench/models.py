@@ -255,10 +255,10 @@ def bench_step(ctx, server, rate):
     with the server's CPU time and the kernel's listen counters read around it."""
     cmd = bench_cmd(ctx, server, rate, ctx.duration)
     cpu0, tcp0, t0 = server_cpu(server), suite.tcp_counters(), time.monotonic()
-    cores0 = cpu_times()
+    cores0 = suite.cpu_times()
     rc, out, err = ctx.run(cmd, ctx.duration * 8 + 60, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
-    cores1 = cpu_times()
+    cores1 = suite.cpu_times()
     cpu1, tcp1, t1 = server_cpu(server), suite.tcp_counters(), time.monotonic()
     with open(os.path.join(ctx.work, "raw", f"{server.name}.{rate:g}.json"), "w") as f:
         f.write(out)
@@ -295,8 +295,8 @@ def bench_step(ctx, server, rate):
         "client_util": client_util,
         # Everything that ran on each core during the step (including the client's start
         # and exit): the server's share of its core, and whether other work shared it.
-        "server_core_busy": cpu_busy(cores0, cores1, int(SERVER_CPU)),
-        "client_core_busy": cpu_busy(cores0, cores1, int(CLIENT_CPU)),
+        "server_core_busy": suite.cpu_busy(cores0, cores1, int(SERVER_CPU)),
+        "client_core_busy": suite.cpu_busy(cores0, cores1, int(CLIENT_CPU)),
         "listen_overflows": tcp1["ListenOverflows"] - tcp0["ListenOverflows"],
         "syncookies": tcp1["SyncookiesSent"] - tcp0["SyncookiesSent"],
         "wall_s": t1 - t0,
