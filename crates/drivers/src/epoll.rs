@@ -655,22 +655,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         };
         // What either side sent that the handler has not passed on goes first.
-        let unread = slot.input.data();
-        if !unread.is_empty() {
-            up.output
-                .write_with(&mut self.pool, |buf| buf.extend_from_slice(unread));
-            let n = unread.len();
-            slot.input.consume(n);
-            slot.input.release_if_empty(&mut self.pool);
-        }
-        let unsent = up.input.data();
-        if !unsent.is_empty() {
-            slot.output
-                .write_with(&mut self.pool, |buf| buf.extend_from_slice(unsent));
-            let n = unsent.len();
-            up.input.consume(n);
-            up.input.release_if_empty(&mut self.pool);
-        }
+        up.cross_over(&mut slot.input, &mut slot.output, &mut self.pool);
         slot.joint = Some(Box::new(joint));
         slot.deadline = Some(self.now + idle);
         next

@@ -843,6 +843,19 @@ impl Upstream {
         self.state = UpstreamState::Failed(kind);
     }
 
+    /// Passes on what either side sent that reached user space before a join: the client's
+    /// unread input goes to the upstream's output, the upstream's unread input to the
+    /// client's output.
+    pub(crate) fn cross_over(
+        &mut self,
+        client_input: &mut Input,
+        client_output: &mut Output,
+        buffers: &mut BufferPool,
+    ) {
+        move_unread(client_input, &mut self.output, buffers);
+        move_unread(&mut self.input, client_output, buffers);
+    }
+
     /// A failure was seen on the connection.
     pub(crate) fn has_failed(&self) -> bool {
         matches!(self.state, UpstreamState::Failed(_))
@@ -952,4 +965,16 @@ fn socket_error(fd: RawFd) -> io::Result<()> {
     } else {
         Err(io::Error::from_raw_os_error(err))
     }
+}
+
+/// Moves the unread bytes of `from` to the end of `to`.
+fn move_unread(from: &mut Input, to: &mut Output, buffers: &mut BufferPool) {
+    let unread = from.data();
+    if unread.is_empty() {
+        return;
+    }
+    to.write_with(buffers, |buf| buf.extend_from_slice(unread));
+    let n = unread.len();
+    from.consume(n);
+    from.release_if_empty(buffers);
 }

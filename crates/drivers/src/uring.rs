@@ -363,6 +363,16 @@ fn cancel_upstream_ops(
     ops.epoch = ops.epoch.wrapping_add(1);
 }
 
+/// What a one-shot poll of a joined socket says to try: reading, writing. All of it when the
+/// poll was cancelled or failed: an error shows in the next splice, and a socket that is not
+/// ready says EAGAIN again.
+fn poll_readiness(result: i32) -> (bool, bool) {
+    let events = if result < 0 { -1 } else { result };
+    let readable = (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as i32;
+    let writable = (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) as i32;
+    (events & readable != 0, events & writable != 0)
+}
+
 /// The msghdr and iovecs of a SENDMSG, boxed so they stay put for the kernel. About 1 KiB, so
 /// a slot holds one only while its send is in flight and the worker keeps the spares.
 struct SendMsg {
@@ -907,14 +917,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         if let Some(joining) = c.join.as_mut() {
             joining.client_polled = 0;
             joining.client_poll_cancelled = false;
-            // What the poll reports is tried (all of it when cancelled or failed): an error
-            // shows in the next splice, and a socket that is not ready says EAGAIN again.
-            let events = if result < 0 { -1 } else { result };
-            joining.client_readable |= events
-                & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as i32
-                != 0;
-            joining.client_writable |=
-                events & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) as i32 != 0;
+            let (readable, writable) = poll_readiness(result);
+            joining.client_readable |= readable;
+            joining.client_writable |= writable;
             self.mark_dirty(index);
             return;
         }
@@ -1011,11 +1016,9 @@ impl<'a, H: Handler> Worker<'a, H> {
                 return;
             }
             if joined {
-                let events = if result < 0 { -1 } else { result };
-                up.readable |= events
-                    & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as i32
-                    != 0;
-                up.writable |= events & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) as i32 != 0;
+                let (readable, writable) = poll_readiness(result);
+                up.readable |= readable;
+                up.writable |= writable;
                 self.mark_dirty(index);
                 return;
             }
@@ -1232,22 +1235,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         }
         // What either side sent that reached user space goes across first.
-        let unread = c.input.data();
-        if !unread.is_empty() {
-            up.output
-                .write_with(&mut self.pool, |buf| buf.extend_from_slice(unread));
-            let n = unread.len();
-            c.input.consume(n);
-            c.input.release_if_empty(&mut self.pool);
-        }
-        let unsent = up.input.data();
-        if !unsent.is_empty() {
-            c.output
-                .write_with(&mut self.pool, |buf| buf.extend_from_slice(unsent));
-            let n = unsent.len();
-            up.input.consume(n);
-            up.input.release_if_empty(&mut self.pool);
-        }
+        up.cross_over(&mut c.input, &mut c.output, &mut self.pool);
         if !up.output.is_empty() && up.writable {
             match up.output.flush(up.fd.as_raw_fd(), &mut self.pool) {
                 Ok(Flush::Done) => {}
