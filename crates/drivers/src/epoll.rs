@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, Gate, UNKNOWN_PEER};
-use crate::splice::{Joint, PumpError, Side};
+use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
-use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
+use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 
 /// Set in a connection token's index half for events of its upstream socket.
@@ -681,50 +681,29 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
         }
-        let client_pending = !slot.output.is_empty();
-        let upstream_pending = !up.output.is_empty();
-        let pumped = joint.pump(
-            Side {
-                fd: slot.fd.as_raw_fd(),
-                readable: &mut slot.readable,
-                writable: &mut slot.writable,
-            },
-            Side {
-                fd: up.fd.as_raw_fd(),
-                readable: &mut up.readable,
-                writable: &mut up.writable,
-            },
-            client_pending,
-            upstream_pending,
-        );
-        match pumped {
-            Ok(pumped) => {
-                if pumped.moved {
+        let client = Side {
+            fd: slot.fd.as_raw_fd(),
+            readable: &mut slot.readable,
+            writable: &mut slot.writable,
+        };
+        match up.pump_joint(joint, client, !slot.output.is_empty()) {
+            JointStep::Going { moved } => {
+                if moved {
                     slot.deadline = Some(self.now + joint.idle);
                 }
-                if pumped.finished {
-                    slot.joint = None;
-                    let mut registry = EpollRegistry { epoll, token: 0 };
-                    slot.upstream.close(
-                        &mut registry,
-                        &mut self.upstreams,
-                        &mut self.pool,
-                        self.now,
-                    );
-                    slot.state = State::Closing;
-                    slot.linger = true;
-                    return true;
-                }
                 false
             }
-            Err(PumpError::Client(e)) => {
-                tracing::debug!("joined client failed: {e}");
-                self.close(index, CloseReason::PeerGone);
-                false
+            JointStep::Finished => {
+                slot.joint = None;
+                let mut registry = EpollRegistry { epoll, token: 0 };
+                slot.upstream
+                    .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+                slot.state = State::Closing;
+                slot.linger = true;
+                true
             }
-            Err(PumpError::Upstream(e)) => {
-                tracing::debug!("joined upstream failed: {e}");
-                self.close(index, CloseReason::Error);
+            JointStep::Close(reason) => {
+                self.close(index, reason);
                 false
             }
         }

@@ -22,8 +22,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
-use crate::splice::{Direction, Failure, Side};
+use crate::splice::{Direction, Failure, Joint, PumpError, Side};
 use crate::sys::{setsockopt_int, syscall};
+use crate::CloseReason;
 
 /// Where an upstream connection goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -68,6 +69,16 @@ pub enum Spliced {
 pub(crate) struct BodySplice {
     pub(crate) direction: Direction,
     pub(crate) idle: Duration,
+}
+
+/// Where a joined connection stands after a pump.
+pub(crate) enum JointStep {
+    /// Still joined; `moved` when bytes (or an end of stream) moved.
+    Going { moved: bool },
+    /// The backend's end has reached the client: the joint is done.
+    Finished,
+    /// A side failed: close the connection for this reason.
+    Close(CloseReason),
 }
 
 /// What the handler asked of the port during a call.
@@ -856,6 +867,41 @@ impl Upstream {
         move_unread(&mut self.input, client_output, buffers);
     }
 
+    /// Moves what can move between the client and this upstream through `joint`, after what
+    /// user space still holds for either side (`client_output_pending` for the client).
+    pub(crate) fn pump_joint(
+        &mut self,
+        joint: &mut Joint,
+        client: Side<'_>,
+        client_output_pending: bool,
+    ) -> JointStep {
+        let upstream_output_pending = !self.output.is_empty();
+        let pumped = joint.pump(
+            client,
+            Side {
+                fd: self.fd.as_raw_fd(),
+                readable: &mut self.readable,
+                writable: &mut self.writable,
+            },
+            client_output_pending,
+            upstream_output_pending,
+        );
+        match pumped {
+            Ok(pumped) if pumped.finished => JointStep::Finished,
+            Ok(pumped) => JointStep::Going {
+                moved: pumped.moved,
+            },
+            Err(PumpError::Client(e)) => {
+                tracing::debug!("joined client failed: {e}");
+                JointStep::Close(CloseReason::PeerGone)
+            }
+            Err(PumpError::Upstream(e)) => {
+                tracing::debug!("joined upstream failed: {e}");
+                JointStep::Close(CloseReason::Error)
+            }
+        }
+    }
+
     /// A failure was seen on the connection.
     pub(crate) fn has_failed(&self) -> bool {
         matches!(self.state, UpstreamState::Failed(_))
@@ -869,8 +915,10 @@ impl Upstream {
             && self.input.is_empty()
             && self.output.is_empty()
             && !self.hangup
-            // On a parked connection, readiness means the backend sent or closed something.
-            && !(self.parked.is_some() && self.readable)
+            // On a parked connection, readiness may mean the backend sent or closed something,
+            // or only that a read stopped at the end of a response without seeing EAGAIN, or
+            // an event queued before the connection was parked: look once to tell.
+            && !(self.parked.is_some() && self.readable && !still_open(self.fd.as_raw_fd()))
     }
 
     /// Moves bytes for an attached upstream: finishes a connect, sends queued output, reads

@@ -66,9 +66,9 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN_PEER};
-use crate::splice::{Joint, PumpError, Side};
+use crate::splice::{Joint, Side};
 use crate::sys::{peer_addr, syscall};
-use crate::upstream::{Registry, UpstreamPool, UpstreamPort};
+use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 use bufring::BufRing;
 
@@ -1259,59 +1259,38 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
         }
-        let client_pending = !c.output.is_empty();
-        let upstream_pending = !up.output.is_empty();
         if let Some(joint) = joining.joint.as_mut() {
-            let pumped = joint.pump(
-                Side {
-                    fd: c.fd.as_raw_fd(),
-                    readable: &mut joining.client_readable,
-                    writable: &mut joining.client_writable,
-                },
-                Side {
-                    fd: up.fd.as_raw_fd(),
-                    readable: &mut up.readable,
-                    writable: &mut up.writable,
-                },
-                client_pending,
-                upstream_pending,
-            );
-            match pumped {
-                Ok(pumped) => {
-                    if pumped.moved {
+            let client = Side {
+                fd: c.fd.as_raw_fd(),
+                readable: &mut joining.client_readable,
+                writable: &mut joining.client_writable,
+            };
+            match up.pump_joint(joint, client, !c.output.is_empty()) {
+                JointStep::Going { moved } => {
+                    if moved {
                         c.deadline = Some(self.now + joint.idle);
                     }
-                    if pumped.finished {
-                        // The backend's end has reached the client: the connection closes
-                        // like any other, its late input discarded for the linger time.
-                        c.join = None;
-                        let mut registry = UringRegistry {
-                            sqes: &mut self.sqes,
-                            ops: &mut c.up_ops,
-                            index,
-                            generation,
-                        };
-                        c.upstream.close(
-                            &mut registry,
-                            &mut self.upstreams,
-                            &mut self.pool,
-                            self.now,
-                        );
-                        c.state = State::Closing;
-                        c.linger = true;
-                        c.deadline = None;
-                        self.mark_dirty(index);
-                        return;
-                    }
                 }
-                Err(PumpError::Client(e)) => {
-                    tracing::debug!("joined client failed: {e}");
-                    self.close(index, CloseReason::PeerGone);
+                JointStep::Finished => {
+                    // The backend's end has reached the client: the connection closes like
+                    // any other, its late input discarded for the linger time.
+                    c.join = None;
+                    let mut registry = UringRegistry {
+                        sqes: &mut self.sqes,
+                        ops: &mut c.up_ops,
+                        index,
+                        generation,
+                    };
+                    c.upstream
+                        .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+                    c.state = State::Closing;
+                    c.linger = true;
+                    c.deadline = None;
+                    self.mark_dirty(index);
                     return;
                 }
-                Err(PumpError::Upstream(e)) => {
-                    tracing::debug!("joined upstream failed: {e}");
-                    self.close(index, CloseReason::Error);
+                JointStep::Close(reason) => {
+                    self.close(index, reason);
                     return;
                 }
             }

@@ -1034,7 +1034,12 @@ httptest!(large_bodies_cross_the_proxy_intact_both_ways, |model| {
     conn.exchange(req("GET", "/page.txt", &[]))
         .assert_ok(200, "static page\n");
     // One backend connection carried all of it.
-    assert_eq!(backend.connections(), 1);
+    assert_eq!(
+        backend.connections(),
+        1,
+        "{:?}",
+        backend.log.requests.lock().unwrap()
+    );
 });
 
 httptest!(
