@@ -836,11 +836,6 @@ impl Upstream {
         self.state == UpstreamState::Connected && self.input.len() < MAX_UPSTREAM_INPUT
     }
 
-    /// Bytes a completion-based model received; returns a spare buffer.
-    pub(crate) fn received(&mut self, buf: Vec<u8>) -> Vec<u8> {
-        self.input.receive(buf)
-    }
-
     /// The backend ended its stream (a parked connection is then stale).
     pub(crate) fn received_end(&mut self) {
         self.hangup = true;

@@ -363,6 +363,25 @@ fn cancel_upstream_ops(
     ops.epoch = ops.epoch.wrapping_add(1);
 }
 
+/// Keeps a receive's buffer as `input` and gives the ring one back in its place: the buffer
+/// the input let go of (no copy when the input was empty), or one from the pool when that is
+/// too small.
+fn keep_received(
+    ring: &mut BufRing,
+    pool: &mut BufferPool,
+    input: &mut Input,
+    bid: u16,
+    buf: Vec<u8>,
+) {
+    let spare = input.receive(buf);
+    let spare = if spare.capacity() >= BUFFER_SIZE {
+        spare
+    } else {
+        pool.take()
+    };
+    ring.provide(bid, spare);
+}
+
 /// What a one-shot poll of a joined socket says to try: reading, writing. All of it when the
 /// poll was cancelled or failed: an error shows in the next splice, and a socket that is not
 /// ready says EAGAIN again.
@@ -753,13 +772,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             // The last bytes before the receive ends: they cross over to the upstream.
             if let Some((bid, buf)) = data {
                 if result > 0 {
-                    let spare = c.input.receive(buf);
-                    let spare = if spare.capacity() >= BUFFER_SIZE {
-                        spare
-                    } else {
-                        self.pool.take()
-                    };
-                    self.buffers.provide(bid, spare);
+                    keep_received(&mut self.buffers, &mut self.pool, &mut c.input, bid, buf);
                 } else {
                     self.buffers.provide(bid, buf);
                 }
@@ -806,13 +819,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.close(index, CloseReason::Error);
                 return;
             }
-            let spare = c.input.receive(buf);
-            let spare = if spare.capacity() >= BUFFER_SIZE {
-                spare
-            } else {
-                self.pool.take()
-            };
-            self.buffers.provide(bid, spare);
+            keep_received(&mut self.buffers, &mut self.pool, &mut c.input, bid, buf);
             if c.state == State::Reading && !self.ready(index) {
                 return;
             }
@@ -964,13 +971,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         };
         if let Some((bid, buf)) = data {
             if result > 0 {
-                let spare = up.received(buf);
-                let spare = if spare.capacity() >= BUFFER_SIZE {
-                    spare
-                } else {
-                    self.pool.take()
-                };
-                self.buffers.provide(bid, spare);
+                keep_received(&mut self.buffers, &mut self.pool, &mut up.input, bid, buf);
             } else {
                 self.buffers.provide(bid, buf);
             }
