@@ -740,6 +740,8 @@ fn cache_control(stream: TcpStream, log: &BackendLog) {
             "Cache-Control: public, max-age=60\r\nSet-Cookie: id=1\r\n"
         } else if line.contains("/aged") {
             "Age: 58\r\nCache-Control: public, max-age=60\r\n"
+        } else if line.contains("/validated") {
+            "Cache-Control: public, max-age=60\r\nETag: \"v7\"\r\nLast-Modified: Sat, 21 Nov 2026 10:00:00 GMT\r\nVary: Accept-Encoding\r\n"
         } else {
             "Cache-Control: public, max-age=60\r\n"
         };
@@ -786,6 +788,72 @@ httptest!(
         assert_eq!(count(), 5);
         get_with("/app/public", &[("Authorization", "Basic dTpw")]).assert_status(200);
         assert_eq!(count(), 6);
+    }
+);
+
+httptest!(
+    the_cache_answers_conditional_and_head_requests_from_a_stored_get,
+    |model| {
+        let backend = Backend::start(cache_control);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        let count = || backend.log.requests.lock().unwrap().len();
+        let mut conn = srv.connect();
+        let first = conn.exchange(req("GET", "/app/validated", &[]));
+        first.assert_status(200);
+        assert_eq!(count(), 1);
+        // RFC 9111 §4.3.2: validators that match the stored response get 304, with the
+        // fields RFC 9110 §15.4.5 has it repeat and no body.
+        for fields in [
+            &[("If-None-Match", "\"v7\"")][..],
+            &[("If-None-Match", "\"v1\", W/\"v7\"")],
+            &[("If-Modified-Since", "Sat, 21 Nov 2026 10:00:00 GMT")],
+            &[("If-Modified-Since", "Sun, 22 Nov 2026 10:00:00 GMT")],
+        ] {
+            let r = conn.exchange(req("GET", "/app/validated", fields));
+            r.assert_status(304);
+            assert!(r.body.is_empty(), "{r}");
+            assert_eq!(r.header("ETag"), Some("\"v7\""), "{r}");
+            assert_eq!(r.header("Vary"), Some("Accept-Encoding"), "{r}");
+            assert_eq!(r.header("Cache-Control"), Some("public, max-age=60"), "{r}");
+            assert!(r.header("Content-Length").is_none(), "{r}");
+            age(&r);
+        }
+        // Validators that do not match get the whole stored response; If-None-Match
+        // decides when both are sent.
+        for fields in [
+            &[("If-None-Match", "\"v1\"")][..],
+            &[("If-Modified-Since", "Sat, 21 Nov 2026 09:59:59 GMT")],
+            &[
+                ("If-None-Match", "\"v1\""),
+                ("If-Modified-Since", "Sun, 22 Nov 2026 10:00:00 GMT"),
+            ],
+        ] {
+            let r = conn.exchange(req("GET", "/app/validated", fields));
+            r.assert_status(200);
+            assert_eq!(r.body, first.body, "{r}");
+        }
+        // HEAD is answered with the stored head, without the body.
+        let r = conn.exchange(req("HEAD", "/app/validated", &[]));
+        r.assert_status(200);
+        assert!(r.body.is_empty(), "{r}");
+        assert_eq!(
+            r.header("Content-Length"),
+            Some(first.body.len().to_string().as_str())
+        );
+        age(&r);
+        // None of it went to the backend.
+        assert_eq!(count(), 1);
+        // A HEAD that misses goes to the backend and fills nothing.
+        conn.exchange(req("HEAD", "/app/other", &[]))
+            .assert_status(200);
+        assert_eq!(count(), 2);
+        conn.exchange(req("GET", "/app/other", &[]))
+            .assert_status(200);
+        assert_eq!(count(), 3);
     }
 );
 

@@ -500,16 +500,18 @@ impl HttpHandler {
         }
         let bridge = method == HandoverMethod::Bridge;
         // Cached backend responses are kept as relayed to an HTTP/1.1 client that keeps the
-        // connection: only such a GET, without credentials, can be answered from them.
-        let cacheable_request = !bridge
+        // connection: only such a GET, without credentials, can be answered from them, or
+        // fill the cache; a HEAD is answered with the head of a cached GET (RFC 9111 §4).
+        let cache_usable = !bridge
             && config.cache
-            && request.method == "GET"
             && version == Version::Http11
             && !close
             && request.header("authorization").is_none();
+        let cacheable_request = cache_usable && request.method == "GET";
+        let cache_lookup = cacheable_request || (cache_usable && head);
         let host = request.host.unwrap_or("").as_bytes();
         let accept_encoding = request.header("accept-encoding");
-        if cacheable_request {
+        if cache_lookup {
             for with_encoding in [None, accept_encoding] {
                 cache_key(
                     &mut self.cache_key,
@@ -519,14 +521,29 @@ impl HttpHandler {
                 );
                 if let Some(hit) = self.response_cache.get(&self.cache_key, sink.now) {
                     // Only the Age field is written per hit; the head and body are shared.
-                    let body_len = hit.body.len() as u64;
-                    sink.output.push_shared(hit.head);
+                    // A conditional request its validators satisfy gets 304 (RFC 9111
+                    // §4.3.2).
+                    let not_modified = hit.validators.as_ref().filter(|v| {
+                        v.not_modified(
+                            request.header("if-none-match"),
+                            request.header("if-modified-since"),
+                        )
+                    });
+                    let (status, start, body) = match not_modified {
+                        Some(v) => (304, Arc::clone(&v.not_modified), None),
+                        None if head => (hit.status, hit.head, None),
+                        None => (hit.status, hit.head, Some(hit.body)),
+                    };
+                    sink.output.push_shared(start);
                     sink.output.write_with(sink.pool, |out| {
                         write_header_u64("Age", hit.age, out);
                         out.extend_from_slice(b"\r\n");
                     });
-                    sink.output.push_shared(hit.body);
-                    return HandOver::Answered(hit.status, body_len);
+                    let body_len = body.as_ref().map_or(0, |b| b.len() as u64);
+                    if let Some(body) = body {
+                        sink.output.push_shared(body);
+                    }
+                    return HandOver::Answered(status, body_len);
                 }
                 if accept_encoding.is_none() {
                     break;

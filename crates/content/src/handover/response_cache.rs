@@ -7,7 +7,7 @@
 //! else is copied.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use lru::LruCache;
 
@@ -50,6 +50,7 @@ struct Entry {
     head: Arc<[u8]>,
     body: Arc<[u8]>,
     status: u16,
+    validators: Option<Arc<Validators>>,
     /// The `Age` the backend sent, seconds (0 if none or invalid).
     initial_age: u64,
     /// Where the entry's age starts counting on this server's clock.
@@ -69,6 +70,9 @@ pub struct Hit {
     pub body: Arc<[u8]>,
     /// The response status, for the access log.
     pub status: u16,
+    /// What a conditional request is checked against, for a 200 response that has an
+    /// `ETag` or a `Last-Modified`.
+    pub validators: Option<Arc<Validators>>,
     /// The response's current age in seconds (RFC 9111 §4.2.3): the backend's
     /// `Age` plus the whole seconds since the request that fetched it was
     /// sent, at most [`MAX_AGE`].
@@ -115,6 +119,7 @@ impl ResponseCache {
                 head: Arc::clone(&entry.head),
                 body: Arc::clone(&entry.body),
                 status: entry.status,
+                validators: entry.validators.clone(),
                 age: entry.initial_age.saturating_add(resident).min(MAX_AGE),
             });
         }
@@ -148,7 +153,12 @@ impl ResponseCache {
         let Some(split) = Split::new(response) else {
             return;
         };
-        let memory = split.head.len() + split.body.len() + key.len() + ENTRY_OVERHEAD;
+        let validators = split.validators();
+        let memory = split.head.len()
+            + split.body.len()
+            + key.len()
+            + ENTRY_OVERHEAD
+            + validators.as_ref().map_or(0, |v| v.not_modified.len());
         if memory > self.max_memory {
             return;
         }
@@ -165,6 +175,7 @@ impl ResponseCache {
                 head: split.head.into(),
                 body: split.body.into(),
                 status: split.status,
+                validators: validators.map(Arc::new),
                 initial_age: split.age,
                 since,
                 expires,
@@ -225,6 +236,39 @@ impl ResponseCache {
 }
 
 /// A relayed response taken apart for storing.
+/// The validators of a cached 200 response (RFC 9110 §8.8), and the head of the 304 that
+/// answers a conditional request they satisfy.
+#[derive(Debug)]
+pub struct Validators {
+    /// The `ETag` value, quotes and any `W/` included.
+    pub etag: Option<String>,
+    /// The `Last-Modified` date, if it is a valid HTTP-date.
+    pub last_modified: Option<SystemTime>,
+    /// "HTTP/1.1 304 Not Modified" and the fields RFC 9110 §15.4.5 has a 304 repeat
+    /// (Cache-Control, Content-Location, Date, ETag, Expires, Vary), without the empty line
+    /// that ends the head: an `Age` field and the empty line follow when it is sent.
+    pub not_modified: Arc<[u8]>,
+}
+
+impl Validators {
+    /// Whether a request with these conditional fields gets 304 (RFC 9110 §13.2.2, steps 3
+    /// and 4 for GET and HEAD): `If-None-Match` when present, else `If-Modified-Since`.
+    pub fn not_modified(
+        &self,
+        if_none_match: Option<&[u8]>,
+        if_modified_since: Option<&[u8]>,
+    ) -> bool {
+        if let Some(list) = if_none_match {
+            return self
+                .etag
+                .as_deref()
+                .is_some_and(|etag| fastpath_http::etag_list_matches(list, etag, false));
+        }
+        let since = if_modified_since.and_then(fastpath_http::parse_http_date);
+        matches!((self.last_modified, since), (Some(modified), Some(since)) if modified <= since)
+    }
+}
+
 struct Split<'a> {
     /// The head less its `Age` fields and its closing empty line.
     head: Vec<u8>,
@@ -233,6 +277,53 @@ struct Split<'a> {
     /// The first `Age` field's value, read as [`super::cache_lifetime`] reads
     /// it; 0 if there is none or it is invalid.
     age: u64,
+}
+
+impl Split<'_> {
+    /// The validators of a 200 response that has any.
+    fn validators(&self) -> Option<Validators> {
+        if self.status != 200 {
+            return None;
+        }
+        let mut etag = None;
+        let mut last_modified = None;
+        let mut not_modified = b"HTTP/1.1 304 Not Modified\r\n".to_vec();
+        for line in self.head.split_inclusive(|&b| b == b'\n').skip(1) {
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let name = &line[..colon];
+            let value = line[colon + 1..]
+                .strip_suffix(b"\r\n")
+                .unwrap_or_default()
+                .trim_ascii();
+            if name.eq_ignore_ascii_case(b"etag") {
+                etag = std::str::from_utf8(value).ok().map(str::to_owned);
+            } else if name.eq_ignore_ascii_case(b"last-modified") {
+                last_modified = fastpath_http::parse_http_date(value);
+            }
+            let repeated = [
+                &b"cache-control"[..],
+                b"content-location",
+                b"date",
+                b"etag",
+                b"expires",
+                b"vary",
+                b"server",
+            ];
+            if repeated.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+                not_modified.extend_from_slice(line);
+            }
+        }
+        if etag.is_none() && last_modified.is_none() {
+            return None;
+        }
+        Some(Validators {
+            etag,
+            last_modified,
+            not_modified: not_modified.into(),
+        })
+    }
 }
 
 impl<'a> Split<'a> {
@@ -290,6 +381,39 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn validators_of_a_stored_200_decide_304s() {
+        let mut cache = ResponseCache::new(1 << 20, 1 << 16);
+        let now = Instant::now();
+        let stored = b"HTTP/1.1 200 OK\r\nServer: b\r\nETag: W/\"x1\"\r\nLast-Modified: Sat, 21 Nov 2026 10:00:00 GMT\r\nContent-Type: text/plain\r\nExpires: Sat, 21 Nov 2026 11:00:00 GMT\r\nContent-Length: 2\r\n\r\nhi";
+        cache.insert(b"k", stored, now, now + Duration::from_secs(60));
+        let hit = cache.get(b"k", now).unwrap();
+        let v = hit.validators.expect("validators");
+        assert_eq!(v.etag.as_deref(), Some("W/\"x1\""));
+        assert_eq!(
+            &v.not_modified[..],
+            &b"HTTP/1.1 304 Not Modified\r\nServer: b\r\nETag: W/\"x1\"\r\nExpires: Sat, 21 Nov 2026 11:00:00 GMT\r\n"[..]
+        );
+        // Weak comparison for If-None-Match; it overrides If-Modified-Since.
+        assert!(v.not_modified(Some(b"\"x1\""), None));
+        assert!(v.not_modified(Some(b"*"), None));
+        assert!(!v.not_modified(Some(b"\"x2\""), Some(b"Sun, 22 Nov 2026 10:00:00 GMT")));
+        assert!(v.not_modified(None, Some(b"Sat, 21 Nov 2026 10:00:00 GMT")));
+        assert!(!v.not_modified(None, Some(b"Sat, 21 Nov 2026 09:59:59 GMT")));
+        assert!(!v.not_modified(None, Some(b"not a date")));
+        assert!(!v.not_modified(None, None));
+        // Other statuses, and responses without validators, have none.
+        cache.insert(
+            b"n",
+            b"HTTP/1.1 404 Not Found\r\nETag: \"a\"\r\nContent-Length: 0\r\n\r\n",
+            now,
+            now + Duration::from_secs(60),
+        );
+        assert!(cache.get(b"n", now).unwrap().validators.is_none());
+        cache.insert(b"p", HEAD, now, now + Duration::from_secs(60));
+        assert!(cache.get(b"p", now).unwrap().validators.is_none());
+    }
 
     /// The head of the responses `response` builds.
     const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\n\r\n";
