@@ -303,11 +303,17 @@ pub fn run(
         parent: std::process::id(),
         failed_starts: 0,
     };
+    // The parent waits for SIGCHLD rather than sleeping, so a child that ends is replaced at
+    // once; children unblock it again (see `become_child`).
+    let child_ended = sigchld_set();
+    // SAFETY: changes this (only) thread's signal mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &child_ended, std::ptr::null_mut()) };
     pool.spawn(prefork.start, child_main);
     let mut spawn_rate = 1;
+    let mut next_maintenance = Instant::now() + MAINTENANCE_INTERVAL;
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(MAINTENANCE_INTERVAL);
-        let crashed = pool.reap();
+        wait_for_child(&child_ended, next_maintenance);
+        let ended = pool.reap();
         if stop.load(Ordering::Relaxed) {
             break;
         }
@@ -317,9 +323,13 @@ pub fn run(
                 "{MAX_FAILED_STARTS} children in a row failed before serving; giving up"
             )));
         }
-        if crashed > 0 {
-            pool.spawn(crashed, child_main);
+        if ended > 0 {
+            pool.spawn(ended, child_main);
         }
+        if Instant::now() < next_maintenance {
+            continue;
+        }
+        next_maintenance = Instant::now() + MAINTENANCE_INTERVAL;
         let (idle, alive) = pool.count();
         if idle < prefork.min_spare && alive < prefork.max_children {
             let wanted = (prefork.min_spare - idle).min(spawn_rate);
@@ -334,6 +344,30 @@ pub fn run(
     }
     pool.stop_all();
     Ok(())
+}
+
+/// The signal set holding SIGCHLD.
+fn sigchld_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set before sigaddset reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        set
+    }
+}
+
+/// Waits until a child ends (SIGCHLD, blocked in the parent), another signal arrives, or
+/// `until`.
+fn wait_for_child(child_ended: &libc::sigset_t, until: Instant) {
+    let wait = until.saturating_duration_since(Instant::now());
+    let timeout = libc::timespec {
+        tv_sec: wait.as_secs() as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: a blocked signal is taken from the pending set; nothing is written through the
+    // null info pointer.
+    unsafe { libc::sigtimedwait(child_ended, std::ptr::null_mut(), &timeout) };
 }
 
 /// The parent's view of its children.
@@ -405,6 +439,8 @@ impl ChildPool<'_> {
     fn become_child(&self, slot: usize, child_main: &dyn Fn(Child<'_>) -> io::Result<()>) -> ! {
         // SAFETY: plain system calls in the child.
         unsafe {
+            // The parent blocks SIGCHLD to wait for it; a child has no use for that.
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &sigchld_set(), std::ptr::null_mut());
             // A parent that dies without stopping its children (killed) takes them along.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             if libc::getppid() as u32 != self.parent {
@@ -431,16 +467,17 @@ impl ChildPool<'_> {
         unsafe { libc::_exit(status) }
     }
 
-    /// Collects children that ended; returns how many of them crashed (ended by a signal or
-    /// with a failure status without being asked to).
+    /// Collects children that ended; returns how many of them must be replaced: those that
+    /// crashed (ended by a signal or with a failure status) and those that ended on their own
+    /// after `max_connections_per_child`, but not those the parent retired.
     fn reap(&mut self) -> usize {
-        let mut crashed = 0;
+        let mut ended = 0;
         loop {
             let mut status = 0;
             // SAFETY: waitpid on our own children, without blocking.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
             if pid <= 0 {
-                return crashed;
+                return ended;
             }
             let Some(slot) = self.pids.iter().position(|p| *p == Some(pid)) else {
                 continue;
@@ -457,17 +494,20 @@ impl ChildPool<'_> {
                         "child {slot} (pid {pid}) was ended by signal {signal} while {}; replacing it",
                         if word == state::BUSY { "serving a connection" } else { "idle" }
                     );
-                    crashed += 1;
+                    ended += 1;
                 }
             } else if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 0 {
                 tracing::warn!(
                     "child {slot} (pid {pid}) exited with status {}; replacing it",
                     libc::WEXITSTATUS(status)
                 );
-                crashed += 1;
+                ended += 1;
                 if word == state::STARTING {
                     self.failed_starts += 1;
                 }
+            } else if word != state::RETIRE && !self.stop.load(Ordering::Relaxed) {
+                // Served its `max_connections_per_child`.
+                ended += 1;
             }
         }
     }

@@ -105,6 +105,29 @@ fn a_killed_prefork_child_is_replaced_and_other_connections_are_unaffected() {
 }
 
 #[test]
+fn a_prefork_child_ends_after_its_connections_and_is_replaced_at_once() {
+    let site = site();
+    let srv = site.serve_config(
+        "prefork",
+        "root = \"root\"\n[prefork]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax_children = 3\nmax_connections_per_child = 1\n",
+    );
+    let mut servers = Vec::new();
+    for _ in 0..10 {
+        let mut conn = srv.connect();
+        conn.exchange(req("GET", "/a.txt", &[]))
+            .assert_ok(200, "hello");
+        let pool = children(srv.pid());
+        servers.push(owner_of(server_socket_inode(&conn), &pool).expect("a child serves it"));
+        drop(conn);
+    }
+    servers.sort_unstable();
+    servers.dedup();
+    assert_eq!(servers.len(), 10, "one connection per child: {servers:?}");
+    // Ending after its connections is no crash: nothing is logged as one.
+    assert!(!srv.stderr().contains("replacing it"), "{}", srv.report());
+}
+
+#[test]
 fn the_prefork_pool_grows_with_load_and_shrinks_when_idle() {
     let site = site();
     let srv = site.serve_config(
