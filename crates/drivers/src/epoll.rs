@@ -14,13 +14,11 @@ use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, Gate, UNKNOWN_PEER};
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
-use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort};
+use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 
 /// Set in a connection token's index half for events of its upstream socket.
 const UPSTREAM_BIT: u64 = 1 << 31;
-/// Idle upstream connections kept per backend address and worker.
-const IDLE_UPSTREAMS_PER_KEY: usize = 64;
 /// Tokens at and above this value name listeners, below it connection slots.
 const LISTENER_TOKEN: u64 = u64::MAX - 1024;
 /// Events taken from one epoll_wait.

@@ -477,6 +477,9 @@ impl UpstreamPort {
     }
 }
 
+/// Idle upstream connections a worker keeps per backend address.
+pub(crate) const IDLE_UPSTREAMS_PER_KEY: usize = 64;
+
 /// Idle upstream connections kept for reuse, per pool key, by one worker.
 pub(crate) struct UpstreamPool {
     idle: HashMap<u64, Vec<PooledUpstream>>,
@@ -491,6 +494,9 @@ struct PooledUpstream {
     since: Instant,
     /// Closed rather than reused once idle this long.
     idle_timeout: Duration,
+    /// The connection slot whose operations may still use the descriptor (see
+    /// [`Registry::holder`]); not lent until they are over.
+    held_by: Option<(usize, u32)>,
 }
 
 impl PooledUpstream {
@@ -507,10 +513,11 @@ impl UpstreamPool {
         }
     }
 
-    /// An idle connection under `key` that is still open, if any.
+    /// An idle connection under `key` that is still open and held by nobody, if any.
     fn take(&mut self, key: u64, now: Instant) -> Option<OwnedFd> {
         let list = self.idle.get_mut(&key)?;
-        while let Some(pooled) = list.pop() {
+        while let Some(i) = list.iter().rposition(|p| p.held_by.is_none()) {
+            let pooled = list.remove(i);
             if !pooled.expired(now) && still_open(pooled.fd.as_raw_fd()) {
                 return Some(pooled.fd);
             }
@@ -518,14 +525,39 @@ impl UpstreamPool {
         None
     }
 
-    fn put(&mut self, key: u64, fd: OwnedFd, since: Instant, idle_timeout: Duration) {
+    fn put(
+        &mut self,
+        key: u64,
+        fd: OwnedFd,
+        since: Instant,
+        idle_timeout: Duration,
+        held_by: Option<(usize, u32)>,
+    ) {
         let list = self.idle.entry(key).or_default();
         if list.len() < self.per_key {
             list.push(PooledUpstream {
                 fd,
                 since,
                 idle_timeout,
+                held_by,
             });
+        }
+    }
+
+    /// The operations of slot `holder` are over: its descriptors may be lent.
+    pub(crate) fn release_holds(&mut self, holder: (usize, u32)) {
+        for pooled in self.idle.values_mut().flatten() {
+            if pooled.held_by == Some(holder) {
+                pooled.held_by = None;
+            }
+        }
+    }
+
+    /// Drops the descriptors slot `holder` still holds: one of its operations saw bytes or
+    /// an end of stream on a connection that should have been idle.
+    pub(crate) fn discard_held(&mut self, holder: (usize, u32)) {
+        for list in self.idle.values_mut() {
+            list.retain(|pooled| pooled.held_by != Some(holder));
         }
     }
 
@@ -592,6 +624,13 @@ fn start_connect(addr: &UpstreamAddr) -> io::Result<(OwnedFd, bool)> {
 pub(crate) trait Registry {
     fn register(&mut self, fd: RawFd) -> io::Result<()>;
     fn deregister(&mut self, fd: RawFd);
+    /// Who may still be using a deregistered descriptor: a model whose operations on it
+    /// complete later names the connection slot (index, generation) they belong to, and the
+    /// pool lends the descriptor to nobody until [`UpstreamPool::release_holds`] says that
+    /// slot's operations are over.
+    fn holder(&self) -> Option<(usize, u32)> {
+        None
+    }
 }
 
 impl Port {
@@ -695,7 +734,8 @@ impl Port {
         up.output.clear(buffers);
         up.input.release_if_empty(buffers);
         if reuse && clean {
-            pool.put(up.key, up.fd, up.parked.unwrap_or(now), up.idle_timeout);
+            let since = up.parked.unwrap_or(now);
+            pool.put(up.key, up.fd, since, up.idle_timeout, registry.holder());
         }
     }
 

@@ -31,9 +31,11 @@
 //! calls, which are rare or almost always complete at once, with an IORING_OP_POLL_ADD to wait
 //! for a connect or for room to send; it is received from with a multishot receive into the
 //! same provided buffers, so a proxied exchange costs one system call of its own (the send to
-//! the backend) and its share of the loop's io_uring_enter. An upstream is never handed to
-//! another connection (its receive may still be in flight when it is let go): it is reused by
-//! the client connection that parked it, and closed with it.
+//! the backend) and its share of the loop's io_uring_enter. A keep-alive client's upstream
+//! stays parked on it; when the client leaves, the upstream goes to the worker's pool, but
+//! is lent to another connection only once every operation of the slot it came from has
+//! completed (a cancelled receive could otherwise take the next owner's bytes), and not at
+//! all if one of them saw bytes or an end on it.
 //!
 //! A join (the bridge hand-over) cancels both multishot receives; what they deliver until
 //! they end crosses over through user space, and then the two sockets are spliced together
@@ -68,7 +70,7 @@ use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, 
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN_PEER};
 use crate::splice::{Joint, Side};
 use crate::sys::{peer_addr, syscall};
-use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort};
+use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
 use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
 use bufring::BufRing;
 
@@ -342,6 +344,11 @@ impl Registry for UringRegistry<'_> {
     fn deregister(&mut self, _fd: std::os::fd::RawFd) {
         cancel_upstream_ops(self.sqes, self.ops, self.index, self.generation);
     }
+
+    // The cancelled receive may still complete: the slot must be freed first.
+    fn holder(&self) -> Option<(usize, u32)> {
+        Some((self.index, self.generation & GENERATION_MASK))
+    }
 }
 
 /// Cancels the upstream's armed operations and starts a new epoch.
@@ -457,9 +464,8 @@ struct Worker<'a, H: Handler> {
     now: Instant,
     accept_pause: AcceptPause,
     stopping: bool,
-    /// Keeps no idle connection: an upstream's receive may still be in flight when it is let
-    /// go, so it is never handed to another connection; reuse happens on the client connection
-    /// that parked it.
+    /// Idle upstreams, each held back until the slot it came from is freed (see
+    /// [`Registry::holder`]).
     upstreams: UpstreamPool,
 }
 
@@ -495,7 +501,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             now: Instant::now(),
             accept_pause: AcceptPause::default(),
             stopping: false,
-            upstreams: UpstreamPool::new(0),
+            upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
         })
     }
 
@@ -517,6 +523,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             if self.now >= next_tick {
                 next_tick = self.now + TICK;
                 self.sweep();
+                self.upstreams.sweep(self.now);
                 self.handler.on_tick(self.now);
             }
             self.flush_dirty();
@@ -955,6 +962,11 @@ impl<'a, H: Handler> Worker<'a, H> {
             _ => {
                 if let Some((bid, buf)) = data {
                     self.buffers.provide(bid, buf);
+                }
+                if result >= 0 {
+                    // Bytes or an end on an upstream already let go of: if it went to the
+                    // pool, it is not fit to lend.
+                    self.upstreams.discard_held((index, generation));
                 }
                 return;
             }
@@ -1591,6 +1603,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         let slot = &mut self.slots[index];
         // Closing the descriptor here, once, after the kernel has let go of it.
         slot.retired_fd = None;
+        // Every operation of the slot has completed: upstreams it let go of may be lent.
+        self.upstreams
+            .release_holds((index, slot.generation & GENERATION_MASK));
         if let Some(mut output) = slot.retired_output.take() {
             output.clear(&mut self.pool);
         }

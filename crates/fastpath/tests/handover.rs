@@ -693,6 +693,31 @@ httptest!(
     }
 );
 
+httptest!(
+    clients_that_close_after_each_request_share_backend_connections,
+    |model| {
+        let backend = Backend::start(echo);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        for i in 0..10 {
+            let r = srv.get(&format!("/app/{i}"));
+            r.assert_status(200);
+            assert!(r.text().starts_with(&format!("GET /app/{i} HTTP/1.1")));
+        }
+        // A client's backend connection goes to its worker's pool when the client leaves,
+        // and the next client takes it. Models with several workers, threads or processes
+        // have a pool in each.
+        let connections = backend.connections();
+        match model {
+            "epoll" | "uring" => assert_eq!(connections, 1),
+            _ => assert!(connections < 10, "{connections} backend connections"),
+        }
+    }
+);
+
 httptest!(a_backend_answering_garbage_gives_502, |model| {
     let backend = Backend::start(garbage);
     let site = site();
