@@ -344,12 +344,11 @@ impl Exchange {
         if let Some(out) = io.upstream.output() {
             if !self.staged_sent && !self.staged.is_empty() {
                 self.staged_sent = true;
-                if self.replayable {
-                    let staged = &self.staged;
-                    out.write_with(io.pool, |b| b.extend_from_slice(staged));
-                } else {
-                    let staged = std::mem::take(&mut self.staged);
-                    out.write_with(io.pool, |b| b.extend_from_slice(&staged));
+                let staged = &self.staged;
+                out.write_with(io.pool, |b| b.extend_from_slice(staged));
+                if !self.replayable {
+                    // Never sent again: a bridged connection need not hold it for its life.
+                    self.staged = Vec::new();
                 }
             }
             if self.bridge {
