@@ -2,7 +2,8 @@
 //! child processes, each serving one connection at a time.
 //!
 //! The parent binds the listeners, forks the children and then only keeps the pool at the
-//! right size: it reaps children that ended, replaces one that crashed at once, forks more
+//! right size: woken by SIGCHLD, it reaps children that ended and replaces at once one that
+//! crashed or served its `max_connections_per_child`; every 100 ms it also forks more
 //! when fewer than `min_spare` are idle (doubling the number forked per round while the
 //! shortage lasts, up to [`MAX_SPAWN_RATE`], as Apache's prefork MPM does) and retires one
 //! idle child per round while more than `max_spare` are. Children report whether they are idle
@@ -38,7 +39,7 @@ pub const MAX_SPAWN_RATE: usize = 32;
 const IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Children in a row that fail before they ever serve, after which the parent gives up: a
 /// child that cannot start (a root that vanished, a log that cannot be opened) would
-/// otherwise be replaced ten times a second for ever.
+/// otherwise be replaced as fast as it fails, for ever.
 const MAX_FAILED_STARTS: usize = 10;
 /// How long the parent waits for children to finish after asking them to stop, before it
 /// kills them.
