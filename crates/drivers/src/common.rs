@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::buffers::Output;
 use crate::sys::refuse;
-use crate::{Handler, Io, Listeners, Next};
+use crate::{Handler, Io, Listeners, Next, Opened};
 
 /// How long accepting pauses when the process is out of file descriptors: long enough for
 /// connections to close, short enough that clients hardly notice.
@@ -76,6 +76,18 @@ pub(crate) fn call_handler<H: Handler>(
     };
     io.input.release_if_empty(io.pool);
     next
+}
+
+/// Calls the handler's `on_open` for a new connection with its parts, then gives the input
+/// buffer back to the pool if the handler took none.
+pub(crate) fn open_handler<H: Handler>(
+    handler: &mut H,
+    opened: Opened,
+    mut io: Io<'_>,
+) -> (H::Conn, Next) {
+    let opened = handler.on_open(opened, &mut io);
+    io.input.release_if_empty(io.pool);
+    opened
 }
 
 /// Counts a newly accepted connection in: true when it may open, false when the limit was

@@ -5,7 +5,6 @@
 //! once per accept and once per close.
 
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -15,7 +14,7 @@ use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, Gate, U
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
 use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
-use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
+use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, Opened, TICK};
 
 /// Set in a connection token's index half for events of its upstream socket.
 const UPSTREAM_BIT: u64 = 1 << 31;
@@ -210,7 +209,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     pub(crate) fn serve_connection(
         &mut self,
         fd: OwnedFd,
-        peer: SocketAddr,
+        opened: Opened,
         gate: &dyn Gate,
     ) -> io::Result<()> {
         self.now = Instant::now();
@@ -224,7 +223,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             tracing::warn!("cannot serve a connection: {e}");
             return Ok(());
         }
-        self.open(fd, peer);
+        self.open(fd, opened);
         // Room for the client and its upstream, each with a few events.
         let mut events = new_events(8);
         while self.open_connections > 0 {
@@ -365,7 +364,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                     {
                         continue;
                     }
-                    self.open(fd, peer);
+                    self.open(fd, Opened::new(peer, listener_index));
                 }
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN) => return,
@@ -398,7 +397,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
-    fn open(&mut self, fd: OwnedFd, peer: SocketAddr) {
+    fn open(&mut self, fd: OwnedFd, opened: Opened) {
         let index = match self.free.pop() {
             Some(index) => index,
             None => {
@@ -408,14 +407,30 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         };
         self.open_connections += 1;
-        let conn = self.handler.on_open(peer, self.now);
+        let mut input = Input::default();
+        let mut output = Output::default();
+        let mut deadline = None;
+        let mut upstream = UpstreamPort::new(true, true);
+        let (conn, next) = common::open_handler(
+            &mut self.handler,
+            opened,
+            Io {
+                input: &mut input,
+                output: &mut output,
+                pool: &mut self.pool,
+                eof: false,
+                now: self.now,
+                deadline: &mut deadline,
+                upstream: &mut upstream,
+            },
+        );
         self.slots[index] = Some(Slot {
             fd,
             conn,
-            input: Input::default(),
-            output: Output::default(),
+            input,
+            output,
             state: State::Reading,
-            deadline: None,
+            deadline,
             send_deadline: None,
             // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
             readable: true,
@@ -423,9 +438,13 @@ impl<'a, H: Handler> Worker<'a, H> {
             hangup: false,
             linger: false,
             eof: false,
-            upstream: UpstreamPort::new(true, true),
+            upstream,
             joint: None,
         });
+        let next = self.after_call(index, next);
+        if !self.apply(index, next) {
+            return;
+        }
         self.drive(index);
         // Registered only if it must wait: a connection answered and closed in its first turn
         // (one request, `Connection: close`) costs no epoll_ctl at all. Edge-triggered
@@ -616,7 +635,6 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
     /// it asked of the upstream.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
-        let epoll = self.epoll_fd();
         let slot = self.slots[index].as_mut().expect("live slot");
         let io = Io {
             input: &mut slot.input,
@@ -628,6 +646,13 @@ impl<'a, H: Handler> Worker<'a, H> {
             upstream: &mut slot.upstream,
         };
         let next = common::call_handler(&mut self.handler, &mut slot.conn, io, timeout);
+        self.after_call(index, next)
+    }
+
+    /// Carries out what a handler call asked of the upstream.
+    fn after_call(&mut self, index: usize, next: Next) -> Next {
+        let epoll = self.epoll_fd();
+        let slot = self.slots[index].as_mut().expect("live slot");
         let token = ((self.generations[index] as u64) << 32) | index as u64 | UPSTREAM_BIT;
         let mut registry = EpollRegistry { epoll, token };
         let join =

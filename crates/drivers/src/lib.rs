@@ -21,20 +21,24 @@
 //! a worker's connections and no timer structure updates on the hot path.
 //!
 //! ```no_run
-//! use std::net::SocketAddr;
 //! use std::sync::atomic::AtomicBool;
-//! use std::time::Instant;
-//! use fastpath_drivers::{bind_listeners, run, DriverConfig, Handler, Io, Model, Next, CloseReason};
+//! use std::time::Duration;
+//! use fastpath_drivers::{bind_listeners, run, DriverConfig, Handler, Io, Model, Next, CloseReason, Opened};
 //!
-//! /// Echoes every byte back.
+//! /// Greets, then echoes every byte back; a client silent for 10 s is closed.
 //! struct Echo;
 //! impl Handler for Echo {
 //!     type Conn = ();
-//!     fn on_open(&mut self, _peer: SocketAddr, _now: Instant) {}
+//!     fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> ((), Next) {
+//!         io.write(b"hello\n");
+//!         *io.deadline = Some(io.now + Duration::from_secs(10));
+//!         ((), Next::Read)
+//!     }
 //!     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
 //!         let data = io.input.data().to_vec();
 //!         io.write(&data);
 //!         io.input.consume(data.len());
+//!         *io.deadline = Some(io.now + Duration::from_secs(10));
 //!         if io.eof { Next::Close } else { Next::Read }
 //!     }
 //!     fn on_timeout(&mut self, _conn: &mut (), _io: &mut Io<'_>) -> Next { Next::Close }
@@ -51,6 +55,7 @@
 
 mod buffers;
 mod common;
+mod contract;
 mod epoll;
 mod listener;
 mod percore;
@@ -63,13 +68,14 @@ mod upstream;
 mod uring;
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
+pub use contract::{CloseReason, Handler, Io, Next, Opened};
 pub use listener::{
-    bind_listeners, ListenerFeatures, Listeners, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
+    bind_listeners, bind_listeners_with, ListenOptions, ListenerFeatures, Listeners,
+    DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
 pub use percore::{allowed_cpus, PercoreConfig};
 pub use prefork::PreforkConfig;
@@ -79,106 +85,6 @@ pub use upstream::{Spliced, UpstreamAddr, UpstreamPort, UpstreamState};
 
 /// How often deadlines are checked and [`Handler::on_tick`] runs.
 pub const TICK: Duration = Duration::from_millis(100);
-
-/// What a connection waits for after a handler call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// More input: call [`Handler::on_ready`] again when bytes arrive (queued output is sent
-    /// meanwhile).
-    Read,
-    /// Queued output must be sent first: call [`Handler::on_ready`] again once it all has been
-    /// (used for backpressure on pipelined requests and large responses).
-    Drain,
-    /// Send what is queued, then close: the FIN follows the last byte at once. If input the
-    /// handler has not consumed is already buffered, late input is discarded for the linger
-    /// time first (as with [`Next::Linger`]), so closing does not reset the response away.
-    Close,
-    /// Like [`Next::Close`], but always shut down the sending side and discard what the peer
-    /// still sends for the linger time: for a connection whose request body was not read, which
-    /// may still be arriving.
-    Linger,
-    /// Close at once, dropping queued output.
-    Abort,
-}
-
-/// Why a connection ended, for the handler's bookkeeping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
-    /// The handler asked for it ([`Next::Close`] or [`Next::Abort`]).
-    Done,
-    /// The peer closed or reset the connection.
-    PeerGone,
-    /// The peer accepted no output for the send timeout.
-    SendTimeout,
-    /// A file ended before the length that was promised for it.
-    FileShrunk,
-    /// A socket error.
-    Error,
-    /// The server is shutting down.
-    Shutdown,
-}
-
-/// What a handler sees of one connection during a call.
-pub struct Io<'a> {
-    /// Bytes received and not yet consumed.
-    pub input: &'a mut Input,
-    /// Bytes queued for sending.
-    pub output: &'a mut Output,
-    /// The worker's buffer pool, lent to [`Output::write_with`].
-    pub pool: &'a mut BufferPool,
-    /// The peer has finished sending (nothing more will arrive).
-    pub eof: bool,
-    /// The time of this loop iteration.
-    pub now: Instant,
-    /// When [`Handler::on_timeout`] should be called; `None` for never.
-    pub deadline: &'a mut Option<Instant>,
-    /// The connection's upstream (a backend connection on the same loop). While one is
-    /// attached, [`Handler::on_ready`] is also called for what happens upstream.
-    pub upstream: &'a mut UpstreamPort,
-}
-
-impl Io<'_> {
-    /// Queues inline bytes.
-    pub fn write(&mut self, bytes: &[u8]) {
-        self.output
-            .write_with(self.pool, |buf| buf.extend_from_slice(bytes));
-    }
-
-    /// Queues inline bytes produced by `write`.
-    pub fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-        self.output.write_with(self.pool, write)
-    }
-}
-
-/// The protocol side of a server: one value per worker, holding one `Conn` per connection.
-pub trait Handler {
-    /// Per-connection protocol state.
-    type Conn;
-
-    /// A connection was accepted.
-    fn on_open(&mut self, peer: SocketAddr, now: Instant) -> Self::Conn;
-
-    /// New input arrived (or end of input), or the output drained after [`Next::Drain`].
-    fn on_ready(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
-
-    /// The deadline set through [`Io::deadline`] has passed.
-    fn on_timeout(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
-
-    /// The connection is gone.
-    fn on_close(&mut self, conn: Self::Conn, reason: CloseReason);
-
-    /// Called every [`TICK`] or so (flush logs, refresh clocks).
-    fn on_tick(&mut self, _now: Instant) {}
-
-    /// Called once when the worker stops.
-    fn on_stop(&mut self) {}
-
-    /// Bytes sent to a connection refused because the connection limit is reached, before it
-    /// is closed.
-    fn refusal(&self) -> &[u8] {
-        b""
-    }
-}
 
 /// Transport settings shared by every model.
 #[derive(Debug, Clone)]

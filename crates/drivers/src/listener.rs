@@ -18,7 +18,8 @@ pub const DEFER_ACCEPT_SECS: i32 = 1;
 /// Kernel features found while binding, reported once in the log by the caller.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ListenerFeatures {
-    /// TCP_DEFER_ACCEPT was accepted: connections wake us only once a request has arrived.
+    /// TCP_DEFER_ACCEPT was accepted on every listener that asked for it: connections wake us
+    /// only once a request has arrived.
     pub defer_accept: bool,
 }
 
@@ -32,18 +33,79 @@ pub struct Listeners {
     pub features: ListenerFeatures,
 }
 
-/// Binds `workers` SO_REUSEPORT sockets on each address. Port 0 is resolved by the first
-/// socket and reused by the others, so all workers share one ephemeral port.
+/// How one listening address is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListenOptions {
+    defer_accept: bool,
+}
+
+impl Default for ListenOptions {
+    /// For protocols whose client speaks first (HTTP): with TCP_DEFER_ACCEPT.
+    fn default() -> Self {
+        ListenOptions { defer_accept: true }
+    }
+}
+
+impl ListenOptions {
+    /// Options for a protocol whose server speaks first (SMTP, FTP, a greeting): without
+    /// TCP_DEFER_ACCEPT, which would hold every connection back until the client sends a
+    /// byte, and so delay the greeting it waits for by the defer time.
+    pub fn server_speaks_first() -> Self {
+        ListenOptions {
+            defer_accept: false,
+        }
+    }
+
+    /// Whether connections are accepted only once the client has sent something (or after
+    /// [`DEFER_ACCEPT_SECS`]), where the kernel supports it.
+    pub fn defer_accept(&self) -> bool {
+        self.defer_accept
+    }
+}
+
+impl Listeners {
+    /// Every worker's sockets in one list, for a model that accepts from all of them in one
+    /// place (a thread pool, preforked children). Entry `i` listens on address
+    /// `i % local_addrs.len()`.
+    pub(crate) fn into_flat(self) -> Vec<OwnedFd> {
+        self.per_worker.into_iter().flatten().collect()
+    }
+}
+
+/// The address index of entry `flat_index` of [`Listeners::into_flat`], for `addresses` bound
+/// addresses.
+pub(crate) fn address_index(flat_index: usize, addresses: usize) -> usize {
+    flat_index % addresses.max(1)
+}
+
+/// Binds `workers` SO_REUSEPORT sockets on each address, with the default [`ListenOptions`].
+/// Port 0 is resolved by the first socket and reused by the others, so all workers share one
+/// ephemeral port.
 pub fn bind_listeners(addrs: &[SocketAddr], workers: usize) -> io::Result<Listeners> {
+    let specs: Vec<(SocketAddr, ListenOptions)> = addrs
+        .iter()
+        .map(|&addr| (addr, ListenOptions::default()))
+        .collect();
+    bind_listeners_with(&specs, workers)
+}
+
+/// [`bind_listeners`] with options of each address's own.
+pub fn bind_listeners_with(
+    specs: &[(SocketAddr, ListenOptions)],
+    workers: usize,
+) -> io::Result<Listeners> {
     let workers = workers.max(1);
     let mut per_worker: Vec<Vec<OwnedFd>> = (0..workers).map(|_| Vec::new()).collect();
-    let mut local_addrs = Vec::with_capacity(addrs.len());
+    let mut local_addrs = Vec::with_capacity(specs.len());
     let mut features = ListenerFeatures { defer_accept: true };
-    for addr in addrs {
-        let mut bound = *addr;
+    for &(addr, options) in specs {
+        let mut bound = addr;
         for sockets in per_worker.iter_mut() {
-            let (socket, defer) = bind_one(bound)?;
-            features.defer_accept &= defer;
+            let (socket, defer) = bind_one(bound, options)?;
+            if options.defer_accept {
+                features.defer_accept &= defer;
+            }
             if bound.port() == 0 {
                 bound = socket
                     .local_addr()?
@@ -61,7 +123,7 @@ pub fn bind_listeners(addrs: &[SocketAddr], workers: usize) -> io::Result<Listen
     })
 }
 
-fn bind_one(addr: SocketAddr) -> io::Result<(Socket, bool)> {
+fn bind_one(addr: SocketAddr, options: ListenOptions) -> io::Result<(Socket, bool)> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
@@ -75,12 +137,13 @@ fn bind_one(addr: SocketAddr) -> io::Result<(Socket, bool)> {
     socket.set_tcp_nodelay(true)?;
     socket.bind(&addr.into())?;
     socket.listen(LISTEN_BACKLOG)?;
-    let defer = setsockopt_int(
-        socket.as_raw_fd(),
-        libc::IPPROTO_TCP,
-        libc::TCP_DEFER_ACCEPT,
-        DEFER_ACCEPT_SECS,
-    )
-    .is_ok();
+    let defer = options.defer_accept
+        && setsockopt_int(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            DEFER_ACCEPT_SECS,
+        )
+        .is_ok();
     Ok((socket, defer))
 }

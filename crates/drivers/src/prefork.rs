@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::epoll::{LoopOptions, Worker};
+use crate::listener::address_index;
 use crate::sys;
-use crate::{DriverConfig, Handler, Listeners};
+use crate::{DriverConfig, Handler, Listeners, Opened};
 
 /// How often the parent looks at the pool.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(100);
@@ -160,6 +161,7 @@ pub struct Child<'a> {
     slot: usize,
     scoreboard: &'a Scoreboard,
     listeners: &'a [OwnedFd],
+    addresses: usize,
     config: &'a DriverConfig,
     prefork: PreforkConfig,
     stop: &'static AtomicBool,
@@ -234,15 +236,19 @@ impl Child<'_> {
                 break;
             }
             for event in &events[..n] {
-                let Some((fd, peer)) = accept(self.listeners[event.u64 as usize].as_raw_fd())
-                else {
+                let listener = event.u64 as usize;
+                let Some((fd, peer)) = accept(self.listeners[listener].as_raw_fd()) else {
                     continue;
                 };
                 if !common::admit_with(active, self.config.max_connections, &fd, &refusal) {
                     break;
                 }
                 worker.tick();
-                if let Err(e) = worker.serve_connection(fd, peer, &NoGate) {
+                if let Err(e) = worker.serve_connection(
+                    fd,
+                    Opened::new(peer, address_index(listener, self.addresses)),
+                    &NoGate,
+                ) {
                     result = Err(e);
                     break 'serving;
                 }
@@ -293,11 +299,13 @@ pub fn run(
         )));
     }
     let prefork = prefork.normalised();
-    let sockets: Vec<OwnedFd> = listeners.per_worker.into_iter().flatten().collect();
+    let addresses = listeners.local_addrs.len();
+    let sockets = listeners.into_flat();
     let mut pool = ChildPool {
         scoreboard: Scoreboard::new(prefork.max_children)?,
         pids: vec![None; prefork.max_children],
         sockets,
+        addresses,
         config,
         prefork,
         stop,
@@ -376,6 +384,8 @@ struct ChildPool<'a> {
     scoreboard: Scoreboard,
     pids: Vec<Option<libc::pid_t>>,
     sockets: Vec<OwnedFd>,
+    /// How many addresses the sockets listen on (see [`address_index`]).
+    addresses: usize,
     config: &'a DriverConfig,
     prefork: PreforkConfig,
     stop: &'static AtomicBool,
@@ -452,6 +462,7 @@ impl ChildPool<'_> {
             slot,
             scoreboard: &self.scoreboard,
             listeners: &self.sockets,
+            addresses: self.addresses,
             config: self.config,
             prefork: self.prefork,
             stop: self.stop,

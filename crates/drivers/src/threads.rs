@@ -14,7 +14,6 @@
 //! beyond the pool wait in the listen backlog, as with Apache's worker MPM.
 
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -22,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Gate, UNKNOWN_PEER};
 use crate::epoll::{LoopOptions, Worker};
+use crate::listener::address_index;
 use crate::sys;
-use crate::{DriverConfig, Handler, Listeners};
+use crate::{DriverConfig, Handler, Listeners, Opened};
 
 /// How long blocked threads wait before they look at the stop flag again.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -97,7 +97,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Where the accepting thread hands a connection to one pool thread.
 #[derive(Default)]
 struct Mailbox {
-    connection: Mutex<Option<(OwnedFd, SocketAddr)>>,
+    connection: Mutex<Option<(OwnedFd, Opened)>>,
     delivered: Condvar,
 }
 
@@ -123,7 +123,8 @@ where
     H: Handler,
     F: Fn(usize) -> H + Sync,
 {
-    let sockets: Vec<OwnedFd> = listeners.per_worker.into_iter().flatten().collect();
+    let addresses = listeners.local_addrs.len();
+    let sockets = listeners.into_flat();
     let max_active = if threads.max_active == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -167,7 +168,7 @@ where
                 }
             }
         }
-        let accepted = accept_loop(&sockets, config, pool, active, stop);
+        let accepted = accept_loop(&sockets, addresses, config, pool, active, stop);
         stop.store(true, Ordering::Relaxed);
         for mailbox in &pool.mailboxes {
             mailbox.delivered.notify_all();
@@ -203,7 +204,7 @@ fn serve_handed_connections<'a, H: Handler>(
     worker.set_on_last_close(Box::new(go_idle));
     loop {
         let mut slot = lock(&mailbox.connection);
-        let (fd, peer) = loop {
+        let (fd, opened) = loop {
             if let Some(connection) = slot.take() {
                 break connection;
             }
@@ -222,7 +223,7 @@ fn serve_handed_connections<'a, H: Handler>(
         pool.bound.enter();
         // The clock and the logs have not been ticked while the thread slept.
         worker.tick();
-        let served = worker.serve_connection(fd, peer, &pool.bound);
+        let served = worker.serve_connection(fd, opened, &pool.bound);
         // Flush the connection's log lines now: an idle thread has no ticks.
         worker.tick();
         pool.bound.leave();
@@ -234,6 +235,7 @@ fn serve_handed_connections<'a, H: Handler>(
 /// idle last. Returns when the stop flag is set.
 fn accept_loop(
     sockets: &[OwnedFd],
+    addresses: usize,
     config: &DriverConfig,
     pool: &Pool,
     active: &AtomicUsize,
@@ -268,7 +270,10 @@ fn accept_loop(
             if !common::admit_with(active, config.max_connections, &fd, refusal) {
                 continue;
             }
-            let peer = peer.unwrap_or(UNKNOWN_PEER);
+            let opened = Opened::new(
+                peer.unwrap_or(UNKNOWN_PEER),
+                address_index(event.u64 as usize, addresses),
+            );
             let Some(id) = lock(&pool.idle).pop() else {
                 // Cannot happen: only this thread takes idle threads off the stack, and it
                 // saw one. Refusing is the safe answer if it ever does.
@@ -276,7 +281,7 @@ fn accept_loop(
                 continue;
             };
             let mailbox = &pool.mailboxes[id];
-            *lock(&mailbox.connection) = Some((fd, peer));
+            *lock(&mailbox.connection) = Some((fd, opened));
             mailbox.delivered.notify_one();
             // One connection per idle thread: look for the next idle one first.
             break;

@@ -71,7 +71,7 @@ use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN
 use crate::splice::{Joint, Side};
 use crate::sys::{peer_addr, syscall};
 use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
-use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, TICK};
+use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, Opened, TICK};
 use bufring::BufRing;
 
 /// Submission queue size: the requests one wait can carry before an extra enter is needed.
@@ -671,7 +671,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             if !common::admit(self.active, self.config.max_connections, &fd, &self.handler) {
                 return;
             }
-            self.open(fd);
+            self.open(fd, index);
             return;
         }
         let error = io::Error::from_raw_os_error(-result);
@@ -704,7 +704,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         self.accept_pause.pause(self.now);
     }
 
-    fn open(&mut self, fd: OwnedFd) {
+    fn open(&mut self, fd: OwnedFd, listener: usize) {
         // Multishot accept reports no address; one getpeername per connection stands in.
         let peer = peer_addr(fd.as_raw_fd()).unwrap_or(UNKNOWN_PEER);
         let index = match self.free.pop() {
@@ -721,18 +721,34 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.slots.len() - 1
             }
         };
-        let conn = self.handler.on_open(peer, self.now);
+        let mut input = Input::default();
+        let mut output = Output::default();
+        let mut deadline = None;
+        let mut upstream = UpstreamPort::new(true, false);
+        let (conn, next) = common::open_handler(
+            &mut self.handler,
+            Opened::new(peer, listener),
+            Io {
+                input: &mut input,
+                output: &mut output,
+                pool: &mut self.pool,
+                eof: false,
+                now: self.now,
+                deadline: &mut deadline,
+                upstream: &mut upstream,
+            },
+        );
         self.slots[index].conn = Some(Conn {
             fd,
             conn,
-            input: Input::default(),
-            output: Output::default(),
+            input,
+            output,
             state: State::Reading,
-            deadline: None,
+            deadline,
             send_deadline: None,
             eof: false,
             linger: false,
-            upstream: UpstreamPort::new(true, false),
+            upstream,
             up_ops: UpstreamOps::default(),
             recv_armed: false,
             recv_cancelled: false,
@@ -741,6 +757,10 @@ impl<'a, H: Handler> Worker<'a, H> {
             dirty: false,
             join: None,
         });
+        let next = self.after_call(index, next);
+        if !self.apply(index, next) {
+            return;
+        }
         // The receive is armed before the next wait; with TCP_DEFER_ACCEPT the request is
         // usually there already and completes within that same enter.
         self.mark_dirty(index);
@@ -1448,6 +1468,13 @@ impl<'a, H: Handler> Worker<'a, H> {
             upstream: &mut c.upstream,
         };
         let next = common::call_handler(&mut self.handler, &mut c.conn, io, timeout);
+        self.after_call(index, next)
+    }
+
+    /// Carries out what a handler call asked of the upstream.
+    fn after_call(&mut self, index: usize, next: Next) -> Next {
+        let slot = &mut self.slots[index];
+        let c = slot.conn.as_mut().expect("live connection");
         let mut registry = UringRegistry {
             sqes: &mut self.sqes,
             ops: &mut c.up_ops,

@@ -15,8 +15,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use fastpath_drivers::{
-    bind_listeners, run, CloseReason, DriverConfig, Handler, Io, Model, Next, PercoreConfig,
-    ThreadsConfig,
+    bind_listeners_with, run, CloseReason, DriverConfig, Handler, Io, ListenOptions, Model, Next,
+    Opened, PercoreConfig, ThreadsConfig,
 };
 
 /// How long a client read or write may block before the test fails.
@@ -138,9 +138,24 @@ impl Server {
         H: Handler,
         F: Fn(usize, Arc<Log>) -> H + Send + Sync + 'static,
     {
+        Server::start_with(model, config, ListenOptions::default(), make)
+    }
+
+    /// [`Server::start`] with the listener set up by `options`.
+    fn start_with<H, F>(
+        model: Model,
+        config: DriverConfig,
+        options: ListenOptions,
+        make: F,
+    ) -> Server
+    where
+        H: Handler,
+        F: Fn(usize, Arc<Log>) -> H + Send + Sync + 'static,
+    {
         // A client that goes away during a sendfile must give EPIPE, as in the server.
         fastpath_drivers::ignore_sigpipe();
-        let listeners = bind_listeners(&["127.0.0.1:0".parse().unwrap()], WORKERS).unwrap();
+        let listeners =
+            bind_listeners_with(&[("127.0.0.1:0".parse().unwrap(), options)], WORKERS).unwrap();
         let addr = listeners.local_addrs[0];
         // run() wants a flag that lives for ever; one small leak per test.
         let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
@@ -197,8 +212,9 @@ struct Echo {
 impl Handler for Echo {
     type Conn = ();
 
-    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) {
+    fn on_open(&mut self, _opened: Opened, _io: &mut Io<'_>) -> ((), Next) {
         self.log.opens.fetch_add(1, Ordering::SeqCst);
+        ((), Next::Read)
     }
 
     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
@@ -261,8 +277,9 @@ struct Lines {
 impl Handler for Lines {
     type Conn = ();
 
-    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) {
+    fn on_open(&mut self, _opened: Opened, _io: &mut Io<'_>) -> ((), Next) {
         self.log.opens.fetch_add(1, Ordering::SeqCst);
+        ((), Next::Read)
     }
 
     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
@@ -357,6 +374,109 @@ fn read_to_end(stream: &mut impl Read) -> (Vec<u8>, bool) {
         }
     }
 }
+
+/// Speaks first: greets each connection at open with the listener it came on, gives a silent
+/// client `silence` before saying "bye" and closing, and answers each line with "ok".
+struct Greeter {
+    log: Arc<Log>,
+    silence: Duration,
+}
+
+impl Handler for Greeter {
+    type Conn = ();
+
+    fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> ((), Next) {
+        self.log.opens.fetch_add(1, Ordering::SeqCst);
+        io.write(format!("hello from listener {}\n", opened.listener()).as_bytes());
+        *io.deadline = Some(io.now + self.silence);
+        ((), Next::Read)
+    }
+
+    fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+        while let Some(end) = io.input.data().iter().position(|&b| b == b'\n') {
+            io.input.consume(end + 1);
+            io.write(b"ok\n");
+        }
+        *io.deadline = Some(io.now + self.silence);
+        if io.eof {
+            Next::Close
+        } else {
+            Next::Read
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+        io.write(b"bye\n");
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: (), reason: CloseReason) {
+        self.log.closes.lock().unwrap().push(reason);
+    }
+}
+
+fn greeter_server(model: Model, silence: Duration) -> Server {
+    Server::start_with(
+        model,
+        DriverConfig::default(),
+        ListenOptions::server_speaks_first(),
+        move |_, log| Greeter { log, silence },
+    )
+}
+
+for_each_model!(a_handler_greets_at_open, |model| {
+    let server = greeter_server(model, Duration::from_secs(5));
+    let conn = server.connect();
+    let started = Instant::now();
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "hello from listener 0\n");
+    // Without TCP_DEFER_ACCEPT the greeting does not wait for the client to speak.
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "greeting took {:?}",
+        started.elapsed()
+    );
+    (&conn).write_all(b"one\ntwo\n").unwrap();
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "ok\n");
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "ok\n");
+    conn.shutdown(Shutdown::Write).unwrap();
+    let (rest, clean) = read_to_end(&mut reader);
+    assert!(rest.is_empty() && clean);
+    assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+});
+
+for_each_model!(
+    a_silent_connection_meets_the_deadline_set_at_open,
+    |model| {
+        // The client never sends a byte: only the deadline armed in on_open can end it.
+        let silence = Duration::from_millis(400);
+        let server = greeter_server(model, silence);
+        let mut conn = server.connect();
+        let started = Instant::now();
+        let (got, clean) = read_to_end(&mut conn);
+        let took = started.elapsed();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            "hello from listener 0\nbye\n"
+        );
+        assert!(clean, "connection was reset");
+        assert!(
+            took >= silence,
+            "closed after {took:?}, before the deadline"
+        );
+        assert!(
+            took < silence + Duration::from_secs(2),
+            "closed only after {took:?}"
+        );
+        assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+    }
+);
 
 for_each_model!(echo_round_trips, |model| {
     let server = Server::start(model, DriverConfig::default(), |_, log| echo(log));
@@ -659,8 +779,8 @@ struct RelayConn {
 impl Handler for Relay {
     type Conn = RelayConn;
 
-    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) -> RelayConn {
-        RelayConn::default()
+    fn on_open(&mut self, _opened: Opened, _io: &mut Io<'_>) -> (RelayConn, Next) {
+        (RelayConn::default(), Next::Read)
     }
 
     fn on_ready(&mut self, conn: &mut RelayConn, io: &mut Io<'_>) -> Next {
@@ -796,9 +916,10 @@ struct Busy {
 impl Handler for Busy {
     type Conn = ();
 
-    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) {
+    fn on_open(&mut self, _opened: Opened, _io: &mut Io<'_>) -> ((), Next) {
         self.shared.served_by.lock().unwrap().push(self.worker);
         self.log.opens.fetch_add(1, Ordering::SeqCst);
+        ((), Next::Read)
     }
 
     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
@@ -948,8 +1069,8 @@ struct JoinerConn {
 impl Handler for Joiner {
     type Conn = JoinerConn;
 
-    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) -> JoinerConn {
-        JoinerConn::default()
+    fn on_open(&mut self, _opened: Opened, _io: &mut Io<'_>) -> (JoinerConn, Next) {
+        (JoinerConn::default(), Next::Read)
     }
 
     fn on_ready(&mut self, conn: &mut JoinerConn, io: &mut Io<'_>) -> Next {
@@ -1174,8 +1295,8 @@ struct SplicerConn {
 impl Handler for Splicer {
     type Conn = SplicerConn;
 
-    fn on_open(&mut self, _peer: SocketAddr, _now: Instant) -> SplicerConn {
-        SplicerConn::default()
+    fn on_open(&mut self, _opened: Opened, _io: &mut Io<'_>) -> (SplicerConn, Next) {
+        (SplicerConn::default(), Next::Read)
     }
 
     fn on_ready(&mut self, conn: &mut SplicerConn, io: &mut Io<'_>) -> Next {

@@ -62,6 +62,48 @@ httptest!(header_timeout, |model| {
     assert!(took < Duration::from_secs(3), "closed only after {took:?}");
 });
 
+httptest!(silent_connection_closed_after_header_timeout, |model| {
+    // Clients that connect and never send a byte get the header timeout too, and then the
+    // end of the connection with nothing sent (there is no request to answer), so that they
+    // cannot hold every connection slot: with a limit of 3 and 3 silent clients, a real
+    // client gets in as soon as they are gone. (A listener with TCP_DEFER_ACCEPT hands such a
+    // connection over only after the defer time, which the bounds below allow for.)
+    let site = site();
+    let srv = site.serve_config(
+        model,
+        "root = \"root\"\n[timeouts]\nheader = \"1s\"\n[limits]\nmax_connections = 3\n",
+    );
+    let start = Instant::now();
+    let mut silent: Vec<Conn> = (0..3).map(|_| srv.connect()).collect();
+    let closers: Vec<_> = silent
+        .drain(..)
+        .map(|mut c| {
+            thread::spawn(move || {
+                let how = c.wait_closed(Duration::from_secs(8));
+                (how, start.elapsed())
+            })
+        })
+        .collect();
+    for closer in closers {
+        let (how, took) = closer.join().unwrap();
+        if let Err(e) = how {
+            panic!("a silent connection: {e}\n{}", srv.report());
+        }
+        assert!(
+            took >= Duration::from_millis(900),
+            "closed after {took:?}, before the 1 s header timeout"
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(6),
+        "silent connections were closed only after {:?}",
+        start.elapsed()
+    );
+    let mut c = srv.connect();
+    c.exchange(req("GET", "/a.txt", &[]))
+        .assert_ok(200, "hello");
+});
+
 httptest!(header_timeout_counts_whole_head, |model| {
     let site = site();
     let srv = site.serve_config(model, "root = \"root\"\n[timeouts]\nheader = 1\n");

@@ -12,7 +12,7 @@ use fastpath_content::handover::{
     cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache, RouteRequest, Routes,
 };
 use fastpath_content::{Body, ContentCache, Part, Reply, Source, StaticRequest};
-use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Output, UpstreamPort};
+use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Opened, Output, UpstreamPort};
 use fastpath_http::{
     normalize_path, parse_target, write_header, write_header_u64, write_status_line, BodyFraming,
     ChunkedDecoder, Parser, Request, Target, Version,
@@ -962,14 +962,18 @@ fn first_line(data: &[u8]) -> &[u8] {
 impl Handler for HttpHandler {
     type Conn = HttpConn;
 
-    fn on_open(&mut self, peer: SocketAddr, _now: Instant) -> HttpConn {
-        HttpConn {
-            peer,
+    fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (HttpConn, Next) {
+        // A client that connects and never sends a byte gets the header timeout like one that
+        // stops halfway, and is then closed without an answer (there is no request to answer).
+        *io.deadline = Some(io.now + self.settings.header_timeout);
+        let conn = HttpConn {
+            peer: opened.peer(),
             phase: Phase::Head,
             parser: None,
             requests: 0,
             head_started: None,
-        }
+        };
+        (conn, Next::Read)
     }
 
     fn on_ready(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {

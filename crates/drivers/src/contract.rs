@@ -1,0 +1,145 @@
+//! The contract between a driver and the service it runs: the [`Handler`] a service
+//! implements, the [`Io`] view of a connection it gets in each call, and the [`Next`] it
+//! answers with. Every model honours it the same way; nothing here knows a protocol.
+//!
+//! A connection's life: [`Handler::on_open`] as soon as it is accepted (with an `Io`, so a
+//! service can greet the client first and must arm a deadline for a client that never
+//! speaks), then [`Handler::on_ready`] whenever input arrives or queued output has drained,
+//! [`Handler::on_timeout`] when its deadline passes, and [`Handler::on_close`] once, whatever
+//! ended it.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::buffers::{BufferPool, Input, Output};
+use crate::upstream::UpstreamPort;
+
+/// What a connection waits for after a handler call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// More input: call [`Handler::on_ready`] again when bytes arrive (queued output is sent
+    /// meanwhile).
+    Read,
+    /// Queued output must be sent first: call [`Handler::on_ready`] again once it all has been
+    /// (used for backpressure on pipelined requests and large responses).
+    Drain,
+    /// Send what is queued, then close: the FIN follows the last byte at once. If input the
+    /// handler has not consumed is already buffered, late input is discarded for the linger
+    /// time first (as with [`Next::Linger`]), so closing does not reset the response away.
+    Close,
+    /// Like [`Next::Close`], but always shut down the sending side and discard what the peer
+    /// still sends for the linger time: for a connection whose request body was not read, which
+    /// may still be arriving.
+    Linger,
+    /// Close at once, dropping queued output.
+    Abort,
+}
+
+/// Why a connection ended, for the handler's bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The handler asked for it ([`Next::Close`] or [`Next::Abort`]).
+    Done,
+    /// The peer closed or reset the connection.
+    PeerGone,
+    /// The peer accepted no output for the send timeout.
+    SendTimeout,
+    /// A file ended before the length that was promised for it.
+    FileShrunk,
+    /// A socket error.
+    Error,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// What a handler sees of one connection during a call.
+pub struct Io<'a> {
+    /// Bytes received and not yet consumed.
+    pub input: &'a mut Input,
+    /// Bytes queued for sending.
+    pub output: &'a mut Output,
+    /// The worker's buffer pool, lent to [`Output::write_with`].
+    pub pool: &'a mut BufferPool,
+    /// The peer has finished sending (nothing more will arrive).
+    pub eof: bool,
+    /// The time of this loop iteration.
+    pub now: Instant,
+    /// When [`Handler::on_timeout`] should be called; `None` for never.
+    pub deadline: &'a mut Option<Instant>,
+    /// The connection's upstream (a backend connection on the same loop). While one is
+    /// attached, [`Handler::on_ready`] is also called for what happens upstream.
+    pub upstream: &'a mut UpstreamPort,
+}
+
+impl Io<'_> {
+    /// Queues inline bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        self.output
+            .write_with(self.pool, |buf| buf.extend_from_slice(bytes));
+    }
+
+    /// Queues inline bytes produced by `write`.
+    pub fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        self.output.write_with(self.pool, write)
+    }
+}
+
+/// Where a new connection came from, given to [`Handler::on_open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Opened {
+    peer: SocketAddr,
+    listener: usize,
+}
+
+impl Opened {
+    pub(crate) fn new(peer: SocketAddr, listener: usize) -> Self {
+        Opened { peer, listener }
+    }
+
+    /// The peer's address (`0.0.0.0:0` when the kernel reported none).
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The index of the listening address the connection came in on, in the order the
+    /// addresses were given to [`crate::bind_listeners`].
+    pub fn listener(&self) -> usize {
+        self.listener
+    }
+}
+
+/// The protocol side of a server: one value per worker, holding one `Conn` per connection.
+pub trait Handler {
+    /// Per-connection protocol state.
+    type Conn;
+
+    /// A connection was accepted from the listener `opened` names. `io` has no input yet
+    /// (it may well be waiting in the socket: it comes with the first [`Handler::on_ready`]);
+    /// what the handler writes is sent at once (a greeting), and it should set
+    /// [`Io::deadline`]: a connection without a deadline may stay open for ever if its peer
+    /// never sends a byte. The returned [`Next`] is applied as after any call, so a service
+    /// can also refuse a connection with a message and [`Next::Close`].
+    fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (Self::Conn, Next);
+
+    /// New input arrived (or end of input), or the output drained after [`Next::Drain`].
+    fn on_ready(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
+
+    /// The deadline set through [`Io::deadline`] has passed.
+    fn on_timeout(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
+
+    /// The connection is gone.
+    fn on_close(&mut self, conn: Self::Conn, reason: CloseReason);
+
+    /// Called every [`crate::TICK`] or so (flush logs, refresh clocks).
+    fn on_tick(&mut self, _now: Instant) {}
+
+    /// Called once when the worker stops.
+    fn on_stop(&mut self) {}
+
+    /// Bytes sent to a connection refused because the connection limit is reached, before it
+    /// is closed.
+    fn refusal(&self) -> &[u8] {
+        b""
+    }
+}
