@@ -1,5 +1,6 @@
 //! What the models share outside their loops: starting and joining the workers, the connection
-//! limit, pausing accepts when descriptors run out, and the deadline rule of the tick sweep.
+//! limit, and pausing accepts when descriptors run out. What they share inside their loops is
+//! in `connection.rs`.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -7,9 +8,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::buffers::Output;
 use crate::sys::refuse;
-use crate::{Handler, Io, Listeners, Next, Opened};
+use crate::{Handler, Listeners};
 
 /// How long accepting pauses when the process is out of file descriptors: long enough for
 /// connections to close, short enough that clients hardly notice.
@@ -59,35 +59,6 @@ where
         }
         result
     })
-}
-
-/// Calls the handler's `on_ready` (or `on_timeout`) with a connection's parts, then gives an
-/// emptied input buffer back to the pool: the call every model makes.
-pub(crate) fn call_handler<H: Handler>(
-    handler: &mut H,
-    conn: &mut H::Conn,
-    mut io: Io<'_>,
-    timeout: bool,
-) -> Next {
-    let next = if timeout {
-        handler.on_timeout(conn, &mut io)
-    } else {
-        handler.on_ready(conn, &mut io)
-    };
-    io.input.release_if_empty(io.pool);
-    next
-}
-
-/// Calls the handler's `on_open` for a new connection with its parts, then gives the input
-/// buffer back to the pool if the handler took none.
-pub(crate) fn open_handler<H: Handler>(
-    handler: &mut H,
-    opened: Opened,
-    mut io: Io<'_>,
-) -> (H::Conn, Next) {
-    let opened = handler.on_open(opened, &mut io);
-    io.input.release_if_empty(io.pool);
-    opened
 }
 
 /// Counts a newly accepted connection in: true when it may open, false when the limit was
@@ -200,32 +171,6 @@ impl Gate for NoGate {
     fn enter(&self) {}
 }
 
-/// A connection deadline that the tick sweep found passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Expired {
-    /// Queued output made no progress for the send timeout: the connection is closed.
-    Send,
-    /// The deadline the handler set through [`crate::Io::deadline`].
-    Handler,
-}
-
-/// The deadline rule of both models' sweeps: the send deadline counts only while output is
-/// queued, and wins over the handler's deadline; each is due once `now` has reached it.
-pub(crate) fn expired(
-    now: Instant,
-    send_deadline: Option<Instant>,
-    output: &Output,
-    deadline: Option<Instant>,
-) -> Option<Expired> {
-    if send_deadline.is_some_and(|d| d <= now) && !output.is_empty() {
-        return Some(Expired::Send);
-    }
-    if deadline.is_none_or(|d| d > now) {
-        return None;
-    }
-    Some(Expired::Handler)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,22 +196,5 @@ mod tests {
         assert!(pause.is_paused());
         pause.resume();
         assert!(!pause.is_paused());
-    }
-
-    #[test]
-    fn the_send_deadline_counts_only_with_output_queued() {
-        let now = Instant::now();
-        let past = Some(now);
-        let later = Some(now + Duration::from_secs(1));
-        let mut pool = crate::BufferPool::default();
-        let empty = Output::default();
-        let mut queued = Output::default();
-        queued.write_with(&mut pool, |buf| buf.extend_from_slice(b"x"));
-        assert_eq!(expired(now, past, &queued, past), Some(Expired::Send));
-        assert_eq!(expired(now, past, &empty, None), None);
-        assert_eq!(expired(now, past, &empty, past), Some(Expired::Handler));
-        assert_eq!(expired(now, later, &queued, later), None);
-        assert_eq!(expired(now, None, &queued, past), Some(Expired::Handler));
-        queued.clear(&mut pool);
     }
 }

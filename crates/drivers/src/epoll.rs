@@ -9,17 +9,21 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
-use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, Gate, UNKNOWN_PEER};
+use crate::buffers::{BufferPool, Flush, FlushError};
+use crate::common::{self, warn_out_of_descriptors, AcceptPause, Gate, UNKNOWN_PEER};
+use crate::connection::{self, Closing, Expiry, Link, State};
+use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
 use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
-use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, Opened, TICK};
+use crate::{CloseReason, DriverConfig, Handler, Listeners, Next, Opened, TICK};
 
-/// Set in a connection token's index half for events of its upstream socket.
-const UPSTREAM_BIT: u64 = 1 << 31;
-/// Tokens at and above this value name listeners, below it connection slots.
-const LISTENER_TOKEN: u64 = u64::MAX - 1024;
+/// What an epoll token names (the kind of a packed [`Token`]).
+const CONNECTION: u8 = 1;
+/// The upstream socket of the connection the token names.
+const UPSTREAM: u8 = 2;
+/// A listener: the token's index is its place in the worker's list.
+const LISTENER: u8 = 3;
 /// Events taken from one epoll_wait.
 const EVENTS_PER_WAIT: usize = 256;
 /// Connections accepted per listener readiness before other work gets a turn.
@@ -64,33 +68,15 @@ fn new_events(n: usize) -> Vec<libc::epoll_event> {
     vec![libc::epoll_event { events: 0, u64: 0 }; n]
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Reading,
-    Draining,
-    Closing,
-    Lingering,
-    /// Joined with its upstream in the kernel ([`crate::UpstreamPort::join`]).
-    Joined,
-}
-
-/// Everything a worker holds for one connection.
+/// Everything a worker holds for one connection: the shared [`Link`], the handler's state,
+/// and what readiness said of the socket.
 struct Slot<C> {
-    fd: OwnedFd,
+    link: Link,
     conn: C,
-    input: Input,
-    output: Output,
-    state: State,
-    deadline: Option<Instant>,
-    send_deadline: Option<Instant>,
     readable: bool,
     writable: bool,
     /// The peer's FIN (or an error) has been signalled: read until the end is seen.
     hangup: bool,
-    /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
-    linger: bool,
-    eof: bool,
-    upstream: UpstreamPort,
     joint: Option<Box<Joint>>,
 }
 
@@ -104,12 +90,9 @@ pub(crate) struct Worker<'a, H: Handler> {
     on_last_close: Option<Box<dyn Fn() + 'a>>,
     options: LoopOptions,
     last_event: Instant,
-    open_connections: usize,
     listeners: Vec<OwnedFd>,
     handler: H,
-    slots: Vec<Option<Slot<H::Conn>>>,
-    generations: Vec<u32>,
-    free: Vec<usize>,
+    slots: Slab<Slot<H::Conn>>,
     pool: BufferPool,
     config: &'a DriverConfig,
     active: &'a AtomicUsize,
@@ -133,12 +116,9 @@ impl<'a, H: Handler> Worker<'a, H> {
             on_last_close: None,
             options,
             last_event: Instant::now(),
-            open_connections: 0,
             listeners,
             handler,
-            slots: Vec::new(),
-            generations: Vec::new(),
-            free: Vec::new(),
+            slots: Slab::default(),
             pool: BufferPool::default(),
             config,
             active,
@@ -175,7 +155,11 @@ impl<'a, H: Handler> Worker<'a, H> {
         for (i, listener) in self.listeners.iter().enumerate() {
             let mut event = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
-                u64: LISTENER_TOKEN + i as u64,
+                u64: Token {
+                    index: i,
+                    generation: 0,
+                }
+                .pack(LISTENER),
             };
             let op = if on {
                 libc::EPOLL_CTL_ADD
@@ -226,7 +210,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         self.open(fd, opened);
         // Room for the client and its upstream, each with a few events.
         let mut events = new_events(8);
-        while self.open_connections > 0 {
+        while self.slots.len() > 0 {
             if self.stop.load(Ordering::Relaxed) {
                 self.close_all(CloseReason::Shutdown);
                 break;
@@ -251,10 +235,8 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn close_all(&mut self, reason: CloseReason) {
-        for index in 0..self.slots.len() {
-            if self.slots[index].is_some() {
-                self.close(index, reason);
-            }
+        for index in 0..self.slots.capacity() {
+            self.close(index, reason);
         }
     }
 
@@ -307,22 +289,17 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn dispatch(&mut self, event: libc::epoll_event) {
-        let token = event.u64;
-        if token >= LISTENER_TOKEN {
-            self.accept((token - LISTENER_TOKEN) as usize);
+        let (kind, token) = Token::unpack(event.u64);
+        if kind == LISTENER {
+            self.accept(token.index);
             return;
         }
-        let index = (token & (UPSTREAM_BIT - 1)) as usize;
-        let generation = (token >> 32) as u32;
-        if self.generations.get(index) != Some(&generation) {
-            return;
-        }
-        let Some(slot) = self.slots[index].as_mut() else {
+        let Some(slot) = self.slots.get_mut(token) else {
             return;
         };
         let flags = event.events as i32;
-        if token & UPSTREAM_BIT != 0 {
-            if let Some(up) = slot.upstream.attached() {
+        if kind == UPSTREAM {
+            if let Some(up) = slot.link.upstream.attached() {
                 let hup = libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR;
                 if flags & (libc::EPOLLIN | hup) != 0 {
                     up.readable = true;
@@ -333,7 +310,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
                     up.writable = true;
                 }
-                self.drive(index);
+                self.drive(token.index);
             }
             return;
         }
@@ -348,7 +325,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
             slot.writable = true;
         }
-        self.drive(index);
+        self.drive(token.index);
     }
 
     fn accept(&mut self, listener_index: usize) {
@@ -386,61 +363,33 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// spinning on a level-triggered listener that cannot be served; pending clients wait in the
     /// backlog and get in as soon as descriptors are free again.
     fn pause_accepting(&mut self, error: &io::Error) {
-        warn_out_of_descriptors!(
-            self.accept_pause,
-            self.now,
-            error,
-            self.slots.iter().filter(|s| s.is_some()).count()
-        );
+        warn_out_of_descriptors!(self.accept_pause, self.now, error, self.slots.len());
         if self.watch_listeners(false).is_ok() {
             self.accept_pause.pause(self.now);
         }
     }
 
     fn open(&mut self, fd: OwnedFd, opened: Opened) {
-        let index = match self.free.pop() {
-            Some(index) => index,
-            None => {
-                self.slots.push(None);
-                self.generations.push(0);
-                self.slots.len() - 1
-            }
-        };
-        self.open_connections += 1;
-        let mut input = Input::default();
-        let mut output = Output::default();
-        let mut deadline = None;
-        let mut upstream = UpstreamPort::new(true, true);
-        let (conn, next) = common::open_handler(
+        let (link, conn, next) = connection::open(
             &mut self.handler,
-            opened,
-            Io {
-                input: &mut input,
-                output: &mut output,
-                pool: &mut self.pool,
-                eof: false,
-                now: self.now,
-                deadline: &mut deadline,
-                upstream: &mut upstream,
-            },
-        );
-        self.slots[index] = Some(Slot {
             fd,
-            conn,
-            input,
-            output,
-            state: State::Reading,
-            deadline,
-            send_deadline: None,
-            // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
-            readable: true,
-            writable: true,
-            hangup: false,
-            linger: false,
-            eof: false,
-            upstream,
-            joint: None,
-        });
+            opened,
+            UpstreamPort::new(true, true),
+            &mut self.pool,
+            self.now,
+        );
+        let index = self
+            .slots
+            .insert(Slot {
+                link,
+                conn,
+                // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
+                readable: true,
+                writable: true,
+                hangup: false,
+                joint: None,
+            })
+            .index;
         let next = self.after_call(index, next);
         if !self.apply(index, next) {
             return;
@@ -450,15 +399,15 @@ impl<'a, H: Handler> Worker<'a, H> {
         // (one request, `Connection: close`) costs no epoll_ctl at all. Edge-triggered
         // registration reports what is ready by then, so nothing that arrived meanwhile is
         // missed.
-        let Some(slot) = self.slots[index].as_ref() else {
+        let token = self.slots.token(index);
+        let Some(slot) = self.slots.at(index) else {
             return;
         };
-        let token = ((self.generations[index] as u64) << 32) | index as u64;
         let mut event = libc::epoll_event {
             events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-            u64: token,
+            u64: token.pack(CONNECTION),
         };
-        let fd = slot.fd.as_raw_fd();
+        let fd = slot.link.fd.as_raw_fd();
         if let Err(e) = syscall!(epoll_ctl(
             self.epoll_fd(),
             libc::EPOLL_CTL_ADD,
@@ -473,16 +422,17 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Moves a connection forward as far as it can go without blocking.
     fn drive(&mut self, index: usize) {
         loop {
-            let Some(slot) = self.slots[index].as_mut() else {
+            let Some(slot) = self.slots.at(index) else {
                 return;
             };
-            let fd = slot.fd.as_raw_fd();
-            if !slot.output.is_empty() && slot.writable {
-                match slot.output.flush(fd, &mut self.pool) {
-                    Ok(Flush::Done) => slot.send_deadline = None,
+            let link = &mut slot.link;
+            let fd = link.fd.as_raw_fd();
+            if !link.output.is_empty() && slot.writable {
+                match link.output.flush(fd, &mut self.pool) {
+                    Ok(Flush::Done) => link.send_deadline = None,
                     Ok(Flush::WouldBlock) => {
                         slot.writable = false;
-                        slot.send_deadline = Some(self.now + self.config.send_timeout);
+                        link.send_deadline = Some(self.now + self.config.send_timeout);
                     }
                     Err(FlushError::FileShrunk) => {
                         self.close(index, CloseReason::FileShrunk);
@@ -495,14 +445,14 @@ impl<'a, H: Handler> Worker<'a, H> {
                     }
                 }
             }
-            if slot.state == State::Joined {
+            if link.state == State::Joined {
                 if !self.pump(index) {
                     return;
                 }
                 continue;
             }
-            let mut upstream_news = std::mem::take(&mut slot.upstream.notify);
-            if let Some(up) = slot.upstream.attached() {
+            let mut upstream_news = std::mem::take(&mut link.upstream.notify);
+            if let Some(up) = link.upstream.attached() {
                 if up.to_client.is_some() || up.to_upstream.is_some() {
                     let pumped = up.pump_splices(
                         Side {
@@ -510,52 +460,47 @@ impl<'a, H: Handler> Worker<'a, H> {
                             readable: &mut slot.readable,
                             writable: &mut slot.writable,
                         },
-                        !slot.output.is_empty(),
+                        !link.output.is_empty(),
                     );
                     if let Some(idle) = pumped.moved {
-                        slot.deadline = Some(self.now + idle);
+                        link.deadline = Some(self.now + idle);
                     }
                     upstream_news |= pumped.news;
                 }
                 upstream_news |= up.service(&mut self.pool);
             }
-            match slot.state {
+            match link.state {
                 // Handled before the upstream's service above.
                 State::Joined => return,
                 State::Draining => {
-                    if !slot.output.is_empty() {
+                    if !link.output.is_empty() {
                         if !upstream_news {
                             return;
                         }
-                        let next = self.call(index, false);
-                        if !self.apply(index, next) {
+                        if !self.call_and_apply(index, false) {
                             return;
                         }
                         continue;
                     }
-                    slot.state = State::Reading;
-                    let next = self.call(index, false);
-                    if !self.apply(index, next) {
+                    link.state = State::Reading;
+                    if !self.call_and_apply(index, false) {
                         return;
                     }
                 }
                 State::Closing => {
-                    if !slot.output.is_empty() {
+                    if !link.output.is_empty() {
                         return;
                     }
-                    // Nothing unread and nothing more expected: close at once, the FIN right
-                    // behind the last response byte (as nginx does without a pending body).
-                    let quiet = !slot.linger && slot.input.is_empty() && !slot.readable;
-                    if slot.eof || quiet {
+                    let closing = link.finish_closing(
+                        &mut self.pool,
+                        self.now,
+                        self.config.linger_timeout,
+                        slot.readable,
+                    );
+                    if closing == Closing::Now {
                         self.close(index, CloseReason::Done);
                         return;
                     }
-                    let _ = syscall!(shutdown(fd, libc::SHUT_WR));
-                    slot.state = State::Lingering;
-                    slot.deadline = Some(self.now + self.config.linger_timeout);
-                    let unread = slot.input.len();
-                    slot.input.consume(unread);
-                    slot.input.release_if_empty(&mut self.pool);
                 }
                 State::Lingering => {
                     if !slot.readable {
@@ -586,18 +531,18 @@ impl<'a, H: Handler> Worker<'a, H> {
                 State::Reading => {
                     let mut got = false;
                     // A splice to the upstream takes the client's bytes itself.
-                    let splicing = slot
+                    let splicing = link
                         .upstream
                         .attached()
                         .is_some_and(|up| up.to_upstream.is_some());
-                    if slot.readable && !slot.eof && !splicing {
-                        if slot.input.len() >= self.config.max_input {
+                    if slot.readable && !link.eof && !splicing {
+                        if link.input.len() >= self.config.max_input {
                             self.close(index, CloseReason::Error);
                             return;
                         }
-                        match slot.input.read_from(fd, &mut self.pool) {
+                        match link.input.read_from(fd, &mut self.pool) {
                             Ok((0, _)) => {
-                                slot.eof = true;
+                                link.eof = true;
                                 got = true;
                             }
                             // A short read emptied the socket: with edge triggering the next
@@ -611,7 +556,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                             Ok((_, true)) => got = true,
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                                 slot.readable = false;
-                                slot.input.release_if_empty(&mut self.pool);
+                                link.input.release_if_empty(&mut self.pool);
                             }
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                             Err(_) => {
@@ -623,8 +568,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                     if !got && !upstream_news {
                         return;
                     }
-                    let next = self.call(index, false);
-                    if !self.apply(index, next) {
+                    if !self.call_and_apply(index, false) {
                         return;
                     }
                 }
@@ -632,32 +576,40 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
+    /// Calls the handler and records what it asked for; false when the connection is gone.
+    fn call_and_apply(&mut self, index: usize, timeout: bool) -> bool {
+        let next = self.call(index, timeout);
+        self.apply(index, next)
+    }
+
     /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
     /// it asked of the upstream.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
-        let slot = self.slots[index].as_mut().expect("live slot");
-        let io = Io {
-            input: &mut slot.input,
-            output: &mut slot.output,
-            pool: &mut self.pool,
-            eof: slot.eof,
-            now: self.now,
-            deadline: &mut slot.deadline,
-            upstream: &mut slot.upstream,
-        };
-        let next = common::call_handler(&mut self.handler, &mut slot.conn, io, timeout);
+        let slot = self.slots.at(index).expect("live slot");
+        let next = connection::call(
+            &mut self.handler,
+            &mut slot.conn,
+            &mut slot.link,
+            &mut self.pool,
+            self.now,
+            timeout,
+        );
         self.after_call(index, next)
     }
 
     /// Carries out what a handler call asked of the upstream.
     fn after_call(&mut self, index: usize, next: Next) -> Next {
-        let epoll = self.epoll_fd();
-        let slot = self.slots[index].as_mut().expect("live slot");
-        let token = ((self.generations[index] as u64) << 32) | index as u64 | UPSTREAM_BIT;
-        let mut registry = EpollRegistry { epoll, token };
-        let join =
-            slot.upstream
-                .after_call(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+        let mut registry = EpollRegistry {
+            epoll: self.epoll_fd(),
+            token: self.slots.token(index).pack(UPSTREAM),
+        };
+        let slot = self.slots.at(index).expect("live slot");
+        let join = slot.link.upstream.after_call(
+            &mut registry,
+            &mut self.upstreams,
+            &mut self.pool,
+            self.now,
+        );
         match join {
             Some(idle) => self.join(index, idle, next),
             None => next,
@@ -666,8 +618,9 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Joins a connection with its upstream as the handler asked; Abort when it cannot be.
     fn join(&mut self, index: usize, idle: Duration, next: Next) -> Next {
-        let slot = self.slots[index].as_mut().expect("live slot");
-        let Some(up) = slot.upstream.attached() else {
+        let slot = self.slots.at(index).expect("live slot");
+        let link = &mut slot.link;
+        let Some(up) = link.upstream.attached() else {
             return Next::Abort;
         };
         let joint = match Joint::new(idle) {
@@ -678,9 +631,9 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         };
         // What either side sent that the handler has not passed on goes first.
-        up.cross_over(&mut slot.input, &mut slot.output, &mut self.pool);
+        up.cross_over(&mut link.input, &mut link.output, &mut self.pool);
         slot.joint = Some(Box::new(joint));
-        slot.deadline = Some(self.now + idle);
+        link.deadline = Some(self.now + idle);
         next
     }
 
@@ -689,8 +642,9 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// time, so the answer is not reset away): true then, to drive it on.
     fn pump(&mut self, index: usize) -> bool {
         let epoll = self.epoll_fd();
-        let slot = self.slots[index].as_mut().expect("live slot");
-        let (Some(joint), Some(up)) = (slot.joint.as_mut(), slot.upstream.attached()) else {
+        let slot = self.slots.at(index).expect("live slot");
+        let link = &mut slot.link;
+        let (Some(joint), Some(up)) = (slot.joint.as_mut(), link.upstream.attached()) else {
             self.close(index, CloseReason::Error);
             return false;
         };
@@ -705,24 +659,24 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         }
         let client = Side {
-            fd: slot.fd.as_raw_fd(),
+            fd: link.fd.as_raw_fd(),
             readable: &mut slot.readable,
             writable: &mut slot.writable,
         };
-        match up.pump_joint(joint, client, !slot.output.is_empty()) {
+        match up.pump_joint(joint, client, !link.output.is_empty()) {
             JointStep::Going { moved } => {
                 if moved {
-                    slot.deadline = Some(self.now + joint.idle);
+                    link.deadline = Some(self.now + joint.idle);
                 }
                 false
             }
             JointStep::Finished => {
                 slot.joint = None;
                 let mut registry = EpollRegistry { epoll, token: 0 };
-                slot.upstream
+                link.upstream
                     .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
-                slot.state = State::Closing;
-                slot.linger = true;
+                link.state = State::Closing;
+                link.linger = true;
                 true
             }
             JointStep::Close(reason) => {
@@ -734,24 +688,13 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Records what the handler asked for; false when the connection is gone.
     fn apply(&mut self, index: usize, next: Next) -> bool {
-        let slot = self.slots[index].as_mut().expect("live slot");
-        slot.state = match next {
-            Next::Abort => {
-                self.close(index, CloseReason::Done);
-                return false;
-            }
-            _ if slot.joint.is_some() => State::Joined,
-            // Nothing more can arrive, so waiting for input would wait forever.
-            Next::Read if slot.eof => State::Closing,
-            Next::Read => State::Reading,
-            Next::Drain => State::Draining,
-            Next::Close => State::Closing,
-            Next::Linger => {
-                slot.linger = true;
-                State::Closing
-            }
-        };
-        true
+        let slot = self.slots.at(index).expect("live slot");
+        let joined = slot.joint.is_some();
+        if slot.link.apply(next, joined) {
+            return true;
+        }
+        self.close(index, CloseReason::Done);
+        false
     }
 
     /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
@@ -762,59 +705,40 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.accept(i);
             }
         }
-        for index in 0..self.slots.len() {
-            let Some(slot) = self.slots[index].as_mut() else {
+        for index in 0..self.slots.capacity() {
+            let Some(slot) = self.slots.at(index) else {
                 continue;
             };
-            match common::expired(self.now, slot.send_deadline, &slot.output, slot.deadline) {
-                None => continue,
-                Some(Expired::Send) => {
-                    self.close(index, CloseReason::SendTimeout);
-                    continue;
-                }
-                Some(Expired::Handler) => {}
-            }
-            slot.deadline = None;
-            match slot.state {
-                // A joint idle for its whole idle time ends.
-                State::Lingering | State::Joined => self.close(index, CloseReason::Done),
-                State::Closing => {}
-                State::Reading | State::Draining => {
-                    let next = self.call(index, true);
-                    if self.apply(index, next) {
-                        self.drive(index);
-                    }
-                }
+            match slot.link.expiry(self.now, false) {
+                None => {}
+                Some(Expiry::Close(reason)) => self.close(index, reason),
+                Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.drive(index),
+                Some(Expiry::CallTimeout) => {}
             }
         }
     }
 
     fn close(&mut self, index: usize, reason: CloseReason) {
-        let Some(mut slot) = self.slots[index].take() else {
+        let Some(mut slot) = self.slots.remove(index) else {
             return;
         };
-        slot.output.clear(&mut self.pool);
+        let link = &mut slot.link;
+        link.output.clear(&mut self.pool);
         let mut registry = EpollRegistry {
             epoll: self.epoll_fd(),
             token: 0,
         };
-        slot.upstream
+        link.upstream
             .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
-        let unread = slot.input.len();
-        slot.input.consume(unread);
-        slot.input.release_if_empty(&mut self.pool);
-        if self.open_connections == 1 {
+        link.drop_input(&mut self.pool);
+        if self.slots.len() == 0 {
             if let Some(hook) = &self.on_last_close {
                 hook();
             }
         }
         // Closing the descriptor also removes it from the epoll set.
-        drop(slot.fd);
-        self.handler.on_close(slot.conn, reason);
-        self.open_connections -= 1;
-        self.active.fetch_sub(1, Ordering::Relaxed);
-        self.generations[index] = self.generations[index].wrapping_add(1);
-        self.free.push(index);
+        drop(slot.link);
+        connection::closed(&mut self.handler, slot.conn, reason, self.active);
     }
 }
 

@@ -55,12 +55,14 @@
 
 mod buffers;
 mod common;
+mod connection;
 mod contract;
 mod epoll;
 mod listener;
 mod percore;
 pub mod prefork;
 pub mod signals;
+mod slab;
 mod splice;
 mod sys;
 mod threads;

@@ -67,11 +67,13 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
-use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, UNKNOWN_PEER};
+use crate::common::{self, warn_out_of_descriptors, AcceptPause, UNKNOWN_PEER};
+use crate::connection::{self, Closing, Expiry, Link, State};
+use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
-use crate::sys::{peer_addr, syscall};
+use crate::sys::peer_addr;
 use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
-use crate::{CloseReason, DriverConfig, Handler, Io, Listeners, Next, Opened, TICK};
+use crate::{CloseReason, DriverConfig, Handler, Listeners, Next, Opened, TICK};
 use bufring::BufRing;
 
 /// Submission queue size: the requests one wait can carry before an extra enter is needed.
@@ -189,16 +191,14 @@ enum Op {
     UpPoll = 7,
 }
 
-/// Bits of a slot's generation carried in user_data.
-const GENERATION_MASK: u32 = 0x00ff_ffff;
-
-/// user_data of an operation: kind (8 bits), generation (24 bits), slot or listener index (32).
+/// user_data of an operation: its kind, and the slot (or listener) and generation it is for.
 fn token(op: Op, index: usize, generation: u32) -> u64 {
-    ((op as u64) << 56) | (((generation & GENERATION_MASK) as u64) << 32) | index as u64
+    Token { index, generation }.pack(op as u8)
 }
 
 fn untoken(user_data: u64) -> (Option<Op>, usize, u32) {
-    let op = match user_data >> 56 {
+    let (kind, token) = Token::unpack(user_data);
+    let op = match kind {
         1 => Some(Op::Accept),
         2 => Some(Op::Recv),
         3 => Some(Op::Send),
@@ -208,8 +208,7 @@ fn untoken(user_data: u64) -> (Option<Op>, usize, u32) {
         7 => Some(Op::UpPoll),
         _ => None,
     };
-    let generation = ((user_data >> 32) as u32) & GENERATION_MASK;
-    (op, (user_data & 0xffff_ffff) as usize, generation)
+    (op, token.index, token.generation)
 }
 
 /// Slot indexes of upstream operations take 24 bits; the top 8 carry the upstream's epoch,
@@ -238,14 +237,6 @@ fn cancel(user_data: u64) -> squeue::Entry {
         .user_data(token(Op::Cancel, 0, 0))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Reading,
-    Draining,
-    Closing,
-    Lingering,
-}
-
 /// The send operation a connection has in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sending {
@@ -259,32 +250,24 @@ enum Sending {
 /// Whether a connection's receive should be armed.
 fn wants_input<C>(c: &Conn<C>) -> bool {
     // A joined connection's bytes are the joint's to move.
-    if c.eof || c.join.is_some() {
+    if c.link.eof || c.join.is_some() {
         return false;
     }
-    match c.state {
+    match c.link.state {
         // Late input is read and discarded, as the epoll model does while lingering.
         State::Closing | State::Lingering => true,
         State::Reading if !c.ready_pending => true,
-        State::Reading | State::Draining => c.input.len() < RECV_PAUSE,
+        State::Reading | State::Draining => c.link.input.len() < RECV_PAUSE,
+        // Joined connections are the joint's (checked above).
+        State::Joined => false,
     }
 }
 
-/// Everything a worker holds for one open connection.
+/// Everything a worker holds for one open connection: the shared [`Link`], the handler's
+/// state, and the ring operations it has armed.
 struct Conn<C> {
-    fd: OwnedFd,
+    link: Link,
     conn: C,
-    input: Input,
-    output: Output,
-    state: State,
-    deadline: Option<Instant>,
-    send_deadline: Option<Instant>,
-    eof: bool,
-    /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
-    linger: bool,
-    /// The upstream: connected and written to with plain system calls (rare, and almost always
-    /// complete at once), received from with a multishot receive on the ring.
-    upstream: UpstreamPort,
     up_ops: UpstreamOps,
     recv_armed: bool,
     /// A cancellation of the armed receive has been requested.
@@ -347,7 +330,7 @@ impl Registry for UringRegistry<'_> {
 
     // The cancelled receive may still complete: the slot must be freed first.
     fn holder(&self) -> Option<(usize, u32)> {
-        Some((self.index, self.generation & GENERATION_MASK))
+        Some((self.index, self.generation))
     }
 }
 
@@ -422,7 +405,6 @@ const SPARE_SEND_MSGS: usize = 1024;
 
 /// A connection slot: outlives its connection until the kernel is done with it.
 struct Slot<C> {
-    generation: u32,
     /// Operations submitted (or queued) for this slot that have not completed for good.
     in_flight: u32,
     /// The SENDMSG in flight's msghdr and iovecs.
@@ -445,8 +427,7 @@ struct Worker<'a, H: Handler> {
     buffers: BufRing,
     listeners: Vec<Listener>,
     handler: H,
-    slots: Vec<Slot<H::Conn>>,
-    free: Vec<usize>,
+    slots: Slab<Slot<H::Conn>>,
     /// Connections to look at before the next wait: output to send, state to advance.
     dirty: Vec<usize>,
     /// Spare SENDMSG boxes; boxed so that handing one to a slot moves a pointer, and the
@@ -488,8 +469,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 .map(|fd| Listener { fd, armed: false })
                 .collect(),
             handler,
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: Slab::default(),
             dirty: Vec::new(),
             send_msgs: Vec::new(),
             sqes: Vec::with_capacity(SQ_ENTRIES as usize),
@@ -617,12 +597,9 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Accounts for a completion of a slot's operation (`last`: the operation is over);
     /// true when the slot holds the live connection the operation belongs to.
     fn op_done(&mut self, index: usize, generation: u32, last: bool) -> bool {
-        let Some(slot) = self.slots.get_mut(index) else {
+        let Some(slot) = self.slots.get_mut(Token { index, generation }) else {
             return false;
         };
-        if slot.generation & GENERATION_MASK != generation {
-            return false;
-        }
         if last {
             slot.in_flight = slot.in_flight.saturating_sub(1);
         }
@@ -699,7 +676,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.accept_pause,
             self.now,
             error,
-            self.slots.iter().filter(|s| s.conn.is_some()).count()
+            self.slots.values().filter(|s| s.conn.is_some()).count()
         );
         self.accept_pause.pause(self.now);
     }
@@ -707,56 +684,34 @@ impl<'a, H: Handler> Worker<'a, H> {
     fn open(&mut self, fd: OwnedFd, listener: usize) {
         // Multishot accept reports no address; one getpeername per connection stands in.
         let peer = peer_addr(fd.as_raw_fd()).unwrap_or(UNKNOWN_PEER);
-        let index = match self.free.pop() {
-            Some(index) => index,
-            None => {
-                self.slots.push(Slot {
-                    generation: 0,
-                    in_flight: 0,
-                    msg: None,
-                    retired_fd: None,
-                    retired_output: None,
-                    conn: None,
-                });
-                self.slots.len() - 1
-            }
-        };
-        let mut input = Input::default();
-        let mut output = Output::default();
-        let mut deadline = None;
-        let mut upstream = UpstreamPort::new(true, false);
-        let (conn, next) = common::open_handler(
+        let (link, conn, next) = connection::open(
             &mut self.handler,
-            Opened::new(peer, listener),
-            Io {
-                input: &mut input,
-                output: &mut output,
-                pool: &mut self.pool,
-                eof: false,
-                now: self.now,
-                deadline: &mut deadline,
-                upstream: &mut upstream,
-            },
-        );
-        self.slots[index].conn = Some(Conn {
             fd,
-            conn,
-            input,
-            output,
-            state: State::Reading,
-            deadline,
-            send_deadline: None,
-            eof: false,
-            linger: false,
-            upstream,
-            up_ops: UpstreamOps::default(),
-            recv_armed: false,
-            recv_cancelled: false,
-            sending: Sending::Idle,
-            ready_pending: false,
-            dirty: false,
-            join: None,
-        });
+            Opened::new(peer, listener),
+            UpstreamPort::new(true, false),
+            &mut self.pool,
+            self.now,
+        );
+        let index = self
+            .slots
+            .insert(Slot {
+                in_flight: 0,
+                msg: None,
+                retired_fd: None,
+                retired_output: None,
+                conn: Some(Conn {
+                    link,
+                    conn,
+                    up_ops: UpstreamOps::default(),
+                    recv_armed: false,
+                    recv_cancelled: false,
+                    sending: Sending::Idle,
+                    ready_pending: false,
+                    dirty: false,
+                    join: None,
+                }),
+            })
+            .index;
         let next = self.after_call(index, next);
         if !self.apply(index, next) {
             return;
@@ -767,7 +722,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn mark_dirty(&mut self, index: usize) {
-        if let Some(c) = self.slots[index].conn.as_mut() {
+        if let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
             if !c.dirty {
                 c.dirty = true;
                 self.dirty.push(index);
@@ -799,13 +754,19 @@ impl<'a, H: Handler> Worker<'a, H> {
             // The last bytes before the receive ends: they cross over to the upstream.
             if let Some((bid, buf)) = data {
                 if result > 0 {
-                    keep_received(&mut self.buffers, &mut self.pool, &mut c.input, bid, buf);
+                    keep_received(
+                        &mut self.buffers,
+                        &mut self.pool,
+                        &mut c.link.input,
+                        bid,
+                        buf,
+                    );
                 } else {
                     self.buffers.provide(bid, buf);
                 }
             }
             match result {
-                0 => c.eof = true,
+                0 => c.link.eof = true,
                 e if e < 0
                     && !matches!(
                         -e,
@@ -825,7 +786,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.close(index, CloseReason::Error);
                 return;
             };
-            match c.state {
+            match c.link.state {
                 State::Closing | State::Lingering => {
                     // Late input after the last response is discarded.
                     self.buffers.provide(bid, buf);
@@ -834,20 +795,27 @@ impl<'a, H: Handler> Worker<'a, H> {
                     }
                     return;
                 }
-                State::Reading | State::Draining => {}
+                // A joined connection's receive was handled above.
+                State::Reading | State::Draining | State::Joined => {}
             }
             // The guard against a handler that leaves input unconsumed; input that piled up
             // while the handler was not looking (draining, or a send in flight) is not its doing.
-            if c.state == State::Reading
+            if c.link.state == State::Reading
                 && !c.ready_pending
-                && c.input.len() >= self.config.max_input
+                && c.link.input.len() >= self.config.max_input
             {
                 self.buffers.provide(bid, buf);
                 self.close(index, CloseReason::Error);
                 return;
             }
-            keep_received(&mut self.buffers, &mut self.pool, &mut c.input, bid, buf);
-            if c.state == State::Reading && !self.ready(index) {
+            keep_received(
+                &mut self.buffers,
+                &mut self.pool,
+                &mut c.link.input,
+                bid,
+                buf,
+            );
+            if c.link.state == State::Reading && !self.ready(index) {
                 return;
             }
             self.pause_receive_if_unwanted(index);
@@ -858,11 +826,11 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.buffers.provide(bid, buf);
         }
         if result == 0 {
-            c.eof = true;
-            match c.state {
+            c.link.eof = true;
+            match c.link.state {
                 State::Lingering => self.close(index, CloseReason::Done),
-                // Seen by the handler once the output has drained.
-                State::Closing | State::Draining => {}
+                // Seen by the handler once the output has drained; a joint sees it itself.
+                State::Closing | State::Draining | State::Joined => {}
                 State::Reading => {
                     if self.ready(index) {
                         self.mark_dirty(index);
@@ -875,7 +843,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             // The ring ran dry (it is refilled by now), the receive was paused, or it was
             // interrupted: the flush re-arms it when input is wanted.
             libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN => self.mark_dirty(index),
-            _ if c.state == State::Lingering => self.close(index, CloseReason::Done),
+            _ if c.link.state == State::Lingering => self.close(index, CloseReason::Done),
             _ => self.close(index, CloseReason::PeerGone),
         }
     }
@@ -894,24 +862,24 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Cancels the receive while input piles up that the handler is not looking at.
     fn pause_receive_if_unwanted(&mut self, index: usize) {
-        let slot = &mut self.slots[index];
+        let generation = self.slots.generation(index);
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
         let Some(c) = slot.conn.as_mut() else {
             return;
         };
         if c.recv_armed && !c.recv_cancelled && !wants_input(c) {
             c.recv_cancelled = true;
-            self.sqes
-                .push(cancel(token(Op::Recv, index, slot.generation)));
+            self.sqes.push(cancel(token(Op::Recv, index, generation)));
         }
     }
 
     fn on_send(&mut self, index: usize, generation: u32, result: i32) {
-        if let Some(slot) = self.slots.get_mut(index) {
-            if slot.generation & GENERATION_MASK == generation {
-                if let Some(msg) = slot.msg.take() {
-                    if self.send_msgs.len() < SPARE_SEND_MSGS {
-                        self.send_msgs.push(msg);
-                    }
+        if let Some(slot) = self.slots.get_mut(Token { index, generation }) {
+            if let Some(msg) = slot.msg.take() {
+                if self.send_msgs.len() < SPARE_SEND_MSGS {
+                    self.send_msgs.push(msg);
                 }
             }
         }
@@ -929,12 +897,11 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.close(index, CloseReason::PeerGone);
             return;
         }
-        c.output.advance(result as usize);
-        c.send_deadline = None;
-        if c.ready_pending && c.state == State::Reading {
+        c.link.output.advance(result as usize);
+        c.link.send_deadline = None;
+        if c.ready_pending && c.link.state == State::Reading {
             c.ready_pending = false;
-            let next = self.call(index, false);
-            if !self.apply(index, next) {
+            if !self.call_and_apply(index, false) {
                 return;
             }
         }
@@ -947,7 +914,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         let c = self.slots[index].conn.as_mut().expect("live connection");
         c.sending = Sending::Idle;
-        c.send_deadline = None;
+        c.link.send_deadline = None;
         if let Some(joining) = c.join.as_mut() {
             joining.client_polled = 0;
             joining.client_poll_cancelled = false;
@@ -977,7 +944,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         }
         let live = self.op_done(index, generation, !more);
-        let c = match self.slots[index].conn.as_mut() {
+        let c = match self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
             Some(c) if live && c.up_ops.epoch == epoch => c,
             _ => {
                 if let Some((bid, buf)) = data {
@@ -995,7 +962,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             c.up_ops.recv_armed = false;
             c.up_ops.recv_cancelled = false;
         }
-        let Some(up) = c.upstream.attached() else {
+        let Some(up) = c.link.upstream.attached() else {
             if let Some((bid, buf)) = data {
                 self.buffers.provide(bid, buf);
             }
@@ -1022,7 +989,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
             e => up.failed(io::Error::from_raw_os_error(-e).kind()),
         }
-        c.upstream.notify = true;
+        c.link.upstream.notify = true;
         self.mark_dirty(index);
     }
 
@@ -1032,7 +999,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         if !self.op_done(index, generation, true) {
             return;
         }
-        let Some(c) = self.slots[index].conn.as_mut() else {
+        let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
             return;
         };
         if c.up_ops.epoch != epoch {
@@ -1044,7 +1011,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             joining.upstream_polled = 0;
             joining.upstream_poll_cancelled = false;
         }
-        if let Some(up) = c.upstream.attached() {
+        if let Some(up) = c.link.upstream.attached() {
             if result == -libc::ECANCELED && !joined {
                 return;
             }
@@ -1068,11 +1035,14 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Carries an upstream forward with plain system calls (finishing a connect, sending) and
     /// keeps its ring operations armed; true when the handler must hear of what happened.
     fn service_upstream(&mut self, index: usize) -> bool {
-        let slot = &mut self.slots[index];
+        let generation = self.slots.generation(index);
+        let Some(slot) = self.slots.at(index) else {
+            return false;
+        };
         let Some(c) = slot.conn.as_mut() else {
             return false;
         };
-        let Some(up) = c.upstream.attached() else {
+        let Some(up) = c.link.upstream.attached() else {
             return false;
         };
         let news = up.service(&mut self.pool);
@@ -1083,7 +1053,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             slot.in_flight += 1;
             let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32)
                 .build()
-                .user_data(up_token(Op::UpPoll, index, slot.generation, c.up_ops.epoch));
+                .user_data(up_token(Op::UpPoll, index, generation, c.up_ops.epoch));
             self.sqes.push(entry);
         }
         let wants_input = up.wants_input();
@@ -1093,7 +1063,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             slot.in_flight += 1;
             let entry = opcode::RecvMulti::new(types::Fd(fd), self.buffers.group())
                 .build()
-                .user_data(up_token(Op::UpRecv, index, slot.generation, c.up_ops.epoch));
+                .user_data(up_token(Op::UpRecv, index, generation, c.up_ops.epoch));
             self.sqes.push(entry);
         } else if !wants_input && c.up_ops.recv_armed && !c.up_ops.recv_cancelled {
             // Backpressure: the handler has not taken what arrived.
@@ -1101,7 +1071,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.sqes.push(cancel(up_token(
                 Op::UpRecv,
                 index,
-                slot.generation,
+                generation,
                 c.up_ops.epoch,
             )));
         }
@@ -1126,33 +1096,33 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Moves a connection forward as far as it goes without waiting: calls the handler when
     /// output has drained, starts the next send, closes, and arms the receive.
     fn flush(&mut self, index: usize) {
-        if self.slots[index]
-            .conn
-            .as_ref()
+        if self
+            .slots
+            .at(index)
+            .and_then(|slot| slot.conn.as_ref())
             .is_some_and(|c| c.join.is_some())
         {
             self.flush_joined(index);
             return;
         }
-        if let Some(c) = self.slots[index].conn.as_mut() {
-            if std::mem::take(&mut c.upstream.notify) {
-                match c.state {
+        if let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
+            if std::mem::take(&mut c.link.upstream.notify) {
+                match c.link.state {
                     // Not while the kernel reads the output the handler may write to.
                     State::Reading | State::Draining if c.sending == Sending::Msg => {
                         c.ready_pending = true;
                     }
                     State::Reading | State::Draining => {
-                        let next = self.call(index, false);
-                        if !self.apply(index, next) {
+                        if !self.call_and_apply(index, false) {
                             return;
                         }
                     }
-                    State::Closing | State::Lingering => {}
+                    State::Closing | State::Lingering | State::Joined => {}
                 }
             }
         }
         loop {
-            let Some(c) = self.slots[index].conn.as_mut() else {
+            let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
                 return;
             };
             if c.join.is_some() {
@@ -1164,19 +1134,18 @@ impl<'a, H: Handler> Worker<'a, H> {
             if c.sending != Sending::Idle {
                 break;
             }
-            if c.ready_pending && c.state == State::Reading {
+            if c.ready_pending && c.link.state == State::Reading {
                 c.ready_pending = false;
-                let next = self.call(index, false);
-                if !self.apply(index, next) {
+                if !self.call_and_apply(index, false) {
                     return;
                 }
                 continue;
             }
-            if !c.output.is_empty() {
-                if c.output.front_is_file() {
-                    match c.output.send_files(c.fd.as_raw_fd()) {
+            if !c.link.output.is_empty() {
+                if c.link.output.front_is_file() {
+                    match c.link.output.send_files(c.link.fd.as_raw_fd()) {
                         Ok(Flush::Done) => {
-                            c.send_deadline = None;
+                            c.link.send_deadline = None;
                             continue;
                         }
                         Ok(Flush::WouldBlock) => {
@@ -1197,38 +1166,37 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.start_sendmsg(index);
                 break;
             }
-            c.send_deadline = None;
-            c.output.release_if_empty(&mut self.pool);
-            match c.state {
-                State::Reading | State::Lingering => break,
+            c.link.send_deadline = None;
+            c.link.output.release_if_empty(&mut self.pool);
+            match c.link.state {
+                // A joined connection was handed to flush_joined above.
+                State::Reading | State::Lingering | State::Joined => break,
                 State::Draining => {
-                    c.state = State::Reading;
-                    let next = self.call(index, false);
-                    if !self.apply(index, next) {
+                    c.link.state = State::Reading;
+                    if !self.call_and_apply(index, false) {
                         return;
                     }
                 }
                 State::Closing => {
-                    // Nothing unread and nothing more expected: close at once, the FIN right
-                    // behind the last response byte.
-                    if c.eof || (!c.linger && c.input.is_empty()) {
+                    // The receive holds what has arrived: nothing waits unread in the socket.
+                    let closing = c.link.finish_closing(
+                        &mut self.pool,
+                        self.now,
+                        self.config.linger_timeout,
+                        false,
+                    );
+                    if closing == Closing::Now {
                         self.close(index, CloseReason::Done);
                         return;
                     }
-                    let _ = syscall!(shutdown(c.fd.as_raw_fd(), libc::SHUT_WR));
-                    c.state = State::Lingering;
-                    c.deadline = Some(self.now + self.config.linger_timeout);
-                    let unread = c.input.len();
-                    c.input.consume(unread);
-                    c.input.release_if_empty(&mut self.pool);
                     break;
                 }
             }
         }
         self.arm_receive(index);
         if self.service_upstream(index) {
-            if let Some(c) = self.slots[index].conn.as_mut() {
-                c.upstream.notify = true;
+            if let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
+                c.link.upstream.notify = true;
             }
             self.mark_dirty(index);
         }
@@ -1236,13 +1204,15 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Carries a connection being joined with its upstream (see [`Joining`]).
     fn flush_joined(&mut self, index: usize) {
-        let slot = &mut self.slots[index];
-        let generation = slot.generation;
+        let generation = self.slots.generation(index);
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
         let Some(c) = slot.conn.as_mut() else {
             return;
         };
         c.dirty = false;
-        c.upstream.notify = false;
+        c.link.upstream.notify = false;
         if c.recv_armed && !c.recv_cancelled {
             c.recv_cancelled = true;
             self.sqes.push(cancel(token(Op::Recv, index, generation)));
@@ -1259,7 +1229,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         let Some(joining) = c.join.as_mut() else {
             return;
         };
-        let Some(up) = c.upstream.attached() else {
+        let Some(up) = c.link.upstream.attached() else {
             self.close(index, CloseReason::Error);
             return;
         };
@@ -1268,7 +1238,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         }
         // What either side sent that reached user space goes across first.
-        up.cross_over(&mut c.input, &mut c.output, &mut self.pool);
+        up.cross_over(&mut c.link.input, &mut c.link.output, &mut self.pool);
         if !up.output.is_empty() && up.writable {
             match up.output.flush(up.fd.as_raw_fd(), &mut self.pool) {
                 Ok(Flush::Done) => {}
@@ -1294,14 +1264,14 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         if let Some(joint) = joining.joint.as_mut() {
             let client = Side {
-                fd: c.fd.as_raw_fd(),
+                fd: c.link.fd.as_raw_fd(),
                 readable: &mut joining.client_readable,
                 writable: &mut joining.client_writable,
             };
-            match up.pump_joint(joint, client, !c.output.is_empty()) {
+            match up.pump_joint(joint, client, !c.link.output.is_empty()) {
                 JointStep::Going { moved } => {
                     if moved {
-                        c.deadline = Some(self.now + joint.idle);
+                        c.link.deadline = Some(self.now + joint.idle);
                     }
                 }
                 JointStep::Finished => {
@@ -1314,11 +1284,15 @@ impl<'a, H: Handler> Worker<'a, H> {
                         index,
                         generation,
                     };
-                    c.upstream
-                        .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
-                    c.state = State::Closing;
-                    c.linger = true;
-                    c.deadline = None;
+                    c.link.upstream.close(
+                        &mut registry,
+                        &mut self.upstreams,
+                        &mut self.pool,
+                        self.now,
+                    );
+                    c.link.state = State::Closing;
+                    c.link.linger = true;
+                    c.link.deadline = None;
                     self.mark_dirty(index);
                     return;
                 }
@@ -1345,7 +1319,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             upstream_events |= libc::POLLOUT;
         }
         let up_fd = up.fd.as_raw_fd();
-        let client_fd = c.fd.as_raw_fd();
+        let client_fd = c.link.fd.as_raw_fd();
         if upstream_events != 0 {
             if !c.up_ops.poll_armed {
                 c.up_ops.poll_armed = true;
@@ -1367,7 +1341,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 )));
             }
         }
-        if !c.output.is_empty() {
+        if !c.link.output.is_empty() {
             // Bytes that reached user space before the joint go by the usual send.
             if c.sending == Sending::Idle {
                 self.start_sendmsg(index);
@@ -1396,7 +1370,10 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn arm_receive(&mut self, index: usize) {
-        let slot = &mut self.slots[index];
+        let generation = self.slots.generation(index);
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
         let Some(c) = slot.conn.as_mut() else {
             return;
         };
@@ -1406,86 +1383,95 @@ impl<'a, H: Handler> Worker<'a, H> {
         c.recv_armed = true;
         c.recv_cancelled = false;
         slot.in_flight += 1;
-        let entry = opcode::RecvMulti::new(types::Fd(c.fd.as_raw_fd()), self.buffers.group())
+        let entry = opcode::RecvMulti::new(types::Fd(c.link.fd.as_raw_fd()), self.buffers.group())
             .build()
-            .user_data(token(Op::Recv, index, slot.generation));
+            .user_data(token(Op::Recv, index, generation));
         self.sqes.push(entry);
     }
 
     /// Queues a SENDMSG of the leading inline and shared bytes.
     fn start_sendmsg(&mut self, index: usize) {
         let mut msg = self.send_msgs.pop().unwrap_or_else(SendMsg::boxed);
-        let slot = &mut self.slots[index];
+        let generation = self.slots.generation(index);
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
         let Some(c) = slot.conn.as_mut() else {
             return;
         };
-        let (count, file_follows) = c.output.gather(&mut msg.iov);
+        let (count, file_follows) = c.link.output.gather(&mut msg.iov);
         // SAFETY: all-zero is a valid msghdr; the fields that matter are set below.
         msg.hdr = unsafe { std::mem::zeroed() };
         msg.hdr.msg_iov = msg.iov.as_mut_ptr();
         msg.hdr.msg_iovlen = count as _;
         let flags = libc::MSG_NOSIGNAL | if file_follows { libc::MSG_MORE } else { 0 };
-        let entry = opcode::SendMsg::new(types::Fd(c.fd.as_raw_fd()), &msg.hdr)
+        let entry = opcode::SendMsg::new(types::Fd(c.link.fd.as_raw_fd()), &msg.hdr)
             .flags(flags as u32)
             .build()
-            .user_data(token(Op::Send, index, slot.generation));
+            .user_data(token(Op::Send, index, generation));
         slot.msg = Some(msg);
         self.sqes.push(entry);
         slot.in_flight += 1;
         c.sending = Sending::Msg;
-        c.send_deadline
+        c.link
+            .send_deadline
             .get_or_insert(self.now + self.config.send_timeout);
     }
 
     /// Queues a wait for room in the socket, for sendfile to go on.
     fn start_poll(&mut self, index: usize) {
-        let slot = &mut self.slots[index];
+        let generation = self.slots.generation(index);
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
         let Some(c) = slot.conn.as_mut() else {
             return;
         };
-        let entry = opcode::PollAdd::new(types::Fd(c.fd.as_raw_fd()), libc::POLLOUT as u32)
+        let entry = opcode::PollAdd::new(types::Fd(c.link.fd.as_raw_fd()), libc::POLLOUT as u32)
             .build()
-            .user_data(token(Op::Poll, index, slot.generation));
+            .user_data(token(Op::Poll, index, generation));
         self.sqes.push(entry);
         slot.in_flight += 1;
         c.sending = Sending::Poll;
-        c.send_deadline
+        c.link
+            .send_deadline
             .get_or_insert(self.now + self.config.send_timeout);
     }
 
     /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
     /// it asked of the upstream.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
-        let slot = &mut self.slots[index];
-        let c = slot.conn.as_mut().expect("live connection");
-        let io = Io {
-            input: &mut c.input,
-            output: &mut c.output,
-            pool: &mut self.pool,
-            eof: c.eof,
-            now: self.now,
-            deadline: &mut c.deadline,
-            upstream: &mut c.upstream,
-        };
-        let next = common::call_handler(&mut self.handler, &mut c.conn, io, timeout);
+        let c = self.slots[index].conn.as_mut().expect("live connection");
+        let next = connection::call(
+            &mut self.handler,
+            &mut c.conn,
+            &mut c.link,
+            &mut self.pool,
+            self.now,
+            timeout,
+        );
         self.after_call(index, next)
     }
 
     /// Carries out what a handler call asked of the upstream.
     fn after_call(&mut self, index: usize, next: Next) -> Next {
+        let generation = self.slots.generation(index);
         let slot = &mut self.slots[index];
         let c = slot.conn.as_mut().expect("live connection");
         let mut registry = UringRegistry {
             sqes: &mut self.sqes,
             ops: &mut c.up_ops,
             index,
-            generation: slot.generation,
+            generation,
         };
-        let join =
-            c.upstream
-                .after_call(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+        let join = c.link.upstream.after_call(
+            &mut registry,
+            &mut self.upstreams,
+            &mut self.pool,
+            self.now,
+        );
         if let Some(idle) = join {
-            if c.upstream.attached().is_none() {
+            if c.link.upstream.attached().is_none() {
                 return Next::Abort;
             }
             // A poll armed before the join waits for room to send.
@@ -1509,35 +1495,31 @@ impl<'a, H: Handler> Worker<'a, H> {
                 client_poll_cancelled: false,
                 upstream_poll_cancelled: false,
             }));
-            c.deadline = Some(self.now + idle);
+            c.link.deadline = Some(self.now + idle);
             self.mark_dirty(index);
             return next;
         }
-        if c.upstream.notify {
+        if c.link.upstream.notify {
             self.mark_dirty(index);
         }
         next
     }
 
+    /// Calls the handler and records what it asked for; false when the connection is gone.
+    fn call_and_apply(&mut self, index: usize, timeout: bool) -> bool {
+        let next = self.call(index, timeout);
+        self.apply(index, next)
+    }
+
     /// Records what the handler asked for; false when the connection is gone.
     fn apply(&mut self, index: usize, next: Next) -> bool {
         let c = self.slots[index].conn.as_mut().expect("live connection");
-        c.state = match next {
-            // Nothing more can arrive, so waiting for input would wait forever.
-            Next::Read if c.eof => State::Closing,
-            Next::Read => State::Reading,
-            Next::Drain => State::Draining,
-            Next::Close => State::Closing,
-            Next::Linger => {
-                c.linger = true;
-                State::Closing
-            }
-            Next::Abort => {
-                self.close(index, CloseReason::Done);
-                return false;
-            }
-        };
-        true
+        let joined = c.join.is_some();
+        if c.link.apply(next, joined) {
+            return true;
+        }
+        self.close(index, CloseReason::Done);
+        false
     }
 
     /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
@@ -1548,78 +1530,60 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.arm_accept(i);
             }
         }
-        for index in 0..self.slots.len() {
-            let Some(c) = self.slots[index].conn.as_mut() else {
+        for index in 0..self.slots.capacity() {
+            let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
                 continue;
             };
-            match common::expired(self.now, c.send_deadline, &c.output, c.deadline) {
-                None => continue,
-                Some(Expired::Send) => {
-                    self.close(index, CloseReason::SendTimeout);
-                    continue;
+            // The handler may write, which must wait until the kernel has read the bytes it is
+            // sending: a timeout then waits for the next tick.
+            let handler_busy = c.sending == Sending::Msg;
+            match c.link.expiry(self.now, handler_busy) {
+                None => {}
+                Some(Expiry::Close(reason)) => self.close(index, reason),
+                Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => {
+                    self.mark_dirty(index)
                 }
-                Some(Expired::Handler) => {}
-            }
-            if c.join.is_some() {
-                // A joint idle for its whole idle time ends.
-                self.close(index, CloseReason::Done);
-                continue;
-            }
-            match c.state {
-                State::Lingering => self.close(index, CloseReason::Done),
-                State::Closing => c.deadline = None,
-                // The handler may write, which must wait until the kernel has read the
-                // bytes it is sending: try again next tick.
-                State::Reading | State::Draining if c.sending == Sending::Msg => {}
-                State::Reading | State::Draining => {
-                    c.deadline = None;
-                    let next = self.call(index, true);
-                    if self.apply(index, next) {
-                        self.mark_dirty(index);
-                    }
-                }
+                Some(Expiry::CallTimeout) => {}
             }
         }
     }
 
     /// Ends a connection for the handler at once; the slot follows when the kernel is done.
     fn close(&mut self, index: usize, reason: CloseReason) {
-        let slot = &mut self.slots[index];
+        let generation = self.slots.generation(index);
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
         let Some(mut c) = slot.conn.take() else {
             return;
         };
         if c.recv_armed && !c.recv_cancelled {
-            self.sqes
-                .push(cancel(token(Op::Recv, index, slot.generation)));
+            self.sqes.push(cancel(token(Op::Recv, index, generation)));
         }
         match c.sending {
             Sending::Idle => {}
             Sending::Msg => {
-                self.sqes
-                    .push(cancel(token(Op::Send, index, slot.generation)));
-                slot.retired_output = Some(std::mem::take(&mut c.output));
+                self.sqes.push(cancel(token(Op::Send, index, generation)));
+                slot.retired_output = Some(std::mem::take(&mut c.link.output));
             }
             Sending::Poll => {
-                self.sqes
-                    .push(cancel(token(Op::Poll, index, slot.generation)));
+                self.sqes.push(cancel(token(Op::Poll, index, generation)));
             }
         }
-        c.output.clear(&mut self.pool);
-        let unread = c.input.len();
-        c.input.consume(unread);
-        c.input.release_if_empty(&mut self.pool);
+        c.link.output.clear(&mut self.pool);
+        c.link.drop_input(&mut self.pool);
         let mut registry = UringRegistry {
             sqes: &mut self.sqes,
             ops: &mut c.up_ops,
             index,
-            generation: slot.generation,
+            generation,
         };
-        cancel_upstream_ops(registry.sqes, registry.ops, index, slot.generation);
-        c.upstream
+        cancel_upstream_ops(registry.sqes, registry.ops, index, generation);
+        c.link
+            .upstream
             .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
-        slot.retired_fd = Some(c.fd);
-        self.handler.on_close(c.conn, reason);
-        self.active.fetch_sub(1, Ordering::Relaxed);
+        slot.retired_fd = Some(c.link.fd);
+        connection::closed(&mut self.handler, c.conn, reason, self.active);
         if slot.in_flight == 0 {
             self.free_slot(index);
         }
@@ -1627,21 +1591,21 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Releases a slot whose connection is closed and whose operations have all completed.
     fn free_slot(&mut self, index: usize) {
-        let slot = &mut self.slots[index];
+        let generation = self.slots.generation(index);
+        let Some(mut slot) = self.slots.remove(index) else {
+            return;
+        };
         // Closing the descriptor here, once, after the kernel has let go of it.
         slot.retired_fd = None;
         // Every operation of the slot has completed: upstreams it let go of may be lent.
-        self.upstreams
-            .release_holds((index, slot.generation & GENERATION_MASK));
+        self.upstreams.release_holds((index, generation));
         if let Some(mut output) = slot.retired_output.take() {
             output.clear(&mut self.pool);
         }
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(index);
     }
 
     fn ops_in_flight(&self) -> usize {
-        let slots: usize = self.slots.iter().map(|s| s.in_flight as usize).sum();
+        let slots: usize = self.slots.values().map(|s| s.in_flight as usize).sum();
         slots + self.listeners.iter().filter(|l| l.armed).count()
     }
 
@@ -1650,7 +1614,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     fn shutdown(&mut self) {
         self.stopping = true;
         self.now = Instant::now();
-        for index in 0..self.slots.len() {
+        for index in 0..self.slots.capacity() {
             self.close(index, CloseReason::Shutdown);
         }
         for (index, listener) in self.listeners.iter().enumerate() {
@@ -1676,7 +1640,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             tracing::warn!(
                 "{left} io_uring operations still in flight at stop; leaving their buffers allocated"
             );
-            for slot in &mut self.slots {
+            for slot in self.slots.values_mut() {
                 slot.retired_fd = None;
                 if let Some(output) = slot.retired_output.take() {
                     std::mem::forget(output);
@@ -1695,19 +1659,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_round_trip() {
-        for (op, index, generation) in [
-            (Op::Recv, 0, 0),
-            (Op::Send, 12345, 7),
-            (Op::Poll, u32::MAX as usize, GENERATION_MASK),
-            (Op::Accept, 3, 0),
+    fn operations_round_trip_through_user_data() {
+        for op in [
+            Op::Accept,
+            Op::Recv,
+            Op::Send,
+            Op::Poll,
+            Op::Cancel,
+            Op::UpRecv,
+            Op::UpPoll,
         ] {
-            assert_eq!(
-                untoken(token(op, index, generation)),
-                (Some(op), index, generation)
-            );
+            assert_eq!(untoken(token(op, 12345, 7)), (Some(op), 12345, 7));
         }
-        // Generations wrap within the bits user_data carries.
-        assert_eq!(untoken(token(Op::Recv, 1, GENERATION_MASK + 2)).2, 1);
+        let (index, epoch) = up_index(untoken(up_token(Op::UpRecv, 77, 3, 200)).1);
+        assert_eq!((index, epoch), (77, 200));
     }
 }

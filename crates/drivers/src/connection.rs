@@ -1,0 +1,313 @@
+//! The connection engine every event loop shares: what the driver keeps for one connection
+//! (a [`Link`]), the states it moves through, how a handler's [`Next`] moves it, the closing
+//! rule, the deadline rule of the tick sweep, and the calls into the handler.
+//!
+//! A loop (epoll readiness or io_uring completions) decides only *when* bytes can move and
+//! moves them; *what happens next* to a connection is decided here, once, so that every model
+//! treats a handler the same way and a new rule is one edit.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::buffers::{BufferPool, Input, Output};
+use crate::sys::syscall;
+use crate::upstream::UpstreamPort;
+use crate::{CloseReason, Handler, Io, Next, Opened};
+
+/// Where a connection is in its life, as far as the driver is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Waiting for input; queued output is sent meanwhile.
+    Reading,
+    /// Waiting for queued output to drain before the handler is called again.
+    Draining,
+    /// Sending the last output; then closed, or shut down for writing and lingering.
+    Closing,
+    /// Shut down for writing; late input is read and dropped until the peer's end or the
+    /// linger time, so that closing does not reset the response away.
+    Lingering,
+    /// Joined with its upstream in the kernel ([`crate::UpstreamPort::join`]).
+    Joined,
+}
+
+/// The driver's half of one connection: everything but the handler's own state.
+pub(crate) struct Link {
+    pub(crate) fd: OwnedFd,
+    pub(crate) input: Input,
+    pub(crate) output: Output,
+    pub(crate) state: State,
+    /// When the handler's [`Handler::on_timeout`] is due (set through [`Io::deadline`]).
+    pub(crate) deadline: Option<Instant>,
+    /// When queued output that makes no progress ends the connection.
+    pub(crate) send_deadline: Option<Instant>,
+    /// The peer has finished sending.
+    pub(crate) eof: bool,
+    /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
+    pub(crate) linger: bool,
+    pub(crate) upstream: UpstreamPort,
+}
+
+/// What the tick sweep does with a connection whose deadline has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// End the connection.
+    Close(CloseReason),
+    /// Call the handler's `on_timeout`.
+    CallTimeout,
+}
+
+/// What the closing rule decided once a closing connection's output has all been sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closing {
+    /// Close now: the FIN goes right behind the last byte.
+    Now,
+    /// Shut down for writing and now lingering (see [`State::Lingering`]).
+    Lingering,
+}
+
+impl Link {
+    pub(crate) fn new(fd: OwnedFd, upstream: UpstreamPort) -> Self {
+        Link {
+            fd,
+            input: Input::default(),
+            output: Output::default(),
+            state: State::Reading,
+            deadline: None,
+            send_deadline: None,
+            eof: false,
+            linger: false,
+            upstream,
+        }
+    }
+
+    /// What the handler sees of this connection in a call.
+    pub(crate) fn io<'a>(&'a mut self, pool: &'a mut BufferPool, now: Instant) -> Io<'a> {
+        Io {
+            input: &mut self.input,
+            output: &mut self.output,
+            pool,
+            eof: self.eof,
+            now,
+            deadline: &mut self.deadline,
+            upstream: &mut self.upstream,
+        }
+    }
+
+    /// Records what the handler asked for; false for [`Next::Abort`], which the caller carries
+    /// out by closing the connection. A joined connection stays joined whatever it asked,
+    /// until the joint ends.
+    pub(crate) fn apply(&mut self, next: Next, joined: bool) -> bool {
+        self.state = match next {
+            Next::Abort => return false,
+            _ if joined => State::Joined,
+            // Nothing more can arrive, so waiting for input would wait forever.
+            Next::Read if self.eof => State::Closing,
+            Next::Read => State::Reading,
+            Next::Drain => State::Draining,
+            Next::Close => State::Closing,
+            Next::Linger => {
+                self.linger = true;
+                State::Closing
+            }
+        };
+        true
+    }
+
+    /// The closing rule, once a closing connection's output has all been sent. Nothing unread
+    /// and nothing more expected: close at once, the FIN right behind the last byte (as nginx
+    /// does without a pending body). Otherwise shut the sending side down and linger, dropping
+    /// what is unread. `input_waiting`: the loop knows of input not yet read from the socket.
+    pub(crate) fn finish_closing(
+        &mut self,
+        pool: &mut BufferPool,
+        now: Instant,
+        linger_timeout: Duration,
+        input_waiting: bool,
+    ) -> Closing {
+        let quiet = !self.linger && self.input.is_empty() && !input_waiting;
+        if self.eof || quiet {
+            return Closing::Now;
+        }
+        let _ = syscall!(shutdown(self.fd.as_raw_fd(), libc::SHUT_WR));
+        self.state = State::Lingering;
+        self.deadline = Some(now + linger_timeout);
+        self.drop_input(pool);
+        Closing::Lingering
+    }
+
+    /// The deadline rule of every sweep: the send deadline counts only while output is queued
+    /// and wins over the handler's deadline; each is due once `now` has reached it. A lingering
+    /// or joined connection whose time is up ends; a closing one waits for its output (and
+    /// its send deadline); a reading or draining one gets `on_timeout`, unless the loop cannot
+    /// let the handler write now (`handler_busy`), in which case the next sweep tries again.
+    pub(crate) fn expiry(&mut self, now: Instant, handler_busy: bool) -> Option<Expiry> {
+        if self.send_deadline.is_some_and(|d| d <= now) && !self.output.is_empty() {
+            return Some(Expiry::Close(CloseReason::SendTimeout));
+        }
+        if self.deadline.is_none_or(|d| d > now) {
+            return None;
+        }
+        match self.state {
+            State::Lingering | State::Joined => Some(Expiry::Close(CloseReason::Done)),
+            State::Closing => {
+                self.deadline = None;
+                None
+            }
+            State::Reading | State::Draining if handler_busy => None,
+            State::Reading | State::Draining => {
+                self.deadline = None;
+                Some(Expiry::CallTimeout)
+            }
+        }
+    }
+
+    /// Drops what the peer sent and the handler has not consumed.
+    pub(crate) fn drop_input(&mut self, pool: &mut BufferPool) {
+        let unread = self.input.len();
+        self.input.consume(unread);
+        self.input.release_if_empty(pool);
+    }
+}
+
+/// Builds a new connection's [`Link`] and calls the handler's `on_open` with it.
+pub(crate) fn open<H: Handler>(
+    handler: &mut H,
+    fd: OwnedFd,
+    opened: Opened,
+    upstream: UpstreamPort,
+    pool: &mut BufferPool,
+    now: Instant,
+) -> (Link, H::Conn, Next) {
+    let mut link = Link::new(fd, upstream);
+    let (conn, next) = handler.on_open(opened, &mut link.io(pool, now));
+    link.input.release_if_empty(pool);
+    (link, conn, next)
+}
+
+/// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then gives an emptied
+/// input buffer back to the pool.
+pub(crate) fn call<H: Handler>(
+    handler: &mut H,
+    conn: &mut H::Conn,
+    link: &mut Link,
+    pool: &mut BufferPool,
+    now: Instant,
+    timeout: bool,
+) -> Next {
+    let mut io = link.io(pool, now);
+    let next = if timeout {
+        handler.on_timeout(conn, &mut io)
+    } else {
+        handler.on_ready(conn, &mut io)
+    };
+    link.input.release_if_empty(pool);
+    next
+}
+
+/// The accounting of a closed connection, once the loop has let go of its sockets: the
+/// handler hears why, and the connection no longer counts against the limit.
+pub(crate) fn closed<H: Handler>(
+    handler: &mut H,
+    conn: H::Conn,
+    reason: CloseReason,
+    active: &AtomicUsize,
+) {
+    handler.on_close(conn, reason);
+    active.fetch_sub(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    fn link() -> Link {
+        // Any descriptor will do for the rules tested here; shutdown on it is never reached
+        // where the test expects Closing::Now.
+        let fd = syscall!(dup(0)).expect("dup");
+        // SAFETY: dup returned a fresh descriptor that nothing else owns.
+        Link::new(
+            unsafe { OwnedFd::from_raw_fd(fd) },
+            UpstreamPort::new(false, false),
+        )
+    }
+
+    #[test]
+    fn read_after_the_peers_end_closes() {
+        let mut l = link();
+        assert!(l.apply(Next::Read, false));
+        assert_eq!(l.state, State::Reading);
+        l.eof = true;
+        assert!(l.apply(Next::Read, false));
+        assert_eq!(l.state, State::Closing);
+        assert!(!l.apply(Next::Abort, false));
+    }
+
+    #[test]
+    fn a_joined_connection_stays_joined() {
+        let mut l = link();
+        assert!(l.apply(Next::Close, true));
+        assert_eq!(l.state, State::Joined);
+        assert!(!l.apply(Next::Abort, true));
+    }
+
+    #[test]
+    fn linger_is_remembered() {
+        let mut l = link();
+        assert!(l.apply(Next::Linger, false));
+        assert_eq!(l.state, State::Closing);
+        assert!(l.linger);
+    }
+
+    #[test]
+    fn a_quiet_close_is_immediate() {
+        let mut l = link();
+        let mut pool = BufferPool::default();
+        l.apply(Next::Close, false);
+        let now = Instant::now();
+        let linger = Duration::from_secs(1);
+        assert_eq!(
+            l.finish_closing(&mut pool, now, linger, false),
+            Closing::Now
+        );
+    }
+
+    #[test]
+    fn the_send_deadline_counts_only_with_output_queued() {
+        let now = Instant::now();
+        let mut pool = BufferPool::default();
+        let mut l = link();
+        l.send_deadline = Some(now);
+        assert_eq!(l.expiry(now, false), None);
+        l.output
+            .write_with(&mut pool, |buf| buf.extend_from_slice(b"x"));
+        l.deadline = Some(now);
+        assert_eq!(
+            l.expiry(now, false),
+            Some(Expiry::Close(CloseReason::SendTimeout))
+        );
+        l.send_deadline = Some(now + Duration::from_secs(1));
+        assert_eq!(l.expiry(now, true), None, "the handler is busy: next sweep");
+        assert_eq!(l.deadline, Some(now));
+        assert_eq!(l.expiry(now, false), Some(Expiry::CallTimeout));
+        assert_eq!(l.deadline, None);
+        l.output.clear(&mut pool);
+    }
+
+    #[test]
+    fn deadlines_end_lingering_and_joined_connections() {
+        let now = Instant::now();
+        for state in [State::Lingering, State::Joined] {
+            let mut l = link();
+            l.state = state;
+            l.deadline = Some(now);
+            assert_eq!(l.expiry(now, false), Some(Expiry::Close(CloseReason::Done)));
+        }
+        let mut l = link();
+        l.state = State::Closing;
+        l.deadline = Some(now);
+        assert_eq!(l.expiry(now, false), None);
+        assert_eq!(l.deadline, None);
+    }
+}
