@@ -353,6 +353,18 @@ fn cancel_upstream_ops(
     ops.epoch = ops.epoch.wrapping_add(1);
 }
 
+/// What one completion of a multishot receive delivered.
+enum Received {
+    /// Bytes, in ring buffer `.0`.
+    Bytes(u16, Vec<u8>),
+    /// The peer's end of stream.
+    End,
+    /// Nothing: the receive stopped for a reason that calls for re-arming it.
+    Stopped,
+    /// A socket error (errno).
+    Failed(i32),
+}
+
 /// Keeps a receive's buffer as `input` and gives the ring one back in its place: the buffer
 /// the input let go of (no copy when the input was empty), or one from the pool when that is
 /// too small.
@@ -730,19 +742,48 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
-    fn on_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
-        let more = cqueue::more(flags);
+    /// What a multishot receive's completion delivered. A ring buffer that carries no bytes
+    /// goes back to the ring at once.
+    fn received(&mut self, result: i32, flags: u32) -> Received {
         let mut data = None;
         if let Some(bid) = cqueue::buffer_select(flags) {
             match self.buffers.take(bid, result.max(0) as usize) {
-                Some(buf) => data = Some((bid, buf)),
+                Some(buf) if result > 0 => data = Some((bid, buf)),
+                Some(buf) => self.buffers.provide(bid, buf),
                 None => tracing::error!("receive completed with an unknown buffer {bid}"),
             }
         }
-        if !self.op_done(index, generation, !more) {
-            if let Some((bid, buf)) = data {
-                self.buffers.provide(bid, buf);
+        match (result, data) {
+            (n, Some((bid, buf))) if n > 0 => Received::Bytes(bid, buf),
+            // Bytes without a buffer: the ring is not what the kernel thinks it is.
+            (n, _) if n > 0 => Received::Failed(libc::EIO),
+            (0, _) => Received::End,
+            // The ring ran dry (it is refilled by now), the receive was paused, or it was
+            // interrupted: re-armed by the flush where input is wanted.
+            (e, _)
+                if matches!(
+                    -e,
+                    libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN
+                ) =>
+            {
+                Received::Stopped
             }
+            (e, _) => Received::Failed(-e),
+        }
+    }
+
+    /// Gives the ring back the buffer of bytes nobody will take.
+    fn drop_received(&mut self, received: Received) {
+        if let Received::Bytes(bid, buf) = received {
+            self.buffers.provide(bid, buf);
+        }
+    }
+
+    fn on_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
+        let more = cqueue::more(flags);
+        let received = self.received(result, flags);
+        if !self.op_done(index, generation, !more) {
+            self.drop_received(received);
             return;
         }
         let c = self.slots[index].conn.as_mut().expect("live connection");
@@ -752,42 +793,27 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         if c.join.is_some() {
             // The last bytes before the receive ends: they cross over to the upstream.
-            if let Some((bid, buf)) = data {
-                if result > 0 {
-                    keep_received(
-                        &mut self.buffers,
-                        &mut self.pool,
-                        &mut c.link.input,
-                        bid,
-                        buf,
-                    );
-                } else {
-                    self.buffers.provide(bid, buf);
-                }
-            }
-            match result {
-                0 => c.link.eof = true,
-                e if e < 0
-                    && !matches!(
-                        -e,
-                        libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN
-                    ) =>
-                {
+            match received {
+                Received::Bytes(bid, buf) => keep_received(
+                    &mut self.buffers,
+                    &mut self.pool,
+                    &mut c.link.input,
+                    bid,
+                    buf,
+                ),
+                Received::End => c.link.eof = true,
+                Received::Stopped => {}
+                Received::Failed(_) => {
                     self.close(index, CloseReason::PeerGone);
                     return;
                 }
-                _ => {}
             }
             self.mark_dirty(index);
             return;
         }
-        if result > 0 {
-            let Some((bid, buf)) = data else {
-                self.close(index, CloseReason::Error);
-                return;
-            };
-            match c.link.state {
-                State::Closing | State::Lingering => {
+        match received {
+            Received::Bytes(bid, buf) => {
+                if matches!(c.link.state, State::Closing | State::Lingering) {
                     // Late input after the last response is discarded.
                     self.buffers.provide(bid, buf);
                     if !more {
@@ -795,56 +821,48 @@ impl<'a, H: Handler> Worker<'a, H> {
                     }
                     return;
                 }
-                // A joined connection's receive was handled above.
-                State::Reading | State::Draining | State::Joined => {}
+                // The guard against a handler that leaves input unconsumed; input that piled
+                // up while the handler was not looking (draining, or a send in flight) is not
+                // its doing.
+                if c.link.state == State::Reading
+                    && !c.ready_pending
+                    && c.link.input.len() >= self.config.max_input
+                {
+                    self.buffers.provide(bid, buf);
+                    self.close(index, CloseReason::Error);
+                    return;
+                }
+                keep_received(
+                    &mut self.buffers,
+                    &mut self.pool,
+                    &mut c.link.input,
+                    bid,
+                    buf,
+                );
+                if c.link.state == State::Reading && !self.ready(index) {
+                    return;
+                }
+                self.pause_receive_if_unwanted(index);
+                self.mark_dirty(index);
             }
-            // The guard against a handler that leaves input unconsumed; input that piled up
-            // while the handler was not looking (draining, or a send in flight) is not its doing.
-            if c.link.state == State::Reading
-                && !c.ready_pending
-                && c.link.input.len() >= self.config.max_input
-            {
-                self.buffers.provide(bid, buf);
-                self.close(index, CloseReason::Error);
-                return;
-            }
-            keep_received(
-                &mut self.buffers,
-                &mut self.pool,
-                &mut c.link.input,
-                bid,
-                buf,
-            );
-            if c.link.state == State::Reading && !self.ready(index) {
-                return;
-            }
-            self.pause_receive_if_unwanted(index);
-            self.mark_dirty(index);
-            return;
-        }
-        if let Some((bid, buf)) = data {
-            self.buffers.provide(bid, buf);
-        }
-        if result == 0 {
-            c.link.eof = true;
-            match c.link.state {
-                State::Lingering => self.close(index, CloseReason::Done),
-                // Seen by the handler once the output has drained; a joint sees it itself.
-                State::Closing | State::Draining | State::Joined => {}
-                State::Reading => {
-                    if self.ready(index) {
-                        self.mark_dirty(index);
+            Received::End => {
+                c.link.eof = true;
+                match c.link.state {
+                    State::Lingering => self.close(index, CloseReason::Done),
+                    // Seen by the handler once the output has drained; a joint sees it itself.
+                    State::Closing | State::Draining | State::Joined => {}
+                    State::Reading => {
+                        if self.ready(index) {
+                            self.mark_dirty(index);
+                        }
                     }
                 }
             }
-            return;
-        }
-        match -result {
-            // The ring ran dry (it is refilled by now), the receive was paused, or it was
-            // interrupted: the flush re-arms it when input is wanted.
-            libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN => self.mark_dirty(index),
-            _ if c.link.state == State::Lingering => self.close(index, CloseReason::Done),
-            _ => self.close(index, CloseReason::PeerGone),
+            Received::Stopped => self.mark_dirty(index),
+            Received::Failed(_) if c.link.state == State::Lingering => {
+                self.close(index, CloseReason::Done)
+            }
+            Received::Failed(_) => self.close(index, CloseReason::PeerGone),
         }
     }
 
@@ -936,25 +954,17 @@ impl<'a, H: Handler> Worker<'a, H> {
     fn on_up_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
         let (index, epoch) = up_index(index);
         let more = cqueue::more(flags);
-        let mut data = None;
-        if let Some(bid) = cqueue::buffer_select(flags) {
-            match self.buffers.take(bid, result.max(0) as usize) {
-                Some(buf) => data = Some((bid, buf)),
-                None => tracing::error!("upstream receive completed with an unknown buffer {bid}"),
-            }
-        }
+        let received = self.received(result, flags);
         let live = self.op_done(index, generation, !more);
         let c = match self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
             Some(c) if live && c.up_ops.epoch == epoch => c,
             _ => {
-                if let Some((bid, buf)) = data {
-                    self.buffers.provide(bid, buf);
-                }
-                if result >= 0 {
+                if matches!(received, Received::Bytes(..) | Received::End) {
                     // Bytes or an end on an upstream already let go of: if it went to the
                     // pool, it is not fit to lend.
                     self.upstreams.discard_held((index, generation));
                 }
+                self.drop_received(received);
                 return;
             }
         };
@@ -963,31 +973,19 @@ impl<'a, H: Handler> Worker<'a, H> {
             c.up_ops.recv_cancelled = false;
         }
         let Some(up) = c.link.upstream.attached() else {
-            if let Some((bid, buf)) = data {
-                self.buffers.provide(bid, buf);
-            }
+            self.drop_received(received);
             return;
         };
-        if let Some((bid, buf)) = data {
-            if result > 0 {
-                keep_received(&mut self.buffers, &mut self.pool, &mut up.input, bid, buf);
-            } else {
-                self.buffers.provide(bid, buf);
+        match received {
+            Received::Bytes(bid, buf) => {
+                keep_received(&mut self.buffers, &mut self.pool, &mut up.input, bid, buf)
             }
-        }
-        match result {
-            n if n > 0 => {}
-            0 => up.received_end(),
-            // Paused, the ring ran dry, or interrupted: the flush re-arms it.
-            e if matches!(
-                -e,
-                libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN
-            ) =>
-            {
+            Received::End => up.received_end(),
+            Received::Stopped => {
                 self.mark_dirty(index);
                 return;
             }
-            e => up.failed(io::Error::from_raw_os_error(-e).kind()),
+            Received::Failed(errno) => up.failed(io::Error::from_raw_os_error(errno).kind()),
         }
         c.link.upstream.notify = true;
         self.mark_dirty(index);
