@@ -9,10 +9,13 @@
 //! ended it.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
 use crate::upstream::UpstreamPort;
+
+/// How often deadlines are checked and [`Handler::on_tick`] runs.
+pub const TICK: Duration = Duration::from_millis(100);
 
 /// What a connection waits for after a handler call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

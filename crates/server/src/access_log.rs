@@ -77,7 +77,7 @@ impl AccessLog {
     }
 
     /// Waits until every worker's buffer has been written (workers must have stopped).
-    pub fn finish(mut self) {
+    pub fn finish(&mut self) {
         self.sender = None;
         if let Some(writer) = self.writer.take() {
             let _ = writer.join();

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use fastpath_content::handover::{BackendConfig, BackendState, ResponseCache, Routes};
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
 use fastpath_drivers::Model as DriverModel;
-use fastpath_drivers::{bind_listeners, DriverConfig};
+use fastpath_drivers::{bind_listeners, DriverConfig, Process};
 
 pub use access_log::AccessLog;
 pub use error_log::init_error_log;
@@ -146,20 +146,6 @@ fn driver_model(config: &Config) -> DriverModel {
     }
 }
 
-/// How a model lays out its handlers: listener sets to bind, and the most handlers alive at
-/// once, which share the configured cache and connection budgets between them.
-fn layout(model: DriverModel, workers: usize) -> (usize, usize) {
-    match model {
-        DriverModel::Epoll | DriverModel::Uring => (workers, workers),
-        DriverModel::Percore(_) => {
-            let cores = fastpath_drivers::allowed_cpus().len().max(1);
-            (cores, cores)
-        }
-        DriverModel::Threads(threads) => (1, threads.threads.max(1)),
-        DriverModel::Prefork(prefork) => (1, prefork.max_children.max(1)),
-    }
-}
-
 /// What the handlers of one process share: built once per process, after the fork for the
 /// process model, because it starts threads (the access-log writer, the file watchers).
 struct Shared {
@@ -229,30 +215,30 @@ impl Shared {
             ResponseCache::new(self.response_cache_memory, self.response_cache_max),
         )
     }
+}
 
-    fn finish(self) {
+impl Drop for Shared {
+    /// Flushes and closes the access log when the process stops serving.
+    fn drop(&mut self) {
         self.access_log.finish();
     }
 }
 
 /// Runs the server described by `config` until `stop` is set.
-pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeError> {
+pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
     fastpath_drivers::ignore_sigpipe();
     for note in config.model_notes() {
         tracing::info!("{note}");
     }
     let model = driver_model(config);
-    let (listener_sets, handlers) = layout(model, worker_count(config.workers));
-    let listeners = bind_listeners(&config.listen, listener_sets).map_err(ServeError::Bind)?;
+    let workers = worker_count(config.workers);
+    let layout = model.layout(workers);
+    let listeners =
+        bind_listeners(&config.listen, layout.listener_sets).map_err(ServeError::Bind)?;
     if !listeners.features.defer_accept {
         tracing::info!("TCP_DEFER_ACCEPT is not available; accepting connections before their first bytes arrive");
     }
-    let shape = match model {
-        DriverModel::Epoll | DriverModel::Uring => format!("{listener_sets} workers"),
-        DriverModel::Percore(_) => format!("{listener_sets} cores"),
-        DriverModel::Threads(t) => format!("{} threads", t.threads),
-        DriverModel::Prefork(p) => format!("{} to {} processes", p.start, p.max_children),
-    };
+    let shape = model.shape(workers);
     for addr in &listeners.local_addrs {
         tracing::info!("listening on {addr} ({}, {shape})", model.name());
     }
@@ -262,23 +248,21 @@ pub fn serve(config: &Config, stop: &'static AtomicBool) -> Result<(), ServeErro
         linger_timeout: config.timeouts.linger,
         ..DriverConfig::default()
     };
-    if let DriverModel::Prefork(prefork) = model {
-        // Open every root and the access log once here so that a bad one stops the server at
-        // start, not each child as it is forked; the children open their own.
-        virtual_hosts(config, Watching::Off)?;
-        AccessLog::start_direct(&config.log.access).map_err(ServeError::AccessLog)?;
-        let result =
-            fastpath_drivers::prefork::run(listeners, &driver_config, prefork, stop, &|child| {
-                let shared = Shared::start(config, handlers, true).map_err(io::Error::other)?;
-                let result = child.serve(shared.handler());
-                shared.finish();
-                result
-            });
-        return result.map_err(ServeError::Run);
-    }
-    let shared = Shared::start(config, handlers, false)?;
-    let result =
-        fastpath_drivers::run(model, listeners, &driver_config, |_| shared.handler(), stop);
-    shared.finish();
-    result.map_err(ServeError::Run)
+    // Open every root and the access log once here, so that a bad one stops the server at
+    // start with its own error (and not each preforked child as it starts); the processes
+    // that serve open their own.
+    virtual_hosts(config, Watching::Off)?;
+    AccessLog::start_direct(&config.log.access).map_err(ServeError::AccessLog)?;
+    let start = |process: Process| {
+        Shared::start(config, layout.handlers, process.single_threaded).map_err(io::Error::other)
+    };
+    fastpath_drivers::run_service(
+        model,
+        listeners,
+        &driver_config,
+        stop,
+        &start,
+        |shared: &Shared, _worker| shared.handler(),
+    )
+    .map_err(ServeError::Run)
 }

@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::{self, NoGate, UNKNOWN_PEER};
-use crate::epoll::{LoopOptions, Worker};
 use crate::listener::address_index;
+use crate::loops::epoll::{LoopOptions, Worker};
 use crate::sys;
 use crate::{DriverConfig, Handler, Listeners, Opened};
 
@@ -164,7 +164,7 @@ pub struct Child<'a> {
     addresses: usize,
     config: &'a DriverConfig,
     prefork: PreforkConfig,
-    stop: &'static AtomicBool,
+    stop: &'a AtomicBool,
 }
 
 impl Child<'_> {
@@ -289,7 +289,7 @@ pub fn run(
     listeners: Listeners,
     config: &DriverConfig,
     prefork: PreforkConfig,
-    stop: &'static AtomicBool,
+    stop: &AtomicBool,
     child_main: &dyn Fn(Child<'_>) -> io::Result<()>,
 ) -> io::Result<()> {
     let threads = std::fs::read_dir("/proc/self/task").map_or(1, |tasks| tasks.count());
@@ -388,7 +388,7 @@ struct ChildPool<'a> {
     addresses: usize,
     config: &'a DriverConfig,
     prefork: PreforkConfig,
-    stop: &'static AtomicBool,
+    stop: &'a AtomicBool,
     parent: u32,
     /// Children in a row that ended in failure before they were ever idle.
     failed_starts: usize,

@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use crate::epoll::{LoopOptions, Worker};
+use crate::loops::epoll::{LoopOptions, Worker};
 use crate::sys::setsockopt_int;
 use crate::{common, DriverConfig, Handler, Listeners};
 
@@ -101,7 +101,7 @@ pub(crate) fn run<H, F>(
     listeners: Listeners,
     config: &DriverConfig,
     make_handler: &F,
-    stop: &'static AtomicBool,
+    stop: &AtomicBool,
     percore: PercoreConfig,
 ) -> io::Result<()>
 where

@@ -69,11 +69,12 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
+use crate::loops::EventLoop;
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::peer_addr;
 use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
-use crate::{CloseReason, DriverConfig, Handler, Listeners, Next, Opened, TICK};
+use crate::{CloseReason, DriverConfig, Handler, Next, Opened, TICK};
 use bufring::BufRing;
 
 /// Submission queue size: the requests one wait can carry before an extra enter is needed.
@@ -139,23 +140,19 @@ fn probe_here() -> io::Result<()> {
     Ok(())
 }
 
-pub(crate) fn run<H, F>(
-    listeners: Listeners,
-    config: &DriverConfig,
-    make_handler: &F,
-    stop: &'static AtomicBool,
-) -> io::Result<()>
-where
-    H: Handler,
-    F: Fn(usize) -> H + Sync,
-{
-    common::run_workers(
-        listeners,
-        make_handler,
-        |_worker, sockets, handler, active| {
-            Worker::new(sockets, handler, config, active, stop)?.run()
-        },
-    )
+/// The io_uring loop as [`EventLoop`].
+pub(crate) struct Uring;
+
+impl EventLoop for Uring {
+    fn serve<H: Handler>(
+        sockets: Vec<OwnedFd>,
+        handler: H,
+        config: &DriverConfig,
+        active: &AtomicUsize,
+        stop: &AtomicBool,
+    ) -> io::Result<()> {
+        Worker::new(sockets, handler, config, active, stop)?.run()
+    }
 }
 
 /// Sets up a worker's ring. Only the worker's thread submits, and it wants completions only
@@ -453,7 +450,7 @@ struct Worker<'a, H: Handler> {
     pool: BufferPool,
     config: &'a DriverConfig,
     active: &'a AtomicUsize,
-    stop: &'static AtomicBool,
+    stop: &'a AtomicBool,
     now: Instant,
     accept_pause: AcceptPause,
     stopping: bool,
@@ -468,7 +465,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         handler: H,
         config: &'a DriverConfig,
         active: &'a AtomicUsize,
-        stop: &'static AtomicBool,
+        stop: &'a AtomicBool,
     ) -> io::Result<Self> {
         let ring = build_ring()?;
         let mut pool = BufferPool::default();

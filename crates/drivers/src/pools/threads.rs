@@ -20,8 +20,8 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Gate, UNKNOWN_PEER};
-use crate::epoll::{LoopOptions, Worker};
 use crate::listener::address_index;
+use crate::loops::epoll::{LoopOptions, Worker};
 use crate::sys;
 use crate::{DriverConfig, Handler, Listeners, Opened};
 
@@ -116,7 +116,7 @@ pub(crate) fn run<H, F>(
     listeners: Listeners,
     config: &DriverConfig,
     make_handler: &F,
-    stop: &'static AtomicBool,
+    stop: &AtomicBool,
     threads: ThreadsConfig,
 ) -> io::Result<()>
 where

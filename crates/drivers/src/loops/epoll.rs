@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 use crate::buffers::{BufferPool, Flush, FlushError};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
+use crate::loops::EventLoop;
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
 use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
-use crate::{CloseReason, DriverConfig, Handler, Listeners, Next, Opened, TICK};
+use crate::{CloseReason, DriverConfig, Handler, Next, Opened, TICK};
 
 /// What an epoll token names (the kind of a packed [`Token`]).
 const CONNECTION: u8 = 1;
@@ -29,31 +30,27 @@ const EVENTS_PER_WAIT: usize = 256;
 /// Connections accepted per listener readiness before other work gets a turn.
 const ACCEPT_BATCH: usize = 64;
 
-pub(crate) fn run<H, F>(
-    listeners: Listeners,
-    config: &DriverConfig,
-    make_handler: &F,
-    stop: &'static AtomicBool,
-) -> io::Result<()>
-where
-    H: Handler,
-    F: Fn(usize) -> H + Sync,
-{
-    common::run_workers(
-        listeners,
-        make_handler,
-        |_worker, sockets, handler, active| {
-            Worker::new(
-                sockets,
-                handler,
-                config,
-                active,
-                stop,
-                LoopOptions::default(),
-            )?
-            .run()
-        },
-    )
+/// The epoll loop as [`EventLoop`]: each worker with the default [`LoopOptions`].
+pub(crate) struct Epoll;
+
+impl EventLoop for Epoll {
+    fn serve<H: Handler>(
+        sockets: Vec<OwnedFd>,
+        handler: H,
+        config: &DriverConfig,
+        active: &AtomicUsize,
+        stop: &AtomicBool,
+    ) -> io::Result<()> {
+        Worker::new(
+            sockets,
+            handler,
+            config,
+            active,
+            stop,
+            LoopOptions::default(),
+        )?
+        .run()
+    }
 }
 
 /// How a worker's loop waits, beyond what [`DriverConfig`] says.
@@ -96,7 +93,7 @@ pub(crate) struct Worker<'a, H: Handler> {
     pool: BufferPool,
     config: &'a DriverConfig,
     active: &'a AtomicUsize,
-    stop: &'static AtomicBool,
+    stop: &'a AtomicBool,
     now: Instant,
     accept_pause: AcceptPause,
     upstreams: UpstreamPool,
@@ -108,7 +105,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         handler: H,
         config: &'a DriverConfig,
         active: &'a AtomicUsize,
-        stop: &'static AtomicBool,
+        stop: &'a AtomicBool,
         options: LoopOptions,
     ) -> io::Result<Self> {
         let mut worker = Worker {
