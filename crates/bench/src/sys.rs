@@ -9,18 +9,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-/// Calls a libc function and turns a `-1` return into `io::Error::last_os_error()`.
-macro_rules! syscall {
-    ($fn: ident ( $($arg: expr),* $(,)* ) ) => {{
-        #[allow(unused_unsafe)]
-        let res = unsafe { libc::$fn($($arg, )*) };
-        if res == -1 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(res)
-        }
-    }};
-}
+use fastpath_drivers::syscall;
 
 /// Readiness a connection is registered for, once, when its socket is created. Edge
 /// triggered, so the hot path never calls `epoll_ctl` again: reads run until a short read,

@@ -4,11 +4,23 @@ use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// Calls a libc function and turns a `-1` return into `io::Error::last_os_error()`.
+/// Calls a libc function and turns a `-1` return into `io::Error::last_os_error()`, so every
+/// call site gets an `io::Result`. Exported for the other crates of fastpath that make system
+/// calls of their own (the load generator), so the wrapper is written once.
+///
+/// The arguments go to the C function unchecked: pointers and lengths must be valid for it,
+/// as for any call into libc. That is the caller's to uphold, which is why the macro is only
+/// for fastpath's own crates.
+///
+/// ```
+/// let pid = fastpath_drivers::syscall!(getpid()).unwrap();
+/// assert!(pid > 0);
+/// ```
+#[macro_export]
 macro_rules! syscall {
     ($fn: ident ( $($arg: expr),* $(,)* ) ) => {{
         #[allow(unused_unsafe)]
-        let res = unsafe { libc::$fn($($arg, )*) };
+        let res = unsafe { $crate::__libc::$fn($($arg, )*) };
         if res == -1 {
             Err(std::io::Error::last_os_error())
         } else {
