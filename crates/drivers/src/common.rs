@@ -62,17 +62,7 @@ where
 }
 
 /// Counts a newly accepted connection in: true when it may open, false when the limit was
-/// reached and it has been refused (the caller then drops, and so closes, `fd`).
-pub(crate) fn admit<H: Handler>(
-    active: &AtomicUsize,
-    max_connections: usize,
-    fd: &OwnedFd,
-    handler: &H,
-) -> bool {
-    admit_with(active, max_connections, fd, handler.refusal())
-}
-
-/// [`admit`] for a caller that holds the refusal bytes rather than a handler.
+/// reached and it has been refused with `refusal` (the caller then drops, and so closes, `fd`).
 pub(crate) fn admit_with(
     active: &AtomicUsize,
     max_connections: usize,

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
+use crate::loops::Core;
 use crate::sys::syscall;
 use crate::upstream::UpstreamPort;
 use crate::{CloseReason, Handler, Io, Next, Opened};
@@ -176,12 +177,11 @@ pub(crate) fn open<H: Handler>(
     fd: OwnedFd,
     opened: Opened,
     upstream: UpstreamPort,
-    pool: &mut BufferPool,
-    now: Instant,
+    core: &mut Core<'_>,
 ) -> (Link, H::Conn, Next) {
     let mut link = Link::new(fd, upstream);
-    let (conn, next) = handler.on_open(opened, &mut link.io(pool, now));
-    link.input.release_if_empty(pool);
+    let (conn, next) = handler.on_open(opened, &mut link.io(&mut core.pool, core.now));
+    link.input.release_if_empty(&mut core.pool);
     (link, conn, next)
 }
 
@@ -191,17 +191,16 @@ pub(crate) fn call<H: Handler>(
     handler: &mut H,
     conn: &mut H::Conn,
     link: &mut Link,
-    pool: &mut BufferPool,
-    now: Instant,
+    core: &mut Core<'_>,
     timeout: bool,
 ) -> Next {
-    let mut io = link.io(pool, now);
+    let mut io = link.io(&mut core.pool, core.now);
     let next = if timeout {
         handler.on_timeout(conn, &mut io)
     } else {
         handler.on_ready(conn, &mut io)
     };
-    link.input.release_if_empty(pool);
+    link.input.release_if_empty(&mut core.pool);
     next
 }
 

@@ -889,6 +889,22 @@ impl Upstream {
         self.state = UpstreamState::Failed(kind);
     }
 
+    /// Sends what is queued for a joined upstream while its socket takes it; an error means
+    /// the joint is broken.
+    pub(crate) fn flush_joined_output(&mut self, pool: &mut BufferPool) -> Result<(), ()> {
+        if self.output.is_empty() || !self.writable {
+            return Ok(());
+        }
+        match self.output.flush(self.fd.as_raw_fd(), pool) {
+            Ok(Flush::Done) => Ok(()),
+            Ok(Flush::WouldBlock) => {
+                self.writable = false;
+                Ok(())
+            }
+            Err(_) => Err(()),
+        }
+    }
+
     /// Passes on what either side sent that reached user space before a join: the client's
     /// unread input goes to the upstream's output, the upstream's unread input to the
     /// client's output.

@@ -6,18 +6,18 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError};
-use crate::common::{self, warn_out_of_descriptors, AcceptPause, Gate, UNKNOWN_PEER};
+use crate::common::{self, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
-use crate::loops::EventLoop;
+use crate::loops::{Core, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
-use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
-use crate::{CloseReason, DriverConfig, Handler, Next, Opened, TICK};
+use crate::upstream::{JointStep, Registry, UpstreamPort};
+use crate::{CloseReason, Handler, Next, Opened, TICK};
 
 /// What an epoll token names (the kind of a packed [`Token`]).
 const CONNECTION: u8 = 1;
@@ -34,22 +34,8 @@ const ACCEPT_BATCH: usize = 64;
 pub(crate) struct Epoll;
 
 impl EventLoop for Epoll {
-    fn serve<H: Handler>(
-        sockets: Vec<OwnedFd>,
-        handler: H,
-        config: &DriverConfig,
-        active: &AtomicUsize,
-        stop: &AtomicBool,
-    ) -> io::Result<()> {
-        Worker::new(
-            sockets,
-            handler,
-            config,
-            active,
-            stop,
-            LoopOptions::default(),
-        )?
-        .run()
+    fn serve<H: Handler>(sockets: Vec<OwnedFd>, handler: H, env: Env<'_>) -> io::Result<()> {
+        Worker::new(sockets, handler, env, LoopOptions::default())?.run()
     }
 }
 
@@ -90,22 +76,14 @@ pub(crate) struct Worker<'a, H: Handler> {
     listeners: Vec<OwnedFd>,
     handler: H,
     slots: Slab<Slot<H::Conn>>,
-    pool: BufferPool,
-    config: &'a DriverConfig,
-    active: &'a AtomicUsize,
-    stop: &'a AtomicBool,
-    now: Instant,
-    accept_pause: AcceptPause,
-    upstreams: UpstreamPool,
+    core: Core<'a>,
 }
 
 impl<'a, H: Handler> Worker<'a, H> {
     pub(crate) fn new(
         listeners: Vec<OwnedFd>,
         handler: H,
-        config: &'a DriverConfig,
-        active: &'a AtomicUsize,
-        stop: &'a AtomicBool,
+        env: Env<'a>,
         options: LoopOptions,
     ) -> io::Result<Self> {
         let mut worker = Worker {
@@ -116,13 +94,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             listeners,
             handler,
             slots: Slab::default(),
-            pool: BufferPool::default(),
-            config,
-            active,
-            stop,
-            now: Instant::now(),
-            accept_pause: AcceptPause::default(),
-            upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
+            core: Core::new(env, BufferPool::default()),
         };
         if !worker.listeners.is_empty() {
             worker.ensure_epoll()?;
@@ -177,7 +149,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     pub(crate) fn run(mut self) -> io::Result<()> {
         let mut events = new_events(EVENTS_PER_WAIT);
         let mut next_tick = Instant::now() + TICK;
-        while !self.stop.load(Ordering::Relaxed) {
+        while !self.core.stop.load(Ordering::Relaxed) {
             self.turn(&mut events, &mut next_tick, &common::NoGate)?;
         }
         self.finish();
@@ -193,11 +165,11 @@ impl<'a, H: Handler> Worker<'a, H> {
         opened: Opened,
         gate: &dyn Gate,
     ) -> io::Result<()> {
-        self.now = Instant::now();
-        let mut next_tick = self.now + TICK;
+        self.core.now = Instant::now();
+        let mut next_tick = self.core.now + TICK;
         if let Err(e) = self.ensure_epoll() {
             // Out of descriptors: this connection cannot be served; the caller counted it in.
-            self.active.fetch_sub(1, Ordering::Relaxed);
+            self.core.active.fetch_sub(1, Ordering::Relaxed);
             if let Some(hook) = &self.on_last_close {
                 hook();
             }
@@ -208,7 +180,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         // Room for the client and its upstream, each with a few events.
         let mut events = new_events(8);
         while self.slots.len() > 0 {
-            if self.stop.load(Ordering::Relaxed) {
+            if self.core.stop.load(Ordering::Relaxed) {
                 self.close_all(CloseReason::Shutdown);
                 break;
             }
@@ -220,9 +192,9 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Runs the periodic work now: for a worker that was idle, whose clock and logs have not
     /// been ticked meanwhile.
     pub(crate) fn tick(&mut self) {
-        self.now = Instant::now();
-        self.upstreams.sweep(self.now);
-        self.handler.on_tick(self.now);
+        self.core.now = Instant::now();
+        self.core.upstreams.sweep(self.core.now);
+        self.handler.on_tick(self.core.now);
     }
 
     /// Closes every connection and tells the handler the worker stops.
@@ -249,7 +221,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         let spinning = self
             .options
             .busy_poll
-            .is_some_and(|spin| self.now.duration_since(self.last_event) < spin);
+            .is_some_and(|spin| self.core.now.duration_since(self.last_event) < spin);
         let timeout = if spinning {
             0
         } else {
@@ -269,18 +241,18 @@ impl<'a, H: Handler> Worker<'a, H> {
             gate.enter();
         }
         let n = waited?;
-        self.now = Instant::now();
+        self.core.now = Instant::now();
         if n > 0 {
-            self.last_event = self.now;
+            self.last_event = self.core.now;
         }
         for event in &events[..n] {
             self.dispatch(*event);
         }
-        if self.now >= *next_tick {
-            *next_tick = self.now + TICK;
+        if self.core.now >= *next_tick {
+            *next_tick = self.core.now + TICK;
             self.sweep();
-            self.upstreams.sweep(self.now);
-            self.handler.on_tick(self.now);
+            self.core.upstreams.sweep(self.core.now);
+            self.handler.on_tick(self.core.now);
         }
         Ok(())
     }
@@ -326,7 +298,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn accept(&mut self, listener_index: usize) {
-        if self.accept_pause.is_paused() {
+        if self.core.accept_pause.is_paused() {
             return;
         }
         let listen_fd = self.listeners[listener_index].as_raw_fd();
@@ -334,8 +306,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             match sys::accept(listen_fd) {
                 Ok((fd, peer)) => {
                     let peer = peer.unwrap_or(UNKNOWN_PEER);
-                    if !common::admit(self.active, self.config.max_connections, &fd, &self.handler)
-                    {
+                    if !self.core.admit(&fd, &self.handler) {
                         continue;
                     }
                     self.open(fd, Opened::new(peer, listener_index));
@@ -360,9 +331,14 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// spinning on a level-triggered listener that cannot be served; pending clients wait in the
     /// backlog and get in as soon as descriptors are free again.
     fn pause_accepting(&mut self, error: &io::Error) {
-        warn_out_of_descriptors!(self.accept_pause, self.now, error, self.slots.len());
+        warn_out_of_descriptors!(
+            self.core.accept_pause,
+            self.core.now,
+            error,
+            self.slots.len()
+        );
         if self.watch_listeners(false).is_ok() {
-            self.accept_pause.pause(self.now);
+            self.core.accept_pause.pause(self.core.now);
         }
     }
 
@@ -372,8 +348,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             fd,
             opened,
             UpstreamPort::new(true, true),
-            &mut self.pool,
-            self.now,
+            &mut self.core,
         );
         let index = self
             .slots
@@ -425,11 +400,11 @@ impl<'a, H: Handler> Worker<'a, H> {
             let link = &mut slot.link;
             let fd = link.fd.as_raw_fd();
             if !link.output.is_empty() && slot.writable {
-                match link.output.flush(fd, &mut self.pool) {
+                match link.output.flush(fd, &mut self.core.pool) {
                     Ok(Flush::Done) => link.send_deadline = None,
                     Ok(Flush::WouldBlock) => {
                         slot.writable = false;
-                        link.send_deadline = Some(self.now + self.config.send_timeout);
+                        link.send_deadline = Some(self.core.now + self.core.config.send_timeout);
                     }
                     Err(FlushError::FileShrunk) => {
                         self.close(index, CloseReason::FileShrunk);
@@ -460,11 +435,11 @@ impl<'a, H: Handler> Worker<'a, H> {
                         !link.output.is_empty(),
                     );
                     if let Some(idle) = pumped.moved {
-                        link.deadline = Some(self.now + idle);
+                        link.deadline = Some(self.core.now + idle);
                     }
                     upstream_news |= pumped.news;
                 }
-                upstream_news |= up.service(&mut self.pool);
+                upstream_news |= up.service(&mut self.core.pool);
             }
             match link.state {
                 // Handled before the upstream's service above.
@@ -489,9 +464,9 @@ impl<'a, H: Handler> Worker<'a, H> {
                         return;
                     }
                     let closing = link.finish_closing(
-                        &mut self.pool,
-                        self.now,
-                        self.config.linger_timeout,
+                        &mut self.core.pool,
+                        self.core.now,
+                        self.core.config.linger_timeout,
                         slot.readable,
                     );
                     if closing == Closing::Now {
@@ -533,11 +508,11 @@ impl<'a, H: Handler> Worker<'a, H> {
                         .attached()
                         .is_some_and(|up| up.to_upstream.is_some());
                     if slot.readable && !link.eof && !splicing {
-                        if link.input.len() >= self.config.max_input {
+                        if link.input.len() >= self.core.config.max_input {
                             self.close(index, CloseReason::Error);
                             return;
                         }
-                        match link.input.read_from(fd, &mut self.pool) {
+                        match link.input.read_from(fd, &mut self.core.pool) {
                             Ok((0, _)) => {
                                 link.eof = true;
                                 got = true;
@@ -553,7 +528,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                             Ok((_, true)) => got = true,
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                                 slot.readable = false;
-                                link.input.release_if_empty(&mut self.pool);
+                                link.input.release_if_empty(&mut self.core.pool);
                             }
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                             Err(_) => {
@@ -587,8 +562,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             &mut self.handler,
             &mut slot.conn,
             &mut slot.link,
-            &mut self.pool,
-            self.now,
+            &mut self.core,
             timeout,
         );
         self.after_call(index, next)
@@ -603,9 +577,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         let slot = self.slots.at(index).expect("live slot");
         let join = slot.link.upstream.after_call(
             &mut registry,
-            &mut self.upstreams,
-            &mut self.pool,
-            self.now,
+            &mut self.core.upstreams,
+            &mut self.core.pool,
+            self.core.now,
         );
         match join {
             Some(idle) => self.join(index, idle, next),
@@ -628,9 +602,9 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         };
         // What either side sent that the handler has not passed on goes first.
-        up.cross_over(&mut link.input, &mut link.output, &mut self.pool);
+        up.cross_over(&mut link.input, &mut link.output, &mut self.core.pool);
         slot.joint = Some(Box::new(joint));
-        link.deadline = Some(self.now + idle);
+        link.deadline = Some(self.core.now + idle);
         next
     }
 
@@ -645,15 +619,9 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.close(index, CloseReason::Error);
             return false;
         };
-        if !up.output.is_empty() && up.writable {
-            match up.output.flush(up.fd.as_raw_fd(), &mut self.pool) {
-                Ok(Flush::Done) => {}
-                Ok(Flush::WouldBlock) => up.writable = false,
-                Err(_) => {
-                    self.close(index, CloseReason::Error);
-                    return false;
-                }
-            }
+        if up.flush_joined_output(&mut self.core.pool).is_err() {
+            self.close(index, CloseReason::Error);
+            return false;
         }
         let client = Side {
             fd: link.fd.as_raw_fd(),
@@ -663,15 +631,19 @@ impl<'a, H: Handler> Worker<'a, H> {
         match up.pump_joint(joint, client, !link.output.is_empty()) {
             JointStep::Going { moved } => {
                 if moved {
-                    link.deadline = Some(self.now + joint.idle);
+                    link.deadline = Some(self.core.now + joint.idle);
                 }
                 false
             }
             JointStep::Finished => {
                 slot.joint = None;
                 let mut registry = EpollRegistry { epoll, token: 0 };
-                link.upstream
-                    .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+                link.upstream.close(
+                    &mut registry,
+                    &mut self.core.upstreams,
+                    &mut self.core.pool,
+                    self.core.now,
+                );
                 link.state = State::Closing;
                 link.linger = true;
                 true
@@ -696,8 +668,8 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
     fn sweep(&mut self) {
-        if self.accept_pause.is_over(self.now) && self.watch_listeners(true).is_ok() {
-            self.accept_pause.resume();
+        if self.core.accept_pause.is_over(self.core.now) && self.watch_listeners(true).is_ok() {
+            self.core.accept_pause.resume();
             for i in 0..self.listeners.len() {
                 self.accept(i);
             }
@@ -706,7 +678,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             let Some(slot) = self.slots.at(index) else {
                 continue;
             };
-            match slot.link.expiry(self.now, false) {
+            match slot.link.expiry(self.core.now, false) {
                 None => {}
                 Some(Expiry::Close(reason)) => self.close(index, reason),
                 Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.drive(index),
@@ -720,14 +692,18 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         let link = &mut slot.link;
-        link.output.clear(&mut self.pool);
+        link.output.clear(&mut self.core.pool);
         let mut registry = EpollRegistry {
             epoll: self.epoll_fd(),
             token: 0,
         };
-        link.upstream
-            .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
-        link.drop_input(&mut self.pool);
+        link.upstream.close(
+            &mut registry,
+            &mut self.core.upstreams,
+            &mut self.core.pool,
+            self.core.now,
+        );
+        link.drop_input(&mut self.core.pool);
         if self.slots.len() == 0 {
             if let Some(hook) = &self.on_last_close {
                 hook();
@@ -735,7 +711,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         // Closing the descriptor also removes it from the epoll set.
         drop(slot.link);
-        connection::closed(&mut self.handler, slot.conn, reason, self.active);
+        connection::closed(&mut self.handler, slot.conn, reason, self.core.active);
     }
 }
 

@@ -9,19 +9,64 @@ pub(crate) mod uring;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::time::Instant;
 
+use crate::buffers::BufferPool;
+use crate::common::AcceptPause;
+use crate::upstream::{UpstreamPool, IDLE_UPSTREAMS_PER_KEY};
 use crate::{common, DriverConfig, Handler, Listeners};
 
+/// What a worker shares with the other workers of its model.
+#[derive(Clone, Copy)]
+pub(crate) struct Env<'a> {
+    pub(crate) config: &'a DriverConfig,
+    /// Open connections across all workers, for the connection limit.
+    pub(crate) active: &'a AtomicUsize,
+    pub(crate) stop: &'a AtomicBool,
+}
+
+/// What every loop's worker keeps besides its connections and its kernel interface.
+pub(crate) struct Core<'a> {
+    pub(crate) config: &'a DriverConfig,
+    pub(crate) active: &'a AtomicUsize,
+    pub(crate) stop: &'a AtomicBool,
+    pub(crate) pool: BufferPool,
+    /// The time of this loop iteration.
+    pub(crate) now: Instant,
+    pub(crate) accept_pause: AcceptPause,
+    /// Idle upstream connections, kept for reuse.
+    pub(crate) upstreams: UpstreamPool,
+}
+
+impl<'a> Core<'a> {
+    pub(crate) fn new(env: Env<'a>, pool: BufferPool) -> Self {
+        Core {
+            config: env.config,
+            active: env.active,
+            stop: env.stop,
+            pool,
+            now: Instant::now(),
+            accept_pause: AcceptPause::default(),
+            upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
+        }
+    }
+
+    /// Counts a newly accepted connection in: true when it may open, false when the limit was
+    /// reached and it has been refused (the caller then drops, and so closes, `fd`).
+    pub(crate) fn admit<H: Handler>(&self, fd: &OwnedFd, handler: &H) -> bool {
+        common::admit_with(
+            self.active,
+            self.config.max_connections,
+            fd,
+            handler.refusal(),
+        )
+    }
+}
+
 /// What every event loop provides: one worker serving its own listeners until the stop flag
-/// is set, counting its connections in `active` (shared by all workers, for the limit).
+/// is set.
 pub(crate) trait EventLoop {
-    fn serve<H: Handler>(
-        sockets: Vec<OwnedFd>,
-        handler: H,
-        config: &DriverConfig,
-        active: &AtomicUsize,
-        stop: &AtomicBool,
-    ) -> io::Result<()>;
+    fn serve<H: Handler>(sockets: Vec<OwnedFd>, handler: H, env: Env<'_>) -> io::Result<()>;
 }
 
 /// Runs loop `L` on one thread per worker.
@@ -38,6 +83,13 @@ where
     common::run_workers(
         listeners,
         make_handler,
-        |_worker, sockets, handler, active| L::serve(sockets, handler, config, active, stop),
+        |_worker, sockets, handler, active| {
+            let env = Env {
+                config,
+                active,
+                stop,
+            };
+            L::serve(sockets, handler, env)
+        },
     )
 }

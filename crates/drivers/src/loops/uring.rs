@@ -61,20 +61,20 @@ mod bufring;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
-use crate::common::{self, warn_out_of_descriptors, AcceptPause, UNKNOWN_PEER};
+use crate::common::{self, warn_out_of_descriptors, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
-use crate::loops::EventLoop;
+use crate::loops::{Core, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::peer_addr;
-use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
-use crate::{CloseReason, DriverConfig, Handler, Next, Opened, TICK};
+use crate::upstream::{JointStep, Registry, UpstreamPort};
+use crate::{CloseReason, Handler, Next, Opened, TICK};
 use bufring::BufRing;
 
 /// Submission queue size: the requests one wait can carry before an extra enter is needed.
@@ -144,14 +144,8 @@ fn probe_here() -> io::Result<()> {
 pub(crate) struct Uring;
 
 impl EventLoop for Uring {
-    fn serve<H: Handler>(
-        sockets: Vec<OwnedFd>,
-        handler: H,
-        config: &DriverConfig,
-        active: &AtomicUsize,
-        stop: &AtomicBool,
-    ) -> io::Result<()> {
-        Worker::new(sockets, handler, config, active, stop)?.run()
+    fn serve<H: Handler>(sockets: Vec<OwnedFd>, handler: H, env: Env<'_>) -> io::Result<()> {
+        Worker::new(sockets, handler, env)?.run()
     }
 }
 
@@ -447,26 +441,12 @@ struct Worker<'a, H: Handler> {
     sqes: Vec<squeue::Entry>,
     /// Completions taken from the ring (user_data, result, flags).
     cqes: Vec<(u64, i32, u32)>,
-    pool: BufferPool,
-    config: &'a DriverConfig,
-    active: &'a AtomicUsize,
-    stop: &'a AtomicBool,
-    now: Instant,
-    accept_pause: AcceptPause,
+    core: Core<'a>,
     stopping: bool,
-    /// Idle upstreams, each held back until the slot it came from is freed (see
-    /// [`Registry::holder`]).
-    upstreams: UpstreamPool,
 }
 
 impl<'a, H: Handler> Worker<'a, H> {
-    fn new(
-        listeners: Vec<OwnedFd>,
-        handler: H,
-        config: &'a DriverConfig,
-        active: &'a AtomicUsize,
-        stop: &'a AtomicBool,
-    ) -> io::Result<Self> {
+    fn new(listeners: Vec<OwnedFd>, handler: H, env: Env<'a>) -> io::Result<Self> {
         let ring = build_ring()?;
         let mut pool = BufferPool::default();
         let buffers = BufRing::new(&ring, RECV_GROUP, RECV_BUFFERS, &mut pool)?;
@@ -483,14 +463,8 @@ impl<'a, H: Handler> Worker<'a, H> {
             send_msgs: Vec::new(),
             sqes: Vec::with_capacity(SQ_ENTRIES as usize),
             cqes: Vec::with_capacity(CQ_ENTRIES as usize),
-            pool,
-            config,
-            active,
-            stop,
-            now: Instant::now(),
-            accept_pause: AcceptPause::default(),
+            core: Core::new(env, pool),
             stopping: false,
-            upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
         })
     }
 
@@ -505,15 +479,15 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     fn serve(&mut self) -> io::Result<()> {
         let mut next_tick = Instant::now() + TICK;
-        while !self.stop.load(Ordering::Relaxed) {
+        while !self.core.stop.load(Ordering::Relaxed) {
             self.submit_and_wait(next_tick)?;
-            self.now = Instant::now();
+            self.core.now = Instant::now();
             self.reap();
-            if self.now >= next_tick {
-                next_tick = self.now + TICK;
+            if self.core.now >= next_tick {
+                next_tick = self.core.now + TICK;
                 self.sweep();
-                self.upstreams.sweep(self.now);
-                self.handler.on_tick(self.now);
+                self.core.upstreams.sweep(self.core.now);
+                self.handler.on_tick(self.core.now);
             }
             self.flush_dirty();
         }
@@ -622,7 +596,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn arm_accept(&mut self, index: usize) {
-        if self.stopping || self.accept_pause.is_paused() {
+        if self.stopping || self.core.accept_pause.is_paused() {
             return;
         }
         let listener = &mut self.listeners[index];
@@ -654,7 +628,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             if !more {
                 self.arm_accept(index);
             }
-            if !common::admit(self.active, self.config.max_connections, &fd, &self.handler) {
+            if !self.core.admit(&fd, &self.handler) {
                 return;
             }
             self.open(fd, index);
@@ -672,7 +646,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             _ => {
                 tracing::error!("accept failed: {error}");
                 // Retried after a pause rather than at once, so a lasting error cannot spin.
-                self.accept_pause.pause(self.now);
+                self.core.accept_pause.pause(self.core.now);
             }
         }
     }
@@ -682,12 +656,12 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// until descriptors are free again rather than the worker spinning on errors.
     fn pause_accepting(&mut self, error: &io::Error) {
         warn_out_of_descriptors!(
-            self.accept_pause,
-            self.now,
+            self.core.accept_pause,
+            self.core.now,
             error,
             self.slots.values().filter(|s| s.conn.is_some()).count()
         );
-        self.accept_pause.pause(self.now);
+        self.core.accept_pause.pause(self.core.now);
     }
 
     fn open(&mut self, fd: OwnedFd, listener: usize) {
@@ -698,8 +672,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             fd,
             Opened::new(peer, listener),
             UpstreamPort::new(true, false),
-            &mut self.pool,
-            self.now,
+            &mut self.core,
         );
         let index = self
             .slots
@@ -793,7 +766,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             match received {
                 Received::Bytes(bid, buf) => keep_received(
                     &mut self.buffers,
-                    &mut self.pool,
+                    &mut self.core.pool,
                     &mut c.link.input,
                     bid,
                     buf,
@@ -823,7 +796,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 // its doing.
                 if c.link.state == State::Reading
                     && !c.ready_pending
-                    && c.link.input.len() >= self.config.max_input
+                    && c.link.input.len() >= self.core.config.max_input
                 {
                     self.buffers.provide(bid, buf);
                     self.close(index, CloseReason::Error);
@@ -831,7 +804,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
                 keep_received(
                     &mut self.buffers,
-                    &mut self.pool,
+                    &mut self.core.pool,
                     &mut c.link.input,
                     bid,
                     buf,
@@ -959,7 +932,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 if matches!(received, Received::Bytes(..) | Received::End) {
                     // Bytes or an end on an upstream already let go of: if it went to the
                     // pool, it is not fit to lend.
-                    self.upstreams.discard_held((index, generation));
+                    self.core.upstreams.discard_held((index, generation));
                 }
                 self.drop_received(received);
                 return;
@@ -974,9 +947,13 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         match received {
-            Received::Bytes(bid, buf) => {
-                keep_received(&mut self.buffers, &mut self.pool, &mut up.input, bid, buf)
-            }
+            Received::Bytes(bid, buf) => keep_received(
+                &mut self.buffers,
+                &mut self.core.pool,
+                &mut up.input,
+                bid,
+                buf,
+            ),
             Received::End => up.received_end(),
             Received::Stopped => {
                 self.mark_dirty(index);
@@ -1040,7 +1017,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         let Some(up) = c.link.upstream.attached() else {
             return false;
         };
-        let news = up.service(&mut self.pool);
+        let news = up.service(&mut self.core.pool);
         let fd = up.raw_fd();
         let wants_room = up.is_connecting() || (!up.output.is_empty() && !up.writable);
         if wants_room && !c.up_ops.poll_armed {
@@ -1162,7 +1139,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 break;
             }
             c.link.send_deadline = None;
-            c.link.output.release_if_empty(&mut self.pool);
+            c.link.output.release_if_empty(&mut self.core.pool);
             match c.link.state {
                 // A joined connection was handed to flush_joined above.
                 State::Reading | State::Lingering | State::Joined => break,
@@ -1175,9 +1152,9 @@ impl<'a, H: Handler> Worker<'a, H> {
                 State::Closing => {
                     // The receive holds what has arrived: nothing waits unread in the socket.
                     let closing = c.link.finish_closing(
-                        &mut self.pool,
-                        self.now,
-                        self.config.linger_timeout,
+                        &mut self.core.pool,
+                        self.core.now,
+                        self.core.config.linger_timeout,
                         false,
                     );
                     if closing == Closing::Now {
@@ -1233,16 +1210,10 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         }
         // What either side sent that reached user space goes across first.
-        up.cross_over(&mut c.link.input, &mut c.link.output, &mut self.pool);
-        if !up.output.is_empty() && up.writable {
-            match up.output.flush(up.fd.as_raw_fd(), &mut self.pool) {
-                Ok(Flush::Done) => {}
-                Ok(Flush::WouldBlock) => up.writable = false,
-                Err(_) => {
-                    self.close(index, CloseReason::Error);
-                    return;
-                }
-            }
+        up.cross_over(&mut c.link.input, &mut c.link.output, &mut self.core.pool);
+        if up.flush_joined_output(&mut self.core.pool).is_err() {
+            self.close(index, CloseReason::Error);
+            return;
         }
         if joining.joint.is_none() && !c.recv_armed && !c.up_ops.recv_armed {
             match Joint::new(joining.idle) {
@@ -1266,7 +1237,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             match up.pump_joint(joint, client, !c.link.output.is_empty()) {
                 JointStep::Going { moved } => {
                     if moved {
-                        c.link.deadline = Some(self.now + joint.idle);
+                        c.link.deadline = Some(self.core.now + joint.idle);
                     }
                 }
                 JointStep::Finished => {
@@ -1281,9 +1252,9 @@ impl<'a, H: Handler> Worker<'a, H> {
                     };
                     c.link.upstream.close(
                         &mut registry,
-                        &mut self.upstreams,
-                        &mut self.pool,
-                        self.now,
+                        &mut self.core.upstreams,
+                        &mut self.core.pool,
+                        self.core.now,
                     );
                     c.link.state = State::Closing;
                     c.link.linger = true;
@@ -1410,7 +1381,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         c.sending = Sending::Msg;
         c.link
             .send_deadline
-            .get_or_insert(self.now + self.config.send_timeout);
+            .get_or_insert(self.core.now + self.core.config.send_timeout);
     }
 
     /// Queues a wait for room in the socket, for sendfile to go on.
@@ -1430,7 +1401,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         c.sending = Sending::Poll;
         c.link
             .send_deadline
-            .get_or_insert(self.now + self.config.send_timeout);
+            .get_or_insert(self.core.now + self.core.config.send_timeout);
     }
 
     /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
@@ -1441,8 +1412,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             &mut self.handler,
             &mut c.conn,
             &mut c.link,
-            &mut self.pool,
-            self.now,
+            &mut self.core,
             timeout,
         );
         self.after_call(index, next)
@@ -1461,9 +1431,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         };
         let join = c.link.upstream.after_call(
             &mut registry,
-            &mut self.upstreams,
-            &mut self.pool,
-            self.now,
+            &mut self.core.upstreams,
+            &mut self.core.pool,
+            self.core.now,
         );
         if let Some(idle) = join {
             if c.link.upstream.attached().is_none() {
@@ -1490,7 +1460,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 client_poll_cancelled: false,
                 upstream_poll_cancelled: false,
             }));
-            c.link.deadline = Some(self.now + idle);
+            c.link.deadline = Some(self.core.now + idle);
             self.mark_dirty(index);
             return next;
         }
@@ -1519,8 +1489,8 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
     fn sweep(&mut self) {
-        if self.accept_pause.is_over(self.now) {
-            self.accept_pause.resume();
+        if self.core.accept_pause.is_over(self.core.now) {
+            self.core.accept_pause.resume();
             for i in 0..self.listeners.len() {
                 self.arm_accept(i);
             }
@@ -1532,7 +1502,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             // The handler may write, which must wait until the kernel has read the bytes it is
             // sending: a timeout then waits for the next tick.
             let handler_busy = c.sending == Sending::Msg;
-            match c.link.expiry(self.now, handler_busy) {
+            match c.link.expiry(self.core.now, handler_busy) {
                 None => {}
                 Some(Expiry::Close(reason)) => self.close(index, reason),
                 Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => {
@@ -1565,8 +1535,8 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.sqes.push(cancel(token(Op::Poll, index, generation)));
             }
         }
-        c.link.output.clear(&mut self.pool);
-        c.link.drop_input(&mut self.pool);
+        c.link.output.clear(&mut self.core.pool);
+        c.link.drop_input(&mut self.core.pool);
         let mut registry = UringRegistry {
             sqes: &mut self.sqes,
             ops: &mut c.up_ops,
@@ -1574,11 +1544,14 @@ impl<'a, H: Handler> Worker<'a, H> {
             generation,
         };
         cancel_upstream_ops(registry.sqes, registry.ops, index, generation);
-        c.link
-            .upstream
-            .close(&mut registry, &mut self.upstreams, &mut self.pool, self.now);
+        c.link.upstream.close(
+            &mut registry,
+            &mut self.core.upstreams,
+            &mut self.core.pool,
+            self.core.now,
+        );
         slot.retired_fd = Some(c.link.fd);
-        connection::closed(&mut self.handler, c.conn, reason, self.active);
+        connection::closed(&mut self.handler, c.conn, reason, self.core.active);
         if slot.in_flight == 0 {
             self.free_slot(index);
         }
@@ -1593,9 +1566,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         // Closing the descriptor here, once, after the kernel has let go of it.
         slot.retired_fd = None;
         // Every operation of the slot has completed: upstreams it let go of may be lent.
-        self.upstreams.release_holds((index, generation));
+        self.core.upstreams.release_holds((index, generation));
         if let Some(mut output) = slot.retired_output.take() {
-            output.clear(&mut self.pool);
+            output.clear(&mut self.core.pool);
         }
     }
 
@@ -1608,7 +1581,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// them, so no buffer is freed under it.
     fn shutdown(&mut self) {
         self.stopping = true;
-        self.now = Instant::now();
+        self.core.now = Instant::now();
         for index in 0..self.slots.capacity() {
             self.close(index, CloseReason::Shutdown);
         }
@@ -1624,7 +1597,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 tracing::error!("io_uring wait failed while stopping: {e}");
                 break;
             }
-            self.now = Instant::now();
+            self.core.now = Instant::now();
             self.reap();
         }
         self.dirty.clear();

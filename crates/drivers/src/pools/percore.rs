@@ -21,6 +21,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::loops::epoll::{LoopOptions, Worker};
+use crate::loops::Env;
 use crate::sys::setsockopt_int;
 use crate::{common, DriverConfig, Handler, Listeners};
 
@@ -151,7 +152,16 @@ where
             if let Err(e) = pin_to_cpu(cpu) {
                 tracing::warn!("cannot pin worker {worker} to CPU {cpu}: {e}");
             }
-            let worker = Worker::new(sockets, handler, config, active, stop, options)?;
+            let worker = Worker::new(
+                sockets,
+                handler,
+                Env {
+                    config,
+                    active,
+                    stop,
+                },
+                options,
+            )?;
             worker.run()
         },
     )

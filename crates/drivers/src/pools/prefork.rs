@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::listener::address_index;
 use crate::loops::epoll::{LoopOptions, Worker};
+use crate::loops::Env;
 use crate::sys;
 use crate::{DriverConfig, Handler, Listeners, Opened};
 
@@ -193,9 +194,11 @@ impl Child<'_> {
         let mut worker = Worker::new(
             Vec::new(),
             handler,
-            self.config,
-            active,
-            self.stop,
+            Env {
+                config: self.config,
+                active,
+                stop: self.stop,
+            },
             LoopOptions::default(),
         )?;
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; self.listeners.len()];

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Gate, UNKNOWN_PEER};
 use crate::listener::address_index;
 use crate::loops::epoll::{LoopOptions, Worker};
+use crate::loops::Env;
 use crate::sys;
 use crate::{DriverConfig, Handler, Listeners, Opened};
 
@@ -151,9 +152,11 @@ where
                     let worker = Worker::new(
                         Vec::new(),
                         handler,
-                        config,
-                        active,
-                        stop,
+                        Env {
+                            config,
+                            active,
+                            stop,
+                        },
                         LoopOptions::default(),
                     )?;
                     serve_handed_connections(id, worker, pool, stop)
