@@ -1,7 +1,7 @@
 //! Every key of the configuration file, described once: one table of key
-//! specifications per TOML table, each entry giving the key's name, what kind
-//! of value it takes and where that value is stored, under a one-line
-//! description.
+//! specifications per TOML table, each entry giving the key's name, its
+//! default (as `docs/configuration.md` shows it), what kind of value it takes
+//! and where that value is stored, under a one-line description.
 //! [`check`](super::check) walks a document against these tables: the
 //! unknown-key errors (with "did you mean"), the type and range errors with
 //! their positions and the filling of the typed [`Config`] all come from here.
@@ -18,7 +18,7 @@
 //!
 //!    ```ignore
 //!    // Most `/`-separated segments in a request path.
-//!    key("max_segments", Count(1, MAX_USIZE, |l, n| l.max_segments = to_usize(n))),
+//!    key("max_segments", "64", Count(1, MAX_USIZE, |l, n| l.max_segments = to_usize(n))),
 //!    ```
 //!
 //!    The kind checks the value and reports errors at its position; the
@@ -27,7 +27,9 @@
 //!    validates them too (its `Err` is reported at the string); `Custom` is
 //!    for anything else, usually a `Checker` method below. Use `required`
 //!    instead of `key` for a key that must be given.
-//! 3. Add a row for it to its section of `docs/configuration.md`.
+//! 3. Add a row for it to its section of `docs/configuration.md`. The tests
+//!    check that every key has one, showing the same default, and that
+//!    writing the default in a file changes nothing.
 
 use std::collections::HashMap;
 use std::net::{Ipv6Addr, SocketAddr};
@@ -47,6 +49,12 @@ use Kind::*;
 /// One key of a TOML table whose values go into a `T`.
 pub(super) struct KeySpec<T: 'static> {
     pub(super) name: &'static str,
+    /// What an absent key stands for, as the docs show it: a TOML value, or
+    /// words where no value says it ("none", "top-level `root`"); empty for
+    /// a table, which has a section of its own in the docs. Only the tests
+    /// read it, to keep the docs and the structs' defaults in step.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) default: &'static str,
     /// For a key that must be given: the error when it is not.
     pub(super) required: Option<&'static str>,
     pub(super) kind: Kind<T>,
@@ -82,9 +90,10 @@ pub(super) struct TableSpec<T: 'static> {
     pub(super) keys: &'static [KeySpec<T>],
 }
 
-const fn key<T>(name: &'static str, kind: Kind<T>) -> KeySpec<T> {
+const fn key<T>(name: &'static str, default: &'static str, kind: Kind<T>) -> KeySpec<T> {
     KeySpec {
         name,
+        default,
         required: None,
         kind,
     }
@@ -93,6 +102,7 @@ const fn key<T>(name: &'static str, kind: Kind<T>) -> KeySpec<T> {
 const fn required<T>(name: &'static str, missing: &'static str, kind: Kind<T>) -> KeySpec<T> {
     KeySpec {
         name,
+        default: "required",
         required: Some(missing),
         kind,
     }
@@ -108,161 +118,163 @@ const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 #[rustfmt::skip]
 pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level", keys: &[
     // Addresses to accept connections on, each IP:PORT.
-    key("listen", Custom(|ck, f, c| c.listen = ck.listen(f))),
+    key("listen", "\"127.0.0.1:8080\"", Custom(|ck, f, c| c.listen = ck.listen(f))),
     // Worker threads; 0 for one per CPU core.
-    key("workers", Count(0, MAX_WORKERS, |c, n| c.workers = to_usize(n))),
+    key("workers", "0", Count(0, MAX_WORKERS, |c, n| c.workers = to_usize(n))),
 
     // ---- The concurrency model: its name, and the tables of the models that have
     // settings (PREFORK, THREADS, PERCORE below). The names and their parsing
     // belong to `Model` in config.rs; the file's `model` is read here and nowhere else.
     // Concurrency model, one of `Model::ALL`.
-    key("model", Text(|c, name| name.parse().map(|m| c.model = m))),
+    key("model", "\"auto\"", Text(|c, name| name.parse().map(|m| c.model = m))),
     // The process model's pool.
-    key("prefork", Table(|ck, s, c| ck.prefork(s, &mut c.prefork))),
+    key("prefork", "", Table(|ck, s, c| ck.prefork(s, &mut c.prefork))),
     // The thread-pool model's pool.
-    key("threads", Table(|ck, s, c| ck.read_table(s, &THREADS, &mut c.threads))),
+    key("threads", "", Table(|ck, s, c| ck.read_table(s, &THREADS, &mut c.threads))),
     // The per-core model's options.
-    key("percore", Table(|ck, s, c| ck.read_table(s, &PERCORE, &mut c.percore))),
+    key("percore", "", Table(|ck, s, c| ck.read_table(s, &PERCORE, &mut c.percore))),
     // ---- End of the concurrency model.
 
     // Document root of the top-level host.
-    key("root", Custom(|ck, f, c| ck.root(f, &mut c.default_host.root))),
+    key("root", "the configuration file's directory",
+        Custom(|ck, f, c| ck.root(f, &mut c.default_host.root))),
     // File names tried, in order, when a directory is requested.
-    key("index", Custom(|ck, f, c| ck.index(f, &mut c.default_host.index))),
+    key("index", "[\"index.html\"]", Custom(|ck, f, c| ck.index(f, &mut c.default_host.index))),
     // Serve names starting with `.` (`.well-known` always is).
-    key("dotfiles", Bool(|c, b| c.default_host.dotfiles = b)),
+    key("dotfiles", "false", Bool(|c, b| c.default_host.dotfiles = b)),
     // Serve `X.br` or `X.gz` instead of `X` to clients that accept them.
-    key("precompressed", Bool(|c, b| c.default_host.precompressed = b)),
+    key("precompressed", "true", Bool(|c, b| c.default_host.precompressed = b)),
     // Protocol limits.
-    key("limits", Table(|ck, s, c| ck.read_table(s, &LIMITS, &mut c.limits))),
+    key("limits", "", Table(|ck, s, c| ck.read_table(s, &LIMITS, &mut c.limits))),
     // Connection timeouts.
-    key("timeouts", Table(|ck, s, c| ck.read_table(s, &TIMEOUTS, &mut c.timeouts))),
+    key("timeouts", "", Table(|ck, s, c| ck.read_table(s, &TIMEOUTS, &mut c.timeouts))),
     // The content cache.
-    key("cache", Table(|ck, s, c| ck.read_table(s, &CACHE, &mut c.cache))),
+    key("cache", "", Table(|ck, s, c| ck.read_table(s, &CACHE, &mut c.cache))),
     // Access and error logs.
-    key("log", Table(|ck, s, c| ck.read_table(s, &LOG, &mut c.log))),
+    key("log", "", Table(|ck, s, c| ck.read_table(s, &LOG, &mut c.log))),
     // Virtual hosts; after the top-level host's keys, which they inherit.
-    key("host", Tables(|ck, tables, c| c.hosts = ck.hosts(tables, &c.default_host))),
+    key("host", "", Tables(|ck, tables, c| c.hosts = ck.hosts(tables, &c.default_host))),
     // The backend response cache.
-    key("handover", Table(|ck, s, c| ck.read_table(s, &HANDOVER, &mut c.handover))),
+    key("handover", "", Table(|ck, s, c| ck.read_table(s, &HANDOVER, &mut c.handover))),
     // Backend servers; before the routes, which name them.
-    key("backend", Tables(|ck, tables, c| c.backends = ck.backends(tables))),
+    key("backend", "", Tables(|ck, tables, c| c.backends = ck.backends(tables))),
     // Which requests go to which backend, and how.
-    key("route", Tables(|ck, tables, c| c.routes = ck.routes(tables))),
+    key("route", "", Tables(|ck, tables, c| c.routes = ck.routes(tables))),
 ]};
 
 // The concurrency models' own tables, read through `prefork`, `threads` and
 // `percore` in TOP.
 
 #[rustfmt::skip]
-const PREFORK: TableSpec<PreforkConfig> = TableSpec { place: "in [prefork]", keys: &[
+pub(super) const PREFORK: TableSpec<PreforkConfig> = TableSpec { place: "in [prefork]", keys: &[
     // Children forked at start.
-    key("start", Count(1, MAX_POOL, |p, n| p.start = to_usize(n))),
+    key("start", "5", Count(1, MAX_POOL, |p, n| p.start = to_usize(n))),
     // More children are forked while fewer than this are idle.
-    key("min_spare", Count(1, MAX_POOL, |p, n| p.min_spare = to_usize(n))),
+    key("min_spare", "5", Count(1, MAX_POOL, |p, n| p.min_spare = to_usize(n))),
     // Idle children are retired while more than this are idle.
-    key("max_spare", Count(1, MAX_POOL, |p, n| p.max_spare = to_usize(n))),
+    key("max_spare", "10", Count(1, MAX_POOL, |p, n| p.max_spare = to_usize(n))),
     // Most children at once.
-    key("max_children", Count(1, MAX_POOL, |p, n| p.max_children = to_usize(n))),
+    key("max_children", "256", Count(1, MAX_POOL, |p, n| p.max_children = to_usize(n))),
     // A child exits after serving this many connections; 0 for never.
-    key("max_connections_per_child", Count(0, u64::MAX, |p, n| p.max_connections_per_child = n)),
+    key("max_connections_per_child", "0",
+        Count(0, u64::MAX, |p, n| p.max_connections_per_child = n)),
 ]};
 
 #[rustfmt::skip]
-const THREADS: TableSpec<ThreadsConfig> = TableSpec { place: "in [threads]", keys: &[
+pub(super) const THREADS: TableSpec<ThreadsConfig> = TableSpec { place: "in [threads]", keys: &[
     // Threads in the pool: the most connections served at once.
-    key("threads", Count(1, MAX_POOL, |t, n| t.threads = to_usize(n))),
+    key("threads", "256", Count(1, MAX_POOL, |t, n| t.threads = to_usize(n))),
     // Threads running handler code at once; 0 for one per CPU.
-    key("max_active", Count(0, MAX_POOL, |t, n| t.max_active = to_usize(n))),
+    key("max_active", "0", Count(0, MAX_POOL, |t, n| t.max_active = to_usize(n))),
     // Stack of each pool thread; below 64 KiB a thread cannot even run the
     // standard library's start-up.
-    key("stack_size", Size(64 * 1024, |t, n| t.stack_size = to_usize(n))),
+    key("stack_size", "\"256k\"", Size(64 * 1024, |t, n| t.stack_size = to_usize(n))),
 ]};
 
 #[rustfmt::skip]
-const PERCORE: TableSpec<PercoreConfig> = TableSpec { place: "in [percore]", keys: &[
+pub(super) const PERCORE: TableSpec<PercoreConfig> = TableSpec { place: "in [percore]", keys: &[
     // Keep polling this long after each event instead of sleeping.
-    key("busy_poll", Duration(|p, d| p.busy_poll = Some(d))),
+    key("busy_poll", "unset", Duration(|p, d| p.busy_poll = Some(d))),
 ]};
 
 #[rustfmt::skip]
-const LIMITS: TableSpec<Limits> = TableSpec { place: "in [limits]", keys: &[
+pub(super) const LIMITS: TableSpec<Limits> = TableSpec { place: "in [limits]", keys: &[
     // Simultaneously open client connections.
-    key("max_connections", Count(1, MAX_USIZE, |l, n| l.max_connections = to_usize(n))),
+    key("max_connections", "10000", Count(1, MAX_USIZE, |l, n| l.max_connections = to_usize(n))),
     // Longest request line; longer gets 414.
-    key("max_request_line", Size(64, |l, n| l.max_request_line = to_usize(n))),
+    key("max_request_line", "8192", Size(64, |l, n| l.max_request_line = to_usize(n))),
     // Largest request head; larger gets 431.
-    key("max_header_bytes", Size(256, |l, n| l.max_header_bytes = to_usize(n))),
+    key("max_header_bytes", "16384", Size(256, |l, n| l.max_header_bytes = to_usize(n))),
     // Most header fields in one request; more gets 431.
-    key("max_headers", Count(1, MAX_USIZE, |l, n| l.max_headers = to_usize(n))),
+    key("max_headers", "100", Count(1, MAX_USIZE, |l, n| l.max_headers = to_usize(n))),
     // Request bodies to static paths up to this size are read and discarded.
-    key("max_discard_body", Size(0, |l, n| l.max_discard_body = n)),
+    key("max_discard_body", "1048576", Size(0, |l, n| l.max_discard_body = n)),
     // Requests served on one connection before it is closed.
-    key("max_requests_per_connection",
+    key("max_requests_per_connection", "10000",
         Count(1, u64::MAX, |l, n| l.max_requests_per_connection = n)),
 ]};
 
 #[rustfmt::skip]
-const TIMEOUTS: TableSpec<Timeouts> = TableSpec { place: "in [timeouts]", keys: &[
+pub(super) const TIMEOUTS: TableSpec<Timeouts> = TableSpec { place: "in [timeouts]", keys: &[
     // The whole request head must arrive within this after its first byte.
-    key("header", Duration(|t, d| t.header = d)),
+    key("header", "\"10s\"", Duration(|t, d| t.header = d)),
     // Idle time allowed between requests on a kept-alive connection.
-    key("keepalive", Duration(|t, d| t.keepalive = d)),
+    key("keepalive", "\"75s\"", Duration(|t, d| t.keepalive = d)),
     // A client that accepts no response bytes this long is disconnected.
-    key("send", Duration(|t, d| t.send = d)),
+    key("send", "\"60s\"", Duration(|t, d| t.send = d)),
     // Unread client bytes are drained this long before closing.
-    key("linger", Duration(|t, d| t.linger = d)),
+    key("linger", "\"2s\"", Duration(|t, d| t.linger = d)),
 ]};
 
 #[rustfmt::skip]
-const CACHE: TableSpec<CacheConfig> = TableSpec { place: "in [cache]", keys: &[
+pub(super) const CACHE: TableSpec<CacheConfig> = TableSpec { place: "in [cache]", keys: &[
     // Cache resolved paths and small files.
-    key("enabled", Bool(|c, b| c.enabled = b)),
+    key("enabled", "true", Bool(|c, b| c.enabled = b)),
     // Memory for cached entries, all workers together.
-    key("max_memory", Size(0, |c, n| c.max_memory = n)),
+    key("max_memory", "\"64MiB\"", Size(0, |c, n| c.max_memory = n)),
     // Files up to this size are kept in memory whole.
-    key("max_file_size", Size(0, |c, n| c.max_file_size = n)),
+    key("max_file_size", "\"64KiB\"", Size(0, |c, n| c.max_file_size = n)),
     // Descriptors of larger files kept open, all workers together.
-    key("max_open_files", Count(0, 1 << 20, |c, n| c.max_open_files = to_usize(n))),
+    key("max_open_files", "1024", Count(0, 1 << 20, |c, n| c.max_open_files = to_usize(n))),
 ]};
 
 #[rustfmt::skip]
-const LOG: TableSpec<LogConfig> = TableSpec { place: "in [log]", keys: &[
+pub(super) const LOG: TableSpec<LogConfig> = TableSpec { place: "in [log]", keys: &[
     // Where access log lines go: "off", "stdout", "stderr" or a file.
-    key("access", Custom(|ck, f, l| ck.log_target(f, &mut l.access, true))),
+    key("access", "\"stdout\"", Custom(|ck, f, l| ck.log_target(f, &mut l.access, true))),
     // Where errors and diagnostics go: "stdout", "stderr" or a file.
-    key("error", Custom(|ck, f, l| ck.log_target(f, &mut l.error, false))),
+    key("error", "\"stderr\"", Custom(|ck, f, l| ck.log_target(f, &mut l.error, false))),
     // Least severe diagnostics written.
-    key("level", Text(|l, level| log_level(level).map(|s| l.level = s))),
+    key("level", "\"info\"", Text(|l, level| log_level(level).map(|s| l.level = s))),
 ]};
 
 #[rustfmt::skip]
-const HOST: TableSpec<HostConfig> = TableSpec { place: "in [[host]]", keys: &[
+pub(super) const HOST: TableSpec<HostConfig> = TableSpec { place: "in [[host]]", keys: &[
     // Host names served: exact, or wildcards "*.domain".
     required("names", "[[host]] needs `names`, a list of the host names it serves",
         Custom(|ck, f, h| ck.host_names(f, &mut h.names))),
     // Document root.
-    key("root", Custom(|ck, f, h| ck.root(f, &mut h.root))),
+    key("root", "top-level `root`", Custom(|ck, f, h| ck.root(f, &mut h.root))),
     // As at the top level.
-    key("index", Custom(|ck, f, h| ck.index(f, &mut h.index))),
+    key("index", "top-level `index`", Custom(|ck, f, h| ck.index(f, &mut h.index))),
     // As at the top level.
-    key("dotfiles", Bool(|h, b| h.dotfiles = b)),
+    key("dotfiles", "top-level `dotfiles`", Bool(|h, b| h.dotfiles = b)),
     // As at the top level.
-    key("precompressed", Bool(|h, b| h.precompressed = b)),
+    key("precompressed", "top-level `precompressed`", Bool(|h, b| h.precompressed = b)),
     // Serve requests that match no host name; one host at most.
-    key("default", Custom(|ck, f, h| ck.default_host(f, &mut h.is_default))),
+    key("default", "false", Custom(|ck, f, h| ck.default_host(f, &mut h.is_default))),
 ]};
 
 #[rustfmt::skip]
-const HANDOVER: TableSpec<HandoverConfig> = TableSpec { place: "in [handover]", keys: &[
+pub(super) const HANDOVER: TableSpec<HandoverConfig> = TableSpec { place: "in [handover]", keys: &[
     // Memory for cached backend responses, all workers together.
-    key("cache_memory", Size(0, |h, n| h.cache_memory = to_usize(n))),
+    key("cache_memory", "\"32m\"", Size(0, |h, n| h.cache_memory = to_usize(n))),
     // Larger responses are never cached.
-    key("cache_max_response", Size(0, |h, n| h.cache_max_response = to_usize(n))),
+    key("cache_max_response", "\"1m\"", Size(0, |h, n| h.cache_max_response = to_usize(n))),
 ]};
 
 #[rustfmt::skip]
-const BACKEND: TableSpec<BackendConfig> = TableSpec { place: "in [[backend]]", keys: &[
+pub(super) const BACKEND: TableSpec<BackendConfig> = TableSpec { place: "in [[backend]]", keys: &[
     // What routes call the backend.
     required("name", "[[backend]] needs `name`, which routes use to refer to it",
         Custom(|ck, f, b| ck.backend_name(f, &mut b.name))),
@@ -271,44 +283,45 @@ const BACKEND: TableSpec<BackendConfig> = TableSpec { place: "in [[backend]]", k
         "[[backend]] needs `addresses`, one \"IP:PORT\" or \"unix:PATH\" or an array of them",
         Custom(|ck, f, b| b.addresses = ck.backend_addresses(f))),
     // Open connections to it, all workers together.
-    key("max_connections", Count(1, MAX_USIZE, |b, n| b.max_connections = to_usize(n))),
+    key("max_connections", "256", Count(1, MAX_USIZE, |b, n| b.max_connections = to_usize(n))),
     // A connect not done within this is abandoned.
-    key("connect_timeout", Duration(|b, d| b.connect_timeout = d)),
+    key("connect_timeout", "\"2s\"", Duration(|b, d| b.connect_timeout = d)),
     // No response head within this after the request: 504.
-    key("response_timeout", Duration(|b, d| b.response_timeout = d)),
+    key("response_timeout", "\"30s\"", Duration(|b, d| b.response_timeout = d)),
     // A kept-alive backend connection idle this long is closed.
-    key("idle_timeout", Duration(|b, d| b.idle_timeout = d)),
+    key("idle_timeout", "\"60s\"", Duration(|b, d| b.idle_timeout = d)),
     // An address that refused or timed out is skipped this long.
-    key("fail_timeout", Duration(|b, d| b.fail_timeout = d)),
+    key("fail_timeout", "\"10s\"", Duration(|b, d| b.fail_timeout = d)),
     // Add X-Forwarded-For, X-Forwarded-Proto and Forwarded to proxied requests.
-    key("forwarded", Bool(|b, v| b.forwarded = v)),
+    key("forwarded", "true", Bool(|b, v| b.forwarded = v)),
     // Its base URL as clients reach it, for redirect routes.
-    key("public_url",
+    key("public_url", "none",
         Text(|b, url| check_public_url(url).map(|()| b.public_url = Some(url.to_owned())))),
     // Keep its cacheable responses in memory.
-    key("cache", Bool(|b, v| b.cache = v)),
+    key("cache", "true", Bool(|b, v| b.cache = v)),
 ]};
 
 #[rustfmt::skip]
-const ROUTE: TableSpec<Route> = TableSpec { place: "in [[route]]", keys: &[
+pub(super) const ROUTE: TableSpec<Route> = TableSpec { place: "in [[route]]", keys: &[
     // The `name` of a [[backend]].
     required("backend", "[[route]] needs `backend`, the name of a [[backend]]",
         Custom(|ck, f, r| ck.route_backend(f, r))),
     // "proxy", "bridge" or "redirect".
-    key("method", Custom(|ck, f, r| ck.route_method(f, r))),
+    key("method", "\"proxy\"", Custom(|ck, f, r| ck.route_method(f, r))),
     // Condition: the decoded path starts with this.
-    key("prefix", Text(|r, p| check_prefix(p).map(|()| r.rule.prefix = Some(p.to_owned())))),
+    key("prefix", "none",
+        Text(|r, p| check_prefix(p).map(|()| r.rule.prefix = Some(p.to_owned())))),
     // Condition: the last path segment has one of these extensions.
-    key("extensions",
+    key("extensions", "none",
         List(|r, e| check_extension(e).map(|()| r.rule.extensions.push(e.to_ascii_lowercase())))),
     // Condition: the method is neither GET nor HEAD.
-    key("unsafe_methods", Bool(|r, b| r.rule.unsafe_methods = b)),
+    key("unsafe_methods", "false", Bool(|r, b| r.rule.unsafe_methods = b)),
     // Condition: the target has a query string.
-    key("query", Bool(|r, b| r.rule.query = b)),
+    key("query", "false", Bool(|r, b| r.rule.query = b)),
     // Condition: the static lookup found nothing.
-    key("fallback", Bool(|r, b| r.rule.fallback = b)),
+    key("fallback", "false", Bool(|r, b| r.rule.fallback = b)),
     // Only requests for these host names.
-    key("hosts", List(|r, name| host_name(name).map(|n| r.rule.hosts.push(n)))),
+    key("hosts", "all hosts", List(|r, name| host_name(name).map(|n| r.rule.hosts.push(n)))),
 ]};
 
 /// What later tables need to know about earlier ones.
@@ -335,7 +348,7 @@ struct SeenBackend {
 
 /// A `[[route]]` being read.
 #[derive(Default)]
-struct Route {
+pub(super) struct Route {
     rule: RouteRule,
     /// The backend it names, if one has that name.
     backend: Option<usize>,
