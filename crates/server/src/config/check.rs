@@ -144,8 +144,8 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Checks a value as its kind says and stores it; `None` when it is bad
-    /// (and reported), or not all of it could be stored.
+    /// Checks a value as its kind says, reporting what is wrong, and stores
+    /// what is good. `None` (there for `?`) when the value is not of its kind.
     fn read_value<T>(&mut self, f: Field<'a>, kind: &Kind<T>, target: &mut T) -> Option<()> {
         match kind {
             Kind::Bool(store) => store(target, self.boolean(f)?),
