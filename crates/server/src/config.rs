@@ -14,6 +14,7 @@ use std::time::Duration;
 use fastpath_content::handover::{BackendConfig, RouteRule};
 
 mod check;
+mod keys;
 #[cfg(test)]
 mod tests;
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use fastpath_content::handover::{BackendAddr, BackendConfig, HandoverMethod, RouteRule};
 
 use super::check::edit_distance;
+use super::keys::{self, Kind, TableSpec};
 use super::{Config, ConfigError, HandoverConfig, HostConfig, LogTarget, Model};
 
 /// A temporary config directory containing a `site/` directory and a
@@ -1492,4 +1493,128 @@ fn model_sections_reject_inconsistent_pools() {
     );
     let errs = errors("[threads]\nthreads = 0\nstack_size = 100\n");
     assert_eq!(errs.len(), 2, "{errs:?}");
+}
+
+// ------------------------------------------------------------ the key tables
+
+/// A key as the docs show it: name, default, and whether it is a table.
+type KeyDoc = (&'static str, &'static str, bool);
+
+/// Every table of keys: where it is, and its keys.
+fn every_table() -> Vec<(&'static str, Vec<KeyDoc>)> {
+    fn keys<T>(spec: &TableSpec<T>) -> (&'static str, Vec<KeyDoc>) {
+        let keys = spec.keys.iter().map(|k| {
+            let table = matches!(k.kind, Kind::Table(_) | Kind::Tables(_));
+            (k.name, k.default, table)
+        });
+        (spec.place, keys.collect())
+    }
+    vec![
+        keys(&keys::TOP),
+        keys(&keys::PREFORK),
+        keys(&keys::THREADS),
+        keys(&keys::PERCORE),
+        keys(&keys::LIMITS),
+        keys(&keys::TIMEOUTS),
+        keys(&keys::CACHE),
+        keys(&keys::LOG),
+        keys(&keys::HOST),
+        keys(&keys::HANDOVER),
+        keys(&keys::BACKEND),
+        keys(&keys::ROUTE),
+    ]
+}
+
+/// What to write before a key of the table at `place` so that the file is
+/// valid without it.
+fn context(place: &str) -> String {
+    match place {
+        "at the top level" => String::new(),
+        "in [[host]]" => "[[host]]\nnames = [\"a\"]\n".to_owned(),
+        "in [[backend]]" => APP.to_owned(),
+        "in [[route]]" => format!("{APP}[[route]]\nbackend = \"app\"\nprefix = \"/\"\n"),
+        _ => format!("{}\n", place.strip_prefix("in ").unwrap()),
+    }
+}
+
+/// The lines of the section of docs/configuration.md about the table at
+/// `place`: from its heading to the next heading.
+fn docs_section<'d>(docs: &'d str, place: &str) -> Vec<&'d str> {
+    let heading = match place {
+        "at the top level" => "Top-level keys".to_owned(),
+        _ => format!("`{}`", place.strip_prefix("in ").unwrap()),
+    };
+    let mut lines = docs
+        .lines()
+        .skip_while(|l| !(l.starts_with('#') && l.contains(&heading)));
+    assert!(
+        lines.next().is_some(),
+        "docs/configuration.md has no heading with {heading}"
+    );
+    lines.take_while(|l| !l.starts_with('#')).collect()
+}
+
+#[test]
+fn docs_list_every_key_with_its_default() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let docs = fs::read_to_string(path).unwrap();
+    for (place, keys) in every_table() {
+        let section = docs_section(&docs, place);
+        for (name, default, table) in keys {
+            if table {
+                // Documented in a section of its own, which the loop visits too.
+                continue;
+            }
+            let row = section
+                .iter()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("docs/configuration.md: no row for `{name}` {place}"));
+            let cell = row.split('|').nth(3).unwrap().trim();
+            assert!(
+                cell == default || cell.contains(&format!("`{default}`")),
+                "docs/configuration.md: `{name}` {place} defaults to {cell:?}, \
+                 the key table to {default:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_table_of_keys_is_listed() {
+    let tables = every_table();
+    let places: Vec<&str> = tables.iter().map(|(place, _)| *place).collect();
+    // Tables are only found at the top level, which comes first.
+    assert_eq!(tables[0].0, "at the top level");
+    for (name, _, table) in &tables[0].1 {
+        if *table {
+            let listed = [format!("in [{name}]"), format!("in [[{name}]]")];
+            assert!(
+                listed.iter().any(|p| places.contains(&p.as_str())),
+                "the table `{name}` is missing from every_table()"
+            );
+        }
+    }
+}
+
+#[test]
+fn writing_a_default_changes_nothing() {
+    let dir = base();
+    let parse = |text: &str| {
+        Config::from_toml(text, dir.path()).unwrap_or_else(|e| panic!("{text}\n{e:#?}"))
+    };
+    for (place, keys) in every_table() {
+        let context = context(place);
+        let without = parse(&context);
+        for (name, default, _) in keys {
+            // Defaults in words ("none", "top-level `root`") have no value to write.
+            if toml_edit::Document::parse(format!("v = {default}")).is_err() {
+                continue;
+            }
+            let with = parse(&format!("{context}{name} = {default}\n"));
+            assert_eq!(
+                with, without,
+                "`{name} = {default}` {place} is not the default"
+            );
+        }
+    }
 }

@@ -1,0 +1,799 @@
+//! Every key of the configuration file, described once: one table of key
+//! specifications per TOML table, each entry giving the key's name, its
+//! default (as `docs/configuration.md` shows it), what kind of value it takes
+//! and where that value is stored, under a one-line description.
+//! [`check`](super::check) walks a document against these tables: the
+//! unknown-key errors (with "did you mean"), the type and range errors with
+//! their positions and the filling of the typed [`Config`] all come from here.
+//!
+//! Keys are read in table order, which is also the order in which the
+//! unknown-key error lists them, so a key that needs another (a `[[host]]`
+//! inherits the top-level `root`) comes after it.
+//!
+//! # Adding a key
+//!
+//! 1. Add the field to the struct the table fills (`Limits` in `config.rs`,
+//!    say), with its default in that struct's `Default`.
+//! 2. Add one entry to the table here:
+//!
+//!    ```ignore
+//!    // Most `/`-separated segments in a request path.
+//!    key("max_segments", "64", Count(1, MAX_USIZE, |l, n| l.max_segments = to_usize(n))),
+//!    ```
+//!
+//!    The kind checks the value and reports errors at its position; the
+//!    closure stores a good one. `Bool`, `Count`, `Size` and `Duration` are
+//!    plain values; `Text` and `List` take strings and a closure that
+//!    validates them too (its `Err` is reported at the string); `Custom` is
+//!    for anything else, usually a `Checker` method below. Use `required`
+//!    instead of `key` for a key that must be given.
+//! 3. Add a row for it to its section of `docs/configuration.md`. The tests
+//!    check that every key has one, showing the same default, and that
+//!    writing the default in a file changes nothing.
+
+use std::collections::HashMap;
+use std::net::{Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use fastpath_content::handover::{
+    BackendAddr, BackendConfig, HandoverMethod, RouteRule, MAX_UNIX_PATH,
+};
+use fastpath_drivers::{PercoreConfig, PreforkConfig, ThreadsConfig};
+
+use super::check::{check_dir, resolve, to_usize, Checker, Field, Section};
+use super::{
+    CacheConfig, Config, HandoverConfig, HostConfig, Limits, LogConfig, LogTarget, Timeouts,
+};
+use Kind::*;
+
+/// One key of a TOML table whose values go into a `T`.
+pub(super) struct KeySpec<T: 'static> {
+    pub(super) name: &'static str,
+    /// What an absent key stands for, as the docs show it: a TOML value, or
+    /// words where no value says it ("none", "top-level `root`"); empty for
+    /// a table, which has a section of its own in the docs. Only the tests
+    /// read it, to keep the docs and the structs' defaults in step.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) default: &'static str,
+    /// For a key that must be given: the error when it is not.
+    pub(super) required: Option<&'static str>,
+    pub(super) kind: Kind<T>,
+}
+
+/// The kind of value a key takes, and how a good one is stored into `T`.
+pub(super) enum Kind<T: 'static> {
+    /// `true` or `false`.
+    Bool(fn(&mut T, bool)),
+    /// An integer within `min..=max`.
+    Count(u64, u64, fn(&mut T, u64)),
+    /// Bytes, at least `min`: an integer or a string such as "16k".
+    Size(u64, fn(&mut T, u64)),
+    /// Longer than zero and at most 7 days: integer seconds or a string such as "10s".
+    Duration(fn(&mut T, std::time::Duration)),
+    /// A string; an `Err` is reported at it.
+    Text(fn(&mut T, &str) -> Result<(), String>),
+    /// A string or a non-empty array of strings, each stored in turn; an
+    /// `Err` is reported at its entry.
+    List(fn(&mut T, &str) -> Result<(), String>),
+    /// A table (`[name]`, dotted keys or inline).
+    Table(for<'a> fn(&mut Checker<'a>, &Section<'a>, &mut T)),
+    /// An array of tables (`[[name]]` or an inline array of inline tables).
+    Tables(for<'a> fn(&mut Checker<'a>, &[Section<'a>], &mut T)),
+    /// Anything else: reads, checks and stores the value itself.
+    Custom(for<'a> fn(&mut Checker<'a>, Field<'a>, &mut T)),
+}
+
+/// The keys of one TOML table.
+pub(super) struct TableSpec<T: 'static> {
+    /// Where the table is, as unknown-key errors say it: "in [limits]".
+    pub(super) place: &'static str,
+    pub(super) keys: &'static [KeySpec<T>],
+}
+
+const fn key<T>(name: &'static str, default: &'static str, kind: Kind<T>) -> KeySpec<T> {
+    KeySpec {
+        name,
+        default,
+        required: None,
+        kind,
+    }
+}
+
+const fn required<T>(name: &'static str, missing: &'static str, kind: Kind<T>) -> KeySpec<T> {
+    KeySpec {
+        name,
+        default: "required",
+        required: Some(missing),
+        kind,
+    }
+}
+
+/// More threads than this is almost certainly a typo, not a plan.
+const MAX_WORKERS: u64 = 4096;
+/// More children or pool threads than this is almost certainly a typo.
+const MAX_POOL: u64 = 65_536;
+const MAX_USIZE: u64 = usize::MAX as u64;
+const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
+
+#[rustfmt::skip]
+pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level", keys: &[
+    // Addresses to accept connections on, each IP:PORT.
+    key("listen", "\"127.0.0.1:8080\"", Custom(|ck, f, c| c.listen = ck.listen(f))),
+    // Worker threads; 0 for one per CPU core.
+    key("workers", "0", Count(0, MAX_WORKERS, |c, n| c.workers = to_usize(n))),
+
+    // ---- The concurrency model: its name, and the tables of the models that have
+    // settings (PREFORK, THREADS, PERCORE below). The names and their parsing
+    // belong to `Model` in config.rs; the file's `model` is read here and nowhere else.
+    // Concurrency model, one of `Model::ALL`.
+    key("model", "\"auto\"", Text(|c, name| name.parse().map(|m| c.model = m))),
+    // The process model's pool.
+    key("prefork", "", Table(|ck, s, c| ck.prefork(s, &mut c.prefork))),
+    // The thread-pool model's pool.
+    key("threads", "", Table(|ck, s, c| ck.read_table(s, &THREADS, &mut c.threads))),
+    // The per-core model's options.
+    key("percore", "", Table(|ck, s, c| ck.read_table(s, &PERCORE, &mut c.percore))),
+    // ---- End of the concurrency model.
+
+    // Document root of the top-level host.
+    key("root", "the configuration file's directory",
+        Custom(|ck, f, c| ck.root(f, &mut c.default_host.root))),
+    // File names tried, in order, when a directory is requested.
+    key("index", "[\"index.html\"]", Custom(|ck, f, c| ck.index(f, &mut c.default_host.index))),
+    // Serve names starting with `.` (`.well-known` always is).
+    key("dotfiles", "false", Bool(|c, b| c.default_host.dotfiles = b)),
+    // Serve `X.br` or `X.gz` instead of `X` to clients that accept them.
+    key("precompressed", "true", Bool(|c, b| c.default_host.precompressed = b)),
+    // Protocol limits.
+    key("limits", "", Table(|ck, s, c| ck.read_table(s, &LIMITS, &mut c.limits))),
+    // Connection timeouts.
+    key("timeouts", "", Table(|ck, s, c| ck.read_table(s, &TIMEOUTS, &mut c.timeouts))),
+    // The content cache.
+    key("cache", "", Table(|ck, s, c| ck.read_table(s, &CACHE, &mut c.cache))),
+    // Access and error logs.
+    key("log", "", Table(|ck, s, c| ck.read_table(s, &LOG, &mut c.log))),
+    // Virtual hosts; after the top-level host's keys, which they inherit.
+    key("host", "", Tables(|ck, tables, c| c.hosts = ck.hosts(tables, &c.default_host))),
+    // The backend response cache.
+    key("handover", "", Table(|ck, s, c| ck.read_table(s, &HANDOVER, &mut c.handover))),
+    // Backend servers; before the routes, which name them.
+    key("backend", "", Tables(|ck, tables, c| c.backends = ck.backends(tables))),
+    // Which requests go to which backend, and how.
+    key("route", "", Tables(|ck, tables, c| c.routes = ck.routes(tables))),
+]};
+
+// The concurrency models' own tables, read through `prefork`, `threads` and
+// `percore` in TOP.
+
+#[rustfmt::skip]
+pub(super) const PREFORK: TableSpec<PreforkConfig> = TableSpec { place: "in [prefork]", keys: &[
+    // Children forked at start.
+    key("start", "5", Count(1, MAX_POOL, |p, n| p.start = to_usize(n))),
+    // More children are forked while fewer than this are idle.
+    key("min_spare", "5", Count(1, MAX_POOL, |p, n| p.min_spare = to_usize(n))),
+    // Idle children are retired while more than this are idle.
+    key("max_spare", "10", Count(1, MAX_POOL, |p, n| p.max_spare = to_usize(n))),
+    // Most children at once.
+    key("max_children", "256", Count(1, MAX_POOL, |p, n| p.max_children = to_usize(n))),
+    // A child exits after serving this many connections; 0 for never.
+    key("max_connections_per_child", "0",
+        Count(0, u64::MAX, |p, n| p.max_connections_per_child = n)),
+]};
+
+#[rustfmt::skip]
+pub(super) const THREADS: TableSpec<ThreadsConfig> = TableSpec { place: "in [threads]", keys: &[
+    // Threads in the pool: the most connections served at once.
+    key("threads", "256", Count(1, MAX_POOL, |t, n| t.threads = to_usize(n))),
+    // Threads running handler code at once; 0 for one per CPU.
+    key("max_active", "0", Count(0, MAX_POOL, |t, n| t.max_active = to_usize(n))),
+    // Stack of each pool thread; below 64 KiB a thread cannot even run the
+    // standard library's start-up.
+    key("stack_size", "\"256k\"", Size(64 * 1024, |t, n| t.stack_size = to_usize(n))),
+]};
+
+#[rustfmt::skip]
+pub(super) const PERCORE: TableSpec<PercoreConfig> = TableSpec { place: "in [percore]", keys: &[
+    // Keep polling this long after each event instead of sleeping.
+    key("busy_poll", "unset", Duration(|p, d| p.busy_poll = Some(d))),
+]};
+
+#[rustfmt::skip]
+pub(super) const LIMITS: TableSpec<Limits> = TableSpec { place: "in [limits]", keys: &[
+    // Simultaneously open client connections.
+    key("max_connections", "10000", Count(1, MAX_USIZE, |l, n| l.max_connections = to_usize(n))),
+    // Longest request line; longer gets 414.
+    key("max_request_line", "8192", Size(64, |l, n| l.max_request_line = to_usize(n))),
+    // Largest request head; larger gets 431.
+    key("max_header_bytes", "16384", Size(256, |l, n| l.max_header_bytes = to_usize(n))),
+    // Most header fields in one request; more gets 431.
+    key("max_headers", "100", Count(1, MAX_USIZE, |l, n| l.max_headers = to_usize(n))),
+    // Request bodies to static paths up to this size are read and discarded.
+    key("max_discard_body", "1048576", Size(0, |l, n| l.max_discard_body = n)),
+    // Requests served on one connection before it is closed.
+    key("max_requests_per_connection", "10000",
+        Count(1, u64::MAX, |l, n| l.max_requests_per_connection = n)),
+]};
+
+#[rustfmt::skip]
+pub(super) const TIMEOUTS: TableSpec<Timeouts> = TableSpec { place: "in [timeouts]", keys: &[
+    // The whole request head must arrive within this after its first byte.
+    key("header", "\"10s\"", Duration(|t, d| t.header = d)),
+    // Idle time allowed between requests on a kept-alive connection.
+    key("keepalive", "\"75s\"", Duration(|t, d| t.keepalive = d)),
+    // A client that accepts no response bytes this long is disconnected.
+    key("send", "\"60s\"", Duration(|t, d| t.send = d)),
+    // Unread client bytes are drained this long before closing.
+    key("linger", "\"2s\"", Duration(|t, d| t.linger = d)),
+]};
+
+#[rustfmt::skip]
+pub(super) const CACHE: TableSpec<CacheConfig> = TableSpec { place: "in [cache]", keys: &[
+    // Cache resolved paths and small files.
+    key("enabled", "true", Bool(|c, b| c.enabled = b)),
+    // Memory for cached entries, all workers together.
+    key("max_memory", "\"64MiB\"", Size(0, |c, n| c.max_memory = n)),
+    // Files up to this size are kept in memory whole.
+    key("max_file_size", "\"64KiB\"", Size(0, |c, n| c.max_file_size = n)),
+    // Descriptors of larger files kept open, all workers together.
+    key("max_open_files", "1024", Count(0, 1 << 20, |c, n| c.max_open_files = to_usize(n))),
+]};
+
+#[rustfmt::skip]
+pub(super) const LOG: TableSpec<LogConfig> = TableSpec { place: "in [log]", keys: &[
+    // Where access log lines go: "off", "stdout", "stderr" or a file.
+    key("access", "\"stdout\"", Custom(|ck, f, l| ck.log_target(f, &mut l.access, true))),
+    // Where errors and diagnostics go: "stdout", "stderr" or a file.
+    key("error", "\"stderr\"", Custom(|ck, f, l| ck.log_target(f, &mut l.error, false))),
+    // Least severe diagnostics written.
+    key("level", "\"info\"", Text(|l, level| log_level(level).map(|s| l.level = s))),
+]};
+
+#[rustfmt::skip]
+pub(super) const HOST: TableSpec<HostConfig> = TableSpec { place: "in [[host]]", keys: &[
+    // Host names served: exact, or wildcards "*.domain".
+    required("names", "[[host]] needs `names`, a list of the host names it serves",
+        Custom(|ck, f, h| ck.host_names(f, &mut h.names))),
+    // Document root.
+    key("root", "top-level `root`", Custom(|ck, f, h| ck.root(f, &mut h.root))),
+    // As at the top level.
+    key("index", "top-level `index`", Custom(|ck, f, h| ck.index(f, &mut h.index))),
+    // As at the top level.
+    key("dotfiles", "top-level `dotfiles`", Bool(|h, b| h.dotfiles = b)),
+    // As at the top level.
+    key("precompressed", "top-level `precompressed`", Bool(|h, b| h.precompressed = b)),
+    // Serve requests that match no host name; one host at most.
+    key("default", "false", Custom(|ck, f, h| ck.default_host(f, &mut h.is_default))),
+]};
+
+#[rustfmt::skip]
+pub(super) const HANDOVER: TableSpec<HandoverConfig> = TableSpec { place: "in [handover]", keys: &[
+    // Memory for cached backend responses, all workers together.
+    key("cache_memory", "\"32m\"", Size(0, |h, n| h.cache_memory = to_usize(n))),
+    // Larger responses are never cached.
+    key("cache_max_response", "\"1m\"", Size(0, |h, n| h.cache_max_response = to_usize(n))),
+]};
+
+#[rustfmt::skip]
+pub(super) const BACKEND: TableSpec<BackendConfig> = TableSpec { place: "in [[backend]]", keys: &[
+    // What routes call the backend.
+    required("name", "[[backend]] needs `name`, which routes use to refer to it",
+        Custom(|ck, f, b| ck.backend_name(f, &mut b.name))),
+    // Where it listens: "IP:PORT" or "unix:PATH", used in turn.
+    required("addresses",
+        "[[backend]] needs `addresses`, one \"IP:PORT\" or \"unix:PATH\" or an array of them",
+        Custom(|ck, f, b| b.addresses = ck.backend_addresses(f))),
+    // Open connections to it, all workers together.
+    key("max_connections", "256", Count(1, MAX_USIZE, |b, n| b.max_connections = to_usize(n))),
+    // A connect not done within this is abandoned.
+    key("connect_timeout", "\"2s\"", Duration(|b, d| b.connect_timeout = d)),
+    // No response head within this after the request: 504.
+    key("response_timeout", "\"30s\"", Duration(|b, d| b.response_timeout = d)),
+    // A kept-alive backend connection idle this long is closed.
+    key("idle_timeout", "\"60s\"", Duration(|b, d| b.idle_timeout = d)),
+    // An address that refused or timed out is skipped this long.
+    key("fail_timeout", "\"10s\"", Duration(|b, d| b.fail_timeout = d)),
+    // Add X-Forwarded-For, X-Forwarded-Proto and Forwarded to proxied requests.
+    key("forwarded", "true", Bool(|b, v| b.forwarded = v)),
+    // Its base URL as clients reach it, for redirect routes.
+    key("public_url", "none",
+        Text(|b, url| check_public_url(url).map(|()| b.public_url = Some(url.to_owned())))),
+    // Keep its cacheable responses in memory.
+    key("cache", "true", Bool(|b, v| b.cache = v)),
+]};
+
+#[rustfmt::skip]
+pub(super) const ROUTE: TableSpec<Route> = TableSpec { place: "in [[route]]", keys: &[
+    // The `name` of a [[backend]].
+    required("backend", "[[route]] needs `backend`, the name of a [[backend]]",
+        Custom(|ck, f, r| ck.route_backend(f, r))),
+    // "proxy", "bridge" or "redirect".
+    key("method", "\"proxy\"", Custom(|ck, f, r| ck.route_method(f, r))),
+    // Condition: the decoded path starts with this.
+    key("prefix", "none",
+        Text(|r, p| check_prefix(p).map(|()| r.rule.prefix = Some(p.to_owned())))),
+    // Condition: the last path segment has one of these extensions.
+    key("extensions", "none",
+        List(|r, e| check_extension(e).map(|()| r.rule.extensions.push(e.to_ascii_lowercase())))),
+    // Condition: the method is neither GET nor HEAD.
+    key("unsafe_methods", "false", Bool(|r, b| r.rule.unsafe_methods = b)),
+    // Condition: the target has a query string.
+    key("query", "false", Bool(|r, b| r.rule.query = b)),
+    // Condition: the static lookup found nothing.
+    key("fallback", "false", Bool(|r, b| r.rule.fallback = b)),
+    // Only requests for these host names.
+    key("hosts", "all hosts", List(|r, name| host_name(name).map(|n| r.rule.hosts.push(n)))),
+]};
+
+/// What later tables need to know about earlier ones.
+#[derive(Default)]
+pub(super) struct Seen {
+    /// Where each host name was first given, for "already used at".
+    host_names: HashMap<String, (usize, usize)>,
+    /// Where `default = true` was first given to a host.
+    default_host: Option<(usize, usize)>,
+    /// Backend name → index in `Config::backends`; the first of duplicated names.
+    backend_index: HashMap<String, usize>,
+    /// Every `[[backend]]` read so far.
+    backends: Vec<SeenBackend>,
+}
+
+struct SeenBackend {
+    name: String,
+    /// Where its table starts.
+    at: (usize, usize),
+    /// Whether it set `public_url`, even to a bad value, so a redirect route
+    /// does not repeat that error.
+    public_url: bool,
+}
+
+/// A `[[route]]` being read.
+#[derive(Default)]
+pub(super) struct Route {
+    rule: RouteRule,
+    /// The backend it names, if one has that name.
+    backend: Option<usize>,
+}
+
+/// The readers of keys that no plain kind covers.
+impl<'a> Checker<'a> {
+    pub(super) fn config(&mut self, top: &'a toml_edit::Table) -> Config {
+        let mut c = Config::default();
+        c.default_host.root = resolve(self.base_dir, Path::new("."));
+        let top = Section {
+            table: top,
+            span: None,
+        };
+        self.read_table(&top, &TOP, &mut c);
+        if Field::get(top.table, "root").is_none() {
+            // The default root is the config file's directory, which
+            // normally exists; a position-less error covers the odd case.
+            if let Err(e) = check_dir(&c.default_host.root) {
+                let root = c.default_host.root.display();
+                self.error(None, format!("default `root` {root}: {e}"));
+            }
+        }
+        c
+    }
+
+    fn listen(&mut self, f: Field<'a>) -> Vec<SocketAddr> {
+        let mut addrs = Vec::new();
+        for (s, span) in self.string_list(f, false).unwrap_or_default() {
+            match s.parse::<SocketAddr>() {
+                Ok(addr) if addrs.contains(&addr) => {
+                    self.error(span, format!("`listen` address \"{s}\" is listed twice"));
+                }
+                Ok(addr) => addrs.push(addr),
+                Err(_) => self.error(
+                    span,
+                    format!(
+                        "`listen` address \"{s}\" is not IP:PORT \
+                         (for example \"127.0.0.1:8080\" or \"[::1]:8080\"; host names are not resolved)"
+                    ),
+                ),
+            }
+        }
+        if addrs.is_empty() {
+            // Nothing valid: keep the default so a caller never sees an
+            // empty list (errors were reported anyway).
+            addrs = Config::default().listen;
+        }
+        addrs
+    }
+
+    fn prefork(&mut self, s: &Section<'a>, p: &mut PreforkConfig) {
+        self.read_table(s, &PREFORK, p);
+        if p.min_spare >= p.max_spare {
+            self.error(
+                s.span.clone(),
+                format!(
+                    "[prefork] `min_spare` ({}) must be below `max_spare` ({})",
+                    p.min_spare, p.max_spare
+                ),
+            );
+        }
+        if p.start > p.max_children || p.min_spare > p.max_children {
+            self.error(
+                s.span.clone(),
+                format!(
+                    "[prefork] `start` ({}) and `min_spare` ({}) must not exceed `max_children` ({})",
+                    p.start, p.min_spare, p.max_children
+                ),
+            );
+        }
+    }
+
+    fn root(&mut self, f: Field<'a>, root: &mut PathBuf) {
+        let Some(s) = self.string(f) else { return };
+        if s.is_empty() {
+            self.error(f.value_span(), "`root` must not be empty".to_owned());
+            return;
+        }
+        let path = resolve(self.base_dir, Path::new(s));
+        match check_dir(&path) {
+            Ok(()) => *root = path,
+            Err(e) => self.error(
+                f.value_span(),
+                format!("`root` \"{s}\" ({}): {e}", path.display()),
+            ),
+        }
+    }
+
+    fn index(&mut self, f: Field<'a>, index: &mut Vec<String>) {
+        let Some(list) = self.string_list(f, true) else {
+            return;
+        };
+        index.clear();
+        for (name, span) in list {
+            if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+                self.error(
+                    span,
+                    format!("`index` entry \"{name}\" must be a plain file name (no '/')"),
+                );
+            } else {
+                index.push(name.to_owned());
+            }
+        }
+    }
+
+    fn log_target(&mut self, f: Field<'a>, target: &mut LogTarget, may_be_off: bool) {
+        let Some(s) = self.string(f) else { return };
+        *target = match s {
+            "off" if !may_be_off => {
+                return self.error(
+                    f.value_span(),
+                    "`error` cannot be \"off\": errors must go somewhere; use \"stderr\", \
+                     \"stdout\" or a file path"
+                        .to_owned(),
+                );
+            }
+            "off" => LogTarget::Off,
+            "stdout" => LogTarget::Stdout,
+            "stderr" => LogTarget::Stderr,
+            "" => return self.error(f.value_span(), format!("`{}` must not be empty", f.name)),
+            path => LogTarget::File(resolve(self.base_dir, Path::new(path))),
+        };
+    }
+
+    fn hosts(&mut self, tables: &[Section<'a>], top: &HostConfig) -> Vec<HostConfig> {
+        let mut hosts = Vec::new();
+        for s in tables {
+            let mut h = HostConfig {
+                names: Vec::new(),
+                ..top.clone()
+            };
+            self.read_table(s, &HOST, &mut h);
+            hosts.push(h);
+        }
+        hosts
+    }
+
+    fn host_names(&mut self, f: Field<'a>, names: &mut Vec<String>) {
+        for (name, span) in self.string_list(f, false).unwrap_or_default() {
+            let name = match host_name(name) {
+                Ok(name) => name,
+                Err(e) => {
+                    self.error(span, e);
+                    continue;
+                }
+            };
+            let at = self.position(span.as_ref().map_or(0, |s| s.start));
+            if let Some((line, column)) = self.seen.host_names.get(&name) {
+                let message = format!("host name `{name}` is already used at {line}:{column}");
+                self.error(span, message);
+            } else {
+                self.seen.host_names.insert(name.clone(), at);
+                names.push(name);
+            }
+        }
+    }
+
+    fn default_host(&mut self, f: Field<'a>, is_default: &mut bool) {
+        if self.boolean(f) != Some(true) {
+            return;
+        }
+        let span = f.key.span();
+        if let Some((line, column)) = self.seen.default_host {
+            self.error(
+                span,
+                format!(
+                    "only one [[host]] may have `default = true`; \
+                     another one already has it at {line}:{column}"
+                ),
+            );
+        } else {
+            self.seen.default_host = Some(self.position(span.map_or(0, |s| s.start)));
+            *is_default = true;
+        }
+    }
+
+    fn backends(&mut self, tables: &[Section<'a>]) -> Vec<BackendConfig> {
+        let mut backends = Vec::new();
+        for s in tables {
+            let mut b = BackendConfig::default();
+            self.read_table(s, &BACKEND, &mut b);
+            self.seen.backends.push(SeenBackend {
+                name: b.name.clone(),
+                at: self.position(s.span.as_ref().map_or(0, |s| s.start)),
+                public_url: Field::get(s.table, "public_url").is_some(),
+            });
+            backends.push(b);
+        }
+        backends
+    }
+
+    fn backend_name(&mut self, f: Field<'a>, slot: &mut String) {
+        let Some(name) = self.string(f) else { return };
+        *slot = name.to_owned();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_'))
+        {
+            let message = format!(
+                "backend name \"{name}\" must be lower-case letters, digits, '-' and '_' \
+                 (at least one)"
+            );
+            self.error(f.value_span(), message);
+        }
+        // Even a malformed name is remembered, so routes naming it are not
+        // reported a second time.
+        let index = self.seen.backends.len();
+        let first = *self
+            .seen
+            .backend_index
+            .entry(name.to_owned())
+            .or_insert(index);
+        if first != index {
+            let (line, column) = self.seen.backends[first].at;
+            let message = format!(
+                "backend name `{name}` is already used by the [[backend]] at {line}:{column}"
+            );
+            self.error(f.value_span(), message);
+        }
+    }
+
+    fn backend_addresses(&mut self, f: Field<'a>) -> Vec<BackendAddr> {
+        let mut addrs = Vec::new();
+        for (s, span) in self.string_list(f, false).unwrap_or_default() {
+            let addr = match s.parse::<BackendAddr>() {
+                Ok(BackendAddr::Unix(path)) => {
+                    let path = resolve(self.base_dir, &path);
+                    if path.as_os_str().len() > MAX_UNIX_PATH {
+                        self.error(
+                            span,
+                            format!(
+                                "backend address \"{s}\" ({}): a Unix socket path may be at \
+                                 most {MAX_UNIX_PATH} bytes",
+                                path.display()
+                            ),
+                        );
+                        continue;
+                    }
+                    BackendAddr::Unix(path)
+                }
+                Ok(addr) => addr,
+                Err(e) => {
+                    self.error(span, format!("`addresses`: {e}"));
+                    continue;
+                }
+            };
+            if addrs.contains(&addr) {
+                self.error(span, format!("backend address \"{s}\" is listed twice"));
+            } else {
+                addrs.push(addr);
+            }
+        }
+        addrs
+    }
+
+    fn routes(&mut self, tables: &[Section<'a>]) -> Vec<RouteRule> {
+        let mut routes = Vec::new();
+        for s in tables {
+            let mut r = Route::default();
+            self.read_table(s, &ROUTE, &mut r);
+            // A condition key that is present counts even if its value is bad, so
+            // one mistake is reported once.
+            let given = |name| Field::get(s.table, name).is_some();
+            let set =
+                |name| Field::get(s.table, name).is_some_and(|f| f.item.as_bool() != Some(false));
+            let conditions = given("prefix")
+                || given("extensions")
+                || ["unsafe_methods", "query", "fallback"].into_iter().any(set);
+            if !conditions {
+                let whom = if given("hosts") {
+                    "every request for its hosts"
+                } else {
+                    "every request"
+                };
+                self.error(
+                    s.span.clone(),
+                    format!(
+                        "[[route]] has no condition, so it would send {whom} to the backend; \
+                         say fallback = true or prefix = \"/\" if that is meant"
+                    ),
+                );
+            }
+            routes.push(r.rule);
+        }
+        routes
+    }
+
+    fn route_backend(&mut self, f: Field<'a>, r: &mut Route) {
+        let Some(name) = self.string(f) else { return };
+        r.backend = self.seen.backend_index.get(name).copied();
+        if let Some(i) = r.backend {
+            r.rule.backend = i;
+            return;
+        }
+        let names: Vec<&str> = self.seen.backends.iter().map(|b| b.name.as_str()).collect();
+        let message = if names.is_empty() {
+            format!("no [[backend]] is named `{name}`: there is no [[backend]] table")
+        } else {
+            format!(
+                "no [[backend]] is named `{name}`; backends: {}",
+                names.join(", ")
+            )
+        };
+        self.error(f.value_span(), message);
+    }
+
+    fn route_method(&mut self, f: Field<'a>, r: &mut Route) {
+        let Some(m) = self.string(f) else { return };
+        match m.parse::<HandoverMethod>() {
+            Ok(m) => r.rule.method = m,
+            Err(e) => self.error(f.value_span(), e),
+        }
+        if let (HandoverMethod::Redirect, Some(i)) = (r.rule.method, r.backend) {
+            let backend = &self.seen.backends[i];
+            if !backend.public_url {
+                let (line, column) = backend.at;
+                let message = format!(
+                    "method \"redirect\" sends clients to the backend's `public_url`, \
+                     but [[backend]] `{}` at {line}:{column} has none",
+                    backend.name
+                );
+                self.error(f.value_span(), message);
+            }
+        }
+    }
+}
+
+fn log_level(level: &str) -> Result<String, String> {
+    if LEVELS.contains(&level) {
+        Ok(level.to_owned())
+    } else {
+        Err(format!(
+            "`level` must be one of {}; found \"{level}\"",
+            LEVELS.join(", ")
+        ))
+    }
+}
+
+/// A URL clients can be redirected to: `http://` or `https://`, a host, and
+/// only visible ASCII, since it is sent in a `Location` field.
+fn check_public_url(url: &str) -> Result<(), String> {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Err(format!(
+            "`public_url` \"{url}\" must start with http:// or https://"
+        ));
+    };
+    if rest.split('/').next().unwrap_or_default().is_empty() {
+        return Err(format!("`public_url` \"{url}\" has no host"));
+    }
+    if !url
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')
+    {
+        return Err(format!(
+            "`public_url` \"{url}\" must be visible ASCII without '?' or '#' \
+             (percent-encode anything else); the request target is appended to it"
+        ));
+    }
+    Ok(())
+}
+
+/// A prefix that some normalised path can start with.
+fn check_prefix(prefix: &str) -> Result<(), String> {
+    if !prefix.starts_with('/') {
+        return Err(format!("`prefix` \"{prefix}\" must start with '/'"));
+    }
+    // The last segment may be cut short ("/app" also matches "/apple"), so only
+    // the segments before it must be whole and proper.
+    let segments: Vec<&str> = prefix[1..].split('/').collect();
+    let inner = &segments[..segments.len() - 1];
+    if prefix.contains('\0') || inner.iter().any(|s| matches!(*s, "" | "." | "..")) {
+        return Err(format!(
+            "`prefix` \"{prefix}\" can never match: request paths are normalised, \
+             without empty, \".\" or \"..\" segments"
+        ));
+    }
+    Ok(())
+}
+
+fn check_extension(ext: &str) -> Result<(), String> {
+    if ext.is_empty() {
+        return Err("`extensions` entries must not be empty".to_owned());
+    }
+    if let Some(bare) = ext.strip_prefix('.') {
+        return Err(format!(
+            "`extensions` entry \"{ext}\" must be written without the dot: \"{bare}\""
+        ));
+    }
+    if ext.contains(['.', '/', '\0']) {
+        return Err(format!(
+            "`extensions` entry \"{ext}\" can never match: the extension is what follows \
+             the last '.' of the last path segment"
+        ));
+    }
+    Ok(())
+}
+
+/// Validates and lower-cases a host name, as in `[[host]]` `names`.
+fn host_name(raw: &str) -> Result<String, String> {
+    let name = raw.to_ascii_lowercase();
+    if name.is_empty() {
+        return Err("host names must not be empty".to_owned());
+    }
+    if let Some(inner) = name.strip_prefix('[') {
+        // IPv6 literal as it appears in a Host header, e.g. "[::1]".
+        return match inner.split_once(']') {
+            Some((addr, "")) if addr.parse::<Ipv6Addr>().is_ok() => Ok(name),
+            Some((_, rest)) if rest.starts_with(':') => Err(format!(
+                "host name \"{raw}\" must not include a port; ports are chosen by `listen`"
+            )),
+            _ => Err(format!("host name \"{raw}\" is not a valid IPv6 literal")),
+        };
+    }
+    if name.contains(':') {
+        return Err(format!(
+            "host name \"{raw}\" must not include a port; ports are chosen by `listen`"
+        ));
+    }
+    let valid_label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    let valid_domain = |d: &str| d.len() <= 253 && d.split('.').all(valid_label);
+    if name.contains('*') {
+        match name.strip_prefix("*.") {
+            Some(rest) if valid_domain(rest) => {}
+            _ => {
+                return Err(format!(
+                    "wildcard host name \"{raw}\" must have the form \"*.domain\" \
+                     ('*' only as the whole first label)"
+                ))
+            }
+        }
+    } else if !valid_domain(&name) {
+        return Err(format!(
+            "host name \"{raw}\" is not a valid domain name or IP address \
+             (letters, digits, '-' and '_' in dot-separated labels)"
+        ));
+    }
+    Ok(name)
+}
