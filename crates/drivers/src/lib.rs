@@ -89,7 +89,8 @@ pub use listener::{
     DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
 pub use model::{
-    run, run_service, uring_available, DriverConfig, Layout, Model, ModelKind, Process,
+    run, run_service, uring_available, DriverConfig, Layout, Model, ModelKind, ModelSettings,
+    Process,
 };
 pub use pools::percore::{allowed_cpus, PercoreConfig};
 pub use pools::prefork::{self, PreforkConfig};

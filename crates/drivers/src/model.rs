@@ -113,6 +113,28 @@ impl ModelKind {
     pub fn sizes_itself(self) -> bool {
         !matches!(self, ModelKind::Epoll | ModelKind::Uring)
     }
+
+    /// The model of this kind, with its settings taken from `settings`.
+    pub fn with(self, settings: &ModelSettings) -> Model {
+        match self {
+            ModelKind::Epoll => Model::Epoll,
+            ModelKind::Uring => Model::Uring,
+            ModelKind::Percore => Model::Percore(settings.percore),
+            ModelKind::Threads => Model::Threads(settings.threads),
+            ModelKind::Prefork => Model::Prefork(settings.prefork),
+        }
+    }
+}
+
+/// The settings of the models that have any, for [`ModelKind::with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelSettings {
+    /// For [`Model::Percore`].
+    pub percore: PercoreConfig,
+    /// For [`Model::Threads`].
+    pub threads: ThreadsConfig,
+    /// For [`Model::Prefork`].
+    pub prefork: PreforkConfig,
 }
 
 /// How a model spreads its work, for sizing what the handlers share.

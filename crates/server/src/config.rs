@@ -12,6 +12,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use fastpath_content::handover::{BackendConfig, RouteRule};
+use fastpath_drivers::{ModelKind, ModelSettings};
 
 mod check;
 mod keys;
@@ -57,26 +58,15 @@ pub struct Config {
     pub routes: Vec<RouteRule>,
 }
 
-/// Concurrency model used to run connections.
-///
-/// New models are added as variants here and in [`Model::ALL`] /
-/// [`Model::name`]; parsing and error messages pick them up from there.
+/// Concurrency model used to run connections: `auto`, or one of the drivers' models by its
+/// name (the drivers own the names, descriptions and layouts of the models).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Model {
     /// Let fastpath pick the best model available on this system.
     #[default]
     Auto,
-    /// Event loop on epoll, one loop per worker thread.
-    Epoll,
-    /// Completion loop on io_uring, one per worker thread; falls back to epoll (with a
-    /// warning) where the kernel cannot run it.
-    Uring,
-    /// One event loop per CPU, pinned to it, sharing nothing.
-    Percore,
-    /// A pool of threads, one connection each at a time, a bounded number running at once.
-    Threads,
-    /// A pool of single-threaded child processes, one connection each at a time.
-    Prefork,
+    /// The model named.
+    Named(ModelKind),
 }
 
 /// Limits that protect the server from oversized or abusive clients.
@@ -323,48 +313,52 @@ impl Config {
     /// `fastpath check` prints these and `fastpath serve` logs them at start.
     pub fn model_notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
-        let model = self.model.name();
-        match self.model {
-            Model::Uring
-                if self
-                    .routes
-                    .iter()
-                    .any(|r| r.method == fastpath_content::handover::HandoverMethod::Proxy) =>
-            {
-                notes.push(
-                    "model \"uring\": proxied bodies are copied through memory (the io_uring \
-                     loop does not splice them)"
-                        .to_owned(),
-                )
-            }
-            Model::Percore | Model::Threads | Model::Prefork if self.workers > 0 => {
-                let instead = match self.model {
-                    Model::Percore => "one worker per CPU",
-                    Model::Threads => "the pool size is [threads] threads",
-                    _ => "the pool size is [prefork] max_children",
-                };
-                notes.push(format!(
-                    "`workers` is ignored by model \"{model}\": {instead}"
-                ));
-            }
-            _ => {}
+        let name = self.model.name();
+        let kind = self.model.kind();
+        let proxies = self
+            .routes
+            .iter()
+            .any(|r| r.method == fastpath_content::handover::HandoverMethod::Proxy);
+        if kind == ModelKind::Uring && proxies {
+            notes.push(
+                "model \"uring\": proxied bodies are copied through memory (the io_uring loop \
+                 does not splice them)"
+                    .to_owned(),
+            );
         }
-        let handlers = match self.model {
-            Model::Threads => Some(("thread", self.threads.threads)),
-            Model::Prefork => Some(("child process", self.prefork.max_children)),
-            _ => None,
-        };
-        if let Some((holder, count)) = handlers {
-            if self.cache.enabled || !self.routes.is_empty() {
-                notes.push(format!(
-                    "model \"{model}\" keeps its caches per {holder}: each of up to {count} gets \
-                     1/{count} of [cache] max_memory ({} bytes) and of [handover] cache_memory, \
-                     and a response cached by one is not seen by the others",
-                    self.cache.max_memory / count.max(1) as u64
-                ));
-            }
+        if kind.sizes_itself() && self.workers > 0 {
+            let instead = match kind {
+                ModelKind::Percore => "one worker per CPU",
+                ModelKind::Threads => "the pool size is [threads] threads",
+                _ => "the pool size is [prefork] max_children",
+            };
+            notes.push(format!(
+                "`workers` is ignored by model \"{name}\": {instead}"
+            ));
+        }
+        // The models whose handlers are many small pools rather than a few workers.
+        if matches!(kind, ModelKind::Threads | ModelKind::Prefork)
+            && (self.cache.enabled || !self.routes.is_empty())
+        {
+            let layout = self.driver_model().layout(self.workers);
+            let (holder, count) = (layout.holder, layout.handlers);
+            notes.push(format!(
+                "model \"{name}\" keeps its caches per {holder}: each of up to {count} gets \
+                 1/{count} of [cache] max_memory ({} bytes) and of [handover] cache_memory, \
+                 and a response cached by one is not seen by the others",
+                self.cache.max_memory / count as u64
+            ));
         }
         notes
+    }
+
+    /// The drivers' model this configuration asks for, with its settings.
+    pub fn driver_model(&self) -> fastpath_drivers::Model {
+        self.model.kind().with(&ModelSettings {
+            percore: self.percore,
+            threads: self.threads,
+            prefork: self.prefork,
+        })
     }
 
     /// Replaces the top-level document root (the `serve DIR` argument).
@@ -387,36 +381,36 @@ impl Config {
 
 impl Model {
     /// Every model, in the order shown in error messages and help text.
-    pub const ALL: &[Model] = &[
-        Model::Auto,
-        Model::Epoll,
-        Model::Uring,
-        Model::Percore,
-        Model::Threads,
-        Model::Prefork,
-    ];
+    pub fn all() -> impl Iterator<Item = Model> {
+        std::iter::once(Model::Auto).chain(ModelKind::ALL.into_iter().map(Model::Named))
+    }
 
     /// The name used in the configuration file and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Model::Auto => "auto",
-            Model::Epoll => "epoll",
-            Model::Uring => "uring",
-            Model::Percore => "percore",
-            Model::Threads => "threads",
-            Model::Prefork => "prefork",
+            Model::Named(kind) => kind.name(),
         }
     }
 
     /// The model called `name` (exact, lower-case), if any.
     pub fn from_name(name: &str) -> Option<Model> {
-        Model::ALL.iter().copied().find(|m| m.name() == name)
+        Model::all().find(|m| m.name() == name)
     }
 
     /// Comma-separated list of the valid names, for error messages.
     pub fn valid_names() -> String {
-        let names: Vec<&str> = Model::ALL.iter().map(|m| m.name()).collect();
+        let names: Vec<&str> = Model::all().map(Model::name).collect();
         names.join(", ")
+    }
+
+    /// The kind of model that runs: `auto` is epoll until a benchmark shows io_uring ahead
+    /// across the SPECweb mix (then it becomes io_uring where the kernel can run it).
+    pub fn kind(self) -> ModelKind {
+        match self {
+            Model::Auto => ModelKind::Epoll,
+            Model::Named(kind) => kind,
+        }
     }
 }
 

@@ -28,13 +28,13 @@ use std::sync::Arc;
 
 use fastpath_content::handover::{BackendConfig, BackendState, ResponseCache, Routes};
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
-use fastpath_drivers::Model as DriverModel;
 use fastpath_drivers::{bind_listeners, DriverConfig, Process};
+use fastpath_drivers::{Model as DriverModel, ModelKind};
 
 pub use access_log::AccessLog;
 pub use error_log::init_error_log;
 
-use crate::config::{Config, HostConfig, Model};
+use crate::config::{Config, HostConfig};
 use crate::handler::{HandlerSettings, HttpHandler};
 use crate::vhosts::VirtualHosts;
 
@@ -129,21 +129,14 @@ fn virtual_hosts(config: &Config, watch: Watching) -> Result<VirtualHosts, Serve
 /// The driver model for a configured one; io_uring falls back to epoll, with one warning,
 /// where the kernel cannot run it.
 fn driver_model(config: &Config) -> DriverModel {
-    match config.model {
-        // epoll until a benchmark shows io_uring ahead across the SPECweb mix; then `auto`
-        // becomes io_uring where uring_available() says it can run.
-        Model::Auto | Model::Epoll => DriverModel::Epoll,
-        Model::Uring => match fastpath_drivers::uring_available() {
-            Ok(()) => DriverModel::Uring,
-            Err(reason) => {
-                tracing::warn!("io_uring unavailable ({reason}); using epoll");
-                DriverModel::Epoll
-            }
-        },
-        Model::Percore => DriverModel::Percore(config.percore),
-        Model::Threads => DriverModel::Threads(config.threads),
-        Model::Prefork => DriverModel::Prefork(config.prefork),
+    let model = config.driver_model();
+    if model.kind() == ModelKind::Uring {
+        if let Err(reason) = fastpath_drivers::uring_available() {
+            tracing::warn!("io_uring unavailable ({reason}); using epoll");
+            return DriverModel::Epoll;
+        }
     }
+    model
 }
 
 /// What the handlers of one process share: built once per process, after the fork for the

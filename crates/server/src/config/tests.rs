@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fastpath_content::handover::{BackendAddr, BackendConfig, HandoverMethod, RouteRule};
+use fastpath_drivers::ModelKind;
 
 use super::check::edit_distance;
 use super::keys::{self, Kind, TableSpec};
@@ -153,7 +154,7 @@ names = "static.test"
         ]
     );
     assert_eq!(c.workers, 4);
-    assert_eq!(c.model, Model::Epoll);
+    assert_eq!(c.model, Model::Named(ModelKind::Epoll));
     assert_eq!(c.limits.max_connections, 500);
     assert_eq!(c.limits.max_request_line, 4096);
     assert_eq!(c.limits.max_header_bytes, 32768);
@@ -808,7 +809,7 @@ fn error_display_is_line_colon_column() {
 
 #[test]
 fn model_names_round_trip() {
-    for &m in Model::ALL {
+    for m in Model::all() {
         assert_eq!(m.name().parse::<Model>(), Ok(m));
         assert_eq!(m.to_string(), m.name());
     }
@@ -1452,7 +1453,7 @@ fn example_file_has_backends_and_routes() {
 #[test]
 fn model_sections_fill_the_driver_settings() {
     let c = ok("model = \"prefork\"\n[prefork]\nstart = 2\nmin_spare = 1\nmax_spare = 3\nmax_children = 9\nmax_connections_per_child = 1000\n[threads]\nthreads = 12\nmax_active = 3\nstack_size = \"512k\"\n[percore]\nbusy_poll = \"50us\"\n");
-    assert_eq!(c.model, Model::Prefork);
+    assert_eq!(c.model, Model::Named(ModelKind::Prefork));
     assert_eq!(
         c.prefork,
         fastpath_drivers::PreforkConfig {
