@@ -13,8 +13,8 @@ use crate::error::RequestError;
 use crate::fields::{fold_content_length, ConnectionOptions, FieldSpan, Fields};
 use crate::head::{HeadScanner, ScanErrors, StartLine};
 use crate::limits::Limits;
-use crate::request::Version;
 use crate::syntax::{ascii_str, is_field_value_byte, is_token, list_elements, trim_ows};
+use crate::version::Version;
 
 /// How the body of a backend response is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

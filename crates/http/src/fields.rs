@@ -3,8 +3,8 @@
 //! requests and responses share. Errors here are bare reasons; the caller
 //! picks the status (400 for a client, 502 for a backend).
 
-use crate::request::Version;
 use crate::syntax::{is_field_value_byte, is_ows, is_tchar, list_elements, parse_u64, trim_ows};
+use crate::version::Version;
 
 /// Byte offsets of one header field inside the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

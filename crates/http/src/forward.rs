@@ -7,10 +7,11 @@
 //! append to a caller-owned buffer and allocate nothing else.
 
 use crate::backend::{ResponseFraming, ResponseHead};
-use crate::request::{BodyFraming, Request, Version};
+use crate::request::{BodyFraming, Request};
 use crate::response::{reason_phrase, write_header, write_header_u64};
 use crate::syntax::{is_token, list_elements};
 use crate::target::{parse_target, Target};
+use crate::version::Version;
 use std::io::Write as _;
 use std::net::IpAddr;
 

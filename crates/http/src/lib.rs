@@ -62,6 +62,7 @@ mod syntax;
 mod target;
 #[cfg(test)]
 mod testing;
+mod version;
 
 #[doc(hidden)]
 pub mod fuzzing;
@@ -80,6 +81,7 @@ pub use limits::{
     MAX_CHUNK_LINE, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,
 };
 pub use range::{parse_range, RangeRequest};
-pub use request::{BodyFraming, Parser, Request, Version};
+pub use request::{BodyFraming, Parser, Request};
 pub use response::{reason_phrase, write_header, write_header_u64, write_status_line};
 pub use target::{is_valid_host, normalize_path, parse_target, PathError, Target};
+pub use version::Version;

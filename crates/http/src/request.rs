@@ -12,15 +12,7 @@ use crate::head::{HeadScanner, ScanErrors, StartLine};
 use crate::limits::Limits;
 use crate::syntax::{ascii_str, is_tchar, is_token, list_elements, trim_ows};
 use crate::target::is_valid_host;
-
-/// Protocol version of a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    /// HTTP/1.0.
-    Http10,
-    /// HTTP/1.1, and any later HTTP/1.x (RFC 9110 §2.5: treat as 1.1).
-    Http11,
-}
+use crate::version::Version;
 
 /// How the request body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

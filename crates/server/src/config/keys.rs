@@ -31,7 +31,6 @@
 //!    check that every key has one, showing the same default, and that
 //!    writing the default in a file changes nothing.
 
-use std::collections::HashMap;
 use std::net::{Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -40,73 +39,14 @@ use fastpath_content::handover::{
 };
 use fastpath_drivers::{PercoreConfig, PreforkConfig, ThreadsConfig};
 
-use super::check::{check_dir, resolve, to_usize, Checker, Field, Section};
+use super::check::{
+    check_dir, key, required, resolve, to_usize, Checker, Field, Kind, Section, SeenBackend,
+    TableSpec,
+};
 use super::{
     CacheConfig, Config, HandoverConfig, HostConfig, Limits, LogConfig, LogTarget, Timeouts,
 };
 use Kind::*;
-
-/// One key of a TOML table whose values go into a `T`.
-pub(super) struct KeySpec<T: 'static> {
-    pub(super) name: &'static str,
-    /// What an absent key stands for, as the docs show it: a TOML value, or
-    /// words where no value says it ("none", "top-level `root`"); empty for
-    /// a table, which has a section of its own in the docs. Only the tests
-    /// read it, to keep the docs and the structs' defaults in step.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(super) default: &'static str,
-    /// For a key that must be given: the error when it is not.
-    pub(super) required: Option<&'static str>,
-    pub(super) kind: Kind<T>,
-}
-
-/// The kind of value a key takes, and how a good one is stored into `T`.
-pub(super) enum Kind<T: 'static> {
-    /// `true` or `false`.
-    Bool(fn(&mut T, bool)),
-    /// An integer within `min..=max`.
-    Count(u64, u64, fn(&mut T, u64)),
-    /// Bytes, at least `min`: an integer or a string such as "16k".
-    Size(u64, fn(&mut T, u64)),
-    /// Longer than zero and at most 7 days: integer seconds or a string such as "10s".
-    Duration(fn(&mut T, std::time::Duration)),
-    /// A string; an `Err` is reported at it.
-    Text(fn(&mut T, &str) -> Result<(), String>),
-    /// A string or a non-empty array of strings, each stored in turn; an
-    /// `Err` is reported at its entry.
-    List(fn(&mut T, &str) -> Result<(), String>),
-    /// A table (`[name]`, dotted keys or inline).
-    Table(for<'a> fn(&mut Checker<'a>, &Section<'a>, &mut T)),
-    /// An array of tables (`[[name]]` or an inline array of inline tables).
-    Tables(for<'a> fn(&mut Checker<'a>, &[Section<'a>], &mut T)),
-    /// Anything else: reads, checks and stores the value itself.
-    Custom(for<'a> fn(&mut Checker<'a>, Field<'a>, &mut T)),
-}
-
-/// The keys of one TOML table.
-pub(super) struct TableSpec<T: 'static> {
-    /// Where the table is, as unknown-key errors say it: "in [limits]".
-    pub(super) place: &'static str,
-    pub(super) keys: &'static [KeySpec<T>],
-}
-
-const fn key<T>(name: &'static str, default: &'static str, kind: Kind<T>) -> KeySpec<T> {
-    KeySpec {
-        name,
-        default,
-        required: None,
-        kind,
-    }
-}
-
-const fn required<T>(name: &'static str, missing: &'static str, kind: Kind<T>) -> KeySpec<T> {
-    KeySpec {
-        name,
-        default: "required",
-        required: Some(missing),
-        kind,
-    }
-}
 
 /// More threads than this is almost certainly a typo, not a plan.
 const MAX_WORKERS: u64 = 4096;
@@ -323,28 +263,6 @@ pub(super) const ROUTE: TableSpec<Route> = TableSpec { place: "in [[route]]", ke
     // Only requests for these host names.
     key("hosts", "all hosts", List(|r, name| host_name(name).map(|n| r.rule.hosts.push(n)))),
 ]};
-
-/// What later tables need to know about earlier ones.
-#[derive(Default)]
-pub(super) struct Seen {
-    /// Where each host name was first given, for "already used at".
-    host_names: HashMap<String, (usize, usize)>,
-    /// Where `default = true` was first given to a host.
-    default_host: Option<(usize, usize)>,
-    /// Backend name → index in `Config::backends`; the first of duplicated names.
-    backend_index: HashMap<String, usize>,
-    /// Every `[[backend]]` read so far.
-    backends: Vec<SeenBackend>,
-}
-
-struct SeenBackend {
-    name: String,
-    /// Where its table starts.
-    at: (usize, usize),
-    /// Whether it set `public_url`, even to a bad value, so a redirect route
-    /// does not repeat that error.
-    public_url: bool,
-}
 
 /// A `[[route]]` being read.
 #[derive(Default)]

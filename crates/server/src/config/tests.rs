@@ -7,7 +7,8 @@ use fastpath_content::handover::{BackendAddr, BackendConfig, HandoverMethod, Rou
 use fastpath_drivers::ModelKind;
 
 use super::check::edit_distance;
-use super::keys::{self, Kind, TableSpec};
+use super::check::{Kind, TableSpec};
+use super::keys;
 use super::{Config, ConfigError, HandoverConfig, HostConfig, LogTarget, Model};
 
 /// A temporary config directory containing a `site/` directory and a
