@@ -45,10 +45,14 @@ RESULTS_DIR = os.path.join(BENCH_DIR, "results")
 APACHE_MODULES = "/usr/lib/apache2/modules"
 
 ALL_SERVERS = ["fastpath", "nginx", "lighttpd", "h2o", "apache2"]
+# A second fastpath binary, run beside the first when --baseline-bin names one: a change
+# measured against the code it changes, in the same run and conditions.
+BASELINE = "fastpath-base"
 SERVER_LABEL = {"fastpath": "fastpath", "nginx": "nginx", "lighttpd": "lighttpd",
                 "h2o": "h2o", "apache2": "Apache (event)"}
-PORT_OFFSET = {name: i + 1 for i, name in enumerate(ALL_SERVERS)}
-STRACE_SERVERS = ("fastpath", "nginx")
+PORT_OFFSET = {name: i + 1 for i, name in enumerate(ALL_SERVERS + [BASELINE])}
+SERVER_LABEL[BASELINE] = "fastpath (base)"
+STRACE_SERVERS = ("fastpath", BASELINE, "nginx")
 
 SERVER_CPU = "0"
 CLIENT_CPU = "1"
@@ -366,7 +370,9 @@ class Server:
         """(command, configuration test command or None, version command)."""
         name = self.name
         if name == "fastpath":
-            return self.prepare_fastpath(self.ctx.model)
+            return self.prepare_fastpath(self.ctx.model, self.ctx.fastpath_bin)
+        if name == BASELINE:
+            return self.prepare_fastpath(self.ctx.model, self.ctx.baseline_bin)
         if name == "nginx":
             return self.prepare_nginx()
         values = self.values()
@@ -385,10 +391,9 @@ class Server:
             return self.prepare_apache2("apache2.conf", self.ctx.contents)
         raise BenchError(f"unknown server {name}")
 
-    def prepare_fastpath(self, model):
-        """fastpath with bench/peers/fastpath.toml, and --model if `model` is set."""
+    def prepare_fastpath(self, model, binary):
+        """fastpath `binary` with bench/peers/fastpath.toml, and --model if `model` is set."""
         ctx = self.ctx
-        binary = ctx.fastpath_bin
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             raise BenchError(f"fastpath binary {binary} not found (set FASTPATH_BIN)")
         conf = render(os.path.join(PEERS_DIR, "fastpath.toml"), self.values(),
@@ -1095,6 +1100,7 @@ class Context(Processes):
         self.port_base = args.port_base
         self.model = args.model
         self.fastpath_bin = args.fastpath_bin
+        self.baseline_bin = args.baseline_bin
         self.duration = args.duration
         self.warmup = args.warmup
         self.strace_duration = args.strace_duration
@@ -1782,6 +1788,10 @@ def parse_args(argv):
     ap.add_argument("--overload-pause", type=float, default=1.0,
                     help="seconds of rest between overload steps (default 1)")
     ap.add_argument("--no-overload", action="store_true", help="skip the overload sweep")
+    ap.add_argument("--baseline-bin", default=None, metavar="PATH",
+                    help="also run this fastpath binary, as \"fastpath (base)\", right after "
+                         "fastpath: a change against the code it changes, in one run "
+                         "(use with --no-write)")
     ap.add_argument("--port-base", type=int, default=18180,
                     help="servers listen on 127.0.0.1:PORT_BASE+1..5")
     ap.add_argument("--fastpath-bin", default=os.environ.get("FASTPATH_BIN"))
@@ -1806,6 +1816,9 @@ def parse_args(argv):
     if bad or not servers:
         ap.error(f"unknown server(s) {bad}; choose from {','.join(ALL_SERVERS)}")
     args.server_list = [s for s in ALL_SERVERS if s in servers]
+    if args.baseline_bin:
+        args.baseline_bin = os.path.abspath(args.baseline_bin)
+        args.server_list.insert(1 if "fastpath" in servers else 0, BASELINE)
     if not args.fastpath_bin:
         args.fastpath_bin = os.path.join(REPO_DIR, "target", "release", "fastpath")
     args.fastpath_bin = os.path.abspath(args.fastpath_bin)

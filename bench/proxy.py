@@ -175,6 +175,10 @@ def main():
                         help="measurements of each proxy, taken in turn; medians are reported")
     parser.add_argument("--models", default="epoll,uring",
                         help="fastpath models to measure, comma-separated (default: epoll,uring)")
+    parser.add_argument("--baseline-bin", default=None, metavar="PATH",
+                        help="also measure this fastpath binary on each model, as \"fastpath "
+                             "(base)\": a change against the code it changes, in one run "
+                             "(use with --no-write)")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
     binary = os.environ.get("FASTPATH_BIN") or os.path.join(REPO, "target/release/fastpath")
@@ -218,6 +222,12 @@ def main():
             fp = start([binary, "serve", "--config", config, "--model", model,
                         "--listen", f"127.0.0.1:{port}"], 0, port)
             targets[f"fastpath {model}"] = (fp.pid, f"http://127.0.0.1:{port}/app/1k.bin")
+            if args.baseline_bin:
+                port += len(models)
+                base = start([os.path.abspath(args.baseline_bin), "serve", "--config", config,
+                              "--model", model, "--listen", f"127.0.0.1:{port}"], 0, port)
+                targets[f"fastpath (base) {model}"] = (
+                    base.pid, f"http://127.0.0.1:{port}/app/1k.bin")
         ng = start(["nginx", "-c", write("proxy.conf", NGINX_PROXY.format(
             work=work, port=PORTS["nginx"], backend=PORTS["backend"]))], 0, PORTS["nginx"])
         targets["nginx"] = (ng.pid, f"http://127.0.0.1:{PORTS['nginx']}/app/1k.bin")
@@ -252,7 +262,8 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     n = results["nginx"]
-    best = min((k for k in results if k != "nginx"), key=lambda k: results[k]["cpu_us"])
+    best = min((k for k in results if k != "nginx" and "(base)" not in k),
+               key=lambda k: results[k]["cpu_us"])
     f = results[best]
     lines = [
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
