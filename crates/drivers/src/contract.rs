@@ -19,6 +19,7 @@ pub const TICK: Duration = Duration::from_millis(100);
 
 /// What a connection waits for after a handler call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Next {
     /// More input: call [`Handler::on_ready`] again when bytes arrive (queued output is sent
     /// meanwhile).
@@ -40,6 +41,7 @@ pub enum Next {
 
 /// Why a connection ended, for the handler's bookkeeping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CloseReason {
     /// The handler asked for it ([`Next::Close`] or [`Next::Abort`]).
     Done,
