@@ -100,9 +100,11 @@ pub fn bind_listeners_with(
     let mut local_addrs = Vec::with_capacity(specs.len());
     let mut features = ListenerFeatures { defer_accept: true };
     for &(addr, options) in specs {
+        refuse_if_taken(addr).map_err(|e| bind_error(addr, workers, e))?;
         let mut bound = addr;
         for sockets in per_worker.iter_mut() {
-            let (socket, defer) = bind_one(bound, options)?;
+            let (socket, defer) =
+                bind_one(bound, options).map_err(|e| bind_error(addr, workers, e))?;
             if options.defer_accept {
                 features.defer_accept &= defer;
             }
@@ -121,6 +123,43 @@ pub fn bind_listeners_with(
         local_addrs,
         features,
     })
+}
+
+/// Refuses an address another socket already listens on. Our own listeners share their
+/// address through SO_REUSEPORT, which the kernel would also grant a second server of the same
+/// user: it would then take half of the connections. A plain bind (SO_REUSEADDR only, which
+/// lets TIME_WAIT leftovers pass) fails if anyone listens there. Port 0 needs no check.
+fn refuse_if_taken(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
+}
+
+/// The error of binding `addr`, naming the address and, for the usual causes, what to do.
+fn bind_error(addr: SocketAddr, workers: usize, error: io::Error) -> io::Error {
+    let hint = match error.raw_os_error() {
+        Some(libc::EADDRINUSE) => {
+            " (another process is listening there: stop it, or choose another address)".to_owned()
+        }
+        Some(libc::EACCES) => {
+            " (ports below 1024 need root or CAP_NET_BIND_SERVICE: start as root, or choose a \
+             port of 1024 or more)"
+                .to_owned()
+        }
+        Some(libc::EADDRNOTAVAIL) => " (no interface of this machine has that address)".to_owned(),
+        Some(libc::EMFILE) | Some(libc::ENFILE) => format!(
+            " ({workers} workers need {workers} listening sockets per address: use fewer \
+             workers, or raise the open file limit, `ulimit -n`)"
+        ),
+        _ => String::new(),
+    };
+    io::Error::new(error.kind(), format!("{addr}: {error}{hint}"))
 }
 
 fn bind_one(addr: SocketAddr, options: ListenOptions) -> io::Result<(Socket, bool)> {

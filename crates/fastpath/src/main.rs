@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use fastpath_server::config::{Config, ConfigError, Model};
+use fastpath_server::config::{Config, ConfigError, LogTarget, Model, MAX_WORKERS};
 
 #[derive(Parser)]
 #[command(
@@ -36,8 +36,8 @@ enum Command {
         /// Configuration file (TOML).
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// Worker threads; 0 means one per CPU.
-        #[arg(long)]
+        /// Worker threads, at most 4096; 0 means one per CPU.
+        #[arg(long, value_parser = parse_workers)]
         workers: Option<usize>,
         /// Concurrency model: auto, epoll, uring, percore, threads or prefork.
         #[arg(long)]
@@ -146,9 +146,23 @@ fn serve(
     match fastpath_server::serve(&config, stop) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
+            // Said once on the terminal; the error log has it too when it is somewhere else.
+            if !matches!(config.log.error, LogTarget::Stderr | LogTarget::Off) {
+                tracing::error!("{e}");
+            }
             eprintln!("fastpath: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--workers`: the same bound as the configuration's `workers`.
+fn parse_workers(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number"))?;
+    if n > MAX_WORKERS {
+        return Err(format!("{n} is more than {MAX_WORKERS}"));
+    }
+    Ok(n)
 }

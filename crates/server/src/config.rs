@@ -58,6 +58,9 @@ pub struct Config {
     pub routes: Vec<RouteRule>,
 }
 
+/// The most worker threads a configuration or the command line may ask for.
+pub const MAX_WORKERS: usize = 4096;
+
 /// Concurrency model used to run connections: `auto`, or one of the drivers' models by its
 /// name (the drivers own the names, descriptions and layouts of the models).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -45,11 +45,11 @@ use super::check::{
 };
 use super::{
     CacheConfig, Config, HandoverConfig, HostConfig, Limits, LogConfig, LogTarget, Timeouts,
+    MAX_WORKERS,
 };
 use Kind::*;
 
 /// More threads than this is almost certainly a typo, not a plan.
-const MAX_WORKERS: u64 = 4096;
 /// More children or pool threads than this is almost certainly a typo.
 const MAX_POOL: u64 = 65_536;
 const MAX_USIZE: u64 = usize::MAX as u64;
@@ -60,7 +60,7 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     // Addresses to accept connections on, each IP:PORT.
     key("listen", "\"127.0.0.1:8080\"", Custom(|ck, f, c| c.listen = ck.listen(f))),
     // Worker threads; 0 for one per CPU core.
-    key("workers", "0", Count(0, MAX_WORKERS, |c, n| c.workers = to_usize(n))),
+    key("workers", "0", Count(0, MAX_WORKERS as u64, |c, n| c.workers = to_usize(n))),
 
     // ---- The concurrency model: its name, and the tables of the models that have
     // settings (PREFORK, THREADS, PERCORE below). The names and their parsing
