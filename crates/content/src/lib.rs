@@ -21,9 +21,9 @@
 //!   ([`MAX_MULTIPART_RANGES`]) so a request cannot make the server emit
 //!   many tiny parts.
 //!
-//! Header parsing (`Range`, entity-tag lists, dates, `Accept-Encoding`) lives
-//! behind a private `deps` module whose signatures match `fastpath-http`'s,
-//! so it can be swapped for that crate's parsers with one `pub use`.
+//! Header values (`Range`, entity-tag lists, dates, `Accept-Encoding`) are read
+//! with `fastpath-http`'s parsers. Requests this layer should not answer are
+//! the business of the hand-over crate beside it, `fastpath-handover`.
 //!
 //! # Example
 //!
@@ -53,8 +53,6 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 mod cache;
-mod deps;
-pub mod handover;
 mod open;
 mod ranges;
 mod resource;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use fastpath_content::handover::{BackendConfig, RouteRule};
+use fastpath_handover::{BackendConfig, RouteRule};
 
 mod check;
 #[cfg(test)]
@@ -328,7 +328,7 @@ impl Config {
                 if self
                     .routes
                     .iter()
-                    .any(|r| r.method == fastpath_content::handover::HandoverMethod::Proxy) =>
+                    .any(|r| r.method == fastpath_handover::HandoverMethod::Proxy) =>
             {
                 notes.push(
                     "model \"uring\": proxied bodies are copied through memory (the io_uring \

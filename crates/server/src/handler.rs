@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastpath_content::handover::{
-    cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache, RouteRequest, Routes,
-};
 use fastpath_content::{Body, ContentCache, Part, Reply, Source, StaticRequest};
 use fastpath_drivers::{BufferPool, CloseReason, Handler, Io, Next, Output, UpstreamPort};
+use fastpath_handover::{
+    cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache, RouteRequest, Routes,
+};
 use fastpath_http::{
     normalize_path, parse_target, write_header, write_header_u64, write_status_line, BodyFraming,
     ChunkedDecoder, Parser, Request, Target, Version,

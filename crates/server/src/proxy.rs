@@ -21,10 +21,8 @@
 
 use std::time::Instant;
 
-use fastpath_content::handover::{cache_lifetime, vary_accept_encoding, BackendState};
-use fastpath_drivers::{
-    BufferPool, Input, Io, Next, Output, Spliced, UpstreamAddr, UpstreamPort, UpstreamState,
-};
+use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
+use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState};
 use fastpath_http::{
     BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser, Version,
 };
@@ -215,10 +213,7 @@ impl Exchange {
 
     fn connect(&mut self, backends: &mut [BackendState], upstream: &mut UpstreamPort) {
         let state = &mut backends[self.backend];
-        let addr = match state.address(self.address) {
-            fastpath_content::handover::BackendAddr::Tcp(a) => UpstreamAddr::Tcp(*a),
-            fastpath_content::handover::BackendAddr::Unix(p) => UpstreamAddr::Unix(p.clone()),
-        };
+        let addr = state.address(self.address).clone();
         state.opened(self.address);
         self.counted = true;
         let idle = state.config().idle_timeout;
