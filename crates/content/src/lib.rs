@@ -52,6 +52,8 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use fastpath_http::Metadata;
+
 mod cache;
 mod open;
 mod ranges;
@@ -145,8 +147,10 @@ pub struct Reply {
     pub content_length: u64,
     /// Where the body bytes come from.
     pub body: Body,
-    /// For a full 200 reply of a cached file: its header lines from Content-Type to
-    /// Content-Length, prebuilt, to be written as they are instead of the fields above.
+    /// For a full 200 reply of a cached file: its fields from Content-Type to
+    /// Content-Length as `fastpath_http::Fields::write` wrote them for
+    /// [`Reply::metadata`] and the content length, to be sent as they are
+    /// (`fastpath_http::HeadFields::Prebuilt`).
     pub fields: Option<Arc<[u8]>>,
 }
 
@@ -222,6 +226,22 @@ impl Reply {
             content_length: 0,
             body: Body::None,
             fields: None,
+        }
+    }
+
+    /// The representation metadata the response head carries; the response-head
+    /// encoder (`fastpath_http::write_response_head`) decides which of it the status
+    /// allows.
+    pub fn metadata(&self) -> Metadata<'_> {
+        Metadata {
+            location: self.location.as_deref(),
+            content_type: self.content_type.as_deref(),
+            content_encoding: self.content_encoding,
+            last_modified: self.last_modified,
+            etag: self.etag.as_deref(),
+            accept_ranges: self.accept_ranges,
+            content_range: self.content_range.as_deref(),
+            vary_accept_encoding: self.vary_accept_encoding,
         }
     }
 }

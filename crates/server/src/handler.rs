@@ -14,8 +14,9 @@ use fastpath_handover::{
     cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache, RouteRequest, Routes,
 };
 use fastpath_http::{
-    normalize_path, parse_target, write_header, write_header_u64, write_status_line, BodyFraming,
-    ChunkedDecoder, Parser, Request, Target, Version,
+    normalize_path, parse_target, reason_phrase, write_age_and_end, write_response_head,
+    BodyFraming, ChunkedDecoder, Fields, Head, HeadFields, Metadata, Parser, Request, Target,
+    Version,
 };
 
 use crate::access_log::{AccessLogBuffer, Entry};
@@ -234,14 +235,7 @@ impl HttpHandler {
                 Err(e) => {
                     tracing::debug!("{peer}: bad request: {e}");
                     let line = first_line(io.input.data());
-                    let sent = self.error_reply(
-                        io.output,
-                        io.pool,
-                        e.status,
-                        Version::Http11,
-                        false,
-                        true,
-                    );
+                    let sent = self.error_reply(io.output, io.pool, e.status, Answer::BAD_REQUEST);
                     self.log(peer, &[line], e.status, sent, None, None);
                     return Next::Close;
                 }
@@ -308,6 +302,11 @@ impl HttpHandler {
             BodyFraming::Chunked => Phase::DiscardChunked(Box::new(ChunkedDecoder::new()), 0),
         };
         let version = request.version;
+        let answer = Answer {
+            version,
+            head,
+            close,
+        };
         let (output, pool) = (&mut *sink.output, &mut *sink.pool);
         let (status, body_bytes) = match self.route(request) {
             Route::Handover(backend, method) => {
@@ -332,17 +331,12 @@ impl HttpHandler {
                     HandOver::Answered(status, bytes) => (status, bytes),
                 }
             }
-            Route::Error(status) => (
-                status,
-                self.error_reply(output, pool, status, version, head, close),
-            ),
+            Route::Error(status) => (status, self.error_reply(output, pool, status, answer)),
             Route::MethodNotAllowed => (
                 405,
-                self.error_reply_with(output, pool, 405, version, head, close, |out| {
-                    write_header("Allow", ALLOW, out)
-                }),
+                self.error_page(output, pool, 405, answer, Metadata::default(), Some(ALLOW)),
             ),
-            Route::Static(reply) => self.static_reply(output, pool, &reply, version, head, close),
+            Route::Static(reply) => self.static_reply(output, pool, &reply, answer),
         };
         let version_text: &[u8] = match version {
             Version::Http10 => b"HTTP/1.0",
@@ -488,14 +482,20 @@ impl HttpHandler {
     ) -> HandOver {
         let version = request.version;
         let head = request.method == "HEAD";
+        let answer = Answer {
+            version,
+            head,
+            close,
+        };
         let config = self.backends[backend].config();
         if method == HandoverMethod::Redirect {
             let location =
                 redirect_location(config.public_url.as_deref().unwrap_or(""), request.target);
-            let sent =
-                self.error_reply_with(sink.output, sink.pool, 307, version, head, close, |out| {
-                    write_header("Location", location.as_bytes(), out)
-                });
+            let meta = Metadata {
+                location: Some(&location),
+                ..Metadata::default()
+            };
+            let sent = self.error_page(sink.output, sink.pool, 307, answer, meta, None);
             return HandOver::Answered(307, sent);
         }
         let bridge = method == HandoverMethod::Bridge;
@@ -535,10 +535,8 @@ impl HttpHandler {
                         None => (hit.status, hit.head, Some(hit.body)),
                     };
                     sink.output.push_shared(start);
-                    sink.output.write_with(sink.pool, |out| {
-                        write_header_u64("Age", hit.age, out);
-                        out.extend_from_slice(b"\r\n");
-                    });
+                    sink.output
+                        .write_with(sink.pool, |out| write_age_and_end(hit.age, out));
                     let body_len = body.as_ref().map_or(0, |b| b.len() as u64);
                     if let Some(body) = body {
                         sink.output.push_shared(body);
@@ -618,7 +616,7 @@ impl HttpHandler {
             Ok(exchange) => HandOver::Started(Box::new(exchange)),
             Err((status, parser)) => {
                 self.response_parsers.push(parser);
-                let sent = self.error_reply(sink.output, sink.pool, status, version, head, close);
+                let sent = self.error_reply(sink.output, sink.pool, status, answer);
                 HandOver::Answered(status, sent)
             }
         }
@@ -666,14 +664,12 @@ impl HttpHandler {
             }
             Progress::Failed(status) => {
                 let close = exchange.client_close || exchange.body_unsent();
-                let sent = self.error_reply(
-                    io.output,
-                    io.pool,
-                    status,
-                    exchange.client_version(),
-                    exchange.is_head(),
+                let answer = Answer {
+                    version: exchange.client_version(),
+                    head: exchange.is_head(),
                     close,
-                );
+                };
+                let sent = self.error_reply(io.output, io.pool, status, answer);
                 (status, sent, close.then_some(Next::Linger))
             }
             // What arrived goes out, then the close: short of its announced length, the
@@ -712,19 +708,14 @@ impl HttpHandler {
         next
     }
 
-    /// Writes the status line and the headers every response has.
-    fn write_common(&self, out: &mut Vec<u8>, status: u16) {
-        write_status_line(status, out);
-        out.extend_from_slice(b"Server: fastpath\r\nDate: ");
-        out.extend_from_slice(self.clock.http_date());
-        out.extend_from_slice(b"\r\n");
-    }
-
-    fn write_connection(out: &mut Vec<u8>, version: Version, close: bool) {
-        if close {
-            out.extend_from_slice(b"Connection: close\r\n");
-        } else if version == Version::Http10 {
-            out.extend_from_slice(b"Connection: keep-alive\r\n");
+    /// The head of a response to this request: what every head fastpath makes shares.
+    fn head<'a>(&'a self, status: u16, fields: HeadFields<'a>, answer: Answer) -> Head<'a> {
+        Head {
+            status,
+            date: self.clock.http_date(),
+            fields,
+            version: answer.version,
+            close: answer.close,
         }
     }
 
@@ -733,32 +724,25 @@ impl HttpHandler {
         output: &mut Output,
         pool: &mut BufferPool,
         reply: &Reply,
-        version: Version,
-        head: bool,
-        close: bool,
+        answer: Answer,
     ) -> (u16, u64) {
         let status = reply.status;
         if matches!(reply.body, Body::None) && (status >= 400 || status == 301) {
-            let sent = self.error_reply_with(output, pool, status, version, head, close, |out| {
-                write_reply_fields(reply, out)
-            });
+            let sent = self.error_page(output, pool, status, answer, reply.metadata(), None);
             return (status, sent);
         }
-        output.write_with(pool, |out| {
-            self.write_common(out, status);
-            match &reply.fields {
-                Some(fields) => out.extend_from_slice(fields),
-                None => {
-                    write_reply_fields(reply, out);
-                    if status != 304 {
-                        write_content_length(reply.content_length, out);
-                    }
-                }
-            }
-            Self::write_connection(out, version, close);
-            out.extend_from_slice(b"\r\n");
-        });
-        if head || status == 304 {
+        // A cached file's 200 has its fields prebuilt: the head costs a copy.
+        let fields = match &reply.fields {
+            Some(fields) => HeadFields::Prebuilt(fields),
+            None => HeadFields::Write(Fields {
+                meta: reply.metadata(),
+                extra: &[],
+                content_length: (status != 304).then_some(reply.content_length),
+            }),
+        };
+        let head = self.head(status, fields, answer);
+        output.write_with(pool, |out| write_response_head(&head, out));
+        if answer.head || status == 304 {
             return (status, 0);
         }
         match &reply.body {
@@ -797,35 +781,41 @@ impl HttpHandler {
         output: &mut Output,
         pool: &mut BufferPool,
         status: u16,
-        version: Version,
-        head: bool,
-        close: bool,
+        answer: Answer,
     ) -> u64 {
-        self.error_reply_with(output, pool, status, version, head, close, |_| {})
+        self.error_page(output, pool, status, answer, Metadata::default(), None)
     }
 
-    /// A short HTML page for an error or redirect status, with extra headers from `extra`.
-    #[allow(clippy::too_many_arguments)]
-    fn error_reply_with(
+    /// A short HTML page for an error or redirect status; the head also carries `meta`
+    /// (a redirect's Location, say) and, for a 405, the methods `allow`ed.
+    fn error_page(
         &self,
         output: &mut Output,
         pool: &mut BufferPool,
         status: u16,
-        version: Version,
-        head: bool,
-        close: bool,
-        extra: impl FnOnce(&mut Vec<u8>),
+        answer: Answer,
+        meta: Metadata<'_>,
+        allow: Option<&[u8]>,
     ) -> u64 {
-        let reason = fastpath_http::reason_phrase(status);
+        let reason = reason_phrase(status);
+        let page_len = PAGE_OVERHEAD + 2 * (4 + reason.len());
+        let with_allow;
+        let extra: &[(&str, &[u8])] = match allow {
+            Some(methods) => {
+                with_allow = [("Allow", methods), PAGE_TYPE];
+                &with_allow
+            }
+            None => &[PAGE_TYPE],
+        };
+        let fields = HeadFields::Write(Fields {
+            meta,
+            extra,
+            content_length: Some(page_len as u64),
+        });
+        let head = self.head(status, fields, answer);
         output.write_with(pool, |out| {
-            self.write_common(out, status);
-            extra(out);
-            let page_len = PAGE_OVERHEAD + 2 * (4 + reason.len());
-            out.extend_from_slice(b"Content-Type: text/html; charset=utf-8\r\n");
-            write_content_length(page_len as u64, out);
-            Self::write_connection(out, version, close);
-            out.extend_from_slice(b"\r\n");
-            if !head {
+            write_response_head(&head, out);
+            if !answer.head {
                 let before = out.len();
                 let _ = write!(
                     out,
@@ -834,10 +824,10 @@ impl HttpHandler {
                 debug_assert_eq!(out.len() - before, page_len);
             }
         });
-        if head {
+        if answer.head {
             0
         } else {
-            (PAGE_OVERHEAD + 2 * (4 + reason.len())) as u64
+            page_len as u64
         }
     }
 
@@ -864,6 +854,8 @@ impl HttpHandler {
     }
 }
 
+/// The type of the error pages.
+const PAGE_TYPE: (&str, &[u8]) = ("Content-Type", b"text/html; charset=utf-8");
 /// Bytes of the error page without its two "NNN Reason" strings.
 const PAGE_OVERHEAD: usize =
     "<!DOCTYPE html>\n<html><head><title></title></head><body><h1></h1></body></html>\n".len();
@@ -874,6 +866,26 @@ enum Route {
     Error(u16),
     /// To a backend (its index), by a hand-over method.
     Handover(usize, HandoverMethod),
+}
+
+/// How a request is answered, whatever the answer.
+#[derive(Clone, Copy)]
+struct Answer {
+    /// The client's version.
+    version: Version,
+    /// HEAD: the head without the body.
+    head: bool,
+    /// The connection closes after the answer.
+    close: bool,
+}
+
+impl Answer {
+    /// The answer to a request that could not be read (or not in time).
+    const BAD_REQUEST: Answer = Answer {
+        version: Version::Http11,
+        head: false,
+        close: true,
+    };
 }
 
 /// What a hand-over did at once.
@@ -909,44 +921,6 @@ fn lower_host_name<'b>(host: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
         *dst = src.to_ascii_lowercase();
     }
     std::str::from_utf8(out).ok()
-}
-
-fn write_content_length(len: u64, out: &mut Vec<u8>) {
-    let _ = write!(out, "Content-Length: {len}\r\n");
-}
-
-/// The headers a static reply carries besides the common ones and Content-Length.
-fn write_reply_fields(reply: &Reply, out: &mut Vec<u8>) {
-    if let Some(location) = &reply.location {
-        write_header("Location", location.as_bytes(), out);
-    }
-    if reply.status < 300 || reply.status == 304 {
-        if let Some(content_type) = &reply.content_type {
-            if reply.status != 304 {
-                write_header("Content-Type", content_type.as_bytes(), out);
-            }
-        }
-        if let Some(encoding) = reply.content_encoding {
-            write_header("Content-Encoding", encoding.as_bytes(), out);
-        }
-    }
-    if let Some(modified) = reply.last_modified {
-        out.extend_from_slice(b"Last-Modified: ");
-        fastpath_http::write_http_date(modified, out);
-        out.extend_from_slice(b"\r\n");
-    }
-    if let Some(etag) = &reply.etag {
-        write_header("ETag", etag.as_bytes(), out);
-    }
-    if reply.accept_ranges {
-        out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
-    }
-    if let Some(range) = &reply.content_range {
-        write_header("Content-Range", range.as_bytes(), out);
-    }
-    if reply.vary_accept_encoding {
-        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
-    }
 }
 
 /// The first line of what a client sent, for logging a request that could not be parsed.
@@ -986,7 +960,7 @@ impl Handler for HttpHandler {
         }
         if matches!(conn.phase, Phase::Head) && conn.head_started.is_some() {
             // A request began but did not finish in time: say so, then close.
-            let sent = self.error_reply(io.output, io.pool, 408, Version::Http11, false, true);
+            let sent = self.error_reply(io.output, io.pool, 408, Answer::BAD_REQUEST);
             let line = first_line(io.input.data());
             self.log(conn.peer, &[line], 408, sent, None, None);
             let unread = io.input.len();
