@@ -80,7 +80,7 @@ mod routes;
 
 pub use backend::BackendState;
 pub use cacheable::{cache_lifetime, vary_accept_encoding, CACHEABLE_STATUSES, MAX_LIFETIME};
-pub use response_cache::{cache_key, Hit, ResponseCache, Validators, MAX_AGE};
+pub use response_cache::{cache_key, Capture, Hit, ResponseCache, Validators, MAX_AGE};
 pub use routes::{RouteRequest, RouteRule, Routes};
 
 /// Longest Unix socket path, in bytes: `sun_path` holds 108 bytes including

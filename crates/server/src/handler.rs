@@ -690,7 +690,7 @@ impl HttpHandler {
                 };
                 cache_key(&mut self.cache_key, &slot.host, &slot.target, encoding);
                 self.response_cache
-                    .insert(&self.cache_key, &capture, slot.since, expires);
+                    .insert(&self.cache_key, capture, slot.since, expires);
             }
         }
         if self.response_parsers.len() < MAX_POOLED_PARSERS {

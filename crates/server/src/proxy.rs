@@ -22,7 +22,7 @@
 use std::time::Instant;
 
 use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
-use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState};
+use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture};
 use fastpath_http::{
     BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser, Version,
 };
@@ -123,8 +123,8 @@ pub(crate) struct CacheSlot {
     pub accept_encoding: Option<Vec<u8>>,
     /// Largest response kept.
     pub max: usize,
-    /// The response as relayed (head and body), once the head said it is cacheable.
-    pub capture: Option<Vec<u8>>,
+    /// The response being kept, once its head said it may be.
+    pub capture: Option<Capture>,
     /// When the request was handed over: a kept response's age counts from here, so the
     /// time the backend took to answer counts too (RFC 9111 §4.2.3).
     pub since: Instant,
@@ -452,7 +452,8 @@ impl Exchange {
                         if let Some(ttl) = cache_lifetime("GET", false, status, &headers) {
                             slot.expires = Some(slot.since + ttl);
                             slot.vary = vary_accept_encoding(&headers);
-                            slot.capture = Some(Vec::new());
+                            // The cache keeps its own copy of the head, from the parsed one.
+                            slot.capture = Capture::new(&head);
                         }
                     }
                     if !matches!(self.body, RequestBody::None) {
@@ -462,26 +463,14 @@ impl Exchange {
                         // (RFC 9110 §10.1.1) and says so.
                         self.client_close = true;
                     }
-                    let capture = self.cache.as_mut().and_then(|c| c.capture.as_mut());
                     let relay = io.output.write_with(io.pool, |out| {
-                        let start = out.len();
-                        let relay = fastpath_http::write_relayed_response_head(
+                        fastpath_http::write_relayed_response_head(
                             &head,
                             self.client_version,
                             self.client_close,
                             out,
-                        );
-                        if let Some(capture) = capture {
-                            capture.extend_from_slice(&out[start..]);
-                        }
-                        relay
+                        )
                     });
-                    if matches!(relay, BodyRelay::UntilClose | BodyRelay::Dechunk) {
-                        // Only a response framed by length or chunks can be replayed.
-                        if let Some(slot) = self.cache.as_mut() {
-                            slot.capture = None;
-                        }
-                    }
                     self.parser.reset();
                     input.consume(head_len);
                     self.status = status;
@@ -524,7 +513,7 @@ impl Exchange {
                         }
                     } else {
                         let capture = self.cache.as_mut().and_then(|c| {
-                            if c.capture.as_ref().is_some_and(|b| b.len() > c.max) {
+                            if c.capture.as_ref().is_some_and(|b| b.size() > c.max) {
                                 // Too large to keep: stop copying it.
                                 c.capture = None;
                             }
@@ -633,12 +622,12 @@ fn relay_body(
     input: &mut Input,
     out: &mut Output,
     pool: &mut BufferPool,
-    mut capture: Option<&mut Vec<u8>>,
+    mut capture: Option<&mut Capture>,
 ) -> Result<(u64, bool), ()> {
     let mut copy = |out: &mut Output, pool: &mut BufferPool, data: &[u8]| {
         out.write_with(pool, |b| b.extend_from_slice(data));
         if let Some(capture) = capture.as_mut() {
-            capture.extend_from_slice(data);
+            capture.push(data);
         }
     };
     match relay {
