@@ -19,8 +19,11 @@ mod access_log;
 mod clock;
 pub mod config;
 mod error_log;
+mod hand_over;
 mod handler;
 mod proxy;
+mod reply;
+mod routing;
 mod vhosts;
 
 use std::io;
