@@ -259,7 +259,7 @@ mod tests {
             let mut written = Vec::new();
             fastpath_http::Fields {
                 meta: reply.metadata(),
-                extra: &[],
+                extra: b"",
                 content_length: Some(reply.content_length),
             }
             .write(200, &mut written);

@@ -4,12 +4,14 @@
 //!
 //! # Why it is shaped this way
 //!
-//! * **No I/O on sockets, no wire format.** [`Site::serve`] takes the few
-//!   header values that matter ([`StaticRequest`]) and returns a [`Reply`]
-//!   describing status, metadata and a [`Body`] made of an open file plus
-//!   offsets. The server owns framing and transmission (e.g. `sendfile`), so
-//!   this crate is testable with plain files and knows nothing of HTTP/1.x
-//!   syntax beyond the header values it is handed.
+//! * **No I/O on sockets, no wire format of its own.** [`Site::serve`] takes
+//!   the few header values that matter ([`StaticRequest`]) and returns a
+//!   [`Reply`] describing status, metadata ([`Reply::metadata`]) and a
+//!   [`Body`] made of an open file plus offsets. The server owns framing and
+//!   transmission (e.g. `sendfile`), and `fastpath-http`'s response-head
+//!   encoder writes the fields; a cached file keeps that encoder's bytes for
+//!   its 200 ([`Reply::fields`]), so a hit copies them instead of formatting
+//!   them again, and they cannot differ from what the encoder would write.
 //! * **Descriptors, not paths.** Every path is resolved with `openat2(2)`
 //!   beneath a root directory descriptor (`RESOLVE_BENEATH`), so symlinks
 //!   cannot lead outside the document root; after opening, only the

@@ -166,8 +166,10 @@ pub struct Metadata<'a> {
 pub struct Fields<'a> {
     /// The representation's fields, first.
     pub meta: Metadata<'a>,
-    /// Further fields (name, value) in order, after the representation's.
-    pub extra: &'a [(&'a str, &'a [u8])],
+    /// Further fields after the representation's, as whole lines each ending in
+    /// CRLF, copied as they are: the caller's own constants (an error page's
+    /// `Content-Type`, a 405's `Allow`), never text from a peer.
+    pub extra: &'a [u8],
     /// `Content-Length`, last; `None` writes none (a 304, say).
     pub content_length: Option<u64>,
 }
@@ -207,9 +209,7 @@ impl Fields<'_> {
         if meta.vary_accept_encoding {
             out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
         }
-        for &(name, value) in self.extra {
-            write_header(name, value, out);
-        }
+        out.extend_from_slice(self.extra);
         if let Some(len) = self.content_length {
             write_header_u64("Content-Length", len, out);
         }
@@ -300,7 +300,7 @@ pub enum BodyRelay {
 /// - "HTTP/1.1 STATUS REASON", with the standard phrase when the backend
 ///   sent none.
 /// - Every end-to-end field in order, Date and Server included (none is
-///   added); hop-by-hop fields (see [`is_hop_by_hop`]) and Content-Length
+///   added); hop-by-hop fields (see [`is_hop_by_hop`](crate::is_hop_by_hop)) and Content-Length
 ///   are dropped, and so is Trailer unless the chunks pass through.
 /// - The framing for the relay: `Content-Length` for a length-delimited
 ///   body (and for HEAD and 304 responses that carried one); the backend's

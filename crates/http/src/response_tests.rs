@@ -355,10 +355,7 @@ fn the_status_decides_which_metadata_is_written() {
 
 #[test]
 fn error_pages_bring_their_own_type_after_the_metadata() {
-    let allow: &[(&str, &[u8])] = &[
-        ("Allow", b"GET, HEAD"),
-        ("Content-Type", b"text/html; charset=utf-8"),
-    ];
+    let allow = b"Allow: GET, HEAD\r\nContent-Type: text/html; charset=utf-8\r\n";
     let fields = Fields {
         meta: Metadata {
             content_type: Some("text/plain"),

@@ -106,7 +106,7 @@ impl Backends {
                 location: Some(&location),
                 ..Metadata::default()
             };
-            let sent = sink.writer(date).page(307, answer, meta, None);
+            let sent = sink.writer(date).page(307, answer, meta);
             return HandOver::Answered(307, sent);
         }
         let (cache_on, forwarded) = (config.cache, config.forwarded);

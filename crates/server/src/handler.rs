@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use fastpath_content::ContentCache;
 use fastpath_drivers::{CloseReason, Handler, Io, Next};
 use fastpath_handover::{BackendState, ResponseCache, Routes};
-use fastpath_http::{BodyFraming, ChunkedDecoder, Metadata, Parser, Request};
+use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
 use crate::access_log::{request_line, AccessLogBuffer, Entry};
 use crate::clock::Clock;
@@ -33,8 +33,6 @@ const OUTPUT_HIGH_WATER: u64 = 64 * 1024;
 const MAX_POOLED_PARSERS: usize = 1024;
 /// Longest request line quoted in the access log for a request that could not be parsed.
 const MAX_LOGGED_BAD_LINE: usize = 256;
-/// The methods a static path allows.
-const ALLOW: &[u8] = b"GET, HEAD";
 /// Sent to connections turned away at the connection limit.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nServer: fastpath\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 32\r\nRetry-After: 1\r\nConnection: close\r\n\r\nToo many connections, try again\n";
 
@@ -322,12 +320,7 @@ impl HttpHandler {
                 }
             }
             Route::Error(status) => (status, sink.writer(date).error(status, answer)),
-            Route::MethodNotAllowed => {
-                let sent = sink
-                    .writer(date)
-                    .page(405, answer, Metadata::default(), Some(ALLOW));
-                (405, sent)
-            }
+            Route::MethodNotAllowed => (405, sink.writer(date).method_not_allowed(answer)),
             Route::Static(reply) => sink.writer(date).static_reply(&reply, answer),
         };
         self.log(

@@ -9,8 +9,10 @@ use fastpath_http::{
     reason_phrase, write_response_head, Fields, Head, HeadFields, Metadata, Version,
 };
 
-/// The type of the error pages.
-const PAGE_TYPE: (&str, &[u8]) = ("Content-Type", b"text/html; charset=utf-8");
+/// The type of the error pages, and with it what a 405 allows (the static path's methods).
+const PAGE_TYPE: &[u8] = b"Content-Type: text/html; charset=utf-8\r\n";
+const ALLOW_AND_PAGE_TYPE: &[u8] =
+    b"Allow: GET, HEAD\r\nContent-Type: text/html; charset=utf-8\r\n";
 /// Bytes of the error page without its two "NNN Reason" strings.
 const PAGE_OVERHEAD: usize =
     "<!DOCTYPE html>\n<html><head><title></title></head><body><h1></h1></body></html>\n".len();
@@ -48,7 +50,7 @@ impl Writer<'_> {
     pub(crate) fn static_reply(&mut self, reply: &Reply, answer: Answer) -> (u16, u64) {
         let status = reply.status;
         if matches!(reply.body, Body::None) && (status >= 400 || status == 301) {
-            let sent = self.page(status, answer, reply.metadata(), None);
+            let sent = self.page(status, answer, reply.metadata());
             return (status, sent);
         }
         // A cached file's 200 has its fields prebuilt: the head costs a copy.
@@ -56,7 +58,7 @@ impl Writer<'_> {
             Some(fields) => HeadFields::Prebuilt(fields),
             None => HeadFields::Write(Fields {
                 meta: reply.metadata(),
-                extra: &[],
+                extra: b"",
                 content_length: (status != 304).then_some(reply.content_length),
             }),
         };
@@ -101,29 +103,24 @@ impl Writer<'_> {
 
     /// Queues the page of an error status; returns its body bytes.
     pub(crate) fn error(&mut self, status: u16, answer: Answer) -> u64 {
-        self.page(status, answer, Metadata::default(), None)
+        self.page(status, answer, Metadata::default())
     }
 
-    /// Queues a short HTML page for an error or redirect status; the head also carries
-    /// `meta` (a redirect's Location, say) and, for a 405, the methods `allow`ed. Returns
-    /// the body bytes.
-    pub(crate) fn page(
-        &mut self,
-        status: u16,
-        answer: Answer,
-        meta: Metadata<'_>,
-        allow: Option<&[u8]>,
-    ) -> u64 {
+    /// Queues a 405 for a method the static path does not allow; returns its body bytes.
+    pub(crate) fn method_not_allowed(&mut self, answer: Answer) -> u64 {
+        self.page_with(405, answer, Metadata::default(), ALLOW_AND_PAGE_TYPE)
+    }
+
+    /// Queues a short HTML page for an error or redirect status whose head also carries
+    /// `meta` (a redirect's Location, say); returns its body bytes.
+    pub(crate) fn page(&mut self, status: u16, answer: Answer, meta: Metadata<'_>) -> u64 {
+        self.page_with(status, answer, meta, PAGE_TYPE)
+    }
+
+    /// A page whose head has the field lines `extra` after `meta`.
+    fn page_with(&mut self, status: u16, answer: Answer, meta: Metadata<'_>, extra: &[u8]) -> u64 {
         let reason = reason_phrase(status);
         let page_len = PAGE_OVERHEAD + 2 * (4 + reason.len());
-        let with_allow;
-        let extra: &[(&str, &[u8])] = match allow {
-            Some(methods) => {
-                with_allow = [("Allow", methods), PAGE_TYPE];
-                &with_allow
-            }
-            None => &[PAGE_TYPE],
-        };
         let fields = HeadFields::Write(Fields {
             meta,
             extra,
