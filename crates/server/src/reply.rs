@@ -9,8 +9,9 @@ use fastpath_http::{
     reason_phrase, write_response_head, Fields, Head, HeadFields, Metadata, Version,
 };
 
-/// The type of the error pages, and with it what a 405 allows (the static path's methods).
+/// The type of the error pages.
 const PAGE_TYPE: &[u8] = b"Content-Type: text/html; charset=utf-8\r\n";
+/// A 405's fields: the methods the static path allows, then the page's type.
 const ALLOW_AND_PAGE_TYPE: &[u8] =
     b"Allow: GET, HEAD\r\nContent-Type: text/html; charset=utf-8\r\n";
 /// Bytes of the error page without its two "NNN Reason" strings.
