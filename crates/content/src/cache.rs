@@ -238,6 +238,39 @@ mod tests {
     }
 
     #[test]
+    fn prebuilt_fields_are_the_encoders_for_the_replys_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("a.html"), "<p>hi</p>").unwrap();
+        std::fs::write(root.join("a.html.gz"), "gz").unwrap();
+        let options = SiteOptions {
+            precompressed: true,
+            ..SiteOptions::default()
+        };
+        let site = watched(root, options);
+        let mut cache = ContentCache::default();
+        for accept in [None, Some(&b"gzip"[..])] {
+            let request = StaticRequest {
+                accept_encoding: accept,
+                ..get("/a.html")
+            };
+            let reply = site.serve_cached(&mut cache, &request);
+            let prebuilt = reply.fields.clone().expect("prebuilt fields");
+            let mut written = Vec::new();
+            fastpath_http::Fields {
+                meta: reply.metadata(),
+                extra: b"",
+                content_length: Some(reply.content_length),
+            }
+            .write(200, &mut written);
+            assert_eq!(
+                String::from_utf8_lossy(&prebuilt),
+                String::from_utf8_lossy(&written)
+            );
+        }
+    }
+
+    #[test]
     fn a_new_precompressed_sibling_is_noticed() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("app.js"), "plain").unwrap();

@@ -4,12 +4,14 @@
 //!
 //! # Why it is shaped this way
 //!
-//! * **No I/O on sockets, no wire format.** [`Site::serve`] takes the few
-//!   header values that matter ([`StaticRequest`]) and returns a [`Reply`]
-//!   describing status, metadata and a [`Body`] made of an open file plus
-//!   offsets. The server owns framing and transmission (e.g. `sendfile`), so
-//!   this crate is testable with plain files and knows nothing of HTTP/1.x
-//!   syntax beyond the header values it is handed.
+//! * **No I/O on sockets, no wire format of its own.** [`Site::serve`] takes
+//!   the few header values that matter ([`StaticRequest`]) and returns a
+//!   [`Reply`] describing status, metadata ([`Reply::metadata`]) and a
+//!   [`Body`] made of an open file plus offsets. The server owns framing and
+//!   transmission (e.g. `sendfile`), and `fastpath-http`'s response-head
+//!   encoder writes the fields; a cached file keeps that encoder's bytes for
+//!   its 200 ([`Reply::fields`]), so a hit copies them instead of formatting
+//!   them again, and they cannot differ from what the encoder would write.
 //! * **Descriptors, not paths.** Every path is resolved with `openat2(2)`
 //!   beneath a root directory descriptor (`RESOLVE_BENEATH`), so symlinks
 //!   cannot lead outside the document root; after opening, only the
@@ -21,9 +23,9 @@
 //!   ([`MAX_MULTIPART_RANGES`]) so a request cannot make the server emit
 //!   many tiny parts.
 //!
-//! Header parsing (`Range`, entity-tag lists, dates, `Accept-Encoding`) lives
-//! behind a private `deps` module whose signatures match `fastpath-http`'s,
-//! so it can be swapped for that crate's parsers with one `pub use`.
+//! Header values (`Range`, entity-tag lists, dates, `Accept-Encoding`) are read
+//! with `fastpath-http`'s parsers. Requests this layer should not answer are
+//! the business of the hand-over crate beside it, `fastpath-handover`.
 //!
 //! # Example
 //!
@@ -52,9 +54,9 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use fastpath_http::Metadata;
+
 mod cache;
-mod deps;
-pub mod handover;
 mod open;
 mod ranges;
 mod resource;
@@ -147,8 +149,10 @@ pub struct Reply {
     pub content_length: u64,
     /// Where the body bytes come from.
     pub body: Body,
-    /// For a full 200 reply of a cached file: its header lines from Content-Type to
-    /// Content-Length, prebuilt, to be written as they are instead of the fields above.
+    /// For a full 200 reply of a cached file: its fields from Content-Type to
+    /// Content-Length as `fastpath_http::Fields::write` wrote them for
+    /// [`Reply::metadata`] and the content length, to be sent as they are
+    /// (`fastpath_http::HeadFields::Prebuilt`).
     pub fields: Option<Arc<[u8]>>,
 }
 
@@ -224,6 +228,22 @@ impl Reply {
             content_length: 0,
             body: Body::None,
             fields: None,
+        }
+    }
+
+    /// The representation metadata the response head carries; the response-head
+    /// encoder (`fastpath_http::write_response_head`) decides which of it the status
+    /// allows.
+    pub fn metadata(&self) -> Metadata<'_> {
+        Metadata {
+            location: self.location.as_deref(),
+            content_type: self.content_type.as_deref(),
+            content_encoding: self.content_encoding,
+            last_modified: self.last_modified,
+            etag: self.etag.as_deref(),
+            accept_ranges: self.accept_ranges,
+            content_range: self.content_range.as_deref(),
+            vary_accept_encoding: self.vary_accept_encoding,
         }
     }
 }

@@ -7,6 +7,8 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use fastpath_http::Fields;
+
 use crate::site::{entity_tag, last_modified, Coding};
 use crate::{Body, Source};
 
@@ -79,8 +81,9 @@ pub(crate) struct Representation {
     pub(crate) etag: String,
     pub(crate) last_modified: Option<SystemTime>,
     pub(crate) coding: Option<&'static Coding>,
-    /// The header lines of a full 200 response after the Date (Content-Type through
-    /// Content-Length), built once for cached resources.
+    /// The fields of a full 200 response between Date and Connection (Content-Type
+    /// through Content-Length), written once by the response-head encoder for cached
+    /// resources.
     pub(crate) fields_200: Option<Arc<[u8]>>,
 }
 
@@ -133,24 +136,24 @@ impl Representation {
         }
     }
 
+    /// The fields of this representation's full 200 response, as the response-head
+    /// encoder writes them, so a hit copies them instead of formatting them again.
     fn build_fields(&self, content_type: &str, vary: bool) -> Arc<[u8]> {
-        use fastpath_http::{write_header, write_header_u64, write_http_date};
+        let fields = Fields {
+            meta: fastpath_http::Metadata {
+                content_type: Some(content_type),
+                content_encoding: self.coding.map(|c| c.name),
+                last_modified: self.last_modified,
+                etag: Some(&self.etag),
+                accept_ranges: true,
+                vary_accept_encoding: vary,
+                ..fastpath_http::Metadata::default()
+            },
+            content_length: Some(self.size),
+            ..Fields::default()
+        };
         let mut out = Vec::with_capacity(200);
-        write_header("Content-Type", content_type.as_bytes(), &mut out);
-        if let Some(coding) = self.coding {
-            write_header("Content-Encoding", coding.name.as_bytes(), &mut out);
-        }
-        if let Some(modified) = self.last_modified {
-            out.extend_from_slice(b"Last-Modified: ");
-            write_http_date(modified, &mut out);
-            out.extend_from_slice(b"\r\n");
-        }
-        write_header("ETag", self.etag.as_bytes(), &mut out);
-        out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
-        if vary {
-            out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
-        }
-        write_header_u64("Content-Length", self.size, &mut out);
+        fields.write(200, &mut out);
         Arc::from(out)
     }
 }

@@ -10,10 +10,11 @@ use std::time::{Duration, SystemTime};
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::cache::ContentCache;
-use crate::deps::{
+use fastpath_http::{
     etag_list_matches, parse_accept_encoding, parse_http_date, parse_range, RangeRequest,
 };
+
+use crate::cache::ContentCache;
 use crate::open::{status_for, Root};
 use crate::ranges::{boundary, coalesce, multipart, MAX_MULTIPART_RANGES};
 use crate::resource::{Representation, Resource};

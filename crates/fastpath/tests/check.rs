@@ -279,37 +279,45 @@ fn check_says_what_a_model_does_differently() {
     );
 }
 
-httptest!(a_second_server_on_a_taken_address_refuses_to_start, |model| {
-    // SO_REUSEPORT would let a second server of the same user share the port and take half
-    // of the connections from another document root: it must refuse to start instead, with
-    // one message that names the address.
-    let site = Site::new();
-    site.file("a.txt", "first");
-    let srv = site.serve(model);
-    let other = Site::new();
-    other.file("a.txt", "second");
-    let mut cmd = Command::new(BIN);
-    cmd.arg("serve")
-        .arg(other.root())
-        .arg("--listen")
-        .arg(srv.addr().to_string())
-        .arg("--model")
-        .arg(model);
-    let out = run(cmd);
-    assert!(!out.status.success(), "{}", show(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let addr = srv.addr().to_string();
-    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(&addr)).collect();
-    assert_eq!(lines.len(), 1, "said once, naming the address:\n{}", show(&out));
-    assert!(
-        lines[0].contains("another process is listening there"),
-        "{}",
-        show(&out)
-    );
-    for _ in 0..10 {
-        srv.get("/a.txt").assert_ok(200, "first");
+httptest!(
+    a_second_server_on_a_taken_address_refuses_to_start,
+    |model| {
+        // SO_REUSEPORT would let a second server of the same user share the port and take half
+        // of the connections from another document root: it must refuse to start instead, with
+        // one message that names the address.
+        let site = Site::new();
+        site.file("a.txt", "first");
+        let srv = site.serve(model);
+        let other = Site::new();
+        other.file("a.txt", "second");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg(other.root())
+            .arg("--listen")
+            .arg(srv.addr().to_string())
+            .arg("--model")
+            .arg(model);
+        let out = run(cmd);
+        assert!(!out.status.success(), "{}", show(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let addr = srv.addr().to_string();
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(&addr)).collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "said once, naming the address:\n{}",
+            show(&out)
+        );
+        assert!(
+            lines[0].contains("another process is listening there"),
+            "{}",
+            show(&out)
+        );
+        for _ in 0..10 {
+            srv.get("/a.txt").assert_ok(200, "first");
+        }
     }
-});
+);
 
 #[test]
 fn workers_beyond_the_limit_are_refused_on_the_command_line_too() {

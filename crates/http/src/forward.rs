@@ -1,14 +1,14 @@
-//! Heads for the proxy path: the request sent to a backend and the response
-//! head relayed back to the client (RFC 9110 §7.6, RFC 9112 §6, RFC 7239).
+//! The request head sent to a backend (RFC 9110 §7.6, RFC 9112 §3, RFC 7239),
+//! and which fields are hop-by-hop. The response head relayed back is written
+//! by the response-head encoder (`response.rs`), with the same rules.
 //!
-//! Both writers copy end-to-end fields in order, drop hop-by-hop ones, and
-//! emit the framing and connection fields themselves, because those describe
-//! the connection being written to, not the one the message came from. They
-//! append to a caller-owned buffer and allocate nothing else.
+//! The writer copies end-to-end fields in order, drops hop-by-hop ones, and
+//! emits the framing and connection fields itself, because those describe
+//! the connection being written to, not the one the message came from. It
+//! appends to a caller-owned buffer and allocates nothing else.
 
-use crate::backend::{ResponseFraming, ResponseHead};
 use crate::request::{BodyFraming, Request};
-use crate::response::{reason_phrase, write_header, write_header_u64};
+use crate::response::{write_header, write_header_u64};
 use crate::syntax::{is_token, list_elements};
 use crate::target::{parse_target, Target};
 use crate::version::Version;
@@ -287,119 +287,6 @@ fn is_forwarding_field(name: &str) -> bool {
     .any(|f| name.eq_ignore_ascii_case(f))
 }
 
-/// How the body after a relayed response head must be sent to the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyRelay {
-    /// No body follows the head.
-    None,
-    /// Copy exactly this many bytes.
-    Length(u64),
-    /// Pass the chunked body through unchanged, last-chunk and trailers
-    /// included ([`crate::ChunkedDecoder`] finds where it ends).
-    Chunked,
-    /// Decode the chunked body and send only its data; the end of the body
-    /// is then marked by closing the client connection.
-    Dechunk,
-    /// Copy until the backend closes, then close the client connection.
-    UntilClose,
-}
-
-/// Writes the response head to relay a backend response to a client that
-/// spoke `client_version`, and returns how the body must be relayed.
-///
-/// - "HTTP/1.1 STATUS REASON", with the standard phrase when the backend
-///   sent none.
-/// - Every end-to-end field in order, Date and Server included (none is
-///   added); hop-by-hop fields (see [`is_hop_by_hop`]) and Content-Length
-///   are dropped, and so is Trailer unless the chunks pass through.
-/// - The framing for the relay: `Content-Length` for a length-delimited
-///   body (and for HEAD and 304 responses that carried one); the backend's
-///   Transfer-Encoding codings for an HTTP/1.1 client when the body is
-///   passed through chunked or until close. An HTTP/1.0 client cannot take
-///   Transfer-Encoding, so a chunked body is dechunked and ended by close.
-/// - `Connection: close` if `close` or the body ends by closing, else
-///   `Connection: keep-alive` for an HTTP/1.0 client. An interim (1xx)
-///   response gets neither; it must not be sent to an HTTP/1.0 client.
-pub fn write_relayed_response_head(
-    head: &ResponseHead<'_>,
-    client_version: Version,
-    close: bool,
-    out: &mut Vec<u8>,
-) -> BodyRelay {
-    let client_11 = client_version == Version::Http11;
-    let relay = match head.framing {
-        ResponseFraming::None => BodyRelay::None,
-        ResponseFraming::Length(n) => BodyRelay::Length(n),
-        ResponseFraming::Chunked if client_11 => BodyRelay::Chunked,
-        ResponseFraming::Chunked => BodyRelay::Dechunk,
-        ResponseFraming::UntilClose => BodyRelay::UntilClose,
-    };
-    let interim = (100..200).contains(&head.status);
-
-    out.extend_from_slice(b"HTTP/1.1 ");
-    // Statuses are three digits (the parser accepts nothing else).
-    let status = head.status.min(999);
-    out.extend_from_slice(&[
-        b'0' + (status / 100) as u8,
-        b'0' + (status / 10 % 10) as u8,
-        b'0' + (status % 10) as u8,
-        b' ',
-    ]);
-    let reason = if head.reason.is_empty() {
-        reason_phrase(head.status)
-    } else {
-        head.reason
-    };
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
-
-    let hop_by_hop = HopByHop::new(head.header_values("connection"));
-    for (name, value) in head.headers() {
-        let managed = name.eq_ignore_ascii_case("content-length")
-            || (relay != BodyRelay::Chunked && name.eq_ignore_ascii_case("trailer"));
-        if managed || hop_by_hop.contains(name) {
-            continue;
-        }
-        write_header(name, value, out);
-    }
-
-    match relay {
-        BodyRelay::None => {
-            // RFC 9110 §8.6: a HEAD or 304 response may state the length of
-            // the body it omits; 1xx and 204 must not carry one at all.
-            if let Some(n) = head
-                .content_length
-                .filter(|_| !interim && head.status != 204)
-            {
-                write_header_u64("Content-Length", n, out);
-            }
-        }
-        BodyRelay::Length(n) => write_header_u64("Content-Length", n, out),
-        BodyRelay::Chunked | BodyRelay::UntilClose => {
-            // The bytes keep the backend's transfer-codings, so the client
-            // must be told them; only HTTP/1.1 clients understand them.
-            if client_11 && head.header("transfer-encoding").is_some() {
-                write_joined(
-                    "Transfer-Encoding",
-                    head.header_values("transfer-encoding"),
-                    out,
-                );
-            }
-        }
-        BodyRelay::Dechunk => {}
-    }
-
-    if !interim {
-        if close || matches!(relay, BodyRelay::Dechunk | BodyRelay::UntilClose) {
-            write_header("Connection", b"close", out);
-        } else if !client_11 {
-            write_header("Connection", b"keep-alive", out);
-        }
-    }
-    out.extend_from_slice(b"\r\n");
-    relay
-}
-
 /// Starts "Name: " and returns where the value begins.
 fn begin_field(name: &str, out: &mut Vec<u8>) -> usize {
     out.extend_from_slice(name.as_bytes());
@@ -437,7 +324,11 @@ fn push_element(value_start: usize, value: &[u8], out: &mut Vec<u8>) {
 }
 
 /// Writes every value of a list field on one line.
-fn write_joined<'v>(name: &str, values: impl Iterator<Item = &'v [u8]>, out: &mut Vec<u8>) {
+pub(crate) fn write_joined<'v>(
+    name: &str,
+    values: impl Iterator<Item = &'v [u8]>,
+    out: &mut Vec<u8>,
+) {
     let start = begin_field(name, out);
     for v in values {
         push_element(start, v, out);

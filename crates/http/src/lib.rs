@@ -3,11 +3,13 @@
 //! Bytes go in, decisions and bytes come out: [`Parser`] turns a read buffer
 //! into a [`Request`] view (or an error carrying the status to answer with),
 //! [`ChunkedDecoder`] unframes chunked bodies, and the helper functions read
-//! request-targets, paths, ranges, validators and Accept-Encoding, and write
-//! status lines, header fields and dates. For the proxy path,
-//! [`ResponseParser`] reads backend response heads, and
-//! [`write_forwarded_request`] / [`write_relayed_response_head`] write the
-//! heads passed on in each direction.
+//! request-targets, paths, ranges, validators and Accept-Encoding. One
+//! response-head encoder writes every head the server sends: its own
+//! ([`write_response_head`], from a [`Head`] and the representation's
+//! [`Metadata`]) and those relayed from a backend
+//! ([`write_relayed_response_head`]), including the forms a response cache
+//! keeps. For the proxy path, [`ResponseParser`] reads backend response heads
+//! and [`write_forwarded_request`] writes the request passed on.
 //!
 //! Why it is shaped this way:
 //! - **Sans-I/O.** The server owns sockets, buffers and timeouts; this crate
@@ -72,16 +74,17 @@ pub use chunked::ChunkedDecoder;
 pub use conditional::{etag_list_matches, parse_http_date, write_http_date};
 pub use encoding::{parse_accept_encoding, AcceptEncoding};
 pub use error::RequestError;
-pub use forward::{
-    is_hop_by_hop, write_forwarded_request, write_relayed_response_head, BodyRelay, ForwardOptions,
-    HopByHop,
-};
+pub use forward::{is_hop_by_hop, write_forwarded_request, ForwardOptions, HopByHop};
 pub use limits::{
     Limits, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_REQUEST_LINE,
     MAX_CHUNK_LINE, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,
 };
 pub use range::{parse_range, RangeRequest};
 pub use request::{BodyFraming, Parser, Request};
-pub use response::{reason_phrase, write_header, write_header_u64, write_status_line};
+pub use response::{
+    reason_phrase, write_age_and_end, write_header, write_header_u64, write_not_modified_head,
+    write_relayed_response_head, write_response_head, write_status_line,
+    write_stored_response_head, BodyRelay, Fields, Head, HeadFields, Metadata,
+};
 pub use target::{is_valid_host, normalize_path, parse_target, PathError, Target};
 pub use version::Version;

@@ -17,6 +17,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
+use fastpath_http::{Request, Version};
+
 use crate::config::LogTarget;
 
 /// A worker hands its buffer over once it holds this much.
@@ -105,6 +107,19 @@ fn write_loop(receiver: Receiver<Vec<u8>>, mut sink: Box<dyn Write + Send>) {
             tracing::error!("access log write failed: {e}");
         }
     }
+}
+
+/// The request line of `request` as the access log quotes it, in its three parts.
+pub(crate) fn request_line<'r>(request: &Request<'r>) -> [&'r [u8]; 3] {
+    let version: &[u8] = match request.version {
+        Version::Http10 => b"HTTP/1.0",
+        Version::Http11 => b"HTTP/1.1",
+    };
+    [
+        request.method.as_bytes(),
+        request.target.as_bytes(),
+        version,
+    ]
 }
 
 /// One worker's pending access-log lines.

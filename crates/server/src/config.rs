@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use fastpath_content::handover::{BackendConfig, RouteRule};
 use fastpath_drivers::{ModelKind, ModelSettings};
+use fastpath_handover::{BackendConfig, RouteRule};
 
 mod check;
 mod keys;
@@ -321,7 +321,7 @@ impl Config {
         let proxies = self
             .routes
             .iter()
-            .any(|r| r.method == fastpath_content::handover::HandoverMethod::Proxy);
+            .any(|r| r.method == fastpath_handover::HandoverMethod::Proxy);
         if kind == ModelKind::Uring && proxies {
             notes.push(
                 "model \"uring\": proxied bodies are copied through memory (the io_uring loop \

@@ -1,10 +1,11 @@
 //! The fastpath web server: configuration, virtual hosts, the HTTP connection handler and
-//! the logs, composed over the drivers, protocol and content layers.
+//! the logs, composed over the drivers, protocol, content and hand-over layers.
 //!
 //! [`serve`] binds the listeners, opens every site, starts the access log and runs the
 //! concurrency model named in the configuration until the stop flag is set. The handler it
 //! runs is the same for every model: it parses requests with `fastpath-http`, asks
-//! `fastpath-content` what each gets, and queues the response on the connection.
+//! `fastpath-handover` whether a backend takes each and `fastpath-content` what the others
+//! get, and queues the response on the connection.
 //!
 //! ```no_run
 //! use fastpath_server::{config::Config, serve};
@@ -18,18 +19,21 @@ mod access_log;
 mod clock;
 pub mod config;
 mod error_log;
+mod hand_over;
 mod handler;
 mod proxy;
+mod reply;
+mod routing;
 mod vhosts;
 
 use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use fastpath_content::handover::{BackendConfig, BackendState, ResponseCache, Routes};
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
 use fastpath_drivers::{bind_listeners, DriverConfig, Process};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
+use fastpath_handover::{BackendConfig, BackendState, ResponseCache, Routes};
 
 pub use access_log::AccessLog;
 pub use error_log::init_error_log;

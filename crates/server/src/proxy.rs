@@ -21,10 +21,8 @@
 
 use std::time::Instant;
 
-use fastpath_content::handover::{cache_lifetime, vary_accept_encoding, BackendState};
-use fastpath_drivers::{
-    BufferPool, Input, Io, Next, Output, Spliced, UpstreamAddr, UpstreamPort, UpstreamState,
-};
+use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
+use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture};
 use fastpath_http::{
     BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser, Version,
 };
@@ -125,8 +123,8 @@ pub(crate) struct CacheSlot {
     pub accept_encoding: Option<Vec<u8>>,
     /// Largest response kept.
     pub max: usize,
-    /// The response as relayed (head and body), once the head said it is cacheable.
-    pub capture: Option<Vec<u8>>,
+    /// The response being kept, once its head said it may be.
+    pub capture: Option<Capture>,
     /// When the request was handed over: a kept response's age counts from here, so the
     /// time the backend took to answer counts too (RFC 9111 §4.2.3).
     pub since: Instant,
@@ -215,10 +213,7 @@ impl Exchange {
 
     fn connect(&mut self, backends: &mut [BackendState], upstream: &mut UpstreamPort) {
         let state = &mut backends[self.backend];
-        let addr = match state.address(self.address) {
-            fastpath_content::handover::BackendAddr::Tcp(a) => UpstreamAddr::Tcp(*a),
-            fastpath_content::handover::BackendAddr::Unix(p) => UpstreamAddr::Unix(p.clone()),
-        };
+        let addr = state.address(self.address).clone();
         state.opened(self.address);
         self.counted = true;
         let idle = state.config().idle_timeout;
@@ -279,13 +274,12 @@ impl Exchange {
         if io.upstream.state() == UpstreamState::Connecting {
             backends[self.backend].failed(self.address, io.now);
         }
-        self.reusable = false;
-        self.release(backends, io);
-        if self.status == 0 {
+        let progress = if self.status == 0 {
             Progress::Failed(504)
         } else {
             Progress::Broken
-        }
+        };
+        self.drop_connection(backends, io, progress)
     }
 
     /// Whether the request can go again on another connection: nothing of a response came
@@ -319,20 +313,7 @@ impl Exchange {
         match io.upstream.state() {
             UpstreamState::Connecting => return Progress::Wait(Next::Read),
             UpstreamState::None => return Progress::Failed(502),
-            UpstreamState::Failed(kind) => {
-                self.reusable = false;
-                if self.may_replay(io.upstream) {
-                    return self.replay(backends, io);
-                }
-                if self.status == 0 && self.relayed == 0 {
-                    tracing::warn!("backend connection failed: {kind:?}");
-                    backends[self.backend].failed(self.address, io.now);
-                    self.release(backends, io);
-                    return Progress::Failed(502);
-                }
-                self.release(backends, io);
-                return Progress::Broken;
-            }
+            UpstreamState::Failed(kind) => return self.connection_failed(backends, io, kind),
             UpstreamState::Connected | UpstreamState::Ended => {}
         }
         if !self.connected {
@@ -340,7 +321,49 @@ impl Exchange {
             backends[self.backend].succeeded(self.address);
             self.deadline = io.now + backends[self.backend].config().response_timeout;
         }
-        // Request side: the staged head, then body bytes from the client.
+        if let Some(progress) = self.send(backends, io) {
+            return progress;
+        }
+        self.receive(backends, io)
+    }
+
+    /// Ends the exchange's use of a backend connection that must not carry another
+    /// request (it failed, or is in an unknown state), and reports `progress`.
+    fn drop_connection(
+        &mut self,
+        backends: &mut [BackendState],
+        io: &mut Io<'_>,
+        progress: Progress,
+    ) -> Progress {
+        self.reusable = false;
+        self.release(backends, io);
+        progress
+    }
+
+    /// The connection failed: the request goes again if it may, else the client gets
+    /// 502 if nothing was relayed yet (and the address counts as failing), else the
+    /// response is broken.
+    fn connection_failed(
+        &mut self,
+        backends: &mut [BackendState],
+        io: &mut Io<'_>,
+        kind: std::io::ErrorKind,
+    ) -> Progress {
+        self.reusable = false;
+        if self.may_replay(io.upstream) {
+            return self.replay(backends, io);
+        }
+        if self.status == 0 && self.relayed == 0 {
+            tracing::warn!("backend connection failed: {kind:?}");
+            backends[self.backend].failed(self.address, io.now);
+            return self.drop_connection(backends, io, Progress::Failed(502));
+        }
+        self.drop_connection(backends, io, Progress::Broken)
+    }
+
+    /// The request side: the staged head, then body bytes from the client. `Some` when
+    /// the exchange goes no further as a proxy: joined (a bridge), or failed.
+    fn send(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Option<Progress> {
         if let Some(out) = io.upstream.output() {
             if !self.staged_sent && !self.staged.is_empty() {
                 self.staged_sent = true;
@@ -359,12 +382,12 @@ impl Exchange {
                 // The backend connection stays counted until the client connection closes.
                 io.upstream
                     .join(backends[self.backend].config().response_timeout);
-                return Progress::Joined;
+                return Some(Progress::Joined);
             }
             if out.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced) {
                 if let Err(status) = forward_body(&mut self.body, io.input, out, io.pool) {
-                    self.release(backends, io);
-                    return Progress::Failed(status);
+                    // The backend has part of a body that will never be whole.
+                    return Some(self.drop_connection(backends, io, Progress::Failed(status)));
                 }
                 if let RequestBody::Length(left) = self.body {
                     if left >= SPLICE_MIN_BODY && io.input.is_empty() && io.upstream.can_splice() {
@@ -381,215 +404,221 @@ impl Exchange {
                 Spliced::Done => self.body = RequestBody::None,
                 // The client stopped sending (or a side failed) in the middle of the body.
                 Spliced::Failed(_) | Spliced::None => {
-                    self.reusable = false;
-                    self.release(backends, io);
-                    return Progress::Broken;
+                    return Some(self.drop_connection(backends, io, Progress::Broken));
                 }
             }
         }
+        None
+    }
+
+    /// The response side: the head (after any interim ones), then the body.
+    fn receive(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
         let ended = io.upstream.state() == UpstreamState::Ended;
-        // Response side.
         loop {
             if io.output.pending() >= RELAY_HIGH_WATER {
                 *io.deadline = None;
                 return Progress::Wait(Next::Drain);
             }
-            let to_client = io.upstream.to_client();
-            let can_splice = io.upstream.can_splice();
-            let replay_on_end = ended
-                && io.upstream.pending_input() == 0
-                && matches!(self.response, Response::AwaitingHead)
-                && self.may_replay(io.upstream);
+            if let Response::Body { .. } = self.response {
+                return self.receive_body(backends, io, ended);
+            }
+            let replay_on_end =
+                ended && io.upstream.pending_input() == 0 && self.may_replay(io.upstream);
             let Some(input) = io.upstream.input() else {
                 return Progress::Failed(502);
             };
-            match &mut self.response {
-                Response::AwaitingHead => {
-                    let head = match self.parser.parse(input.data(), self.head_request) {
-                        Ok(Some(head)) => head,
-                        Ok(None) if replay_on_end => {
-                            return self.replay(backends, io);
-                        }
-                        Ok(None) if ended => {
-                            self.parser.reset();
-                            self.release(backends, io);
-                            return Progress::Failed(502);
-                        }
-                        Ok(None) => {
-                            *io.deadline = Some(self.deadline);
-                            return Progress::Wait(Next::Read);
-                        }
-                        Err(e) => {
-                            tracing::warn!("backend sent a bad response: {e}");
-                            self.parser.reset();
-                            self.reusable = false;
-                            self.release(backends, io);
-                            return Progress::Failed(502);
-                        }
-                    };
-                    let head_len = head.head_len;
-                    let status = head.status;
-                    if status == 101 {
-                        // Upgrade is never passed on in proxy mode, so a switch of protocols
-                        // is the backend's error (RFC 9110 §15.2.2); nothing HTTP follows.
-                        tracing::warn!("backend switched protocols unasked");
-                        self.parser.reset();
-                        self.reusable = false;
-                        self.release(backends, io);
-                        return Progress::Failed(502);
-                    }
-                    if (100..200).contains(&status) {
-                        // Interim responses go to 1.1 clients as they are; the final one
-                        // follows.
-                        if self.client_version == Version::Http11 {
-                            let bytes = &input.data()[..head_len];
-                            io.output
-                                .write_with(io.pool, |b| b.extend_from_slice(bytes));
-                        }
-                        self.parser.reset();
-                        input.consume(head_len);
-                        continue;
-                    }
-                    self.reusable = head.keep_alive;
-                    let framing = head.framing;
-                    if let Some(slot) = self.cache.as_mut() {
-                        let headers: Vec<(&str, &[u8])> = head.headers().collect();
-                        if let Some(ttl) = cache_lifetime("GET", false, status, &headers) {
-                            slot.expires = Some(slot.since + ttl);
-                            slot.vary = vary_accept_encoding(&headers);
-                            slot.capture = Some(Vec::new());
-                        }
-                    }
-                    if !matches!(self.body, RequestBody::None) {
-                        // The backend answered before taking the whole request body (say, 401
-                        // to an `Expect: 100-continue`). What the client still sends is body,
-                        // never a request, so the connection closes after this response
-                        // (RFC 9110 §10.1.1) and says so.
-                        self.client_close = true;
-                    }
-                    let capture = self.cache.as_mut().and_then(|c| c.capture.as_mut());
-                    let relay = io.output.write_with(io.pool, |out| {
-                        let start = out.len();
-                        let relay = fastpath_http::write_relayed_response_head(
-                            &head,
-                            self.client_version,
-                            self.client_close,
-                            out,
-                        );
-                        if let Some(capture) = capture {
-                            capture.extend_from_slice(&out[start..]);
-                        }
-                        relay
-                    });
-                    if matches!(relay, BodyRelay::UntilClose | BodyRelay::Dechunk) {
-                        // Only a response framed by length or chunks can be replayed.
-                        if let Some(slot) = self.cache.as_mut() {
-                            slot.capture = None;
-                        }
-                    }
+            match self.receive_head(input, io.output, io.pool) {
+                // Relayed (an interim head, or the final one): go on with what follows.
+                Ok(true) => continue,
+                Ok(false) if replay_on_end => return self.replay(backends, io),
+                Ok(false) if ended => {
                     self.parser.reset();
-                    input.consume(head_len);
-                    self.status = status;
-                    let remaining = match framing {
-                        ResponseFraming::Length(n) => n,
-                        _ => 0,
-                    };
-                    let decoder = matches!(relay, BodyRelay::Chunked | BodyRelay::Dechunk)
-                        .then(|| Box::new(ChunkedDecoder::new()));
-                    if matches!(relay, BodyRelay::Dechunk | BodyRelay::UntilClose) {
-                        self.client_close = true;
-                    }
-                    self.response = Response::Body {
-                        relay,
-                        remaining,
-                        decoder,
-                    };
+                    return self.drop_connection(backends, io, Progress::Failed(502));
                 }
-                Response::Body {
-                    relay,
-                    remaining,
-                    decoder,
-                } => {
-                    let done = if let Some(len) = self.splicing {
-                        match to_client {
-                            // The driver pushes the deadline on while bytes move.
-                            Spliced::Running => return Progress::Wait(Next::Read),
-                            Spliced::Done => {
-                                self.splicing = None;
-                                self.relayed += len;
-                                *remaining = 0;
-                                true
-                            }
-                            Spliced::Failed(_) | Spliced::None => {
-                                self.splicing = None;
-                                self.reusable = false;
-                                self.release(backends, io);
-                                return Progress::Broken;
-                            }
-                        }
-                    } else {
-                        let capture = self.cache.as_mut().and_then(|c| {
-                            if c.capture.as_ref().is_some_and(|b| b.len() > c.max) {
-                                // Too large to keep: stop copying it.
-                                c.capture = None;
-                            }
-                            c.capture.as_mut()
-                        });
-                        let capturing = capture.is_some();
-                        let done = match relay_body(
-                            relay, remaining, decoder, input, io.output, io.pool, capture,
-                        ) {
-                            Ok((moved, done)) => {
-                                self.relayed += moved;
-                                done
-                            }
-                            Err(()) => {
-                                self.reusable = false;
-                                self.release(backends, io);
-                                return Progress::Broken;
-                            }
-                        };
-                        // The rest of a long body framed by length moves through a kernel
-                        // pipe, unless it is being kept for the cache.
-                        if !done
-                            && !capturing
-                            && can_splice
-                            && matches!(relay, BodyRelay::Length(_))
-                            && *remaining >= SPLICE_MIN_BODY
-                            && input.is_empty()
-                        {
-                            let idle = backends[self.backend].config().response_timeout;
-                            io.upstream.splice_to_client(*remaining, idle);
-                            self.splicing = Some(*remaining);
-                            *io.deadline = Some(io.now + idle);
-                            return Progress::Wait(Next::Read);
-                        }
-                        done
-                    };
-                    let until_close = matches!(relay, BodyRelay::UntilClose);
-                    if done {
-                        let body_sent = matches!(self.body, RequestBody::None);
-                        self.reusable &= body_sent && input.is_empty();
-                        self.release(backends, io);
-                        return Progress::Finished {
-                            close: self.client_close,
-                        };
-                    }
-                    if ended {
-                        self.reusable = false;
-                        self.release(backends, io);
-                        // A body delimited by the close is complete now; any other is cut.
-                        return if until_close {
-                            Progress::Finished { close: true }
-                        } else {
-                            Progress::Broken
-                        };
-                    }
-                    *io.deadline = Some(io.now + backends[self.backend].config().response_timeout);
+                Ok(false) => {
+                    *io.deadline = Some(self.deadline);
                     return Progress::Wait(Next::Read);
+                }
+                Err(()) => {
+                    self.parser.reset();
+                    return self.drop_connection(backends, io, Progress::Failed(502));
                 }
             }
         }
+    }
+
+    /// Reads and relays a response head if a whole one has arrived: `Ok(false)` if not
+    /// yet, `Err` if the backend broke the protocol (the client gets 502).
+    fn receive_head(
+        &mut self,
+        input: &mut Input,
+        output: &mut Output,
+        pool: &mut BufferPool,
+    ) -> Result<bool, ()> {
+        let head = match self.parser.parse(input.data(), self.head_request) {
+            Ok(Some(head)) => head,
+            Ok(None) => return Ok(false),
+            Err(e) => {
+                tracing::warn!("backend sent a bad response: {e}");
+                return Err(());
+            }
+        };
+        let head_len = head.head_len;
+        let status = head.status;
+        if status == 101 {
+            // Upgrade is never passed on in proxy mode, so a switch of protocols is the
+            // backend's error (RFC 9110 §15.2.2); nothing HTTP follows.
+            tracing::warn!("backend switched protocols unasked");
+            return Err(());
+        }
+        if (100..200).contains(&status) {
+            // Interim responses go to 1.1 clients as they are; the final one follows.
+            if self.client_version == Version::Http11 {
+                let bytes = &input.data()[..head_len];
+                output.write_with(pool, |b| b.extend_from_slice(bytes));
+            }
+            self.parser.reset();
+            input.consume(head_len);
+            return Ok(true);
+        }
+        self.reusable = head.keep_alive;
+        let framing = head.framing;
+        if let Some(slot) = self.cache.as_mut() {
+            let headers: Vec<(&str, &[u8])> = head.headers().collect();
+            if let Some(ttl) = cache_lifetime("GET", false, status, &headers) {
+                slot.expires = Some(slot.since + ttl);
+                slot.vary = vary_accept_encoding(&headers);
+                // The cache keeps its own copy of the head, from the parsed one.
+                slot.capture = Capture::new(&head);
+            }
+        }
+        if !matches!(self.body, RequestBody::None) {
+            // The backend answered before taking the whole request body (say, 401 to an
+            // `Expect: 100-continue`). What the client still sends is body, never a
+            // request, so the connection closes after this response (RFC 9110 §10.1.1)
+            // and says so.
+            self.client_close = true;
+        }
+        let relay = output.write_with(pool, |out| {
+            fastpath_http::write_relayed_response_head(
+                &head,
+                self.client_version,
+                self.client_close,
+                out,
+            )
+        });
+        self.parser.reset();
+        input.consume(head_len);
+        self.status = status;
+        let remaining = match framing {
+            ResponseFraming::Length(n) => n,
+            _ => 0,
+        };
+        let decoder = matches!(relay, BodyRelay::Chunked | BodyRelay::Dechunk)
+            .then(|| Box::new(ChunkedDecoder::new()));
+        if matches!(relay, BodyRelay::Dechunk | BodyRelay::UntilClose) {
+            self.client_close = true;
+        }
+        self.response = Response::Body {
+            relay,
+            remaining,
+            decoder,
+        };
+        Ok(true)
+    }
+
+    /// Relays response body bytes, or waits on a splice of them; the exchange is over
+    /// when the body is complete, or cut short by the backend's end.
+    fn receive_body(
+        &mut self,
+        backends: &mut [BackendState],
+        io: &mut Io<'_>,
+        ended: bool,
+    ) -> Progress {
+        let to_client = io.upstream.to_client();
+        let can_splice = io.upstream.can_splice();
+        let idle = backends[self.backend].config().response_timeout;
+        let Some(input) = io.upstream.input() else {
+            return Progress::Failed(502);
+        };
+        let Response::Body {
+            relay,
+            remaining,
+            decoder,
+        } = &mut self.response
+        else {
+            unreachable!("the body is received after the head");
+        };
+        let relay = *relay;
+        let done = if let Some(len) = self.splicing {
+            match to_client {
+                // The driver pushes the deadline on while bytes move.
+                Spliced::Running => return Progress::Wait(Next::Read),
+                Spliced::Done => {
+                    self.splicing = None;
+                    self.relayed += len;
+                    *remaining = 0;
+                    true
+                }
+                Spliced::Failed(_) | Spliced::None => {
+                    self.splicing = None;
+                    return self.drop_connection(backends, io, Progress::Broken);
+                }
+            }
+        } else {
+            let capture = self.cache.as_mut().and_then(|c| {
+                if c.capture.as_ref().is_some_and(|b| b.size() > c.max) {
+                    // Too large to keep: stop copying it.
+                    c.capture = None;
+                }
+                c.capture.as_mut()
+            });
+            let capturing = capture.is_some();
+            let done = match relay_body(
+                &relay, remaining, decoder, input, io.output, io.pool, capture,
+            ) {
+                Ok((moved, done)) => {
+                    self.relayed += moved;
+                    done
+                }
+                Err(()) => return self.drop_connection(backends, io, Progress::Broken),
+            };
+            // The rest of a long body framed by length moves through a kernel pipe, unless
+            // it is being kept for the cache.
+            if !done
+                && !capturing
+                && can_splice
+                && matches!(relay, BodyRelay::Length(_))
+                && *remaining >= SPLICE_MIN_BODY
+                && input.is_empty()
+            {
+                io.upstream.splice_to_client(*remaining, idle);
+                self.splicing = Some(*remaining);
+                *io.deadline = Some(io.now + idle);
+                return Progress::Wait(Next::Read);
+            }
+            done
+        };
+        if done {
+            // Whatever the backend sent past the response leaves its connection unusable.
+            let body_sent = matches!(self.body, RequestBody::None);
+            self.reusable &= body_sent && input.is_empty();
+            self.release(backends, io);
+            return Progress::Finished {
+                close: self.client_close,
+            };
+        }
+        if ended {
+            // A body delimited by the close is complete now; any other is cut.
+            let progress = if relay == BodyRelay::UntilClose {
+                Progress::Finished { close: true }
+            } else {
+                Progress::Broken
+            };
+            return self.drop_connection(backends, io, progress);
+        }
+        *io.deadline = Some(io.now + idle);
+        Progress::Wait(Next::Read)
     }
 }
 
@@ -638,12 +667,12 @@ fn relay_body(
     input: &mut Input,
     out: &mut Output,
     pool: &mut BufferPool,
-    mut capture: Option<&mut Vec<u8>>,
+    mut capture: Option<&mut Capture>,
 ) -> Result<(u64, bool), ()> {
     let mut copy = |out: &mut Output, pool: &mut BufferPool, data: &[u8]| {
         out.write_with(pool, |b| b.extend_from_slice(data));
         if let Some(capture) = capture.as_mut() {
-            capture.extend_from_slice(data);
+            capture.push(data);
         }
     };
     match relay {

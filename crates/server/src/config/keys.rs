@@ -34,10 +34,11 @@
 use std::net::{Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use fastpath_content::handover::{
-    BackendAddr, BackendConfig, HandoverMethod, RouteRule, MAX_UNIX_PATH,
-};
+use fastpath_drivers::UpstreamAddr;
 use fastpath_drivers::{PercoreConfig, PreforkConfig, ThreadsConfig};
+use fastpath_handover::{
+    parse_backend_addr, BackendConfig, HandoverMethod, RouteRule, MAX_UNIX_PATH,
+};
 
 use super::check::{
     check_dir, key, required, resolve, to_usize, Checker, Field, Kind, Section, SeenBackend,
@@ -490,11 +491,11 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn backend_addresses(&mut self, f: Field<'a>) -> Vec<BackendAddr> {
+    fn backend_addresses(&mut self, f: Field<'a>) -> Vec<UpstreamAddr> {
         let mut addrs = Vec::new();
         for (s, span) in self.string_list(f, false).unwrap_or_default() {
-            let addr = match s.parse::<BackendAddr>() {
-                Ok(BackendAddr::Unix(path)) => {
+            let addr = match parse_backend_addr(s) {
+                Ok(UpstreamAddr::Unix(path)) => {
                     let path = resolve(self.base_dir, &path);
                     if path.as_os_str().len() > MAX_UNIX_PATH {
                         self.error(
@@ -507,7 +508,7 @@ impl<'a> Checker<'a> {
                         );
                         continue;
                     }
-                    BackendAddr::Unix(path)
+                    UpstreamAddr::Unix(path)
                 }
                 Ok(addr) => addr,
                 Err(e) => {

@@ -3,8 +3,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fastpath_content::handover::{BackendAddr, BackendConfig, HandoverMethod, RouteRule};
-use fastpath_drivers::ModelKind;
+use fastpath_drivers::{ModelKind, UpstreamAddr};
+use fastpath_handover::{BackendConfig, HandoverMethod, RouteRule};
 
 use super::check::edit_distance;
 use super::check::{Kind, TableSpec};
@@ -857,8 +857,8 @@ fn suggestion_distance() {
 /// A backend named `app` on 127.0.0.1:9000, in lines 1 to 3.
 const APP: &str = "[[backend]]\nname = \"app\"\naddresses = \"127.0.0.1:9000\"\n";
 
-fn tcp(s: &str) -> BackendAddr {
-    BackendAddr::Tcp(s.parse().unwrap())
+fn tcp(s: &str) -> UpstreamAddr {
+    UpstreamAddr::Tcp(s.parse().unwrap())
 }
 
 #[test]
@@ -957,8 +957,8 @@ unsafe_methods = false
                 addresses: vec![
                     tcp("127.0.0.1:9000"),
                     tcp("[::1]:9001"),
-                    BackendAddr::Unix("/run/php.sock".into()),
-                    BackendAddr::Unix(dir.path().join("sock/app.sock")),
+                    UpstreamAddr::Unix("/run/php.sock".into()),
+                    UpstreamAddr::Unix(dir.path().join("sock/app.sock")),
                 ],
                 max_connections: 64,
                 connect_timeout: Duration::from_millis(500),
@@ -1408,8 +1408,8 @@ fn example_file_has_backends_and_routes() {
     assert!(!c.backends.is_empty());
     for b in &c.backends {
         for addr in &b.addresses {
-            if let BackendAddr::Tcp(a) = addr {
-                assert!(a.ip().is_loopback(), "{addr}");
+            if let UpstreamAddr::Tcp(a) = addr {
+                assert!(a.ip().is_loopback(), "{addr:?}");
             }
         }
     }

@@ -1,6 +1,8 @@
-//! Hand-over of dynamic requests to an unmodified backend web server: which
+//! The hand-over layer of fastpath: the requests the static fast path should
+//! not answer go to an unmodified backend web server. This crate decides which
 //! requests go (routes), where they go (backends and their passive health), and
-//! which backend responses may be answered from memory next time.
+//! which backend responses may be answered from memory next time (the RFC 9111
+//! response cache).
 //!
 //! kHTTPd and TUX served static files in the kernel and pushed every other
 //! request into the accept queue of a user-space server, choosing by URL and
@@ -11,7 +13,14 @@
 //!
 //! # Why it is shaped this way
 //!
-//! * **Decisions only, no I/O.** This module decides; the server and the
+//! * **A crate beside the static content, not inside it.** It sits in the same
+//!   layer as `fastpath-content` and shares nothing with it: routes run before
+//!   any file is looked at, the response cache keeps backend bytes rather than
+//!   files. Both depend only on the protocol layer below (`fastpath-http`) and,
+//!   for the one type they share with the event loops, on the drivers:
+//!   a backend's address is the drivers' [`UpstreamAddr`], the address they
+//!   connect to, so the server passes it on unconverted.
+//! * **Decisions only, no I/O.** This crate decides; the server and the
 //!   drivers connect, send, splice and time out. Every rule here is a plain
 //!   function of its inputs (times are passed in as
 //!   [`Instant`](std::time::Instant)s), so it is tested without sockets or
@@ -33,9 +42,14 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use fastpath_content::handover::{
-//!     cache_lifetime, HandoverMethod, RouteRequest, RouteRule, Routes,
+//! use fastpath_drivers::UpstreamAddr;
+//! use fastpath_handover::{
+//!     cache_lifetime, parse_backend_addr, BackendConfig, HandoverMethod, RouteRequest,
+//!     RouteRule, Routes,
 //! };
+//!
+//! let backend = BackendConfig::new("app", vec![parse_backend_addr("unix:/run/app.sock")?]);
+//! assert_eq!(backend.addresses, [UpstreamAddr::Unix("/run/app.sock".into())]);
 //!
 //! let routes = Routes::new(vec![RouteRule {
 //!     extensions: vec!["php".to_owned()],
@@ -47,13 +61,17 @@
 //!
 //! let headers: &[(&str, &[u8])] = &[("Cache-Control", b"public, max-age=60"), ("Age", b"10")];
 //! assert_eq!(cache_lifetime("GET", false, 200, headers), Some(Duration::from_secs(50)));
+//! # Ok::<(), String>(())
 //! ```
+#![deny(missing_docs)]
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
+
+use fastpath_drivers::UpstreamAddr;
 
 mod backend;
 mod cacheable;
@@ -62,7 +80,7 @@ mod routes;
 
 pub use backend::BackendState;
 pub use cacheable::{cache_lifetime, vary_accept_encoding, CACHEABLE_STATUSES, MAX_LIFETIME};
-pub use response_cache::{cache_key, Hit, ResponseCache, Validators, MAX_AGE};
+pub use response_cache::{cache_key, Capture, Hit, ResponseCache, Validators, MAX_AGE};
 pub use routes::{RouteRequest, RouteRule, Routes};
 
 /// Longest Unix socket path, in bytes: `sun_path` holds 108 bytes including
@@ -132,61 +150,38 @@ impl fmt::Display for HandoverMethod {
     }
 }
 
-/// Where a backend listens.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum BackendAddr {
-    /// A TCP address: `"127.0.0.1:9000"`, `"[::1]:9000"`.
-    Tcp(SocketAddr),
-    /// A Unix stream socket: `"unix:/run/app.sock"`.
-    Unix(PathBuf),
-}
-
-impl FromStr for BackendAddr {
-    type Err = String;
-
-    /// Parses `IP:PORT` or `unix:PATH`. Host names are not resolved (a lookup
-    /// at start-up would pin one answer anyway, and a lookup per connection
-    /// would block a worker). A relative `PATH` is kept as written; the caller
-    /// decides what it is relative to.
-    fn from_str(s: &str) -> Result<BackendAddr, String> {
-        if let Some(path) = s.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err(format!(
-                    "backend address \"{s}\" has no socket path after `unix:`"
-                ));
-            }
-            if path.contains('\0') {
-                return Err(format!("backend address \"{s}\" contains a NUL byte"));
-            }
-            if path.len() > MAX_UNIX_PATH {
-                return Err(format!(
-                    "backend address \"{s}\": a Unix socket path may be at most \
-                     {MAX_UNIX_PATH} bytes"
-                ));
-            }
-            return Ok(BackendAddr::Unix(PathBuf::from(path)));
+/// Reads a backend address as the configuration writes it: `IP:PORT` or
+/// `unix:PATH`. Host names are not resolved (a lookup at start-up would pin one
+/// answer anyway, and a lookup per connection would block a worker). A relative
+/// `PATH` is kept as written; the caller decides what it is relative to.
+pub fn parse_backend_addr(s: &str) -> Result<UpstreamAddr, String> {
+    if let Some(path) = s.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(format!(
+                "backend address \"{s}\" has no socket path after `unix:`"
+            ));
         }
-        match s.parse::<SocketAddr>() {
-            Ok(addr) if addr.port() == 0 => Err(format!(
-                "backend address \"{s}\" has port 0, which cannot be connected to"
-            )),
-            Ok(addr) => Ok(BackendAddr::Tcp(addr)),
-            Err(_) => Err(format!(
-                "backend address \"{s}\" is neither IP:PORT nor unix:PATH \
-                 (for example \"127.0.0.1:9000\", \"[::1]:9000\" or \"unix:/run/app.sock\"; \
-                 host names are not resolved)"
-            )),
+        if path.contains('\0') {
+            return Err(format!("backend address \"{s}\" contains a NUL byte"));
         }
+        if path.len() > MAX_UNIX_PATH {
+            return Err(format!(
+                "backend address \"{s}\": a Unix socket path may be at most \
+                 {MAX_UNIX_PATH} bytes"
+            ));
+        }
+        return Ok(UpstreamAddr::Unix(PathBuf::from(path)));
     }
-}
-
-impl fmt::Display for BackendAddr {
-    /// The configuration syntax: `127.0.0.1:9000`, `[::1]:9000`, `unix:/run/app.sock`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BackendAddr::Tcp(addr) => write!(f, "{addr}"),
-            BackendAddr::Unix(path) => write!(f, "unix:{}", path.display()),
-        }
+    match s.parse::<SocketAddr>() {
+        Ok(addr) if addr.port() == 0 => Err(format!(
+            "backend address \"{s}\" has port 0, which cannot be connected to"
+        )),
+        Ok(addr) => Ok(UpstreamAddr::Tcp(addr)),
+        Err(_) => Err(format!(
+            "backend address \"{s}\" is neither IP:PORT nor unix:PATH \
+             (for example \"127.0.0.1:9000\", \"[::1]:9000\" or \"unix:/run/app.sock\"; \
+             host names are not resolved)"
+        )),
     }
 }
 
@@ -211,7 +206,7 @@ pub struct BackendConfig {
     /// Unique name, referred to by routes.
     pub name: String,
     /// Addresses of equivalent servers, used in turn; at least one.
-    pub addresses: Vec<BackendAddr>,
+    pub addresses: Vec<UpstreamAddr>,
     /// Open connections to this backend, whole server (the caller divides them
     /// among workers, see [`BackendConfig::per_worker_connections`]).
     pub max_connections: usize,
@@ -237,7 +232,7 @@ pub struct BackendConfig {
 
 impl BackendConfig {
     /// A backend with these addresses and every other setting at its default.
-    pub fn new(name: impl Into<String>, addresses: Vec<BackendAddr>) -> BackendConfig {
+    pub fn new(name: impl Into<String>, addresses: Vec<UpstreamAddr>) -> BackendConfig {
         BackendConfig {
             name: name.into(),
             addresses,
@@ -311,25 +306,23 @@ mod tests {
     }
 
     #[test]
-    fn addresses_parse_and_display() {
+    fn addresses_parse() {
+        let tcp = |s: &str| UpstreamAddr::Tcp(s.parse().unwrap());
         let cases = [
-            ("127.0.0.1:9000", "127.0.0.1:9000"),
-            ("[::1]:9000", "[::1]:9000"),
-            ("unix:/run/app.sock", "unix:/run/app.sock"),
-            ("unix:app.sock", "unix:app.sock"),
+            ("127.0.0.1:9000", tcp("127.0.0.1:9000")),
+            ("[::1]:9000", tcp("[::1]:9000")),
+            (
+                "unix:/run/app.sock",
+                UpstreamAddr::Unix("/run/app.sock".into()),
+            ),
+            (
+                "unix:app.sock",
+                UpstreamAddr::Unix(Path::new("app.sock").to_path_buf()),
+            ),
         ];
-        for (text, shown) in cases {
-            let addr: BackendAddr = text.parse().unwrap();
-            assert_eq!(addr.to_string(), shown);
+        for (text, want) in cases {
+            assert_eq!(parse_backend_addr(text), Ok(want), "{text}");
         }
-        assert_eq!(
-            "unix:/run/app.sock".parse::<BackendAddr>(),
-            Ok(BackendAddr::Unix(Path::new("/run/app.sock").to_path_buf()))
-        );
-        assert_eq!(
-            "[::1]:9000".parse::<BackendAddr>(),
-            Ok(BackendAddr::Tcp("[::1]:9000".parse().unwrap()))
-        );
     }
 
     #[test]
@@ -346,16 +339,16 @@ mod tests {
             (long.as_str(), "at most 107 bytes"),
         ];
         for (text, needle) in cases {
-            let e = text.parse::<BackendAddr>().unwrap_err();
+            let e = parse_backend_addr(text).unwrap_err();
             assert!(e.contains(needle), "{text:?}: {e}");
         }
         let longest = format!("unix:/{}", "a".repeat(MAX_UNIX_PATH - 1));
-        assert!(longest.parse::<BackendAddr>().is_ok());
+        assert!(parse_backend_addr(&longest).is_ok());
     }
 
     #[test]
     fn backend_defaults_and_worker_share() {
-        let b = BackendConfig::new("app", vec!["127.0.0.1:9000".parse().unwrap()]);
+        let b = BackendConfig::new("app", vec![parse_backend_addr("127.0.0.1:9000").unwrap()]);
         assert_eq!(b.name, "app");
         assert_eq!(b.max_connections, 256);
         assert_eq!(b.connect_timeout, Duration::from_secs(2));

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{BackendAddr, BackendConfig};
+use super::{BackendConfig, UpstreamAddr};
 
 /// Per-worker state of one backend: round robin over its addresses, passive
 /// health (an address that failed is skipped for `fail_timeout`), and the
@@ -83,7 +83,7 @@ impl BackendState {
     }
 
     /// The address at `index`, as returned by [`pick`](Self::pick).
-    pub fn address(&self, index: usize) -> &BackendAddr {
+    pub fn address(&self, index: usize) -> &UpstreamAddr {
         &self.config.addresses[index]
     }
 
@@ -149,7 +149,7 @@ mod tests {
 
     fn state(addresses: usize, max: usize) -> BackendState {
         let addrs = (0..addresses)
-            .map(|i| format!("127.0.0.1:{}", 9000 + i).parse().unwrap())
+            .map(|i| crate::parse_backend_addr(&format!("127.0.0.1:{}", 9000 + i)).unwrap())
             .collect();
         let config = BackendConfig {
             fail_timeout: FAIL,
@@ -167,7 +167,10 @@ mod tests {
         let now = Instant::now();
         let mut s = state(3, 100);
         assert_eq!(picks(&mut s, now, 7), [0, 1, 2, 0, 1, 2, 0]);
-        assert_eq!(s.address(1).to_string(), "127.0.0.1:9001");
+        assert_eq!(
+            s.address(1),
+            &UpstreamAddr::Tcp("127.0.0.1:9001".parse().unwrap())
+        );
         assert_eq!(s.config().name, "app");
     }
 

@@ -1,0 +1,264 @@
+//! A worker's side of the hand-over: what a request the routes send to a backend gets at
+//! once (a redirect, an answer from the backend response cache, or an exchange started on
+//! an upstream connection), and what is kept when an exchange ends.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use fastpath_drivers::{BufferPool, Output, UpstreamPort};
+use fastpath_handover::{
+    cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache,
+};
+use fastpath_http::{write_age_and_end, Limits, Metadata, Request, ResponseParser, Version};
+
+use crate::access_log::request_line;
+use crate::proxy::{CacheSlot, Exchange, Start};
+use crate::reply::{Answer, Writer};
+
+/// Backend response parsers a worker keeps for reuse.
+const MAX_POOLED_PARSERS: usize = 1024;
+
+/// One worker's backends: its view of each, the responses they allowed it to keep, and the
+/// parsers its exchanges borrow.
+pub(crate) struct Backends {
+    /// Health and open connections of each backend, by index.
+    pub(crate) states: Vec<BackendState>,
+    /// Backend responses that said they may be kept (TUX-style), and a reused key buffer.
+    cache: ResponseCache,
+    cache_key: Vec<u8>,
+    /// Backend response parsers not lent to any exchange.
+    #[allow(clippy::vec_box)]
+    parsers: Vec<Box<ResponseParser>>,
+    limits: Limits,
+}
+
+/// A request the routes handed over, as the client sent it.
+pub(crate) struct Incoming<'r> {
+    pub(crate) peer: SocketAddr,
+    pub(crate) request: &'r Request<'r>,
+    /// The request head as read.
+    pub(crate) raw_head: &'r [u8],
+    /// The client asked to close after this response. A body relayed to a backend is
+    /// neither discarded nor refused, so only the request decides whether a relayed
+    /// exchange closes the connection.
+    pub(crate) client_close: bool,
+}
+
+/// The parts of a connection's I/O that handing a request over writes to, taken apart so
+/// that the request (which borrows the input) can be read meanwhile.
+pub(crate) struct Sink<'s> {
+    pub(crate) output: &'s mut Output,
+    pub(crate) pool: &'s mut BufferPool,
+    pub(crate) upstream: &'s mut UpstreamPort,
+    pub(crate) deadline: &'s mut Option<Instant>,
+    pub(crate) now: Instant,
+}
+
+impl Sink<'_> {
+    /// Where answers made at once go; `date` is the `Date` of this second.
+    pub(crate) fn writer<'w>(&'w mut self, date: &'w [u8]) -> Writer<'w> {
+        Writer {
+            output: self.output,
+            pool: self.pool,
+            date,
+        }
+    }
+}
+
+/// What a hand-over did at once.
+pub(crate) enum HandOver {
+    /// An exchange with the backend is under way.
+    Started(Box<Exchange>),
+    /// The request was answered (status, body bytes): a redirect, a cached response or an
+    /// error.
+    Answered(u16, u64),
+}
+
+impl Backends {
+    pub(crate) fn new(states: Vec<BackendState>, cache: ResponseCache, limits: Limits) -> Self {
+        Backends {
+            states,
+            cache,
+            cache_key: Vec::with_capacity(256),
+            parsers: Vec::new(),
+            limits,
+        }
+    }
+
+    /// Hands `incoming` over to `backend` by `method`: answers it (a redirect, a cached
+    /// response, or an error when no connection can be had; `date` is for those) or starts
+    /// an exchange.
+    pub(crate) fn hand_over(
+        &mut self,
+        (backend, method): (usize, HandoverMethod),
+        incoming: &Incoming<'_>,
+        answer: Answer,
+        sink: &mut Sink<'_>,
+        date: &[u8],
+    ) -> HandOver {
+        let request = incoming.request;
+        let config = self.states[backend].config();
+        if method == HandoverMethod::Redirect {
+            let location =
+                redirect_location(config.public_url.as_deref().unwrap_or(""), request.target);
+            let meta = Metadata {
+                location: Some(&location),
+                ..Metadata::default()
+            };
+            let sent = sink.writer(date).page(307, answer, meta);
+            return HandOver::Answered(307, sent);
+        }
+        let (cache_on, forwarded) = (config.cache, config.forwarded);
+        let bridge = method == HandoverMethod::Bridge;
+        // Cached backend responses are kept as relayed to an HTTP/1.1 client that keeps the
+        // connection: only such a GET, without credentials, can be answered from them, or
+        // fill the cache; a HEAD is answered with the head of a cached GET (RFC 9111 §4).
+        let cache_usable = !bridge
+            && cache_on
+            && answer.version == Version::Http11
+            && !answer.close
+            && request.header("authorization").is_none();
+        let cacheable_request = cache_usable && request.method == "GET";
+        if cacheable_request || (cache_usable && answer.head) {
+            if let Some(answered) = self.answer_from_cache(request, answer.head, sink) {
+                return answered;
+            }
+        }
+        let cache = cacheable_request.then(|| CacheSlot {
+            host: request.host.unwrap_or("").as_bytes().to_vec(),
+            target: request.target.as_bytes().to_vec(),
+            accept_encoding: request.header("accept-encoding").map(<[u8]>::to_vec),
+            max: self.cache.max_response(),
+            capture: None,
+            since: sink.now,
+            expires: None,
+            vary: false,
+        });
+        let mut staged = Vec::with_capacity(incoming.raw_head.len() + 256);
+        if bridge {
+            staged.extend_from_slice(incoming.raw_head);
+        } else {
+            fastpath_http::write_forwarded_request(
+                request,
+                &fastpath_http::ForwardOptions {
+                    client: incoming.peer.ip(),
+                    proto: "http",
+                    forwarded,
+                    host: None,
+                },
+                &mut staged,
+            );
+        }
+        let log_line = request_line(request).join(&b' ');
+        let limits = self.limits;
+        let parser = self
+            .parsers
+            .pop()
+            .unwrap_or_else(|| Box::new(ResponseParser::new(limits)));
+        let start = Start {
+            backend,
+            bridge,
+            staged,
+            idempotent: matches!(
+                request.method,
+                "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+            ),
+            framing: request.framing,
+            client_version: answer.version,
+            head_request: answer.head,
+            client_close: incoming.client_close,
+            log_line,
+            referer: request.header("referer"),
+            user_agent: request.header("user-agent"),
+            cache,
+        };
+        match Exchange::start(
+            start,
+            &mut self.states,
+            sink.upstream,
+            sink.deadline,
+            sink.now,
+            parser,
+        ) {
+            Ok(exchange) => HandOver::Started(Box::new(exchange)),
+            Err((status, parser)) => {
+                self.parsers.push(parser);
+                let sent = sink.writer(date).error(status, answer);
+                HandOver::Answered(status, sent)
+            }
+        }
+    }
+
+    /// Answers a GET or HEAD from a kept response, if one is fresh: under the key without
+    /// `Accept-Encoding` first, then (for a response that varies on it) with it.
+    fn answer_from_cache(
+        &mut self,
+        request: &Request<'_>,
+        head: bool,
+        sink: &mut Sink<'_>,
+    ) -> Option<HandOver> {
+        let host = request.host.unwrap_or("").as_bytes();
+        let accept_encoding = request.header("accept-encoding");
+        for with_encoding in [None, accept_encoding] {
+            cache_key(
+                &mut self.cache_key,
+                host,
+                request.target.as_bytes(),
+                with_encoding,
+            );
+            if let Some(hit) = self.cache.get(&self.cache_key, sink.now) {
+                // Only the Age field is written per hit; the head and body are shared. A
+                // conditional request its validators satisfy gets 304 (RFC 9111 §4.3.2).
+                let not_modified = hit.validators.as_ref().filter(|v| {
+                    v.not_modified(
+                        request.header("if-none-match"),
+                        request.header("if-modified-since"),
+                    )
+                });
+                let (status, start, body) = match not_modified {
+                    Some(v) => (304, Arc::clone(&v.not_modified), None),
+                    None if head => (hit.status, hit.head, None),
+                    None => (hit.status, hit.head, Some(hit.body)),
+                };
+                sink.output.push_shared(start);
+                sink.output
+                    .write_with(sink.pool, |out| write_age_and_end(hit.age, out));
+                let body_len = body.as_ref().map_or(0, |b| b.len() as u64);
+                if let Some(body) = body {
+                    sink.output.push_shared(body);
+                }
+                return Some(HandOver::Answered(status, body_len));
+            }
+            if accept_encoding.is_none() {
+                break;
+            }
+        }
+        None
+    }
+
+    /// Takes back what an ended exchange borrowed, and keeps its response if it was
+    /// `complete` and allowed to be kept.
+    pub(crate) fn exchange_ended(
+        &mut self,
+        parser: Box<ResponseParser>,
+        cache: Option<CacheSlot>,
+        complete: bool,
+    ) {
+        if let (Some(slot), true) = (cache, complete) {
+            if let (Some(capture), Some(expires)) = (slot.capture, slot.expires) {
+                let encoding = if slot.vary {
+                    slot.accept_encoding.as_deref()
+                } else {
+                    None
+                };
+                cache_key(&mut self.cache_key, &slot.host, &slot.target, encoding);
+                self.cache
+                    .insert(&self.cache_key, capture, slot.since, expires);
+            }
+        }
+        if self.parsers.len() < MAX_POOLED_PARSERS {
+            self.parsers.push(parser);
+        }
+    }
+}

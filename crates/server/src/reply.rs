@@ -1,0 +1,159 @@
+//! The answers the server makes itself, written onto a connection's output with the
+//! response-head encoder: static replies, and the short pages of errors and redirects.
+
+use std::io::Write;
+
+use fastpath_content::{Body, Part, Reply, Source};
+use fastpath_drivers::{BufferPool, Output};
+use fastpath_http::{
+    reason_phrase, write_response_head, Fields, Head, HeadFields, Metadata, Version,
+};
+
+/// The type of the error pages.
+const PAGE_TYPE: &[u8] = b"Content-Type: text/html; charset=utf-8\r\n";
+/// A 405's fields: the methods the static path allows, then the page's type.
+const ALLOW_AND_PAGE_TYPE: &[u8] =
+    b"Allow: GET, HEAD\r\nContent-Type: text/html; charset=utf-8\r\n";
+/// Bytes of the error page without its two "NNN Reason" strings.
+const PAGE_OVERHEAD: usize =
+    "<!DOCTYPE html>\n<html><head><title></title></head><body><h1></h1></body></html>\n".len();
+
+/// How a request is answered, whatever the answer.
+#[derive(Clone, Copy)]
+pub(crate) struct Answer {
+    /// The client's version.
+    pub(crate) version: Version,
+    /// HEAD: the head without the body.
+    pub(crate) head: bool,
+    /// The connection closes after the answer.
+    pub(crate) close: bool,
+}
+
+impl Answer {
+    /// The answer to a request that could not be read (or not in time).
+    pub(crate) const BAD_REQUEST: Answer = Answer {
+        version: Version::Http11,
+        head: false,
+        close: true,
+    };
+}
+
+/// Where an answer goes: a connection's output, the worker's buffers, and the `Date` of
+/// this second.
+pub(crate) struct Writer<'a> {
+    pub(crate) output: &'a mut Output,
+    pub(crate) pool: &'a mut BufferPool,
+    pub(crate) date: &'a [u8],
+}
+
+impl Writer<'_> {
+    /// Queues a static reply, head and body; returns its status and body bytes.
+    pub(crate) fn static_reply(&mut self, reply: &Reply, answer: Answer) -> (u16, u64) {
+        let status = reply.status;
+        if matches!(reply.body, Body::None) && (status >= 400 || status == 301) {
+            let sent = self.page(status, answer, reply.metadata());
+            return (status, sent);
+        }
+        // A cached file's 200 has its fields prebuilt: the head costs a copy.
+        let fields = match &reply.fields {
+            Some(fields) => HeadFields::Prebuilt(fields),
+            None => HeadFields::Write(Fields {
+                meta: reply.metadata(),
+                extra: b"",
+                content_length: (status != 304).then_some(reply.content_length),
+            }),
+        };
+        let head = head(self.date, status, fields, answer);
+        self.output
+            .write_with(self.pool, |out| write_response_head(&head, out));
+        if answer.head || status == 304 {
+            return (status, 0);
+        }
+        match &reply.body {
+            Body::None => {}
+            Body::File { file, offset, len } => self.output.push_file(file.clone(), *offset, *len),
+            // A whole in-memory file goes out shared with the cache; a slice is copied.
+            Body::Memory { data, offset, len } if *offset == 0 && *len == data.len() => {
+                self.output.push_shared(data.clone())
+            }
+            Body::Memory { data, offset, len } => {
+                let slice = &data[*offset..*offset + *len];
+                self.output
+                    .write_with(self.pool, |out| out.extend_from_slice(slice));
+            }
+            Body::Parts { source, parts } => {
+                for part in parts {
+                    match (part, source) {
+                        (Part::Bytes(bytes), _) => self
+                            .output
+                            .write_with(self.pool, |out| out.extend_from_slice(bytes)),
+                        (Part::File { offset, len }, Source::File(file)) => {
+                            self.output.push_file(file.clone(), *offset, *len)
+                        }
+                        (Part::File { offset, len }, Source::Memory(data)) => {
+                            let slice = &data[*offset as usize..(*offset + *len) as usize];
+                            self.output
+                                .write_with(self.pool, |out| out.extend_from_slice(slice));
+                        }
+                    }
+                }
+            }
+        }
+        (status, reply.content_length)
+    }
+
+    /// Queues the page of an error status; returns its body bytes.
+    pub(crate) fn error(&mut self, status: u16, answer: Answer) -> u64 {
+        self.page(status, answer, Metadata::default())
+    }
+
+    /// Queues a 405 for a method the static path does not allow; returns its body bytes.
+    pub(crate) fn method_not_allowed(&mut self, answer: Answer) -> u64 {
+        self.page_with(405, answer, Metadata::default(), ALLOW_AND_PAGE_TYPE)
+    }
+
+    /// Queues a short HTML page for an error or redirect status whose head also carries
+    /// `meta` (a redirect's Location, say); returns its body bytes.
+    pub(crate) fn page(&mut self, status: u16, answer: Answer, meta: Metadata<'_>) -> u64 {
+        self.page_with(status, answer, meta, PAGE_TYPE)
+    }
+
+    /// A page whose head has the field lines `extra` after `meta`.
+    fn page_with(&mut self, status: u16, answer: Answer, meta: Metadata<'_>, extra: &[u8]) -> u64 {
+        let reason = reason_phrase(status);
+        let page_len = PAGE_OVERHEAD + 2 * (4 + reason.len());
+        let fields = HeadFields::Write(Fields {
+            meta,
+            extra,
+            content_length: Some(page_len as u64),
+        });
+        let head = head(self.date, status, fields, answer);
+        self.output.write_with(self.pool, |out| {
+            write_response_head(&head, out);
+            if !answer.head {
+                let before = out.len();
+                let _ = write!(
+                    out,
+                    "<!DOCTYPE html>\n<html><head><title>{status} {reason}</title></head><body><h1>{status} {reason}</h1></body></html>\n"
+                );
+                debug_assert_eq!(out.len() - before, page_len);
+            }
+        });
+        if answer.head {
+            0
+        } else {
+            page_len as u64
+        }
+    }
+}
+
+/// The head of an answer: what every head fastpath makes shares.
+fn head<'h>(date: &'h [u8], status: u16, fields: HeadFields<'h>, answer: Answer) -> Head<'h> {
+    Head {
+        status,
+        date,
+        fields,
+        version: answer.version,
+        close: answer.close,
+    }
+}

@@ -1,0 +1,167 @@
+//! Which answer a request gets, decided before anything is written: a hand-over to a
+//! backend (the routes run before any file is looked at, the fallback after the static
+//! lookup found nothing), a static reply, or an error status.
+
+use std::sync::Arc;
+
+use fastpath_content::{ContentCache, Reply, StaticRequest};
+use fastpath_handover::{HandoverMethod, RouteRequest, Routes};
+use fastpath_http::{normalize_path, parse_target, Request, Target};
+
+use crate::vhosts::VirtualHosts;
+
+/// What a request gets.
+pub(crate) enum Route {
+    Static(Reply),
+    MethodNotAllowed,
+    Error(u16),
+    /// To a backend (its index), by a hand-over method.
+    Handover(usize, HandoverMethod),
+}
+
+/// One worker's router: the sites, the hand-over rules, the worker's cache of files, and
+/// a reused buffer for the decoded path.
+pub(crate) struct Router {
+    hosts: Arc<VirtualHosts>,
+    routes: Arc<Routes>,
+    cache: ContentCache,
+    path: Vec<u8>,
+}
+
+impl Router {
+    pub(crate) fn new(hosts: Arc<VirtualHosts>, routes: Arc<Routes>, cache: ContentCache) -> Self {
+        Router {
+            hosts,
+            routes,
+            cache,
+            path: Vec::with_capacity(256),
+        }
+    }
+
+    /// Takes in what changed on disk since the last call (once a tick).
+    pub(crate) fn poll_changes(&self) {
+        self.hosts.poll_changes();
+    }
+
+    /// Decides what a request gets: a static reply, or an error status.
+    pub(crate) fn route(&mut self, request: &Request<'_>) -> Route {
+        let target = match parse_target(request.target) {
+            Ok(target) => target,
+            Err(e) => return Route::Error(e.status),
+        };
+        let (authority, raw_path, query) = match target {
+            Target::Origin { path, query } => (None, path, query),
+            Target::Absolute {
+                authority,
+                path,
+                query,
+                ..
+            } => (Some(authority), path, query),
+            Target::Authority(_) | Target::Asterisk => {
+                return match request.method {
+                    "CONNECT" | "OPTIONS" => Route::MethodNotAllowed,
+                    _ => Route::Error(400),
+                }
+            }
+        };
+        if let Err(e) = normalize_path(raw_path, &mut self.path) {
+            return Route::Error(e.status());
+        }
+        // An absolute-form target's authority wins over Host (RFC 9112 §3.2.2).
+        let host = authority.or(request.host);
+        let mut host_name = [0u8; 256];
+        let route_request = RouteRequest {
+            method: request.method,
+            path: &self.path,
+            query,
+            host: host.and_then(|h| lower_host_name(h, &mut host_name)),
+        };
+        if !self.routes.is_empty() {
+            if let Some(rule) = self.routes.classify(&route_request) {
+                return Route::Handover(rule.backend, rule.method);
+            }
+        }
+        match request.method {
+            "GET" | "HEAD" => {}
+            "POST" | "PUT" | "DELETE" | "CONNECT" | "OPTIONS" | "TRACE" | "PATCH" => {
+                return self.fallback_or(&route_request, Route::MethodNotAllowed)
+            }
+            _ => return self.fallback_or(&route_request, Route::Error(501)),
+        }
+        let site = self.hosts.select(host.map(str::as_bytes));
+        if self.path.ends_with(b"/") && !self.routes.is_empty() {
+            // A directory's index file that a route claims (index.php, say) goes to the
+            // backend, as the request it stands for: never served as static source.
+            let mut candidate = Vec::with_capacity(self.path.len() + 16);
+            for name in &site.options().index {
+                candidate.clear();
+                candidate.extend_from_slice(&self.path);
+                candidate.extend_from_slice(name.as_bytes());
+                let claimed = self.routes.classify(&RouteRequest {
+                    path: &candidate,
+                    ..route_request
+                });
+                let index = site.serve_cached(
+                    &mut self.cache,
+                    &StaticRequest {
+                        head: true,
+                        path: &candidate,
+                        raw_path,
+                        ..StaticRequest::default()
+                    },
+                );
+                if index.status == 200 {
+                    if let Some(rule) = claimed {
+                        return Route::Handover(rule.backend, rule.method);
+                    }
+                    break;
+                }
+            }
+        }
+        let reply = site.serve_cached(
+            &mut self.cache,
+            &StaticRequest {
+                head: request.method == "HEAD",
+                path: &self.path,
+                raw_path,
+                query,
+                if_match: request.header("if-match"),
+                if_none_match: request.header("if-none-match"),
+                if_modified_since: request.header("if-modified-since"),
+                if_unmodified_since: request.header("if-unmodified-since"),
+                if_range: request.header("if-range"),
+                range: request.header("range"),
+                accept_encoding: request.header("accept-encoding"),
+            },
+        );
+        if reply.status == 404 {
+            return self.fallback_or(&route_request, Route::Static(reply));
+        }
+        Route::Static(reply)
+    }
+
+    /// The fallback hand-over for a request nothing static answers, else `otherwise`.
+    fn fallback_or(&self, request: &RouteRequest<'_>, otherwise: Route) -> Route {
+        match self.routes.fallback(request) {
+            Some(rule) => Route::Handover(rule.backend, rule.method),
+            None => otherwise,
+        }
+    }
+}
+
+/// The host name a route condition is compared with: lower case, without the port.
+fn lower_host_name<'b>(host: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
+    let name = match host.strip_prefix('[') {
+        Some(_) => host.split_inclusive(']').next().unwrap_or(host),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.is_empty() || name.len() > buf.len() {
+        return None;
+    }
+    let out = &mut buf[..name.len()];
+    for (dst, src) in out.iter_mut().zip(name.bytes()) {
+        *dst = src.to_ascii_lowercase();
+    }
+    std::str::from_utf8(out).ok()
+}
