@@ -7,7 +7,7 @@
 
 use lru::LruCache;
 
-use crate::site::Resolved;
+use crate::resource::Resolved;
 
 /// Bookkeeping bytes counted per entry besides its key and content.
 const ENTRY_OVERHEAD: usize = 160;

@@ -5,11 +5,10 @@ use std::fs::{File, Metadata};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use fastpath_http::Fields;
 
-use crate::site::{entity_tag, last_modified, Coding};
 use crate::{Body, Source};
 
 /// Attempts at reading a file whose metadata stays the same before and after the read.
@@ -192,4 +191,48 @@ pub(crate) fn same_version(a: &Metadata, b: &Metadata) -> bool {
         && a.ctime() == b.ctime()
         && a.ctime_nsec() == b.ctime_nsec()
         && a.ino() == b.ino()
+}
+
+/// A precompressed sibling: file suffix, `Content-Encoding`, ETag suffix.
+#[derive(Debug)]
+pub(crate) struct Coding {
+    pub(crate) suffix: &'static [u8],
+    pub(crate) name: &'static str,
+    pub(crate) tag: &'static str,
+}
+
+/// What a path resolves to, before any request header is looked at: the part
+/// of serving that the cache can keep.
+#[derive(Debug, Clone)]
+pub(crate) enum Resolved {
+    /// An error status (404, 403, 500).
+    Status(u16),
+    /// A directory named without its trailing slash: 301 to add it.
+    Redirect,
+    /// A regular file and its precompressed siblings.
+    File(Arc<Resource>),
+}
+
+/// Strong ETag: `"{mtime_secs:x}.{mtime_nsec:x}-{size:x}-{inode:x}{suffix}"`.
+/// Any rewrite changes mtime or size, a replace-by-rename changes the inode,
+/// and the suffix (`-br`, `-gz`) keeps encoded variants distinct from the
+/// identity file even if their stat fields coincided.
+pub(crate) fn entity_tag(meta: &Metadata, suffix: &str) -> String {
+    format!(
+        "\"{:x}.{:x}-{:x}-{:x}{suffix}\"",
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.size(),
+        meta.ino()
+    )
+}
+
+/// Last-Modified at whole seconds (what the header carries, so comparisons
+/// with dates clients echo back are exact), clamped to `now` as RFC 9110
+/// §8.8.2.1 requires for future mtimes. `None` before 1970: HTTP-dates cannot
+/// express it (and `httpdate` would panic formatting it).
+pub(crate) fn last_modified(meta: &Metadata, now: SystemTime) -> Option<SystemTime> {
+    let mtime = meta.modified().ok()?.min(now);
+    let secs = mtime.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }

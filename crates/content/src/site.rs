@@ -3,10 +3,9 @@
 use std::borrow::Cow;
 use std::fs::{File, Metadata};
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -17,7 +16,7 @@ use fastpath_http::{
 use crate::cache::ContentCache;
 use crate::open::{status_for, Root};
 use crate::ranges::{boundary, coalesce, multipart, MAX_MULTIPART_RANGES};
-use crate::resource::{Representation, Resource};
+use crate::resource::{Coding, Representation, Resolved, Resource};
 use crate::watch::Watch;
 use crate::{Body, Reply, SiteOptions, StaticRequest};
 
@@ -36,14 +35,6 @@ pub struct Site {
     id: u32,
 }
 
-/// A precompressed sibling: file suffix, `Content-Encoding`, ETag suffix.
-#[derive(Debug)]
-pub(crate) struct Coding {
-    pub(crate) suffix: &'static [u8],
-    pub(crate) name: &'static str,
-    pub(crate) tag: &'static str,
-}
-
 const BR: Coding = Coding {
     suffix: b".br",
     name: "br",
@@ -54,18 +45,6 @@ const GZIP: Coding = Coding {
     name: "gzip",
     tag: "-gz",
 };
-
-/// What a path resolves to, before any request header is looked at: the part
-/// of serving that the cache can keep.
-#[derive(Debug, Clone)]
-pub(crate) enum Resolved {
-    /// An error status (404, 403, 500).
-    Status(u16),
-    /// A directory named without its trailing slash: 301 to add it.
-    Redirect,
-    /// A regular file and its precompressed siblings.
-    File(Arc<Resource>),
-}
 
 impl Site {
     /// Opens the document root and detects whether `openat2(2)` is usable.
@@ -401,30 +380,6 @@ fn if_range_matches(value: &[u8], etag: &str, last_modified: Option<SystemTime>)
         (Some(date), Some(lm)) => date == lm,
         _ => false,
     }
-}
-
-/// Strong ETag: `"{mtime_secs:x}.{mtime_nsec:x}-{size:x}-{inode:x}{suffix}"`.
-/// Any rewrite changes mtime or size, a replace-by-rename changes the inode,
-/// and the suffix (`-br`, `-gz`) keeps encoded variants distinct from the
-/// identity file even if their stat fields coincided.
-pub(crate) fn entity_tag(meta: &Metadata, suffix: &str) -> String {
-    format!(
-        "\"{:x}.{:x}-{:x}-{:x}{suffix}\"",
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.size(),
-        meta.ino()
-    )
-}
-
-/// Last-Modified at whole seconds (what the header carries, so comparisons
-/// with dates clients echo back are exact), clamped to `now` as RFC 9110
-/// §8.8.2.1 requires for future mtimes. `None` before 1970: HTTP-dates cannot
-/// express it (and `httpdate` would panic formatting it).
-pub(crate) fn last_modified(meta: &Metadata, now: SystemTime) -> Option<SystemTime> {
-    let mtime = meta.modified().ok()?.min(now);
-    let secs = mtime.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
-    SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }
 
 /// `Content-Type` from the file name's extension; `charset=utf-8` for the

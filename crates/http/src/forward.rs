@@ -7,8 +7,8 @@
 //! the connection being written to, not the one the message came from. It
 //! appends to a caller-owned buffer and allocates nothing else.
 
+use crate::field_lines::{write_header, write_header_u64};
 use crate::request::{BodyFraming, Request};
-use crate::response::{write_header, write_header_u64};
 use crate::syntax::{is_token, list_elements};
 use crate::target::{parse_target, Target};
 use crate::version::Version;

@@ -53,6 +53,7 @@ mod chunked;
 mod conditional;
 mod encoding;
 mod error;
+mod field_lines;
 mod fields;
 mod forward;
 mod head;
@@ -74,6 +75,7 @@ pub use chunked::ChunkedDecoder;
 pub use conditional::{etag_list_matches, parse_http_date, write_http_date};
 pub use encoding::{parse_accept_encoding, AcceptEncoding};
 pub use error::RequestError;
+pub use field_lines::{write_header, write_header_u64};
 pub use forward::{is_hop_by_hop, write_forwarded_request, ForwardOptions, HopByHop};
 pub use limits::{
     Limits, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_REQUEST_LINE,
@@ -82,9 +84,9 @@ pub use limits::{
 pub use range::{parse_range, RangeRequest};
 pub use request::{BodyFraming, Parser, Request};
 pub use response::{
-    reason_phrase, write_age_and_end, write_header, write_header_u64, write_not_modified_head,
-    write_relayed_response_head, write_response_head, write_status_line,
-    write_stored_response_head, BodyRelay, Fields, Head, HeadFields, Metadata,
+    reason_phrase, write_age_and_end, write_not_modified_head, write_relayed_response_head,
+    write_response_head, write_status_line, write_stored_response_head, BodyRelay, Fields, Head,
+    HeadFields, Metadata,
 };
 pub use target::{is_valid_host, normalize_path, parse_target, PathError, Target};
 pub use version::Version;
