@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
 use crate::loops::Core;
+use crate::slab::Token;
 use crate::sys::syscall;
 use crate::upstream::UpstreamPort;
 use crate::{CloseReason, Handler, Io, Next, Opened};
@@ -185,13 +186,14 @@ pub(crate) fn open<H: Handler>(
     (link, conn, next)
 }
 
-/// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then gives an emptied
-/// input buffer back to the pool.
+/// Calls the handler's `on_ready` (or `on_timeout`) for connection `token`, then gives an
+/// emptied input buffer back to the pool and notes a deadline the sweep would find late.
 pub(crate) fn call<H: Handler>(
     handler: &mut H,
     conn: &mut H::Conn,
     link: &mut Link,
     core: &mut Core<'_>,
+    token: Token,
     timeout: bool,
 ) -> Next {
     let mut io = link.io(&mut core.pool, core.now);
@@ -201,6 +203,7 @@ pub(crate) fn call<H: Handler>(
         handler.on_ready(conn, &mut io)
     };
     link.input.release_if_empty(&mut core.pool);
+    core.note_deadline(token, link.deadline);
     next
 }
 

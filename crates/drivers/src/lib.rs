@@ -29,8 +29,10 @@
 //! memory, never of features. The epoll model works everywhere; [`uring_available`] says
 //! whether the io_uring one can run here.
 //!
-//! Timers are coarse: deadlines are checked by a sweep every [`TICK`], which costs one pass over
-//! a worker's connections and no timer structure updates on the hot path.
+//! Deadlines are checked by a sweep every [`TICK`], which costs one pass over a worker's
+//! connections and no timer structure updates on the hot path for the usual long timeouts; a
+//! deadline that falls before the next sweep is also kept in a small heap, so that a service's
+//! short timer fires on time.
 //!
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;

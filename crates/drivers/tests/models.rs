@@ -478,6 +478,71 @@ for_each_model!(
     }
 );
 
+/// Ticks on its own short timer: at each deadline writes a byte and arms the next one, and
+/// closes after `ticks` of them.
+struct Ticker {
+    log: Arc<Log>,
+    every: Duration,
+    ticks: usize,
+}
+
+impl Handler for Ticker {
+    type Conn = usize;
+
+    fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> (usize, Next) {
+        *io.deadline = Some(io.now + self.every);
+        (0, Next::Read)
+    }
+
+    fn on_ready(&mut self, _fired: &mut usize, io: &mut Io<'_>) -> Next {
+        if io.eof {
+            Next::Close
+        } else {
+            Next::Read
+        }
+    }
+
+    fn on_timeout(&mut self, fired: &mut usize, io: &mut Io<'_>) -> Next {
+        *fired += 1;
+        io.write(b".");
+        if *fired == self.ticks {
+            return Next::Close;
+        }
+        *io.deadline = Some(io.now + self.every);
+        Next::Read
+    }
+
+    fn on_close(&mut self, _fired: usize, reason: CloseReason) {
+        self.log.closes.lock().unwrap().push(reason);
+    }
+}
+
+for_each_model!(deadlines_shorter_than_a_tick_fire_on_time, |model| {
+    // Ten timers of 20 ms in a row: if they waited for the 100 ms sweep they would take a
+    // second at least; on time they take about 200 ms.
+    let server = Server::start_with(
+        model,
+        DriverConfig::default(),
+        ListenOptions::server_speaks_first(),
+        |_, log| Ticker {
+            log,
+            every: Duration::from_millis(20),
+            ticks: 10,
+        },
+    );
+    let mut conn = server.connect();
+    let started = Instant::now();
+    let (got, clean) = read_to_end(&mut conn);
+    let took = started.elapsed();
+    assert_eq!(got, b"..........");
+    assert!(clean, "connection was reset");
+    assert!(took >= Duration::from_millis(200), "ten 20 ms timers took {took:?}");
+    assert!(
+        took < Duration::from_millis(700),
+        "ten 20 ms timers took {took:?}: they waited for the sweep"
+    );
+});
+
 for_each_model!(echo_round_trips, |model| {
     let server = Server::start(model, DriverConfig::default(), |_, log| echo(log));
     let mut conn = server.connect();

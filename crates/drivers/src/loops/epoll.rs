@@ -76,6 +76,8 @@ pub(crate) struct Worker<'a, H: Handler> {
     listeners: Vec<OwnedFd>,
     handler: H,
     slots: Slab<Slot<H::Conn>>,
+    /// Slots whose deadlines came this turn (kept for its allocation).
+    due: Vec<Token>,
     core: Core<'a>,
 }
 
@@ -94,6 +96,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             listeners,
             handler,
             slots: Slab::default(),
+            due: Vec::new(),
             core: Core::new(env, BufferPool::default()),
         };
         if !worker.listeners.is_empty() {
@@ -148,9 +151,8 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Serves the listeners until the stop flag is set, then closes every connection.
     pub(crate) fn run(mut self) -> io::Result<()> {
         let mut events = new_events(EVENTS_PER_WAIT);
-        let mut next_tick = Instant::now() + TICK;
         while !self.core.stop.load(Ordering::Relaxed) {
-            self.turn(&mut events, &mut next_tick, &common::NoGate)?;
+            self.turn(&mut events, &common::NoGate)?;
         }
         self.finish();
         Ok(())
@@ -166,7 +168,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         gate: &dyn Gate,
     ) -> io::Result<()> {
         self.core.now = Instant::now();
-        let mut next_tick = self.core.now + TICK;
+        self.core.next_tick = self.core.now + TICK;
         if let Err(e) = self.ensure_epoll() {
             // Out of descriptors: this connection cannot be served; the caller counted it in.
             self.core.active.fetch_sub(1, Ordering::Relaxed);
@@ -184,7 +186,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.close_all(CloseReason::Shutdown);
                 break;
             }
-            self.turn(&mut events, &mut next_tick, gate)?;
+            self.turn(&mut events, gate)?;
         }
         Ok(())
     }
@@ -209,15 +211,11 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
-    /// Waits for events, at most until the next tick, handles them, and runs the tick work
-    /// when it is due. With busy polling, the wait does not block (and `gate` is kept) while
-    /// the last event is more recent than the busy-poll time.
-    fn turn(
-        &mut self,
-        events: &mut [libc::epoll_event],
-        next_tick: &mut Instant,
-        gate: &dyn Gate,
-    ) -> io::Result<()> {
+    /// Waits for events, at most until the next tick or an earlier deadline, handles them and
+    /// the deadlines that came, and runs the tick work when it is due. With busy polling, the
+    /// wait does not block (and `gate` is kept) while the last event is more recent than the
+    /// busy-poll time.
+    fn turn(&mut self, events: &mut [libc::epoll_event], gate: &dyn Gate) -> io::Result<()> {
         let spinning = self
             .options
             .busy_poll
@@ -225,10 +223,12 @@ impl<'a, H: Handler> Worker<'a, H> {
         let timeout = if spinning {
             0
         } else {
-            (next_tick
-                .saturating_duration_since(Instant::now())
-                .as_millis() as i32)
-                .max(1)
+            // Rounded up: a wait that ends before the deadline only costs another turn.
+            let wait = self
+                .core
+                .wake_at()
+                .saturating_duration_since(Instant::now());
+            (wait.as_micros().div_ceil(1000) as i32).max(1)
         };
         if !spinning {
             gate.leave();
@@ -248,8 +248,13 @@ impl<'a, H: Handler> Worker<'a, H> {
         for event in &events[..n] {
             self.dispatch(*event);
         }
-        if self.core.now >= *next_tick {
-            *next_tick = self.core.now + TICK;
+        self.core.due_timers(&mut self.due);
+        while let Some(token) = self.due.pop() {
+            if self.slots.get_mut(token).is_some() {
+                self.expire(token.index);
+            }
+        }
+        if self.core.tick_due() {
             self.sweep();
             self.core.upstreams.sweep(self.core.now);
             self.handler.on_tick(self.core.now);
@@ -350,18 +355,18 @@ impl<'a, H: Handler> Worker<'a, H> {
             UpstreamPort::new(true, true),
             &mut self.core,
         );
-        let index = self
-            .slots
-            .insert(Slot {
-                link,
-                conn,
-                // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
-                readable: true,
-                writable: true,
-                hangup: false,
-                joint: None,
-            })
-            .index;
+        let deadline = link.deadline;
+        let token = self.slots.insert(Slot {
+            link,
+            conn,
+            // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
+            readable: true,
+            writable: true,
+            hangup: false,
+            joint: None,
+        });
+        self.core.note_deadline(token, deadline);
+        let index = token.index;
         let next = self.after_call(index, next);
         if !self.apply(index, next) {
             return;
@@ -557,12 +562,14 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
     /// it asked of the upstream.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
+        let token = self.slots.token(index);
         let slot = self.slots.at(index).expect("live slot");
         let next = connection::call(
             &mut self.handler,
             &mut slot.conn,
             &mut slot.link,
             &mut self.core,
+            token,
             timeout,
         );
         self.after_call(index, next)
@@ -675,15 +682,21 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         }
         for index in 0..self.slots.capacity() {
-            let Some(slot) = self.slots.at(index) else {
-                continue;
-            };
-            match slot.link.expiry(self.core.now, false) {
-                None => {}
-                Some(Expiry::Close(reason)) => self.close(index, reason),
-                Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.drive(index),
-                Some(Expiry::CallTimeout) => {}
-            }
+            self.expire(index);
+        }
+    }
+
+    /// Ends a connection, or calls its handler's `on_timeout`, if one of its deadlines has
+    /// passed.
+    fn expire(&mut self, index: usize) {
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
+        match slot.link.expiry(self.core.now, false) {
+            None => {}
+            Some(Expiry::Close(reason)) => self.close(index, reason),
+            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.drive(index),
+            Some(Expiry::CallTimeout) => {}
         }
     }
 

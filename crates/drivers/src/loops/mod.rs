@@ -6,6 +6,8 @@
 pub(crate) mod epoll;
 pub(crate) mod uring;
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -13,8 +15,9 @@ use std::time::Instant;
 
 use crate::buffers::BufferPool;
 use crate::common::AcceptPause;
+use crate::slab::Token;
 use crate::upstream::{UpstreamPool, IDLE_UPSTREAMS_PER_KEY};
-use crate::{common, DriverConfig, Handler, Listeners};
+use crate::{common, DriverConfig, Handler, Listeners, TICK};
 
 /// What a worker shares with the other workers of its model.
 #[derive(Clone, Copy)]
@@ -36,6 +39,12 @@ pub(crate) struct Core<'a> {
     pub(crate) accept_pause: AcceptPause,
     /// Idle upstream connections, kept for reuse.
     pub(crate) upstreams: UpstreamPool,
+    /// When the tick work (the deadline sweep, [`Handler::on_tick`]) is due next.
+    pub(crate) next_tick: Instant,
+    /// Deadlines the sweep would find late: those due before the next tick, earliest first,
+    /// with the slot they were set for. An entry outlives a deadline that was moved or a
+    /// connection that closed; the slot's current deadline decides when it comes due.
+    timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
 }
 
 impl<'a> Core<'a> {
@@ -48,7 +57,47 @@ impl<'a> Core<'a> {
             now: Instant::now(),
             accept_pause: AcceptPause::default(),
             upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
+            next_tick: Instant::now() + TICK,
+            timers: BinaryHeap::new(),
         }
+    }
+
+    /// Notes the deadline a handler left on slot `token` if the sweep, every [`TICK`], would
+    /// find it late: a service's short timer fires on time, while the usual long ones (header
+    /// and keep-alive timeouts) cost one comparison.
+    pub(crate) fn note_deadline(&mut self, token: Token, deadline: Option<Instant>) {
+        if let Some(at) = deadline.filter(|&at| at < self.next_tick) {
+            self.timers
+                .push(Reverse((at, token.index, token.generation)));
+        }
+    }
+
+    /// When the loop must be awake next: the next tick, or an earlier noted deadline.
+    pub(crate) fn wake_at(&self) -> Instant {
+        match self.timers.peek() {
+            Some(Reverse((at, _, _))) => (*at).min(self.next_tick),
+            None => self.next_tick,
+        }
+    }
+
+    /// The slots whose noted deadlines have come by `now`, into `due`.
+    pub(crate) fn due_timers(&mut self, due: &mut Vec<Token>) {
+        while let Some(&Reverse((at, index, generation))) = self.timers.peek() {
+            if at > self.now {
+                break;
+            }
+            self.timers.pop();
+            due.push(Token { index, generation });
+        }
+    }
+
+    /// Whether the tick work is due now; if it is, the next one is a [`TICK`] away.
+    pub(crate) fn tick_due(&mut self) -> bool {
+        if self.now < self.next_tick {
+            return false;
+        }
+        self.next_tick = self.now + TICK;
+        true
     }
 
     /// Counts a newly accepted connection in: true when it may open, false when the limit was

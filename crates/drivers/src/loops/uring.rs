@@ -478,13 +478,18 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn serve(&mut self) -> io::Result<()> {
-        let mut next_tick = Instant::now() + TICK;
+        let mut due = Vec::new();
         while !self.core.stop.load(Ordering::Relaxed) {
-            self.submit_and_wait(next_tick)?;
+            self.submit_and_wait(self.core.wake_at())?;
             self.core.now = Instant::now();
             self.reap();
-            if self.core.now >= next_tick {
-                next_tick = self.core.now + TICK;
+            self.core.due_timers(&mut due);
+            while let Some(token) = due.pop() {
+                if self.slots.get_mut(token).is_some() {
+                    self.expire(token.index);
+                }
+            }
+            if self.core.tick_due() {
                 self.sweep();
                 self.core.upstreams.sweep(self.core.now);
                 self.handler.on_tick(self.core.now);
@@ -674,26 +679,26 @@ impl<'a, H: Handler> Worker<'a, H> {
             UpstreamPort::new(true, false),
             &mut self.core,
         );
-        let index = self
-            .slots
-            .insert(Slot {
-                in_flight: 0,
-                msg: None,
-                retired_fd: None,
-                retired_output: None,
-                conn: Some(Conn {
-                    link,
-                    conn,
-                    up_ops: UpstreamOps::default(),
-                    recv_armed: false,
-                    recv_cancelled: false,
-                    sending: Sending::Idle,
-                    ready_pending: false,
-                    dirty: false,
-                    join: None,
-                }),
-            })
-            .index;
+        let deadline = link.deadline;
+        let token = self.slots.insert(Slot {
+            in_flight: 0,
+            msg: None,
+            retired_fd: None,
+            retired_output: None,
+            conn: Some(Conn {
+                link,
+                conn,
+                up_ops: UpstreamOps::default(),
+                recv_armed: false,
+                recv_cancelled: false,
+                sending: Sending::Idle,
+                ready_pending: false,
+                dirty: false,
+                join: None,
+            }),
+        });
+        self.core.note_deadline(token, deadline);
+        let index = token.index;
         let next = self.after_call(index, next);
         if !self.apply(index, next) {
             return;
@@ -1407,12 +1412,14 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
     /// it asked of the upstream.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
+        let token = self.slots.token(index);
         let c = self.slots[index].conn.as_mut().expect("live connection");
         let next = connection::call(
             &mut self.handler,
             &mut c.conn,
             &mut c.link,
             &mut self.core,
+            token,
             timeout,
         );
         self.after_call(index, next)
@@ -1496,20 +1503,24 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         }
         for index in 0..self.slots.capacity() {
-            let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
-                continue;
-            };
-            // The handler may write, which must wait until the kernel has read the bytes it is
-            // sending: a timeout then waits for the next tick.
-            let handler_busy = c.sending == Sending::Msg;
-            match c.link.expiry(self.core.now, handler_busy) {
-                None => {}
-                Some(Expiry::Close(reason)) => self.close(index, reason),
-                Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => {
-                    self.mark_dirty(index)
-                }
-                Some(Expiry::CallTimeout) => {}
-            }
+            self.expire(index);
+        }
+    }
+
+    /// Ends a connection, or calls its handler's `on_timeout`, if one of its deadlines has
+    /// passed.
+    fn expire(&mut self, index: usize) {
+        let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
+            return;
+        };
+        // The handler may write, which must wait until the kernel has read the bytes it is
+        // sending: a timeout then waits for the next tick.
+        let handler_busy = c.sending == Sending::Msg;
+        match c.link.expiry(self.core.now, handler_busy) {
+            None => {}
+            Some(Expiry::Close(reason)) => self.close(index, reason),
+            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.mark_dirty(index),
+            Some(Expiry::CallTimeout) => {}
         }
     }
 
