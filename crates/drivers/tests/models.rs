@@ -73,7 +73,10 @@ fn model_named(name: &str) -> Option<Model> {
         "uring" => match fastpath_drivers::uring_available() {
             Ok(()) => Some(Model::Uring),
             Err(e) => {
-                eprintln!("skipped: io_uring unavailable ({e})");
+                // Past the harness's capture, so the skip shows beside the `ok`.
+                let _ = io::stderr().write_all(
+                    format!("SKIPPED {name} model: io_uring unavailable ({e})\n").as_bytes(),
+                );
                 None
             }
         },
@@ -536,7 +539,10 @@ for_each_model!(deadlines_shorter_than_a_tick_fire_on_time, |model| {
     let took = started.elapsed();
     assert_eq!(got, b"..........");
     assert!(clean, "connection was reset");
-    assert!(took >= Duration::from_millis(200), "ten 20 ms timers took {took:?}");
+    assert!(
+        took >= Duration::from_millis(200),
+        "ten 20 ms timers took {took:?}"
+    );
     assert!(
         took < Duration::from_millis(700),
         "ten 20 ms timers took {took:?}: they waited for the sweep"

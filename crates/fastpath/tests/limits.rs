@@ -318,7 +318,11 @@ httptest!(descriptor_exhaustion, |model| {
 httptest!(thousand_idle_keepalive_connections, |model| {
     let limit = raise_nofile();
     if limit < 2200 {
-        eprintln!("skipping: RLIMIT_NOFILE is {limit}, need 2200 (raise ulimit -n)");
+        skip(
+            "thousand_idle_keepalive_connections",
+            Missing::Installable,
+            &format!("RLIMIT_NOFILE is {limit}, need 2200 (raise ulimit -n)"),
+        );
         return;
     }
     let site = site();

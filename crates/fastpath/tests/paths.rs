@@ -246,9 +246,13 @@ httptest!(device_is_forbidden, |model| {
     // SAFETY: `c` is a valid NUL-terminated path.
     let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 5)) };
     if rc != 0 {
-        eprintln!(
-            "skipping: cannot create a device node here: {}",
-            std::io::Error::last_os_error()
+        skip(
+            "device_is_forbidden",
+            Missing::Environment,
+            &format!(
+                "cannot create a device node here: {}",
+                std::io::Error::last_os_error()
+            ),
         );
         return;
     }
