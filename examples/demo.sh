@@ -9,7 +9,9 @@ if ! python3 -c 'import gunicorn' 2>/dev/null; then
     echo "installing gunicorn (pip, for this user)" >&2
     python3 -m pip install --quiet --user gunicorn 2>/dev/null || python3 -m pip install --quiet gunicorn
 fi
+echo "building fastpath (release; the first build takes a minute or two)" >&2
 cargo build --release --quiet -p fastpath
+echo "starting the backend (gunicorn on 127.0.0.1:8081) and fastpath on http://127.0.0.1:8080" >&2
 
 python3 -m gunicorn --chdir examples/backend --bind 127.0.0.1:8081 --workers 2 \
     --log-level warning app:application &

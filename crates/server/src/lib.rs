@@ -105,8 +105,22 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
         Watching::Ticks => site.watch_polled(),
     };
     if let Err(e) = watched {
+        // inotify fails with EMFILE at the per-user instance limit (each worker, and each
+        // preforked child, watches its roots) and ENOSPC at the watch limit: name the limit.
+        let hint = match e.raw_os_error() {
+            Some(libc::EMFILE) => {
+                " (the limit of inotify instances per user, fs.inotify.max_user_instances, is \
+                 reached: raise it, e.g. `sysctl fs.inotify.max_user_instances=1024`, or run \
+                 fewer workers or children)"
+            }
+            Some(libc::ENOSPC) => {
+                " (the limit of inotify watches per user, fs.inotify.max_user_watches, is \
+                 reached: raise it, e.g. `sysctl fs.inotify.max_user_watches=524288`)"
+            }
+            _ => "",
+        };
         tracing::warn!(
-            "cannot watch {} for changes ({e}); its files will not be cached",
+            "cannot watch {} for changes ({e}){hint}; its files will not be cached",
             host.root.display()
         );
     }
