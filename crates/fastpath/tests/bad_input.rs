@@ -332,6 +332,24 @@ httptest!(bad_chunked_body, |model| {
     }
 });
 
+httptest!(bad_absolute_form_targets_close_the_connection, |model| {
+    // Like every other malformed request: a 400, then the end of the connection.
+    let site = site();
+    let srv = site.serve(model);
+    for target in [
+        "http://user@h/a.txt",
+        "ftp://x/a.txt",
+        "http://h:99999/a.txt",
+        "http://[::1/a.txt",
+    ] {
+        rejects(
+            &srv,
+            format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n"),
+            400,
+        );
+    }
+});
+
 httptest!(server_survives_bad_input, |model| {
     let site = site();
     let srv = site.serve(model);

@@ -277,6 +277,25 @@ fn site() -> Site {
     site
 }
 
+httptest!(unregistered_methods_never_reach_the_backend, |model| {
+    // The static path and the routes refuse the same methods: a backend never sees a method
+    // the registry does not know (`get` is not `GET`; methods are case-sensitive).
+    let backend = Backend::start(echo);
+    let site = site();
+    let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    for method in ["get", "helloPOST", "PRI"] {
+        for path in ["/app/x", "/page.txt"] {
+            let r = srv.request(format!("{method} {path} HTTP/1.1\r\nHost: t\r\n\r\n"));
+            assert_eq!(r.status, 501, "{method} {path}:\n{r}");
+        }
+    }
+    // A registered method a static file does not take still goes to the backend.
+    let r = srv.request("PROPFIND /app/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    r.assert_status(200);
+    assert!(r.text().starts_with("PROPFIND /app/x HTTP/1.1"), "{r}");
+    assert_eq!(backend.connections(), 1);
+});
+
 httptest!(prefix_route_proxies_and_static_stays_static, |model| {
     let backend = Backend::start(echo);
     let site = site();

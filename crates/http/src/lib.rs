@@ -58,6 +58,7 @@ mod fields;
 mod forward;
 mod head;
 mod limits;
+mod method;
 mod range;
 mod request;
 mod response;
@@ -81,6 +82,7 @@ pub use limits::{
     Limits, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_REQUEST_LINE,
     MAX_CHUNK_LINE, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,
 };
+pub use method::is_registered_method;
 pub use range::{parse_range, RangeRequest};
 pub use request::{BodyFraming, Parser, Request};
 pub use response::{

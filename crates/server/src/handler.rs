@@ -290,6 +290,12 @@ impl HttpHandler {
             BodyFraming::Length(n) => Phase::DiscardLength(n),
             BodyFraming::Chunked => Phase::DiscardChunked(Box::new(ChunkedDecoder::new()), 0),
         };
+        let route = self.router.route(request);
+        if matches!(route, Route::Error(400)) {
+            // A request that cannot be made sense of ends the connection, as one that cannot
+            // be parsed does: nothing says the bytes after it start a request.
+            close = true;
+        }
         let version = request.version;
         let answer = Answer {
             version,
@@ -297,7 +303,7 @@ impl HttpHandler {
             close,
         };
         let date = self.clock.http_date();
-        let (status, body_bytes) = match self.router.route(request) {
+        let (status, body_bytes) = match route {
             Route::Handover(backend, method) => {
                 let incoming = Incoming {
                     peer,

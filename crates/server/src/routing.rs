@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fastpath_content::{ContentCache, Reply, StaticRequest};
 use fastpath_handover::{HandoverMethod, RouteRequest, Routes};
-use fastpath_http::{normalize_path, parse_target, Request, Target};
+use fastpath_http::{is_registered_method, normalize_path, parse_target, Request, Target};
 
 use crate::vhosts::VirtualHosts;
 
@@ -76,6 +76,11 @@ impl Router {
             query,
             host: host.and_then(|h| lower_host_name(h, &mut host_name)),
         };
+        // A method nobody registered (a typo, `get`, an attack probe) is refused here for
+        // every route alike: backends never see what the static path would not take.
+        if !is_registered_method(request.method) {
+            return Route::Error(501);
+        }
         if !self.routes.is_empty() {
             if let Some(rule) = self.routes.classify(&route_request) {
                 return Route::Handover(rule.backend, rule.method);
