@@ -457,7 +457,7 @@ pub fn chunked(data: &[u8]) {
         rest = &rest[n..];
         i += 1;
     }
-    encoded.extend_from_slice(b"0\r\nTrailer: x\r\n\r\nNEXT");
+    encoded.extend_from_slice(b"0\r\nX-Trailer: x\r\n\r\nNEXT");
     let trailing = b"NEXT".len();
     for split in [&[][..], &[1][..], &pieces[..]] {
         match decode(&encoded, split) {
