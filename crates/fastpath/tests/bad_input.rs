@@ -419,12 +419,23 @@ httptest!(funky_chunks_are_refused_static_and_proxied, |model| {
         if let Err(e) = c.wait_closed(IO_TIMEOUT) {
             panic!("static, body {show:?}: after the {}: {e}", r.status);
         }
-        // A proxied path refuses it with 400 before the backend sees more
-        // than the head, and closes.
+        // A proxied path refuses it with 400 and closes; the backend gets
+        // nothing from the first bad byte on.
         let mut raw =
             b"POST /raw/x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         raw.extend_from_slice(body);
         rejects(&srv, &raw, 400);
+        // The same with the body's first bytes relayed before the rest comes.
+        let head_len = raw.len() - body.len();
+        let mut c = srv.connect();
+        c.send(&raw[..head_len + 2]);
+        std::thread::sleep(Duration::from_millis(30));
+        c.send(&raw[head_len + 2..]);
+        let r = c.read_response();
+        assert_eq!(r.status, 400, "proxied in two parts, body {show:?}");
+        if let Err(e) = c.wait_closed(IO_TIMEOUT) {
+            panic!("proxied in two parts, body {show:?}: after the 400: {e}");
+        }
     }
     // Every backend connection was dropped (a body cut short cannot be
     // reused), and none carried a second request.
