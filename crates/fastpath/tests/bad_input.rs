@@ -367,3 +367,113 @@ httptest!(server_survives_bad_input, |model| {
     }
     srv.get("/a.txt").assert_ok(200, "hello");
 });
+
+/// Chunked bodies that lenient readers take in different ways (the "funky
+/// chunks" smuggling class): a bare LF ending a size line or chunk data, a
+/// bare ';', whitespace after the size, trailer lines that are not fields or
+/// carry framing fields. Each comes with a request after it, inside the body
+/// or after its end, that must never be served or relayed.
+const FUNKY_CHUNKS: &[&[u8]] = &[
+    b"2;\nxx\r\n45\r\n0\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"2;\r\nxx\r\n0\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"5;foo\nhello\r\n0\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"5\r\nhello\n0\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"5 \r\nhello\r\n0\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"0\r\nhello\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"0\r\nX: a\x00b\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"0\r\nX: a\r\n b\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"0\r\nContent-Length: 44\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    b"0\r\nTransfer-Encoding: chunked\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+];
+
+/// A backend that answers nothing and records all a connection brings, to
+/// its end.
+fn record(mut stream: std::net::TcpStream, log: &crate::handover::BackendLog) {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    log.requests
+        .lock()
+        .unwrap()
+        .push(String::from_utf8_lossy(&raw).into_owned());
+    if let Some(ends) = log.ends.lock().unwrap().as_ref() {
+        let _ = ends.send(());
+    }
+}
+
+httptest!(funky_chunks_are_refused_static_and_proxied, |model| {
+    use std::sync::atomic::Ordering;
+    let backend = crate::handover::Backend::start(record);
+    let (ends_tx, ends) = std::sync::mpsc::channel();
+    *backend.log.ends.lock().unwrap() = Some(ends_tx);
+    let site = site();
+    let srv = site.serve_config(
+        model,
+        &format!(
+            "root = \"root\"\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\n\
+             addresses = \"{}\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"5s\"\n\
+             [[route]]\nbackend = \"app\"\nprefix = \"/raw/\"\n",
+            backend.addr
+        ),
+    );
+    for body in FUNKY_CHUNKS {
+        let show = String::from_utf8_lossy(body);
+        // A static path answers before it reads the body (405 for POST); the
+        // body then ends the connection, and nothing after it is served.
+        let mut raw =
+            b"POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        raw.extend_from_slice(body);
+        raw.extend_from_slice(req("GET", "/a.txt", &[]).as_bytes());
+        let mut c = srv.connect();
+        c.send(&raw);
+        let r = c.read_response();
+        assert!(
+            r.status == 405 || r.status == 400,
+            "static, body {show:?}; response:\n{r}"
+        );
+        if let Err(e) = c.wait_closed(IO_TIMEOUT) {
+            panic!("static, body {show:?}: after the {}: {e}", r.status);
+        }
+        // A proxied path refuses it with 400 and closes; the backend gets
+        // nothing from the first bad byte on.
+        let mut raw =
+            b"POST /raw/x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        raw.extend_from_slice(body);
+        rejects(&srv, &raw, 400);
+        // The same with the body's first bytes relayed before the rest comes.
+        let head_len = raw.len() - body.len();
+        let mut c = srv.connect();
+        c.send(&raw[..head_len + 2]);
+        std::thread::sleep(Duration::from_millis(30));
+        c.send(&raw[head_len + 2..]);
+        let r = c.read_response();
+        assert_eq!(r.status, 400, "proxied in two parts, body {show:?}");
+        if let Err(e) = c.wait_closed(IO_TIMEOUT) {
+            panic!("proxied in two parts, body {show:?}: after the 400: {e}");
+        }
+    }
+    // Every backend connection was dropped (a body cut short cannot be
+    // reused), and none carried a second request.
+    std::thread::sleep(Duration::from_millis(200));
+    let connections = backend.log.connections.load(Ordering::SeqCst);
+    for _ in 0..connections {
+        ends.recv_timeout(IO_TIMEOUT)
+            .expect("a backend connection left open after a refused body");
+    }
+    let seen = backend.log.requests.lock().unwrap().clone();
+    assert_eq!(seen.len(), connections);
+    for raw in &seen {
+        assert!(
+            raw.is_empty() || raw.starts_with("POST /raw/x HTTP/1.1\r\n"),
+            "{raw:?}"
+        );
+        assert!(raw.matches(" HTTP/1.1\r\n").count() <= 1, "{raw:?}");
+        assert!(
+            !raw.contains("smuggled") && !raw.contains("/a.txt"),
+            "{raw:?}"
+        );
+    }
+});

@@ -11,6 +11,8 @@ use crate::{
     RangeRequest, Request, RequestError, Target, Version, MAX_RANGES,
 };
 
+mod chunked_reference;
+pub use chunked_reference::{reference_chunked, ChunkedOutcome};
 mod response;
 pub use response::response;
 #[cfg(test)]
@@ -425,8 +427,8 @@ fn check_helpers(data: &[u8]) {
     );
 }
 
-/// Exercises the chunked decoder: whole vs. split feeds, plus a round trip
-/// of a body encoded from the input.
+/// Exercises the chunked decoder: whole vs. split feeds, each compared with
+/// the reference decoder, plus a round trip of a body encoded from the input.
 pub fn chunked(data: &[u8]) {
     let whole = decode(data, &[]);
     let h = hash(data);
@@ -440,6 +442,11 @@ pub fn chunked(data: &[u8]) {
         assert!(*consumed <= data.len());
         assert!(*finished || *consumed == data.len());
     }
+    assert_eq!(
+        outcome(whole),
+        reference_chunked(data),
+        "the decoder and the reference disagree"
+    );
 
     // Round trip: encode the input as a chunked body and decode it back.
     let mut encoded = Vec::new();
@@ -457,7 +464,7 @@ pub fn chunked(data: &[u8]) {
         rest = &rest[n..];
         i += 1;
     }
-    encoded.extend_from_slice(b"0\r\nTrailer: x\r\n\r\nNEXT");
+    encoded.extend_from_slice(b"0\r\nX-Trailer: x\r\n\r\nNEXT");
     let trailing = b"NEXT".len();
     for split in [&[][..], &[1][..], &pieces[..]] {
         match decode(&encoded, split) {
@@ -467,6 +474,23 @@ pub fn chunked(data: &[u8]) {
             }
             other => panic!("valid encoding rejected: {other:?}"),
         }
+    }
+    assert_eq!(
+        reference_chunked(&encoded),
+        ChunkedOutcome::Done {
+            consumed: encoded.len() - trailing,
+            body: data.to_vec()
+        },
+        "the reference rejects a valid encoding"
+    );
+}
+
+/// A decoder result in the reference decoder's terms.
+fn outcome(r: Result<(usize, bool, Vec<u8>), RequestError>) -> ChunkedOutcome {
+    match r {
+        Ok((consumed, true, body)) => ChunkedOutcome::Done { consumed, body },
+        Ok((_, false, body)) => ChunkedOutcome::Partial { body },
+        Err(e) => ChunkedOutcome::Invalid { status: e.status },
     }
 }
 

@@ -72,7 +72,7 @@ mod version;
 pub mod fuzzing;
 
 pub use backend::{ResponseFraming, ResponseHead, ResponseParser};
-pub use chunked::ChunkedDecoder;
+pub use chunked::{ChunkedDecoder, FORBIDDEN_TRAILERS};
 pub use conditional::{etag_list_matches, parse_http_date, write_http_date};
 pub use encoding::{parse_accept_encoding, AcceptEncoding};
 pub use error::RequestError;
@@ -80,7 +80,8 @@ pub use field_lines::{write_header, write_header_u64};
 pub use forward::{is_hop_by_hop, write_forwarded_request, ForwardOptions, HopByHop};
 pub use limits::{
     Limits, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_REQUEST_LINE,
-    MAX_CHUNK_LINE, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,
+    MAX_CHUNK_LINE, MAX_CHUNK_SIZE_DIGITS, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,
+    MAX_TRAILER_FIELDS,
 };
 pub use method::is_registered_method;
 pub use range::{parse_range, RangeRequest};

@@ -16,11 +16,21 @@ pub const MAX_LEADING_EMPTY_LINES: usize = 4;
 /// Most Range specs honoured: more is ignored, to stop many-tiny-ranges abuse.
 pub const MAX_RANGES: usize = 100;
 
-/// Longest chunk-size line: extensions are skipped, this only bounds stalling.
+/// Longest chunk-size line, CRLF included: extensions are checked and then
+/// ignored, so this only bounds what a client can make us scan per chunk.
 pub const MAX_CHUNK_LINE: usize = 4096;
 
-/// Largest skipped trailer section: same budget as a request head.
+/// Most hex digits in a chunk size, leading zeros included: 16 digits hold
+/// every u64, so no size overflows, and no size can be padded past what a
+/// backend reading a fixed-width number would take (Go's net/http refuses
+/// more digits too).
+pub const MAX_CHUNK_SIZE_DIGITS: usize = 16;
+
+/// Largest trailer section: same budget as a request head.
 pub const MAX_TRAILER_BYTES: usize = DEFAULT_MAX_HEADER_BYTES;
+
+/// Most trailer fields: as many as a request head may carry.
+pub const MAX_TRAILER_FIELDS: usize = DEFAULT_MAX_HEADERS;
 
 /// Per-parser limits for request heads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
