@@ -362,9 +362,17 @@ impl Exchange {
                 return Progress::Joined;
             }
             if out.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced) {
-                if let Err(status) = forward_body(&mut self.body, io.input, out, io.pool) {
-                    self.release(backends, io);
-                    return Progress::Failed(status);
+                match forward_body(&mut self.body, io.input, out, io.pool) {
+                    Ok(0) => {}
+                    // The response timeout counts from the end of the request: a body that
+                    // takes longer than it to upload is not a backend failing to answer.
+                    Ok(_) => {
+                        self.deadline = io.now + backends[self.backend].config().response_timeout;
+                    }
+                    Err(status) => {
+                        self.release(backends, io);
+                        return Progress::Failed(status);
+                    }
                 }
                 if let RequestBody::Length(left) = self.body {
                     if left >= SPLICE_MIN_BODY && io.input.is_empty() && io.upstream.can_splice() {
@@ -376,9 +384,18 @@ impl Exchange {
             }
         }
         if let RequestBody::Spliced = self.body {
+            let response_timeout = backends[self.backend].config().response_timeout;
             match io.upstream.to_upstream() {
-                Spliced::Running => {}
-                Spliced::Done => self.body = RequestBody::None,
+                // The driver pushes the connection's deadline on while bytes move.
+                Spliced::Running => {
+                    if let Some(moving) = *io.deadline {
+                        self.deadline = self.deadline.max(moving);
+                    }
+                }
+                Spliced::Done => {
+                    self.body = RequestBody::None;
+                    self.deadline = io.now + response_timeout;
+                }
                 // The client stopped sending (or a side failed) in the middle of the body.
                 Spliced::Failed(_) | Spliced::None => {
                     self.reusable = false;
@@ -593,15 +610,16 @@ impl Exchange {
     }
 }
 
-/// Moves request body bytes from the client's input to the backend's output.
+/// Moves request body bytes from the client's input to the backend's output; returns how
+/// many moved.
 fn forward_body(
     body: &mut RequestBody,
     input: &mut Input,
     out: &mut Output,
     pool: &mut BufferPool,
-) -> Result<(), u16> {
+) -> Result<usize, u16> {
     match body {
-        RequestBody::None | RequestBody::Spliced => {}
+        RequestBody::None | RequestBody::Spliced => Ok(0),
         RequestBody::Length(remaining) => {
             let n = (*remaining).min(input.len() as u64) as usize;
             if n > 0 {
@@ -613,6 +631,7 @@ fn forward_body(
             if *remaining == 0 {
                 *body = RequestBody::None;
             }
+            Ok(n)
         }
         RequestBody::Chunked(decoder) => {
             let (used, done) = decoder.feed(input.data(), |_| {}).map_err(|e| e.status)?;
@@ -624,9 +643,9 @@ fn forward_body(
             if done {
                 *body = RequestBody::None;
             }
+            Ok(used)
         }
     }
-    Ok(())
 }
 
 /// Moves response body bytes from the backend's input to the client's output. Returns the
