@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
-use crate::common::{self, warn_out_of_descriptors, AcceptPause, Expired, Gate, UNKNOWN_PEER};
+use crate::common::{
+    self, warn_input_left, warn_out_of_descriptors, AcceptPause, Expired, Gate, UNKNOWN_PEER,
+};
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
 use crate::upstream::{JointStep, Registry, UpstreamPool, UpstreamPort, IDLE_UPSTREAMS_PER_KEY};
@@ -566,13 +568,16 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
                 State::Reading => {
                     let mut got = false;
-                    // A splice to the upstream takes the client's bytes itself.
+                    // A splice to the upstream takes the client's bytes itself, and a
+                    // backend that takes no more holds the client back.
                     let splicing = slot
                         .upstream
                         .attached()
                         .is_some_and(|up| up.to_upstream.is_some());
-                    if slot.readable && !slot.eof && !splicing {
+                    let held = slot.upstream.holds_client_back();
+                    if slot.readable && !slot.eof && !splicing && !held {
                         if slot.input.len() >= self.config.max_input {
+                            warn_input_left!(slot.input.len(), self.config.max_input);
                             self.close(index, CloseReason::Error);
                             return;
                         }
