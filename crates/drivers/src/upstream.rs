@@ -62,8 +62,8 @@ pub enum Spliced {
     Running,
     /// Every byte moved.
     Done,
-    /// It failed: the source ended early (`UnexpectedEof`), a side failed, or no pipe could be
-    /// made.
+    /// It failed: the source ended early, by its end of stream or an error (`UnexpectedEof`);
+    /// the destination failed (the error's kind); or no pipe could be made.
     Failed(io::ErrorKind),
 }
 
@@ -233,6 +233,9 @@ impl Port {
                     }
                 }
                 Err(e) => {
+                    if self.splicing {
+                        tracing::warn!("cannot make a pipe to splice a body through: {e}");
+                    }
                     up.outcomes[way] = Spliced::Failed(e.kind());
                     failed = true;
                 }
@@ -871,7 +874,12 @@ impl Upstream {
                     false
                 }
             }
-            Err(Failure::Source(e) | Failure::Destination(e)) => {
+            // Which side failed matters to the handler (whose fault it was), not how.
+            Err(Failure::Source(_)) => {
+                *outcome = Spliced::Failed(io::ErrorKind::UnexpectedEof);
+                true
+            }
+            Err(Failure::Destination(e)) => {
                 *outcome = Spliced::Failed(e.kind());
                 true
             }

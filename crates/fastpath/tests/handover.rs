@@ -1383,3 +1383,40 @@ httptest!(uploads_reach_a_slow_backend_through_the_proxy, |model| {
 httptest!(uploads_reach_a_slow_backend_through_a_bridge, |model| {
     uploads_to_a_slow_backend(model, "prefix = \"/app/\"\nmethod = \"bridge\"");
 });
+
+httptest!(requests_cut_off_by_their_connection_are_logged, |model| {
+    let backend = Backend::start(stall);
+    let site = site();
+    let mut srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    // The client leaves in the middle of its upload.
+    {
+        let mut conn = srv.connect();
+        conn.send("POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n");
+        conn.send([b'x'; 1000]);
+        wait_for(Duration::from_secs(5), || {
+            (backend.connections() == 1).then_some(())
+        })
+        .expect("the backend was not asked");
+    }
+    let line = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("/app/upload"));
+    assert!(
+        line.as_deref().is_some_and(
+            |l| l.ends_with("\"POST /app/upload HTTP/1.1\" - - \"-\" \"-\" client-gone")
+        ),
+        "{line:?}"
+    );
+    // The server stops while a request waits for its answer.
+    let mut conn = srv.connect();
+    conn.send(req("GET", "/app/wait", &[("User-Agent", "t/1")]));
+    wait_for(Duration::from_secs(5), || {
+        (backend.connections() == 2).then_some(())
+    })
+    .expect("the backend was not asked");
+    srv.stop(libc::SIGTERM, Duration::from_secs(5));
+    let out = srv.stdout();
+    assert!(
+        out.lines()
+            .any(|l| l.ends_with("\"GET /app/wait HTTP/1.1\" - - \"-\" \"t/1\" shutdown")),
+        "{out}"
+    );
+});

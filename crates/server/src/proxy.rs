@@ -19,6 +19,7 @@
 //! goes again on another connection; any other request gets 502 rather than risk running
 //! twice.
 
+use std::io;
 use std::time::Instant;
 
 use fastpath_content::handover::{cache_lifetime, vary_accept_encoding, BackendState};
@@ -38,6 +39,11 @@ const MAX_REPLAYS: u8 = 4;
 /// go through a kernel pipe (splice) instead of user space. Below it, a pipe's extra system
 /// calls cost more than copying the bytes.
 const SPLICE_MIN_BODY: u64 = 64 * 1024;
+
+/// Why an exchange ended without a complete answer, as the access log says it.
+pub(crate) const CLIENT_GONE: &str = "client-gone";
+pub(crate) const BACKEND_FAILED: &str = "backend-failed";
+pub(crate) const BACKEND_TIMEOUT: &str = "backend-timeout";
 
 /// Bytes of the request body still to forward to the backend.
 enum RequestBody {
@@ -68,8 +74,9 @@ pub(crate) enum Progress {
     Finished { close: bool },
     /// Nothing of the response was sent yet: answer the client with this status.
     Failed(u16),
-    /// A response was partly relayed and cannot be completed: drop the client connection.
-    Broken,
+    /// A response was partly relayed (or the request partly sent) and cannot be completed:
+    /// drop the client connection. Says why, for the access log.
+    Broken(&'static str),
     /// Bridge mode: the connection is joined with the backend's in the kernel and no longer
     /// the handler's.
     Joined,
@@ -115,6 +122,8 @@ pub(crate) struct Exchange {
     pub(crate) user_agent: Option<Vec<u8>>,
     /// Set when the response may be kept in the backend response cache.
     pub(crate) cache: Option<CacheSlot>,
+    /// The access log has the request's line (a bridge's, as it was handed over).
+    pub(crate) logged: bool,
 }
 
 /// What keeping a backend response in the cache takes: how to name it, and the bytes
@@ -207,6 +216,7 @@ impl Exchange {
             referer: start.referer.map(<[u8]>::to_vec),
             user_agent: start.user_agent.map(<[u8]>::to_vec),
             cache: start.cache,
+            logged: false,
         };
         exchange.connect(backends, upstream);
         *deadline = Some(connect_deadline);
@@ -284,7 +294,7 @@ impl Exchange {
         if self.status == 0 {
             Progress::Failed(504)
         } else {
-            Progress::Broken
+            Progress::Broken(BACKEND_TIMEOUT)
         }
     }
 
@@ -331,7 +341,7 @@ impl Exchange {
                     return Progress::Failed(502);
                 }
                 self.release(backends, io);
-                return Progress::Broken;
+                return Progress::Broken(BACKEND_FAILED);
             }
             UpstreamState::Connected | UpstreamState::Ended => {}
         }
@@ -396,11 +406,21 @@ impl Exchange {
                     self.body = RequestBody::None;
                     self.deadline = io.now + response_timeout;
                 }
-                // The client stopped sending (or a side failed) in the middle of the body.
-                Spliced::Failed(_) | Spliced::None => {
+                // The client stopped sending in the middle of the body, or the backend
+                // stopped taking it.
+                Spliced::Failed(kind) => {
                     self.reusable = false;
                     self.release(backends, io);
-                    return Progress::Broken;
+                    return Progress::Broken(if kind == io::ErrorKind::UnexpectedEof {
+                        CLIENT_GONE
+                    } else {
+                        BACKEND_FAILED
+                    });
+                }
+                Spliced::None => {
+                    self.reusable = false;
+                    self.release(backends, io);
+                    return Progress::Broken(BACKEND_FAILED);
                 }
             }
         }
@@ -537,11 +557,22 @@ impl Exchange {
                                 *remaining = 0;
                                 true
                             }
-                            Spliced::Failed(_) | Spliced::None => {
+                            // The backend's body ended early, or the client failed.
+                            Spliced::Failed(kind) => {
                                 self.splicing = None;
                                 self.reusable = false;
                                 self.release(backends, io);
-                                return Progress::Broken;
+                                return Progress::Broken(if kind == io::ErrorKind::UnexpectedEof {
+                                    BACKEND_FAILED
+                                } else {
+                                    CLIENT_GONE
+                                });
+                            }
+                            Spliced::None => {
+                                self.splicing = None;
+                                self.reusable = false;
+                                self.release(backends, io);
+                                return Progress::Broken(BACKEND_FAILED);
                             }
                         }
                     } else {
@@ -563,7 +594,7 @@ impl Exchange {
                             Err(()) => {
                                 self.reusable = false;
                                 self.release(backends, io);
-                                return Progress::Broken;
+                                return Progress::Broken(BACKEND_FAILED);
                             }
                         };
                         // The rest of a long body framed by length moves through a kernel
@@ -599,7 +630,7 @@ impl Exchange {
                         return if until_close {
                             Progress::Finished { close: true }
                         } else {
-                            Progress::Broken
+                            Progress::Broken(BACKEND_FAILED)
                         };
                     }
                     *io.deadline = Some(io.now + backends[self.backend].config().response_timeout);
