@@ -1258,6 +1258,8 @@ fn slow_sink(stream: TcpStream, log: &BackendLog) {
 }
 
 const MIB: usize = 1 << 20;
+/// How long an upload's client waits for each write and for the answer.
+const UPLOAD_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Uploads `body` on a connection of its own (`Connection: close`, framed by length or in
 /// chunks), as a browser or curl posting a file does, and checks the answer and the close
@@ -1280,6 +1282,12 @@ fn upload_paced(
         if chunked { "chunked" } else { "by length" }
     );
     let mut conn = Conn::open(addr);
+    // An answer waits for the whole body to reach the slow backend, megabytes of which the
+    // kernel may still hold once the last write returns; a loaded machine needs more than
+    // the usual few seconds for that. A stall still fails: the proxy answers 504 first.
+    let patience = Some(UPLOAD_PATIENCE);
+    conn.stream().set_read_timeout(patience).unwrap();
+    conn.stream().set_write_timeout(patience).unwrap();
     let framing = if chunked {
         "Transfer-Encoding: chunked".to_string()
     } else {
@@ -1321,7 +1329,7 @@ fn upload_paced(
     if r.status != 200 || r.body != expected.as_bytes() {
         return Err(format!("{what}: answered {r}"));
     }
-    match conn.wait_closed(IO_TIMEOUT) {
+    match conn.wait_closed(UPLOAD_PATIENCE) {
         Ok(Closed::Eof) => Ok(()),
         other => Err(format!("{what}: after the answer: {other:?}")),
     }
