@@ -144,6 +144,20 @@ macro_rules! warn_out_of_descriptors {
 }
 pub(crate) use warn_out_of_descriptors;
 
+/// Logs that a connection is being closed because its handler left `$len` bytes of input
+/// unconsumed, `$max` or more ([`crate::DriverConfig::max_input`]): its request ends without
+/// an answer, which must not go unexplained. A macro for the same reason as above.
+macro_rules! warn_input_left {
+    ($len:expr, $max:expr) => {
+        tracing::warn!(
+            "closing a connection: its handler left {} bytes of input unconsumed (the limit is {})",
+            $len,
+            $max
+        )
+    };
+}
+pub(crate) use warn_input_left;
+
 /// What a loop holds while it runs handler code and lets go of while it waits: the thread-pool
 /// model's bound on threads running at once. The other models run unbounded ([`NoGate`]).
 pub(crate) trait Gate {

@@ -6,6 +6,8 @@
 //! (back to the worker's keep-alive pool, or closed); the driver carries the request out
 //! after the call, does the socket I/O, and calls the handler again whenever something
 //! happened upstream: connected, failed, bytes arrived, the output drained, the end came.
+//! While the upstream is connecting or takes no more of its output, the driver stops reading
+//! the client, so a request body arrives no faster than the backend reads it.
 //! A connection released for reuse stays parked on its client connection, still registered
 //! with the event loop, so that the client's next request to the same backend takes it back
 //! without a system call (the common case of a keep-alive client whose requests all go to
@@ -60,8 +62,8 @@ pub enum Spliced {
     Running,
     /// Every byte moved.
     Done,
-    /// It failed: the source ended early (`UnexpectedEof`), a side failed, or no pipe could be
-    /// made.
+    /// It failed: the source ended early, by its end of stream or an error (`UnexpectedEof`);
+    /// the destination failed (the error's kind); or no pipe could be made.
     Failed(io::ErrorKind),
 }
 
@@ -231,6 +233,9 @@ impl Port {
                     }
                 }
                 Err(e) => {
+                    if self.splicing {
+                        tracing::warn!("cannot make a pipe to splice a body through: {e}");
+                    }
                     up.outcomes[way] = Spliced::Failed(e.kind());
                     failed = true;
                 }
@@ -416,6 +421,32 @@ impl UpstreamPort {
 
     pub(crate) fn attached(&mut self) -> Option<&mut Upstream> {
         self.port.as_mut()?.attached()
+    }
+
+    /// The upstream in use (attached and not parked), if any.
+    fn in_use(&self) -> Option<&Upstream> {
+        let port = self.port.as_ref()?;
+        port.conn.as_ref().filter(|up| up.parked.is_none())
+    }
+
+    /// Whether the driver should stop reading the client: the upstream is still connecting,
+    /// or its socket is full with [`MAX_UPSTREAM_OUTPUT`] or more waiting behind it. What the
+    /// client sends meanwhile (a request body, as a rule) has nowhere to go, and TCP holds the
+    /// client back instead of its bytes piling up here. Reading resumes once the upstream
+    /// takes bytes again; the handler hears of it when its output has drained.
+    pub(crate) fn holds_client_back(&self) -> bool {
+        self.in_use().is_some_and(|up| {
+            up.state == UpstreamState::Connecting
+                || (!up.writable && up.output.pending() >= MAX_UPSTREAM_OUTPUT)
+        })
+    }
+
+    /// Whether unconsumed client input may be waiting for the upstream rather than for the
+    /// handler: the upstream is connecting or has output it has not sent yet (a handler
+    /// forwarding a body stops while that is large).
+    pub(crate) fn waits_to_send(&self) -> bool {
+        self.in_use()
+            .is_some_and(|up| up.state == UpstreamState::Connecting || !up.output.is_empty())
     }
 
     /// Starts the splices the handler asked for during the call; true when one failed at
@@ -843,7 +874,12 @@ impl Upstream {
                     false
                 }
             }
-            Err(Failure::Source(e) | Failure::Destination(e)) => {
+            // Which side failed matters to the handler (whose fault it was), not how.
+            Err(Failure::Source(_)) => {
+                *outcome = Spliced::Failed(io::ErrorKind::UnexpectedEof);
+                true
+            }
+            Err(Failure::Destination(e)) => {
                 *outcome = Spliced::Failed(e.kind());
                 true
             }
@@ -858,6 +894,10 @@ impl Upstream {
 /// Upper bound of unconsumed upstream input before reading pauses (backpressure towards
 /// the backend while the client is slow).
 pub(crate) const MAX_UPSTREAM_INPUT: usize = 64 * 1024;
+
+/// Unsent upstream output at which, once the socket is full, the client's input stops being
+/// read (backpressure towards the client while the backend is slow to take a request body).
+pub(crate) const MAX_UPSTREAM_OUTPUT: u64 = 64 * 1024;
 
 impl Upstream {
     /// The socket.

@@ -30,7 +30,33 @@ pub struct Backend {
 
 impl Backend {
     pub fn start(behaviour: Behaviour) -> Backend {
+        Backend::listen(behaviour, None)
+    }
+
+    /// Like [`Backend::start`], with the receive buffer of every connection fixed at `bytes`
+    /// (no autotuning): a backend that reads slowly then holds its sender back within a
+    /// few hundred kilobytes, rather than the kernel taking whole megabytes for it.
+    pub fn start_with_receive_buffer(behaviour: Behaviour, bytes: i32) -> Backend {
+        Backend::listen(behaviour, Some(bytes))
+    }
+
+    fn listen(behaviour: Behaviour, receive_buffer: Option<i32>) -> Backend {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        if let Some(bytes) = receive_buffer {
+            // Accepted connections inherit it.
+            use std::os::fd::AsRawFd;
+            // SAFETY: setsockopt with a pointer to an int and its size.
+            let rc = unsafe {
+                libc::setsockopt(
+                    listener.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUF,
+                    &bytes as *const i32 as *const libc::c_void,
+                    std::mem::size_of::<i32>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+        }
         let addr = listener.local_addr().unwrap();
         let log = Arc::new(BackendLog::default());
         let shared = log.clone();
@@ -51,7 +77,7 @@ impl Backend {
 }
 
 /// Reads one request head; None at the end of the stream.
-fn read_head(reader: &mut BufReader<TcpStream>) -> Option<(String, Vec<(String, String)>)> {
+fn read_head(reader: &mut impl BufRead) -> Option<(String, Vec<(String, String)>)> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
@@ -80,7 +106,7 @@ fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
 }
 
 /// Reads the body the head announces (Content-Length or chunked, decoded).
-fn read_body(reader: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> Vec<u8> {
+fn read_body(reader: &mut impl BufRead, headers: &[(String, String)]) -> Vec<u8> {
     if let Some(n) = header(headers, "content-length") {
         let mut body = vec![0u8; n.parse().unwrap()];
         reader.read_exact(&mut body).unwrap();
@@ -1074,6 +1100,17 @@ fn body_byte(i: usize) -> u8 {
     (i % 253) as u8
 }
 
+/// How many bytes of `body` differ from `body_byte`. Compared a period of the pattern at a
+/// time, which is quick even unoptimised: a backend that takes long to check a body would
+/// have its answer time out.
+fn wrong_bytes(body: &[u8]) -> usize {
+    let pattern: Vec<u8> = (0..253).map(body_byte).collect();
+    body.chunks(pattern.len())
+        .filter(|piece| **piece != pattern[..piece.len()])
+        .map(|piece| piece.iter().zip(&pattern).filter(|(a, b)| a != b).count())
+        .sum()
+}
+
 /// `GET /app/big/N` answers N bytes of `body_byte`; `GET /app/cut/N` announces N and sends
 /// half, then closes; any request with a body is answered with its length and a checksum.
 fn bulk(stream: TcpStream, log: &BackendLog) {
@@ -1199,3 +1236,263 @@ httptest!(
         assert_eq!(backend.connections(), 2);
     }
 );
+
+/// Pause before each read of a slow backend.
+const SLOW_PAUSE: Duration = Duration::from_millis(1);
+/// Most bytes one read of a slow backend takes.
+const SLOW_PIECE: usize = 64 * 1024;
+
+/// A socket read in small pieces with a pause before each: a backend busy with other work,
+/// far slower than the client that sends to it.
+struct Slow(TcpStream);
+
+impl Read for Slow {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::thread::sleep(SLOW_PAUSE);
+        let n = buf.len().min(SLOW_PIECE);
+        self.0.read(&mut buf[..n])
+    }
+}
+
+/// Reads each request body slowly (see `Slow`), checks it against `body_byte` and answers
+/// `{"bytes": N, "wrong": W}`; closes after the answer when the request asks for it.
+fn slow_sink(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::with_capacity(SLOW_PIECE, Slow(stream));
+    while let Some((line, headers)) = read_head(&mut reader) {
+        log.requests.lock().unwrap().push(line);
+        let body = read_body(&mut reader, &headers);
+        let wrong = wrong_bytes(&body);
+        let close = header(&headers, "connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let answer = format!("{{\"bytes\": {}, \"wrong\": {wrong}}}\n", body.len());
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n{answer}",
+            answer.len(),
+            if close { "Connection: close\r\n" } else { "" }
+        );
+        if writer.write_all(response.as_bytes()).is_err() || close {
+            return;
+        }
+    }
+}
+
+const MIB: usize = 1 << 20;
+/// How long an upload's client waits for each write and for the answer.
+const UPLOAD_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Uploads `body` on a connection of its own (`Connection: close`, framed by length or in
+/// chunks), as a browser or curl posting a file does, and checks the answer and the close
+/// after it.
+fn upload(addr: SocketAddr, body: &[u8], chunked: bool) -> Result<(), String> {
+    upload_paced(addr, body, chunked, Duration::ZERO)
+}
+
+/// [`upload`], with a pause after every 64 KiB sent: a client on a slow link.
+fn upload_paced(
+    addr: SocketAddr,
+    body: &[u8],
+    chunked: bool,
+    pause: Duration,
+) -> Result<(), String> {
+    let n = body.len();
+    let what = format!(
+        "{} MiB {}",
+        n / MIB,
+        if chunked { "chunked" } else { "by length" }
+    );
+    let mut conn = Conn::open(addr);
+    // An answer waits for the whole body to reach the slow backend, megabytes of which the
+    // kernel may still hold once the last write returns; a loaded machine needs more than
+    // the usual few seconds for that. A stall still fails: the proxy answers 504 first.
+    let patience = Some(UPLOAD_PATIENCE);
+    conn.stream().set_read_timeout(patience).unwrap();
+    conn.stream().set_write_timeout(patience).unwrap();
+    let framing = if chunked {
+        "Transfer-Encoding: chunked".to_string()
+    } else {
+        format!("Content-Length: {n}")
+    };
+    let mut request = format!(
+        "POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n{framing}\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes();
+    if chunked {
+        // Chunks of an odd size, so their boundaries fall anywhere in the receive buffers.
+        for piece in body.chunks(100_003) {
+            request.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            request.extend_from_slice(piece);
+            request.extend_from_slice(b"\r\n");
+        }
+        request.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        request.extend_from_slice(body);
+    }
+    let piece = if pause.is_zero() {
+        request.len()
+    } else {
+        64 * 1024
+    };
+    for (i, part) in request.chunks(piece).enumerate() {
+        if i > 0 {
+            std::thread::sleep(pause);
+        }
+        conn.try_send(part)
+            .map_err(|e| format!("{what}: sending the request: {e}"))?;
+    }
+    let r = match conn.try_read_response("POST") {
+        Ok(Some(r)) => r,
+        Ok(None) => return Err(format!("{what}: closed without an answer")),
+        Err(e) => return Err(format!("{what}: reading the answer: {e}")),
+    };
+    let expected = format!("{{\"bytes\": {n}, \"wrong\": 0}}\n");
+    if r.status != 200 || r.body != expected.as_bytes() {
+        return Err(format!("{what}: answered {r}"));
+    }
+    match conn.wait_closed(UPLOAD_PATIENCE) {
+        Ok(Closed::Eof) => Ok(()),
+        other => Err(format!("{what}: after the answer: {other:?}")),
+    }
+}
+
+/// Uploads of 1, 3 and 20 MiB, by length and chunked, to a backend that reads far slower
+/// than the client sends, through `route`: 20 one after another, then 8 at once. Each must be
+/// answered, intact, and logged.
+fn uploads_to_a_slow_backend(model: &'static str, route: &str) {
+    let backend = Backend::start_with_receive_buffer(slow_sink, 64 * 1024);
+    let site = site();
+    // Backpressure is what this test is about, not timeouts (a test of their own): a
+    // generous response timeout keeps a loaded machine from failing it.
+    let config = config(&backend, route, "")
+        .replace("response_timeout = \"1s\"", "response_timeout = \"10s\"");
+    let srv = site.serve_config(model, &config);
+    let addr = srv.addr();
+    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(
+        [MIB, 3 * MIB, 20 * MIB]
+            .iter()
+            .map(|&n| (0..n).map(body_byte).collect())
+            .collect(),
+    );
+    // 20 in a row: 1 and 3 MiB, each by length and chunked, five times over; then 20 MiB
+    // once each way. The 20 MiB ones are not repeated 20 times: each takes about a third of
+    // a second at the backend's pace, and whatever can go wrong with them (more input than
+    // the backend takes, held for longer) already happens in their first megabytes.
+    let mut in_a_row = Vec::new();
+    for i in 0..20 {
+        in_a_row.push((i % 2, i % 4 >= 2));
+    }
+    in_a_row.push((2, false));
+    in_a_row.push((2, true));
+    for (i, &(size, chunked)) in in_a_row.iter().enumerate() {
+        if let Err(e) = upload(addr, &bodies[size], chunked) {
+            panic!("upload {} of {} in a row: {e}", i + 1, in_a_row.len());
+        }
+    }
+    // 8 at once, each size and framing among them.
+    let at_once: Vec<_> = (0..8)
+        .map(|i| {
+            let bodies = bodies.clone();
+            let (size, chunked) = (i % 3, i % 2 == 1);
+            std::thread::spawn(move || upload(addr, &bodies[size], chunked))
+        })
+        .collect();
+    let failed: Vec<String> = at_once
+        .into_iter()
+        .filter_map(|t| t.join().unwrap().err())
+        .collect();
+    assert!(failed.is_empty(), "of 8 uploads at once: {failed:#?}");
+    // One access-log line each: the status the backend gave, or `-` for a bridge, whose
+    // answer fastpath does not see.
+    let status = if route.contains("bridge") { "-" } else { "200" };
+    let expected = in_a_row.len() + 8;
+    let logged = wait_for(Duration::from_secs(5), || {
+        let stdout = srv.stdout();
+        let lines: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.contains("\"POST /app/upload HTTP/1.1\""))
+            .collect();
+        (lines.len() == expected).then_some(
+            lines
+                .iter()
+                .all(|l| l.contains(&format!("\"POST /app/upload HTTP/1.1\" {status} "))),
+        )
+    });
+    assert_eq!(
+        logged,
+        Some(true),
+        "expected {expected} access-log lines with status {status}"
+    );
+}
+
+httptest!(uploads_reach_a_slow_backend_through_the_proxy, |model| {
+    uploads_to_a_slow_backend(model, "prefix = \"/app/\"");
+});
+
+httptest!(uploads_reach_a_slow_backend_through_a_bridge, |model| {
+    uploads_to_a_slow_backend(model, "prefix = \"/app/\"\nmethod = \"bridge\"");
+});
+
+httptest!(
+    an_upload_longer_than_the_response_timeout_is_answered,
+    |model| {
+        let backend = Backend::start(slow_sink);
+        let site = site();
+        let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+        let addr = srv.addr();
+        // 1 MiB sent 64 KiB at a time, a tenth of a second apart: the request takes 1.5 s, past
+        // the response timeout of 1 s, which counts from its end. By length (spliced where the
+        // model can) and chunked (copied), at once.
+        let body: Arc<Vec<u8>> = Arc::new((0..MIB).map(body_byte).collect());
+        let started = Instant::now();
+        let uploads: Vec<_> = [false, true]
+            .into_iter()
+            .map(|chunked| {
+                let body = body.clone();
+                let pause = Duration::from_millis(100);
+                std::thread::spawn(move || upload_paced(addr, &body, chunked, pause))
+            })
+            .collect();
+        for upload in uploads {
+            if let Err(e) = upload.join().unwrap() {
+                panic!("{e}");
+            }
+        }
+        assert!(started.elapsed() > Duration::from_millis(1500));
+    }
+);
+
+httptest!(requests_cut_off_by_their_connection_are_logged, |model| {
+    let backend = Backend::start(stall);
+    let site = site();
+    let mut srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    // The client leaves in the middle of its upload.
+    {
+        let mut conn = srv.connect();
+        conn.send("POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n");
+        conn.send([b'x'; 1000]);
+        wait_for(Duration::from_secs(5), || {
+            (backend.connections() == 1).then_some(())
+        })
+        .expect("the backend was not asked");
+    }
+    let line = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("/app/upload"));
+    assert!(
+        line.as_deref().is_some_and(
+            |l| l.ends_with("\"POST /app/upload HTTP/1.1\" - - \"-\" \"-\" client-gone")
+        ),
+        "{line:?}"
+    );
+    // The server stops while a request waits for its answer.
+    let mut conn = srv.connect();
+    conn.send(req("GET", "/app/wait", &[("User-Agent", "t/1")]));
+    wait_for(Duration::from_secs(5), || {
+        (backend.connections() == 2).then_some(())
+    })
+    .expect("the backend was not asked");
+    srv.stop(libc::SIGTERM, Duration::from_secs(5));
+    let out = srv.stdout();
+    assert!(
+        out.lines()
+            .any(|l| l.ends_with("\"GET /app/wait HTTP/1.1\" - - \"-\" \"t/1\" shutdown")),
+        "{out}"
+    );
+});

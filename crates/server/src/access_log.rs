@@ -138,6 +138,9 @@ pub(crate) struct Entry<'a> {
     pub body_bytes: u64,
     pub referer: Option<&'a [u8]>,
     pub user_agent: Option<&'a [u8]>,
+    /// Why the request ended without a complete answer (the connection ended first): one
+    /// more field at the end of the line.
+    pub ended: Option<&'a str>,
 }
 
 impl AccessLogBuffer {
@@ -157,7 +160,8 @@ impl AccessLogBuffer {
             }
             escape_into(part, buf);
         }
-        // Status 0: not known here (a bridged connection, whose backend answers unseen).
+        // Status 0: not known here (a bridged connection, whose backend answers unseen), or
+        // none was sent.
         if entry.status == 0 {
             buf.extend_from_slice(b"\" - ");
         } else {
@@ -175,6 +179,10 @@ impl AccessLogBuffer {
                 None => buf.push(b'-'),
             }
             buf.push(b'"');
+        }
+        if let Some(ended) = entry.ended {
+            buf.push(b' ');
+            buf.extend_from_slice(ended.as_bytes());
         }
         buf.push(b'\n');
         if self.buf.len() >= FLUSH_AT {
@@ -248,12 +256,24 @@ mod tests {
             body_bytes: 5,
             referer: None,
             user_agent: Some(b"curl/8"),
+            ended: None,
+        });
+        buffer.record(&Entry {
+            peer: "127.0.0.1:5000".parse().unwrap(),
+            time: b"[21/Nov/2026:22:50:01 +0000]",
+            request_line: &[b"POST", b"/app/upload", b"HTTP/1.1"],
+            status: 0,
+            body_bytes: 0,
+            referer: None,
+            user_agent: None,
+            ended: Some("client-gone"),
         });
         buffer.flush();
-        let line = receiver.recv().unwrap();
+        let lines = receiver.recv().unwrap();
         assert_eq!(
-            String::from_utf8(line).unwrap(),
-            "127.0.0.1 - - [21/Nov/2026:22:50:00 +0000] \"GET /a\\x22b HTTP/1.1\" 200 5 \"-\" \"curl/8\"\n"
+            String::from_utf8(lines).unwrap(),
+            "127.0.0.1 - - [21/Nov/2026:22:50:00 +0000] \"GET /a\\x22b HTTP/1.1\" 200 5 \"-\" \"curl/8\"\n\
+             127.0.0.1 - - [21/Nov/2026:22:50:01 +0000] \"POST /app/upload HTTP/1.1\" - - \"-\" \"-\" client-gone\n"
         );
     }
 }

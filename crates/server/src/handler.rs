@@ -20,7 +20,7 @@ use crate::access_log::{request_line, AccessLogBuffer, Entry};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::hand_over::{Backends, HandOver, Incoming, Sink};
-use crate::proxy::{Exchange, Progress};
+use crate::proxy::{Exchange, Progress, CLIENT_GONE};
 use crate::reply::{Answer, Writer};
 use crate::routing::{Route, Router};
 use crate::vhosts::VirtualHosts;
@@ -225,7 +225,7 @@ impl HttpHandler {
                         date: self.clock.http_date(),
                     }
                     .error(e.status, Answer::BAD_REQUEST);
-                    self.log(peer, &[line], e.status, sent, None, None);
+                    self.log(peer, &[line], e.status, sent, None, None, None);
                     return Next::Close;
                 }
                 Ok(Some(request)) => {
@@ -336,6 +336,7 @@ impl HttpHandler {
             body_bytes,
             request.header("referer"),
             request.header("user-agent"),
+            None,
         );
         Outcome {
             head_len: request.head_len,
@@ -356,6 +357,7 @@ impl HttpHandler {
             return None;
         };
         let finished = matches!(progress, Progress::Finished { .. });
+        let mut ended = None;
         let (status, bytes, next) = match progress {
             Progress::Wait(next) => return Some(next),
             Progress::Joined => {
@@ -369,7 +371,9 @@ impl HttpHandler {
                     0,
                     exchange.referer.as_deref(),
                     exchange.user_agent.as_deref(),
+                    None,
                 );
+                exchange.logged = true;
                 return Some(Next::Read);
             }
             Progress::Finished { close } => {
@@ -400,7 +404,10 @@ impl HttpHandler {
             }
             // What arrived goes out, then the close: short of its announced length, the
             // response can never pass for complete.
-            Progress::Broken => (exchange.status, exchange.relayed, Some(Next::Close)),
+            Progress::Broken(why) => {
+                ended = Some(why);
+                (exchange.status, exchange.relayed, Some(Next::Close))
+            }
         };
         let exchange = match std::mem::replace(&mut conn.phase, Phase::Head) {
             Phase::Proxy(exchange) => exchange,
@@ -415,10 +422,12 @@ impl HttpHandler {
             bytes,
             referer.as_deref(),
             user_agent.as_deref(),
+            ended,
         );
         next
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn log(
         &mut self,
         peer: SocketAddr,
@@ -427,6 +436,7 @@ impl HttpHandler {
         body_bytes: u64,
         referer: Option<&[u8]>,
         user_agent: Option<&[u8]>,
+        ended: Option<&str>,
     ) {
         if let Some(log) = self.access_log.as_mut() {
             log.record(&Entry {
@@ -437,8 +447,49 @@ impl HttpHandler {
                 body_bytes,
                 referer,
                 user_agent,
+                ended,
             });
         }
+    }
+
+    /// Logs an exchange the connection's end cut off: the status as sent (`-` if none was),
+    /// the body bytes relayed and why it ended; in the error log too when the failure was on
+    /// this side.
+    fn log_cut_exchange(&mut self, peer: SocketAddr, exchange: Box<Exchange>, reason: CloseReason) {
+        let ended = match reason {
+            // The handler never ends an exchange this way: the client's end of stream did.
+            CloseReason::Done | CloseReason::PeerGone => CLIENT_GONE,
+            CloseReason::SendTimeout => "send-timeout",
+            CloseReason::Shutdown => "shutdown",
+            // A socket error, a file that shrank, or a reason this version does not know.
+            _ => "error",
+        };
+        let (status, relayed) = (exchange.status, exchange.relayed);
+        let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
+        // Cut short: nothing of it is kept.
+        self.backends.exchange_ended(parser, cache, false);
+        let request = String::from_utf8_lossy(&log_line);
+        if ended == "error" {
+            // Neither the client's doing nor the backend's: a failure on this side.
+            tracing::warn!(
+                "{peer}: \"{}\" ended without a complete answer: the connection failed",
+                request.escape_debug()
+            );
+        } else {
+            tracing::debug!(
+                "{peer}: \"{}\" ended without a complete answer: {ended}",
+                request.escape_debug()
+            );
+        }
+        self.log(
+            peer,
+            &[&log_line],
+            status,
+            relayed,
+            referer.as_deref(),
+            user_agent.as_deref(),
+            Some(ended),
+        );
     }
 }
 
@@ -490,7 +541,7 @@ impl Handler for HttpHandler {
             }
             .error(408, Answer::BAD_REQUEST);
             let line = first_line(io.input.data());
-            self.log(conn.peer, &[line], 408, sent, None, None);
+            self.log(conn.peer, &[line], 408, sent, None, None, None);
             let unread = io.input.len();
             io.input.consume(unread);
             // The client may still be trickling the rest in.
@@ -499,10 +550,15 @@ impl Handler for HttpHandler {
         Next::Close
     }
 
-    fn on_close(&mut self, mut conn: HttpConn, _reason: CloseReason) {
-        if let Phase::Proxy(exchange) = &mut conn.phase {
-            // The client went away mid-exchange: the driver closes the backend connection.
+    fn on_close(&mut self, mut conn: HttpConn, reason: CloseReason) {
+        if let Phase::Proxy(mut exchange) = std::mem::replace(&mut conn.phase, Phase::Head) {
+            // The connection ended mid-exchange: the driver closes the backend connection.
             exchange.forget(&mut self.backends.states);
+            // A joined bridge was logged as it was handed over; any other request cut off
+            // here has had no line yet, and must not end unseen.
+            if !exchange.logged {
+                self.log_cut_exchange(conn.peer, exchange, reason);
+            }
         }
         if let Some(parser) = conn.parser {
             self.give_parser(parser);

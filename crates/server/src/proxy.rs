@@ -19,6 +19,7 @@
 //! goes again on another connection; any other request gets 502 rather than risk running
 //! twice.
 
+use std::io;
 use std::time::Instant;
 
 use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
@@ -36,6 +37,11 @@ const MAX_REPLAYS: u8 = 4;
 /// go through a kernel pipe (splice) instead of user space. Below it, a pipe's extra system
 /// calls cost more than copying the bytes.
 const SPLICE_MIN_BODY: u64 = 64 * 1024;
+
+/// Why an exchange ended without a complete answer, as the access log says it.
+pub(crate) const CLIENT_GONE: &str = "client-gone";
+pub(crate) const BACKEND_FAILED: &str = "backend-failed";
+pub(crate) const BACKEND_TIMEOUT: &str = "backend-timeout";
 
 /// Bytes of the request body still to forward to the backend.
 enum RequestBody {
@@ -66,8 +72,9 @@ pub(crate) enum Progress {
     Finished { close: bool },
     /// Nothing of the response was sent yet: answer the client with this status.
     Failed(u16),
-    /// A response was partly relayed and cannot be completed: drop the client connection.
-    Broken,
+    /// A response was partly relayed (or the request partly sent) and cannot be completed:
+    /// drop the client connection. Says why, for the access log.
+    Broken(&'static str),
     /// Bridge mode: the connection is joined with the backend's in the kernel and no longer
     /// the handler's.
     Joined,
@@ -113,6 +120,8 @@ pub(crate) struct Exchange {
     pub(crate) user_agent: Option<Vec<u8>>,
     /// Set when the response may be kept in the backend response cache.
     pub(crate) cache: Option<CacheSlot>,
+    /// The access log has the request's line (a bridge's, as it was handed over).
+    pub(crate) logged: bool,
 }
 
 /// What keeping a backend response in the cache takes: how to name it, and the bytes
@@ -205,6 +214,7 @@ impl Exchange {
             referer: start.referer.map(<[u8]>::to_vec),
             user_agent: start.user_agent.map(<[u8]>::to_vec),
             cache: start.cache,
+            logged: false,
         };
         exchange.connect(backends, upstream);
         *deadline = Some(connect_deadline);
@@ -277,7 +287,7 @@ impl Exchange {
         let progress = if self.status == 0 {
             Progress::Failed(504)
         } else {
-            Progress::Broken
+            Progress::Broken(BACKEND_TIMEOUT)
         };
         self.drop_connection(backends, io, progress)
     }
@@ -358,7 +368,7 @@ impl Exchange {
             backends[self.backend].failed(self.address, io.now);
             return self.drop_connection(backends, io, Progress::Failed(502));
         }
-        self.drop_connection(backends, io, Progress::Broken)
+        self.drop_connection(backends, io, Progress::Broken(BACKEND_FAILED))
     }
 
     /// The request side: the staged head, then body bytes from the client. `Some` when
@@ -385,9 +395,17 @@ impl Exchange {
                 return Some(Progress::Joined);
             }
             if out.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced) {
-                if let Err(status) = forward_body(&mut self.body, io.input, out, io.pool) {
-                    // The backend has part of a body that will never be whole.
-                    return Some(self.drop_connection(backends, io, Progress::Failed(status)));
+                match forward_body(&mut self.body, io.input, out, io.pool) {
+                    Ok(0) => {}
+                    // The response timeout counts from the end of the request: a body that
+                    // takes longer than it to upload is not a backend failing to answer.
+                    Ok(_) => {
+                        self.deadline = io.now + backends[self.backend].config().response_timeout;
+                    }
+                    Err(status) => {
+                        // The backend has part of a body that will never be whole.
+                        return Some(self.drop_connection(backends, io, Progress::Failed(status)));
+                    }
                 }
                 if let RequestBody::Length(left) = self.body {
                     if left >= SPLICE_MIN_BODY && io.input.is_empty() && io.upstream.can_splice() {
@@ -399,12 +417,31 @@ impl Exchange {
             }
         }
         if let RequestBody::Spliced = self.body {
+            let response_timeout = backends[self.backend].config().response_timeout;
             match io.upstream.to_upstream() {
-                Spliced::Running => {}
-                Spliced::Done => self.body = RequestBody::None,
-                // The client stopped sending (or a side failed) in the middle of the body.
-                Spliced::Failed(_) | Spliced::None => {
-                    return Some(self.drop_connection(backends, io, Progress::Broken));
+                // The driver pushes the connection's deadline on while bytes move.
+                Spliced::Running => {
+                    if let Some(moving) = *io.deadline {
+                        self.deadline = self.deadline.max(moving);
+                    }
+                }
+                Spliced::Done => {
+                    self.body = RequestBody::None;
+                    self.deadline = io.now + response_timeout;
+                }
+                // The client stopped sending in the middle of the body, or the backend
+                // stopped taking it.
+                Spliced::Failed(kind) => {
+                    let why = if kind == io::ErrorKind::UnexpectedEof {
+                        CLIENT_GONE
+                    } else {
+                        BACKEND_FAILED
+                    };
+                    return Some(self.drop_connection(backends, io, Progress::Broken(why)));
+                }
+                Spliced::None => {
+                    let broken = Progress::Broken(BACKEND_FAILED);
+                    return Some(self.drop_connection(backends, io, broken));
                 }
             }
         }
@@ -560,9 +597,20 @@ impl Exchange {
                     *remaining = 0;
                     true
                 }
-                Spliced::Failed(_) | Spliced::None => {
+                // The backend's body ended early, or the client failed.
+                Spliced::Failed(kind) => {
                     self.splicing = None;
-                    return self.drop_connection(backends, io, Progress::Broken);
+                    let why = if kind == io::ErrorKind::UnexpectedEof {
+                        BACKEND_FAILED
+                    } else {
+                        CLIENT_GONE
+                    };
+                    return self.drop_connection(backends, io, Progress::Broken(why));
+                }
+                Spliced::None => {
+                    self.splicing = None;
+                    let broken = Progress::Broken(BACKEND_FAILED);
+                    return self.drop_connection(backends, io, broken);
                 }
             }
         } else {
@@ -581,7 +629,10 @@ impl Exchange {
                     self.relayed += moved;
                     done
                 }
-                Err(()) => return self.drop_connection(backends, io, Progress::Broken),
+                Err(()) => {
+                    let broken = Progress::Broken(BACKEND_FAILED);
+                    return self.drop_connection(backends, io, broken);
+                }
             };
             // The rest of a long body framed by length moves through a kernel pipe, unless
             // it is being kept for the cache.
@@ -613,7 +664,7 @@ impl Exchange {
             let progress = if relay == BodyRelay::UntilClose {
                 Progress::Finished { close: true }
             } else {
-                Progress::Broken
+                Progress::Broken(BACKEND_FAILED)
             };
             return self.drop_connection(backends, io, progress);
         }
@@ -622,15 +673,16 @@ impl Exchange {
     }
 }
 
-/// Moves request body bytes from the client's input to the backend's output.
+/// Moves request body bytes from the client's input to the backend's output; returns how
+/// many moved.
 fn forward_body(
     body: &mut RequestBody,
     input: &mut Input,
     out: &mut Output,
     pool: &mut BufferPool,
-) -> Result<(), u16> {
+) -> Result<usize, u16> {
     match body {
-        RequestBody::None | RequestBody::Spliced => {}
+        RequestBody::None | RequestBody::Spliced => Ok(0),
         RequestBody::Length(remaining) => {
             let n = (*remaining).min(input.len() as u64) as usize;
             if n > 0 {
@@ -642,6 +694,7 @@ fn forward_body(
             if *remaining == 0 {
                 *body = RequestBody::None;
             }
+            Ok(n)
         }
         RequestBody::Chunked(decoder) => {
             let (used, done) = decoder.feed(input.data(), |_| {}).map_err(|e| e.status)?;
@@ -653,9 +706,9 @@ fn forward_body(
             if done {
                 *body = RequestBody::None;
             }
+            Ok(used)
         }
     }
-    Ok(())
 }
 
 /// Moves response body bytes from the backend's input to the client's output. Returns the

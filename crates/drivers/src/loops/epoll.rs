@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError};
-use crate::common::{self, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
+use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
 use crate::loops::{Core, Env, EventLoop};
 use crate::slab::{Slab, Token};
@@ -507,13 +507,16 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
                 State::Reading => {
                     let mut got = false;
-                    // A splice to the upstream takes the client's bytes itself.
+                    // A splice to the upstream takes the client's bytes itself, and a
+                    // backend that takes no more holds the client back.
                     let splicing = link
                         .upstream
                         .attached()
                         .is_some_and(|up| up.to_upstream.is_some());
-                    if slot.readable && !link.eof && !splicing {
+                    let held = link.upstream.holds_client_back();
+                    if slot.readable && !link.eof && !splicing && !held {
                         if link.input.len() >= self.core.config.max_input {
+                            warn_input_left!(link.input.len(), self.core.config.max_input);
                             self.close(index, CloseReason::Error);
                             return;
                         }

@@ -42,7 +42,11 @@
 //! as in the epoll model, woken by one-shot IORING_OP_POLL_ADDs (see `Joining`). Body splices
 //! inside a proxied exchange are not offered ([`UpstreamPort::can_splice`] says so): they
 //! would need the receives stopped and restarted around every large body, so bodies are
-//! copied.
+//! copied. A copied request body is received only as fast as the backend takes it: while the
+//! upstream is connecting, or its socket is full with more queued behind it
+//! (`UpstreamPort::holds_client_back`), the client's receive pauses once [`RECV_PAUSE`] has
+//! piled up, and input waiting for the upstream does not count against
+//! [`DriverConfig::max_input`] (a multishot receive delivers a little more before it stops).
 //!
 //! Rules that keep the kernel's view of our memory sound:
 //!
@@ -67,7 +71,7 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
-use crate::common::{self, warn_out_of_descriptors, UNKNOWN_PEER};
+use crate::common::{self, warn_input_left, warn_out_of_descriptors, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
 use crate::loops::{Core, Env, EventLoop};
 use crate::slab::{Slab, Token};
@@ -87,8 +91,9 @@ const RECV_BUFFERS: u16 = 256;
 /// The buffer group of the receive ring.
 const RECV_GROUP: u16 = 0;
 /// Unconsumed input past which the receive is paused while the handler is not looking at
-/// input (draining output), so a client that pipelines without reading is held back by TCP
-/// as under epoll instead of filling memory.
+/// input (draining output) or has nowhere to put it (an upstream still connecting, or one
+/// that takes no more), so a client that pipelines without reading, or uploads faster than
+/// the backend reads, is held back by TCP as under epoll instead of filling memory.
 const RECV_PAUSE: usize = 4 * BUFFER_SIZE;
 /// How long a stopping worker waits for the kernel to finish its cancelled operations.
 const STOP_DRAIN: Duration = Duration::from_secs(2);
@@ -247,7 +252,10 @@ fn wants_input<C>(c: &Conn<C>) -> bool {
     match c.link.state {
         // Late input is read and discarded, as the epoll model does while lingering.
         State::Closing | State::Lingering => true,
-        State::Reading if !c.ready_pending => true,
+        // While the handler cannot take input (a send in flight, draining, or an upstream
+        // that is connecting or takes no more: `holds_client_back`), the receive pauses once
+        // some has piled up; only then, so that a request without a body costs no cancel.
+        State::Reading if !c.ready_pending && !c.link.upstream.holds_client_back() => true,
         State::Reading | State::Draining => c.link.input.len() < RECV_PAUSE,
         // Joined connections are the joint's (checked above).
         State::Joined => false,
@@ -798,11 +806,14 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
                 // The guard against a handler that leaves input unconsumed; input that piled
                 // up while the handler was not looking (draining, or a send in flight) is not
-                // its doing.
+                // its doing, nor is input waiting for the upstream to send what it holds (the
+                // receive goes on delivering until its pause takes effect).
                 if c.link.state == State::Reading
                     && !c.ready_pending
+                    && !c.link.upstream.waits_to_send()
                     && c.link.input.len() >= self.core.config.max_input
                 {
+                    warn_input_left!(c.link.input.len(), self.core.config.max_input);
                     self.buffers.provide(bid, buf);
                     self.close(index, CloseReason::Error);
                     return;
@@ -1170,8 +1181,11 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
         }
+        // After the upstream's sends, which decide whether the client is held back.
+        let upstream_news = self.service_upstream(index);
         self.arm_receive(index);
-        if self.service_upstream(index) {
+        self.pause_receive_if_unwanted(index);
+        if upstream_news {
             if let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
                 c.link.upstream.notify = true;
             }
