@@ -48,6 +48,9 @@ pub(crate) struct Link {
     /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
     pub(crate) linger: bool,
     pub(crate) upstream: UpstreamPort,
+    /// The handler has heard of the graceful stop ([`Handler::on_drain`]), or the connection
+    /// was opened after it began.
+    pub(crate) drain_told: bool,
 }
 
 /// What the tick sweep does with a connection whose deadline has passed.
@@ -80,11 +83,17 @@ impl Link {
             eof: false,
             linger: false,
             upstream,
+            drain_told: false,
         }
     }
 
     /// What the handler sees of this connection in a call.
-    pub(crate) fn io<'a>(&'a mut self, pool: &'a mut BufferPool, now: Instant) -> Io<'a> {
+    pub(crate) fn io<'a>(
+        &'a mut self,
+        pool: &'a mut BufferPool,
+        now: Instant,
+        draining: bool,
+    ) -> Io<'a> {
         Io {
             input: &mut self.input,
             output: &mut self.output,
@@ -93,6 +102,7 @@ impl Link {
             now,
             deadline: &mut self.deadline,
             upstream: &mut self.upstream,
+            draining,
         }
     }
 
@@ -181,7 +191,9 @@ pub(crate) fn open<H: Handler>(
     core: &mut Core<'_>,
 ) -> (Link, H::Conn, Next) {
     let mut link = Link::new(fd, upstream);
-    let (conn, next) = handler.on_open(opened, &mut link.io(&mut core.pool, core.now));
+    link.drain_told = core.draining;
+    let draining = core.stopping();
+    let (conn, next) = handler.on_open(opened, &mut link.io(&mut core.pool, core.now, draining));
     link.input.release_if_empty(&mut core.pool);
     (link, conn, next)
 }
@@ -196,12 +208,39 @@ pub(crate) fn call<H: Handler>(
     token: Token,
     timeout: bool,
 ) -> Next {
-    let mut io = link.io(&mut core.pool, core.now);
+    let draining = core.stopping();
+    let mut io = link.io(&mut core.pool, core.now, draining);
     let next = if timeout {
         handler.on_timeout(conn, &mut io)
     } else {
         handler.on_ready(conn, &mut io)
     };
+    link.input.release_if_empty(&mut core.pool);
+    core.note_deadline(token, link.deadline);
+    next
+}
+
+/// Tells the handler of a graceful stop through its `on_drain`, once per connection, if the
+/// connection waits on its client (reading or draining: one that is closing or joined has no
+/// more for the handler to decide) and the loop can let the handler write now (not
+/// `handler_busy`; a later sweep tries again). `None` when the handler was not called or
+/// leaves the connection as it is.
+pub(crate) fn drain<H: Handler>(
+    handler: &mut H,
+    conn: &mut H::Conn,
+    link: &mut Link,
+    core: &mut Core<'_>,
+    token: Token,
+    handler_busy: bool,
+) -> Option<Next> {
+    if link.drain_told || handler_busy {
+        return None;
+    }
+    link.drain_told = true;
+    if !matches!(link.state, State::Reading | State::Draining) {
+        return None;
+    }
+    let next = handler.on_drain(conn, &mut link.io(&mut core.pool, core.now, true));
     link.input.release_if_empty(&mut core.pool);
     core.note_deadline(token, link.deadline);
     next

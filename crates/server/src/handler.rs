@@ -187,7 +187,8 @@ impl HttpHandler {
                 if let Some(parser) = conn.parser.take() {
                     self.give_parser(parser);
                 }
-                if io.eof {
+                // A stopping server takes no further request on a connection that had one.
+                if io.eof || (io.draining && conn.requests > 0) {
                     return Next::Close;
                 }
                 // The first request gets the header timeout, later ones the idle timeout.
@@ -237,7 +238,8 @@ impl HttpHandler {
                         deadline: io.deadline,
                         now: io.now,
                     };
-                    self.respond(peer, requests, &request, raw_head, &mut sink)
+                    let draining = io.draining;
+                    self.respond(peer, requests, &request, raw_head, &mut sink, draining)
                 }
             };
             io.input.consume(outcome.head_len);
@@ -267,10 +269,13 @@ impl HttpHandler {
         request: &Request<'_>,
         raw_head: &[u8],
         sink: &mut Sink<'_>,
+        draining: bool,
     ) -> Outcome {
         let head = request.method == "HEAD";
-        let mut close =
-            !request.keep_alive || served + 1 >= self.settings.max_requests_per_connection;
+        // A stopping server answers with `Connection: close` (relayed answers too).
+        let mut close = draining
+            || !request.keep_alive
+            || served + 1 >= self.settings.max_requests_per_connection;
         // A body relayed to a backend is neither discarded nor refused, so only the request
         // decides whether a relayed exchange closes the connection.
         let relay_close = close;
@@ -497,6 +502,17 @@ impl Handler for HttpHandler {
             return Next::Linger;
         }
         Next::Close
+    }
+
+    /// A graceful stop closes a connection idle between requests once its last response is
+    /// sent; one that is reading
+    /// a request or sending a response goes on, and closes after it (see `process`). A new
+    /// connection that has not sent its first request yet is left its header timeout: its
+    /// request may be on the way.
+    fn on_drain(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Option<Next> {
+        // Output still queued is the last response: Close sends it first.
+        let idle = matches!(conn.phase, Phase::Head) && conn.requests > 0 && io.input.is_empty();
+        idle.then_some(Next::Close)
     }
 
     fn on_close(&mut self, mut conn: HttpConn, _reason: CloseReason) {

@@ -1,0 +1,141 @@
+//! Stopping and signals: the graceful stop on SIGTERM (requests in progress finish, idle
+//! connections close, new clients are refused, the grace period bounds it), SIGINT at once,
+//! and the signals that must not stop the server (SIGHUP, SIGUSR1, SIGUSR2).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// A body large enough to be in progress when the signal comes (the client does not read it
+/// until then), with a pattern that shows a missing or repeated piece.
+fn large_body() -> Vec<u8> {
+    (0..20_000_000u32).map(|i| (i % 251) as u8).collect()
+}
+
+fn site() -> Site {
+    let site = Site::new();
+    site.file("a.txt", "hello");
+    site
+}
+
+/// Waits until the server refuses new connections (its listeners are closed).
+fn wait_refused(srv: &Server) -> bool {
+    let addr = srv.addr();
+    wait_for(Duration::from_secs(3), || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+            .is_err()
+            .then_some(())
+    })
+    .is_some()
+}
+
+httptest!(a_download_in_progress_at_sigterm_completes, |model| {
+    let site = site();
+    let body = large_body();
+    site.file("big.bin", &body);
+    let mut srv = site.serve(model);
+    let mut stream = TcpStream::connect(srv.addr()).unwrap();
+    stream
+        .write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    // The head and a first piece, so the response has begun.
+    let mut got = vec![0u8; 65536];
+    stream.read_exact(&mut got).unwrap();
+    srv.signal(libc::SIGTERM);
+    assert!(
+        wait_refused(&srv),
+        "new connections still accepted after SIGTERM"
+    );
+    assert!(
+        srv.is_running(),
+        "the server exited with a download in progress"
+    );
+    stream.read_to_end(&mut got).unwrap();
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(
+        got.len() - head_end,
+        body.len(),
+        "the download was cut short"
+    );
+    assert!(got[head_end..] == body[..], "the download arrived damaged");
+    let status = srv.stop(libc::SIGTERM, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0), "exit status: {status}");
+    let log = srv.stdout();
+    assert!(
+        log.contains("\"GET /big.bin HTTP/1.1\" 200 20000000"),
+        "access log:\n{log}"
+    );
+});
+
+httptest!(
+    sigterm_closes_idle_connections_and_finishes_requests,
+    |model| {
+        let site = site();
+        let mut srv = site.serve(model);
+        let mut idle = srv.connect();
+        idle.exchange(req("GET", "/a.txt", &[]))
+            .assert_ok(200, "hello");
+        let mut busy = srv.connect();
+        busy.send("GET /a.txt HTTP/1.1\r\nHost: x\r\n");
+        // The partial head is read (and the connection accepted) before the signal.
+        std::thread::sleep(Duration::from_millis(300));
+        srv.signal(libc::SIGTERM);
+        idle.expect_closed();
+        busy.send("\r\n");
+        let response = busy.read_response();
+        response.assert_ok(200, "hello");
+        assert_eq!(response.header("connection"), Some("close"));
+        busy.expect_closed();
+        let status = srv.stop(libc::SIGTERM, Duration::from_secs(5));
+        assert_eq!(status.code(), Some(0), "exit status: {status}");
+    }
+);
+
+httptest!(the_grace_period_ends_a_stuck_client, |model| {
+    let site = site();
+    let mut srv = site.serve_config(model, "[timeouts]\nshutdown = \"1s\"\n");
+    let mut stuck = srv.connect();
+    stuck.send("GET /a.txt HTTP/1.1\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let status = srv.stop(libc::SIGTERM, Duration::from_secs(8));
+    assert_eq!(status.code(), Some(0), "exit status: {status}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "stopped before the grace period was over"
+    );
+    stuck.expect_closed();
+    let err = srv.stderr();
+    assert!(err.contains("grace period over"), "stderr:\n{err}");
+});
+
+httptest!(a_second_sigterm_or_sigint_stops_at_once, |model| {
+    let site = site();
+    for second in [libc::SIGTERM, libc::SIGINT] {
+        let mut srv = site.serve(model);
+        let mut stuck = srv.connect();
+        stuck.send("GET /a.txt HTTP/1.1\r\n");
+        std::thread::sleep(Duration::from_millis(300));
+        srv.signal(libc::SIGTERM);
+        assert!(
+            wait_refused(&srv),
+            "new connections still accepted after SIGTERM"
+        );
+        let status = srv.stop(second, Duration::from_secs(5));
+        assert_eq!(status.code(), Some(0), "exit status: {status}");
+        stuck.expect_closed();
+    }
+});
+
+httptest!(sigint_stops_at_once, |model| {
+    let site = site();
+    let mut srv = site.serve(model);
+    let mut stuck = srv.connect();
+    stuck.send("GET /a.txt HTTP/1.1\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let status = srv.stop(libc::SIGINT, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0), "exit status: {status}");
+    stuck.expect_closed();
+});
