@@ -95,7 +95,7 @@ httptest!(
 
 httptest!(the_grace_period_ends_a_stuck_client, |model| {
     let site = site();
-    let mut srv = site.serve_config(model, "[timeouts]\nshutdown = \"1s\"\n");
+    let mut srv = site.serve_config(model, "root = \"root\"\n[timeouts]\nshutdown = \"1s\"\n");
     let mut stuck = srv.connect();
     stuck.send("GET /a.txt HTTP/1.1\r\n");
     std::thread::sleep(Duration::from_millis(300));
@@ -139,3 +139,85 @@ httptest!(sigint_stops_at_once, |model| {
     assert_eq!(status.code(), Some(0), "exit status: {status}");
     stuck.expect_closed();
 });
+
+/// The lines of the file at `path` that contain `needle`.
+fn lines_with(path: &std::path::Path, needle: &str) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .count()
+}
+
+httptest!(
+    sigusr1_and_sighup_reopen_the_logs_and_nothing_stops_the_server,
+    |model| {
+        let site = site();
+        site.file("b.txt", "bee");
+        let access = site.base().join("access.log");
+        let error = site.base().join("error.log");
+        let mut srv = site
+            .server(model)
+            .config(&format!(
+                "root = \"root\"\n[log]\naccess = \"{}\"\nerror = \"{}\"\n",
+                access.display(),
+                error.display()
+            ))
+            .listening_line_in(error.clone())
+            .start();
+        srv.get("/a.txt").assert_ok(200, "hello");
+        let written = wait_for(Duration::from_secs(3), || {
+            (lines_with(&access, "/a.txt") == 1).then_some(())
+        });
+        assert!(written.is_some(), "no access log line within 3 s");
+        // What logrotate does: rename, then signal.
+        let (access_old, error_old) = (
+            access.with_extension("log.1"),
+            error.with_extension("log.1"),
+        );
+        std::fs::rename(&access, &access_old).unwrap();
+        std::fs::rename(&error, &error_old).unwrap();
+        srv.signal(libc::SIGUSR1);
+        // Reopened within a tick; a request before that would be logged in the old file.
+        let reopened = wait_for(Duration::from_secs(3), || access.exists().then_some(()));
+        assert!(
+            reopened.is_some(),
+            "the access log was not reopened within 3 s"
+        );
+        srv.get("/b.txt").assert_ok(200, "bee");
+        let written = wait_for(Duration::from_secs(3), || {
+            (lines_with(&access, "/b.txt") == 1).then_some(())
+        });
+        assert!(
+            written.is_some(),
+            "no line in the reopened access log within 3 s"
+        );
+        assert_eq!(lines_with(&access_old, "/a.txt"), 1);
+        assert_eq!(lines_with(&access_old, "/b.txt"), 0);
+        assert_eq!(lines_with(&access, "/a.txt"), 0);
+
+        // SIGHUP and SIGUSR2 are said in the (reopened) error log, and the server goes on.
+        srv.signal(libc::SIGHUP);
+        let said = wait_for(Duration::from_secs(3), || {
+            (lines_with(&error, "SIGHUP") == 1).then_some(())
+        });
+        assert!(
+            said.is_some(),
+            "no SIGHUP line in the new error log within 3 s"
+        );
+        srv.signal(libc::SIGUSR2);
+        let said = wait_for(Duration::from_secs(3), || {
+            (lines_with(&error, "SIGUSR2") == 1).then_some(())
+        });
+        assert!(
+            said.is_some(),
+            "no SIGUSR2 line in the new error log within 3 s"
+        );
+        assert_eq!(lines_with(&error_old, "SIGHUP"), 0);
+        assert_eq!(lines_with(&error_old, "listening on"), 1);
+        assert!(srv.is_running(), "a signal stopped the server");
+        srv.get("/a.txt").assert_ok(200, "hello");
+        let status = srv.stop(libc::SIGTERM, Duration::from_secs(5));
+        assert_eq!(status.code(), Some(0), "exit status: {status}");
+    }
+);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::ContentCache;
-use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened};
+use fastpath_drivers::{signals, CloseReason, Handler, Io, Next, Opened};
 use fastpath_handover::{BackendState, ResponseCache, Routes};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
@@ -526,6 +526,20 @@ impl Handler for HttpHandler {
     }
 
     fn on_tick(&mut self, _now: Instant) {
+        // Said once per signal, by the first worker to see it (the logs themselves are
+        // reopened by their writers).
+        if signals::take_hangup() {
+            tracing::warn!(
+                "SIGHUP: log files reopened; the configuration is not reloaded by this version \
+                 of fastpath: restart it to apply a changed configuration"
+            );
+        }
+        if signals::take_usr2() {
+            tracing::warn!(
+                "SIGUSR2: upgrading the binary in place is not available in this version of \
+                 fastpath; nothing done"
+            );
+        }
         self.clock.refresh();
         self.router.poll_changes();
         if let Some(log) = self.access_log.as_mut() {

@@ -227,11 +227,18 @@ fn serve_handed_connections<'a, H: Handler>(
                 worker.finish();
                 return Ok(());
             }
-            slot = mailbox
+            let (guard, waited) = mailbox
                 .delivered
                 .wait_timeout(slot, STOP_POLL)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+                .unwrap_or_else(PoisonError::into_inner);
+            slot = guard;
+            if waited.timed_out() && id == 0 {
+                // One idle thread keeps ticking, so that what a signal asks of the handler
+                // (see `crate::signals`) is done with no traffic too.
+                drop(slot);
+                worker.tick();
+                slot = lock(&mailbox.connection);
+            }
         };
         drop(slot);
         pool.bound.enter();
