@@ -187,6 +187,9 @@ pub struct Output {
     sent: usize,
     segments: VecDeque<Segment>,
     pending: u64,
+    /// Bytes ever queued and not dropped by [`Output::clear`]: what was sent is this less
+    /// what is pending.
+    queued: u64,
 }
 
 impl Output {
@@ -198,6 +201,13 @@ impl Output {
     /// Bytes queued and not yet sent (file ranges included).
     pub fn pending(&self) -> u64 {
         self.pending
+    }
+
+    /// Bytes handed to the kernel over the connection's life (what was queued and dropped
+    /// unsent by [`Output::clear`] is not counted); the position, in that count, at which
+    /// a response queued now ends is `sent() + pending()`.
+    pub fn sent(&self) -> u64 {
+        self.queued - self.pending
     }
 
     /// Appends inline bytes written by `write` into the connection's buffer, which is borrowed
@@ -218,6 +228,7 @@ impl Output {
         let end = self.buf.len();
         if end > before {
             self.pending += (end - before) as u64;
+            self.queued += (end - before) as u64;
             match self.segments.back_mut() {
                 Some(Segment::Inline { end: last }) => *last = end,
                 _ => self.segments.push_back(Segment::Inline { end }),
@@ -232,6 +243,7 @@ impl Output {
             return;
         }
         self.pending += data.len() as u64;
+        self.queued += data.len() as u64;
         self.segments.push_back(Segment::Shared { data, pos: 0 });
     }
 
@@ -241,6 +253,7 @@ impl Output {
             return;
         }
         self.pending += len;
+        self.queued += len;
         self.segments.push_back(Segment::File {
             file,
             offset,
@@ -251,6 +264,7 @@ impl Output {
     /// Drops everything queued.
     pub fn clear(&mut self, pool: &mut BufferPool) {
         self.segments.clear();
+        self.queued -= self.pending;
         self.pending = 0;
         self.sent = 0;
         self.buf.clear();

@@ -145,6 +145,13 @@ pub trait Handler {
     /// The deadline set through [`Io::deadline`] has passed.
     fn on_timeout(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
 
+    /// The connection is closing, whatever the reason; `sent` is how many bytes of its output
+    /// were handed to the kernel over its life ([`Output::sent`]: output still queued, which
+    /// is now dropped, does not count). Called just before [`Handler::on_close`], for a
+    /// service that accounts for what a response cut short (the peer gone, the send timeout,
+    /// a stop past its grace period) really delivered.
+    fn on_closing(&mut self, _conn: &mut Self::Conn, _sent: u64) {}
+
     /// The connection is gone.
     fn on_close(&mut self, conn: Self::Conn, reason: CloseReason);
 

@@ -221,3 +221,61 @@ httptest!(
         assert_eq!(status.code(), Some(0), "exit status: {status}");
     }
 );
+
+/// The access-log line of `GET /big.bin`, once it is there.
+fn big_line(srv: &Server) -> Option<String> {
+    srv.stdout()
+        .lines()
+        .find(|l| l.contains("\"GET /big.bin HTTP/1.1\""))
+        .map(str::to_owned)
+}
+
+/// The byte count of an access-log line: the field after the status.
+fn logged_bytes(line: &str) -> u64 {
+    let after = line.split("HTTP/1.1\" ").nth(1).expect("a request line");
+    let field = after.split(' ').nth(1).expect("a byte count");
+    field.parse().unwrap_or(0)
+}
+
+httptest!(
+    a_download_cut_short_is_logged_with_the_bytes_sent,
+    |model| {
+        let site = site();
+        site.file("big.bin", large_body());
+        // The client goes away mid-download.
+        let mut srv = site.serve(model);
+        {
+            let mut stream = TcpStream::connect(srv.addr()).unwrap();
+            stream
+                .write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            let mut got = vec![0u8; 65536];
+            stream.read_exact(&mut got).unwrap();
+        }
+        let line = wait_for(Duration::from_secs(5), || big_line(&srv)).expect("no access-log line");
+        let bytes = logged_bytes(&line);
+        assert!(
+            bytes > 0 && bytes < 20_000_000,
+            "a download cut short logged as {bytes} bytes: {line}"
+        );
+        srv.stop(libc::SIGINT, Duration::from_secs(5));
+
+        // A stop whose grace period ends with the download unread.
+        let mut srv =
+            site.serve_config(model, "root = \"root\"\n[timeouts]\nshutdown = \"500ms\"\n");
+        let mut stream = TcpStream::connect(srv.addr()).unwrap();
+        stream
+            .write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut got = vec![0u8; 65536];
+        stream.read_exact(&mut got).unwrap();
+        let status = srv.stop(libc::SIGTERM, Duration::from_secs(8));
+        assert_eq!(status.code(), Some(0), "exit status: {status}");
+        let line = big_line(&srv).expect("no access-log line");
+        let bytes = logged_bytes(&line);
+        assert!(
+            bytes > 0 && bytes < 20_000_000,
+            "a download ended by the grace period logged as {bytes} bytes: {line}"
+        );
+    }
+);

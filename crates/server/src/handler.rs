@@ -31,6 +31,11 @@ const OUTPUT_HIGH_WATER: u64 = 64 * 1024;
 /// Parsers a worker keeps for reuse: enough for every connection that is mid-head at once
 /// in ordinary traffic; more are freed when they come back.
 const MAX_POOLED_PARSERS: usize = 1024;
+/// A static response whose body is larger than this is logged once it has been sent, or cut
+/// short, with the bytes that really left; a smaller one, which the kernel takes in one send,
+/// as it is queued. Not below [`OUTPUT_HIGH_WATER`]: a larger body makes the connection wait
+/// for its output before the next request, so a connection holds one such entry at a time.
+const DEFER_LOG_OVER: u64 = OUTPUT_HIGH_WATER;
 /// Longest request line quoted in the access log for a request that could not be parsed.
 const MAX_LOGGED_BAD_LINE: usize = 256;
 /// Sent to connections turned away at the connection limit.
@@ -97,6 +102,22 @@ pub(crate) struct HttpConn {
     parser: Option<Box<Parser>>,
     requests: u64,
     head_started: Option<Instant>,
+    /// The access-log entry of a large response still being sent.
+    deferred: Option<Box<Deferred>>,
+}
+
+/// An access-log entry held until its response has been sent or cut short.
+struct Deferred {
+    time: Vec<u8>,
+    /// The request line's three parts, joined by spaces.
+    request_line: Vec<u8>,
+    status: u16,
+    body_bytes: u64,
+    referer: Option<Vec<u8>>,
+    user_agent: Option<Vec<u8>>,
+    /// Where the response ends in the connection's count of sent bytes
+    /// ([`fastpath_drivers::Output::sent`]).
+    end: u64,
 }
 
 /// What answering a request decided about the connection.
@@ -106,6 +127,8 @@ struct Outcome {
     /// The request has a body that has not been read.
     body_pending: bool,
     discard: Phase,
+    /// The access-log entry, if it waits for the response to be sent.
+    deferred: Option<Box<Deferred>>,
 }
 
 impl HttpHandler {
@@ -136,6 +159,9 @@ impl HttpHandler {
     }
 
     fn process(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        if conn.deferred.is_some() {
+            self.settle(conn, io.output.sent(), false);
+        }
         loop {
             if io.output.pending() >= OUTPUT_HIGH_WATER {
                 *io.deadline = None;
@@ -242,6 +268,11 @@ impl HttpHandler {
                     self.respond(peer, requests, &request, raw_head, &mut sink, draining)
                 }
             };
+            if let Some(deferred) = outcome.deferred {
+                // Cannot happen (see DEFER_LOG_OVER); an entry is never lost if it does.
+                self.settle(conn, io.output.sent(), true);
+                conn.deferred = Some(deferred);
+            }
             io.input.consume(outcome.head_len);
             if let Some(parser) = conn.parser.as_mut() {
                 parser.reset();
@@ -325,6 +356,7 @@ impl HttpHandler {
                             close: false,
                             body_pending: false,
                             discard: Phase::Proxy(exchange),
+                            deferred: None,
                         };
                     }
                     HandOver::Answered(status, bytes) => (status, bytes),
@@ -334,6 +366,25 @@ impl HttpHandler {
             Route::MethodNotAllowed => (405, sink.writer(date).method_not_allowed(answer)),
             Route::Static(reply) => sink.writer(date).static_reply(&reply, answer),
         };
+        if body_bytes > DEFER_LOG_OVER {
+            let [method, target, version] = request_line(request);
+            let deferred = Deferred {
+                time: self.clock.log_time().to_vec(),
+                request_line: [method, b" ", target, b" ", version].concat(),
+                status,
+                body_bytes,
+                referer: request.header("referer").map(<[u8]>::to_vec),
+                user_agent: request.header("user-agent").map(<[u8]>::to_vec),
+                end: sink.output.sent() + sink.output.pending(),
+            };
+            return Outcome {
+                head_len: request.head_len,
+                close,
+                body_pending,
+                discard,
+                deferred: Some(Box::new(deferred)),
+            };
+        }
         self.log(
             peer,
             &request_line(request),
@@ -347,6 +398,27 @@ impl HttpHandler {
             close,
             body_pending,
             discard,
+            deferred: None,
+        }
+    }
+
+    /// Logs a deferred entry once its response has been sent (`sent` is the connection's
+    /// [`fastpath_drivers::Output::sent`]), or, `closing`, with the body bytes that did leave.
+    fn settle(&mut self, conn: &mut HttpConn, sent: u64, closing: bool) {
+        let Some(deferred) = conn.deferred.take_if(|d| closing || sent >= d.end) else {
+            return;
+        };
+        let unsent = deferred.end.saturating_sub(sent).min(deferred.body_bytes);
+        if let Some(log) = self.access_log.as_mut() {
+            log.record(&Entry {
+                peer: conn.peer,
+                time: &deferred.time,
+                request_line: &[&deferred.request_line],
+                status: deferred.status,
+                body_bytes: deferred.body_bytes - unsent,
+                referer: deferred.referer.as_deref(),
+                user_agent: deferred.user_agent.as_deref(),
+            });
         }
     }
 
@@ -470,6 +542,7 @@ impl Handler for HttpHandler {
             parser: None,
             requests: 0,
             head_started: None,
+            deferred: None,
         };
         (conn, Next::Read)
     }
@@ -513,6 +586,10 @@ impl Handler for HttpHandler {
         // Output still queued is the last response: Close sends it first.
         let idle = matches!(conn.phase, Phase::Head) && conn.requests > 0 && io.input.is_empty();
         idle.then_some(Next::Close)
+    }
+
+    fn on_closing(&mut self, conn: &mut HttpConn, sent: u64) {
+        self.settle(conn, sent, true);
     }
 
     fn on_close(&mut self, mut conn: HttpConn, _reason: CloseReason) {

@@ -772,6 +772,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         let link = &mut slot.link;
+        self.handler.on_closing(&mut slot.conn, link.output.sent());
         link.output.clear(&mut self.core.pool);
         let mut registry = EpollRegistry {
             epoll: self.epoll_fd(),

@@ -1609,6 +1609,8 @@ impl<'a, H: Handler> Worker<'a, H> {
         let Some(mut c) = slot.conn.take() else {
             return;
         };
+        // A send still in flight is counted as not sent: it is being cancelled.
+        self.handler.on_closing(&mut c.conn, c.link.output.sent());
         if c.recv_armed && !c.recv_cancelled {
             self.sqes.push(cancel(token(Op::Recv, index, generation)));
         }
