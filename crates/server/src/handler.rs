@@ -36,6 +36,9 @@ const MAX_POOLED_PARSERS: usize = 1024;
 /// as it is queued. Not below [`OUTPUT_HIGH_WATER`]: a larger body makes the connection wait
 /// for its output before the next request, so a connection holds one such entry at a time.
 const DEFER_LOG_OVER: u64 = OUTPUT_HIGH_WATER;
+/// How long a graceful stop leaves a connection idle between requests for a request already
+/// on its way: about a round trip of a distant client, and short next to any grace period.
+const DRAIN_IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Longest request line quoted in the access log for a request that could not be parsed.
 const MAX_LOGGED_BAD_LINE: usize = 256;
 /// Sent to connections turned away at the connection limit.
@@ -577,15 +580,22 @@ impl Handler for HttpHandler {
         Next::Close
     }
 
-    /// A graceful stop closes a connection idle between requests once its last response is
-    /// sent; one that is reading
-    /// a request or sending a response goes on, and closes after it (see `process`). A new
-    /// connection that has not sent its first request yet is left its header timeout: its
-    /// request may be on the way.
+    /// A graceful stop closes a connection idle between requests, after a moment
+    /// ([`DRAIN_IDLE_WAIT`]) for a request already on its way or still unread in the socket,
+    /// which is answered with `Connection: close` (see `process`); closing at once would reset
+    /// it away. A connection reading a request or sending a response goes on, and closes after
+    /// it. A new connection that has not sent its first request yet is left its header
+    /// timeout: its request may be on the way.
     fn on_drain(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Option<Next> {
-        // Output still queued is the last response: Close sends it first.
         let idle = matches!(conn.phase, Phase::Head) && conn.requests > 0 && io.input.is_empty();
-        idle.then_some(Next::Close)
+        if idle {
+            // The timeout closes it (`on_timeout`: no request begun).
+            let by = io.now + DRAIN_IDLE_WAIT.min(self.settings.keepalive_timeout);
+            if io.deadline.is_none_or(|at| at > by) {
+                *io.deadline = Some(by);
+            }
+        }
+        None
     }
 
     fn on_closing(&mut self, conn: &mut HttpConn, sent: u64) {
