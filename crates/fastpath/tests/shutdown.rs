@@ -335,10 +335,10 @@ httptest!(no_request_fails_under_load_at_sigterm, |model| {
             let status = srv.stop(libc::SIGTERM, Duration::from_secs(1));
             assert_eq!(status.code(), Some(0), "{what}: exit status {status}");
             assert!(figure(&json, "2xx") > 0, "{what}: nothing served: {json}");
-            // Refused: connections tried after the listeners closed. Reset: at most one per
-            // client, a connection whose handshake the kernel completed in the instant
-            // between the last accept and the close of the listener (it was never accepted).
-            // Anything else is a request the server took and did not answer.
+            // Refused: connections tried after the listeners closed. Reset: a connection
+            // whose handshake the kernel completed in the instant between a listener's last
+            // accept and its close (it was never accepted): a few, at most one per client and
+            // listener. Anything else is a request the server took and did not answer.
             let errors = figure(&json, "total");
             let (refused, reset) = (figure(&json, "refused"), figure(&json, "reset"));
             assert_eq!(
@@ -347,7 +347,7 @@ httptest!(no_request_fails_under_load_at_sigterm, |model| {
                 "{what}, keep-alive {keepalive}: failed requests: {json}"
             );
             assert!(
-                reset <= 8,
+                reset <= 16,
                 "{what}, keep-alive {keepalive}: {reset} resets: {json}"
             );
         }

@@ -631,6 +631,19 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Then every connection is told.
     fn begin_drain(&mut self) {
         self.core.now = Instant::now();
+        // Clients already in the backlog were completed by the kernel and closing the
+        // listener would reset them: they are taken in now, with plain accepts beside the
+        // multishot one (both take from the same queue), until the queue is empty.
+        for index in 0..self.listeners.len() {
+            while let Some(fd) = self.listeners[index].fd.as_ref().map(AsRawFd::as_raw_fd) {
+                let Ok((fd, _)) = crate::sys::accept(fd) else {
+                    break;
+                };
+                if self.core.admit(&fd, &self.handler) {
+                    self.open(fd, index);
+                }
+            }
+        }
         for (index, listener) in self.listeners.iter_mut().enumerate() {
             if listener.armed {
                 self.sqes.push(cancel(token(Op::Accept, index, 0)));
