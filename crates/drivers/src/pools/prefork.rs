@@ -462,7 +462,9 @@ impl ChildPool<'_> {
         unsafe {
             // The parent blocks SIGCHLD to wait for it; a child has no use for that.
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &sigchld_set(), std::ptr::null_mut());
-            // A parent that dies without stopping its children (killed) takes them along.
+            // A parent that dies without stopping its children (killed) takes them along;
+            // SIGTERM, so they finish their connection first (a graceful stop, unbounded by
+            // the parent's wait but by their own grace period).
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             if libc::getppid() as u32 != self.parent {
                 libc::_exit(0);
