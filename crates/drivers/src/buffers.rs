@@ -436,6 +436,26 @@ mod tests {
     use std::os::unix::net::UnixStream;
 
     #[test]
+    fn sent_counts_what_left_and_not_what_was_dropped() {
+        let mut pool = BufferPool::default();
+        let mut out = Output::default();
+        out.write_with(&mut pool, |buf| buf.extend_from_slice(b"head:"));
+        out.push_shared(Arc::from(&b"body"[..]));
+        assert_eq!((out.sent(), out.pending()), (0, 9));
+        out.advance(7);
+        assert_eq!((out.sent(), out.pending()), (7, 2));
+        out.clear(&mut pool);
+        assert_eq!((out.sent(), out.pending()), (7, 0));
+        out.write_with(&mut pool, |buf| buf.extend_from_slice(b"x"));
+        assert_eq!(
+            out.sent() + out.pending(),
+            8,
+            "where a response queued now ends"
+        );
+        out.clear(&mut pool);
+    }
+
+    #[test]
     fn flush_sends_inline_shared_and_file_in_order() {
         let (a, mut b) = UnixStream::pair().unwrap();
         let mut pool = BufferPool::default();

@@ -274,6 +274,80 @@ mod tests {
         )
     }
 
+    /// Counts `on_drain` calls and answers them with `answer`.
+    struct Drained {
+        calls: usize,
+        answer: Option<Next>,
+    }
+
+    impl Handler for Drained {
+        type Conn = ();
+        fn on_open(&mut self, _: Opened, _: &mut Io<'_>) -> ((), Next) {
+            ((), Next::Read)
+        }
+        fn on_ready(&mut self, _: &mut (), _: &mut Io<'_>) -> Next {
+            Next::Read
+        }
+        fn on_timeout(&mut self, _: &mut (), _: &mut Io<'_>) -> Next {
+            Next::Close
+        }
+        fn on_close(&mut self, _: (), _: CloseReason) {}
+        fn on_drain(&mut self, _: &mut (), io: &mut Io<'_>) -> Option<Next> {
+            assert!(io.draining);
+            self.calls += 1;
+            self.answer
+        }
+    }
+
+    #[test]
+    fn a_connection_hears_of_a_graceful_stop_once_and_only_while_it_waits_on_its_client() {
+        let config = crate::DriverConfig::default();
+        let (active, stop) = (
+            AtomicUsize::new(0),
+            std::sync::atomic::AtomicBool::new(false),
+        );
+        let env = crate::loops::Env {
+            config: &config,
+            active: &active,
+            stop: &stop,
+        };
+        let mut core = Core::new(env, BufferPool::default());
+        let token = Token {
+            index: 0,
+            generation: 0,
+        };
+        let mut handler = Drained {
+            calls: 0,
+            answer: Some(Next::Close),
+        };
+        let mut l = link();
+        assert_eq!(
+            drain(&mut handler, &mut (), &mut l, &mut core, token, true),
+            None,
+            "busy: not now"
+        );
+        assert_eq!(handler.calls, 0);
+        assert_eq!(
+            drain(&mut handler, &mut (), &mut l, &mut core, token, false),
+            Some(Next::Close)
+        );
+        assert_eq!(
+            drain(&mut handler, &mut (), &mut l, &mut core, token, false),
+            None,
+            "told once"
+        );
+        assert_eq!(handler.calls, 1);
+        for state in [State::Closing, State::Lingering, State::Joined] {
+            let mut l = link();
+            l.state = state;
+            assert_eq!(
+                drain(&mut handler, &mut (), &mut l, &mut core, token, false),
+                None
+            );
+        }
+        assert_eq!(handler.calls, 1, "nothing to decide once closing or joined");
+    }
+
     #[test]
     fn read_after_the_peers_end_closes() {
         let mut l = link();
