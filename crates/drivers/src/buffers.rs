@@ -187,6 +187,9 @@ pub struct Output {
     sent: usize,
     segments: VecDeque<Segment>,
     pending: u64,
+    /// Bytes ever queued and not dropped by [`Output::clear`]: what was sent is this less
+    /// what is pending.
+    queued: u64,
 }
 
 impl Output {
@@ -198,6 +201,13 @@ impl Output {
     /// Bytes queued and not yet sent (file ranges included).
     pub fn pending(&self) -> u64 {
         self.pending
+    }
+
+    /// Bytes handed to the kernel over the connection's life (what was queued and dropped
+    /// unsent by [`Output::clear`] is not counted); the position, in that count, at which
+    /// a response queued now ends is `sent() + pending()`.
+    pub fn sent(&self) -> u64 {
+        self.queued - self.pending
     }
 
     /// Appends inline bytes written by `write` into the connection's buffer, which is borrowed
@@ -218,6 +228,7 @@ impl Output {
         let end = self.buf.len();
         if end > before {
             self.pending += (end - before) as u64;
+            self.queued += (end - before) as u64;
             match self.segments.back_mut() {
                 Some(Segment::Inline { end: last }) => *last = end,
                 _ => self.segments.push_back(Segment::Inline { end }),
@@ -232,6 +243,7 @@ impl Output {
             return;
         }
         self.pending += data.len() as u64;
+        self.queued += data.len() as u64;
         self.segments.push_back(Segment::Shared { data, pos: 0 });
     }
 
@@ -241,6 +253,7 @@ impl Output {
             return;
         }
         self.pending += len;
+        self.queued += len;
         self.segments.push_back(Segment::File {
             file,
             offset,
@@ -251,6 +264,7 @@ impl Output {
     /// Drops everything queued.
     pub fn clear(&mut self, pool: &mut BufferPool) {
         self.segments.clear();
+        self.queued -= self.pending;
         self.pending = 0;
         self.sent = 0;
         self.buf.clear();
@@ -420,6 +434,26 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn sent_counts_what_left_and_not_what_was_dropped() {
+        let mut pool = BufferPool::default();
+        let mut out = Output::default();
+        out.write_with(&mut pool, |buf| buf.extend_from_slice(b"head:"));
+        out.push_shared(Arc::from(&b"body"[..]));
+        assert_eq!((out.sent(), out.pending()), (0, 9));
+        out.advance(7);
+        assert_eq!((out.sent(), out.pending()), (7, 2));
+        out.clear(&mut pool);
+        assert_eq!((out.sent(), out.pending()), (7, 0));
+        out.write_with(&mut pool, |buf| buf.extend_from_slice(b"x"));
+        assert_eq!(
+            out.sent() + out.pending(),
+            8,
+            "where a response queued now ends"
+        );
+        out.clear(&mut pool);
+    }
 
     #[test]
     fn flush_sends_inline_shared_and_file_in_order() {

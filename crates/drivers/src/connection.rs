@@ -48,6 +48,9 @@ pub(crate) struct Link {
     /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
     pub(crate) linger: bool,
     pub(crate) upstream: UpstreamPort,
+    /// The handler has heard of the graceful stop ([`Handler::on_drain`]), or the connection
+    /// was opened after it began.
+    pub(crate) drain_told: bool,
 }
 
 /// What the tick sweep does with a connection whose deadline has passed.
@@ -80,11 +83,17 @@ impl Link {
             eof: false,
             linger: false,
             upstream,
+            drain_told: false,
         }
     }
 
     /// What the handler sees of this connection in a call.
-    pub(crate) fn io<'a>(&'a mut self, pool: &'a mut BufferPool, now: Instant) -> Io<'a> {
+    pub(crate) fn io<'a>(
+        &'a mut self,
+        pool: &'a mut BufferPool,
+        now: Instant,
+        draining: bool,
+    ) -> Io<'a> {
         Io {
             input: &mut self.input,
             output: &mut self.output,
@@ -93,6 +102,7 @@ impl Link {
             now,
             deadline: &mut self.deadline,
             upstream: &mut self.upstream,
+            draining,
         }
     }
 
@@ -181,7 +191,9 @@ pub(crate) fn open<H: Handler>(
     core: &mut Core<'_>,
 ) -> (Link, H::Conn, Next) {
     let mut link = Link::new(fd, upstream);
-    let (conn, next) = handler.on_open(opened, &mut link.io(&mut core.pool, core.now));
+    link.drain_told = core.draining;
+    let draining = core.stopping();
+    let (conn, next) = handler.on_open(opened, &mut link.io(&mut core.pool, core.now, draining));
     link.input.release_if_empty(&mut core.pool);
     (link, conn, next)
 }
@@ -196,12 +208,39 @@ pub(crate) fn call<H: Handler>(
     token: Token,
     timeout: bool,
 ) -> Next {
-    let mut io = link.io(&mut core.pool, core.now);
+    let draining = core.stopping();
+    let mut io = link.io(&mut core.pool, core.now, draining);
     let next = if timeout {
         handler.on_timeout(conn, &mut io)
     } else {
         handler.on_ready(conn, &mut io)
     };
+    link.input.release_if_empty(&mut core.pool);
+    core.note_deadline(token, link.deadline);
+    next
+}
+
+/// Tells the handler of a graceful stop through its `on_drain`, once per connection, if the
+/// connection waits on its client (reading or draining: one that is closing or joined has no
+/// more for the handler to decide) and the loop can let the handler write now (not
+/// `handler_busy`; a later sweep tries again). `None` when the handler was not called or
+/// leaves the connection as it is.
+pub(crate) fn drain<H: Handler>(
+    handler: &mut H,
+    conn: &mut H::Conn,
+    link: &mut Link,
+    core: &mut Core<'_>,
+    token: Token,
+    handler_busy: bool,
+) -> Option<Next> {
+    if link.drain_told || handler_busy {
+        return None;
+    }
+    link.drain_told = true;
+    if !matches!(link.state, State::Reading | State::Draining) {
+        return None;
+    }
+    let next = handler.on_drain(conn, &mut link.io(&mut core.pool, core.now, true));
     link.input.release_if_empty(&mut core.pool);
     core.note_deadline(token, link.deadline);
     next
@@ -233,6 +272,80 @@ mod tests {
             unsafe { OwnedFd::from_raw_fd(fd) },
             UpstreamPort::new(false, false),
         )
+    }
+
+    /// Counts `on_drain` calls and answers them with `answer`.
+    struct Drained {
+        calls: usize,
+        answer: Option<Next>,
+    }
+
+    impl Handler for Drained {
+        type Conn = ();
+        fn on_open(&mut self, _: Opened, _: &mut Io<'_>) -> ((), Next) {
+            ((), Next::Read)
+        }
+        fn on_ready(&mut self, _: &mut (), _: &mut Io<'_>) -> Next {
+            Next::Read
+        }
+        fn on_timeout(&mut self, _: &mut (), _: &mut Io<'_>) -> Next {
+            Next::Close
+        }
+        fn on_close(&mut self, _: (), _: CloseReason) {}
+        fn on_drain(&mut self, _: &mut (), io: &mut Io<'_>) -> Option<Next> {
+            assert!(io.draining);
+            self.calls += 1;
+            self.answer
+        }
+    }
+
+    #[test]
+    fn a_connection_hears_of_a_graceful_stop_once_and_only_while_it_waits_on_its_client() {
+        let config = crate::DriverConfig::default();
+        let (active, stop) = (
+            AtomicUsize::new(0),
+            std::sync::atomic::AtomicBool::new(false),
+        );
+        let env = crate::loops::Env {
+            config: &config,
+            active: &active,
+            stop: &stop,
+        };
+        let mut core = Core::new(env, BufferPool::default());
+        let token = Token {
+            index: 0,
+            generation: 0,
+        };
+        let mut handler = Drained {
+            calls: 0,
+            answer: Some(Next::Close),
+        };
+        let mut l = link();
+        assert_eq!(
+            drain(&mut handler, &mut (), &mut l, &mut core, token, true),
+            None,
+            "busy: not now"
+        );
+        assert_eq!(handler.calls, 0);
+        assert_eq!(
+            drain(&mut handler, &mut (), &mut l, &mut core, token, false),
+            Some(Next::Close)
+        );
+        assert_eq!(
+            drain(&mut handler, &mut (), &mut l, &mut core, token, false),
+            None,
+            "told once"
+        );
+        assert_eq!(handler.calls, 1);
+        for state in [State::Closing, State::Lingering, State::Joined] {
+            let mut l = link();
+            l.state = state;
+            assert_eq!(
+                drain(&mut handler, &mut (), &mut l, &mut core, token, false),
+                None
+            );
+        }
+        assert_eq!(handler.calls, 1, "nothing to decide once closing or joined");
     }
 
     #[test]

@@ -7,6 +7,15 @@
 //! speaks), then [`Handler::on_ready`] whenever input arrives or queued output has drained,
 //! [`Handler::on_timeout`] when its deadline passes, and [`Handler::on_close`] once, whatever
 //! ended it.
+//!
+//! A graceful stop (SIGTERM, see [`crate::signals`]) is part of that life: the worker stops
+//! accepting (its listeners are closed, so new clients are refused rather than left in a
+//! backlog nobody serves), calls [`Handler::on_drain`] once for every open connection, and
+//! from then on every call's [`Io::draining`] is true, so a service finishes what it has
+//! begun and ends the connection instead of waiting for another request (HTTP answers with
+//! `Connection: close`). The worker stops once its connections are all closed, or when the
+//! grace period ([`crate::DriverConfig::shutdown_timeout`]) is over: those still open are then
+//! closed with [`CloseReason::Shutdown`].
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -74,6 +83,9 @@ pub struct Io<'a> {
     /// The connection's upstream (a backend connection on the same loop). While one is
     /// attached, [`Handler::on_ready`] is also called for what happens upstream.
     pub upstream: &'a mut UpstreamPort,
+    /// The server is stopping gracefully: finish what has begun (the request being read, the
+    /// response being sent) and then close, taking no further requests.
+    pub draining: bool,
 }
 
 impl Io<'_> {
@@ -133,8 +145,25 @@ pub trait Handler {
     /// The deadline set through [`Io::deadline`] has passed.
     fn on_timeout(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
 
+    /// The connection is closing, whatever the reason; `sent` is how many bytes of its output
+    /// were handed to the kernel over its life ([`Output::sent`]: output still queued, which
+    /// is now dropped, does not count). Called just before [`Handler::on_close`], for a
+    /// service that accounts for what a response cut short (the peer gone, the send timeout,
+    /// a stop past its grace period) really delivered.
+    fn on_closing(&mut self, _conn: &mut Self::Conn, _sent: u64) {}
+
     /// The connection is gone.
     fn on_close(&mut self, conn: Self::Conn, reason: CloseReason);
+
+    /// The server has begun a graceful stop (see the module doc); called once for each
+    /// connection open then, with [`Io::draining`] set. `None` lets the connection go on as it
+    /// was (the next call sees [`Io::draining`] too), `Some(next)` is applied like any other
+    /// answer: [`Next::Close`] for a connection idle between requests. The default carries
+    /// on, so a service that ignores draining still has its connections ended by the grace
+    /// period.
+    fn on_drain(&mut self, _conn: &mut Self::Conn, _io: &mut Io<'_>) -> Option<Next> {
+        None
+    }
 
     /// Called every [`crate::TICK`] or so (flush logs, refresh clocks).
     fn on_tick(&mut self, _now: Instant) {}

@@ -29,6 +29,11 @@
 //! memory, never of features. The epoll model works everywhere; [`uring_available`] says
 //! whether the io_uring one can run here.
 //!
+//! A graceful stop ([`signals::DRAIN`], set by SIGTERM) is part of the contract: each worker
+//! closes its listeners, calls [`Handler::on_drain`] for its connections and sets
+//! [`Io::draining`] in every later call, and stops once its connections are closed or the grace
+//! period ([`DriverConfig::shutdown_timeout`]) is over; see `contract.rs` and [`signals`].
+//!
 //! Deadlines are checked by a sweep every [`TICK`], which costs one pass over a worker's
 //! connections and no timer structure updates on the hot path for the usual long timeouts; a
 //! deadline that falls before the next sweep is also kept in a small heap, so that a service's

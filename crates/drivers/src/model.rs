@@ -23,6 +23,8 @@ pub struct DriverConfig {
     /// Input a handler may leave unconsumed before the connection is aborted; handlers enforce
     /// their own, smaller limits, this one only guards against a handler that does not.
     pub max_input: usize,
+    /// How long a graceful stop lets open connections finish before closing them.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for DriverConfig {
@@ -32,6 +34,7 @@ impl Default for DriverConfig {
             send_timeout: Duration::from_secs(60),
             linger_timeout: Duration::from_secs(2),
             max_input: 1024 * 1024,
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }

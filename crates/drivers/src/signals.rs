@@ -1,21 +1,93 @@
-//! Stop signals: SIGTERM and SIGINT set a flag that every worker checks each tick.
+//! The signals a server answers, turned into flags that workers look at on their ticks.
+//!
+//! - SIGTERM and SIGQUIT ask for a graceful stop ([`DRAIN`]): the workers stop accepting,
+//!   let the connections they have finish within the grace period
+//!   ([`crate::DriverConfig::shutdown_timeout`]) and then stop. A second SIGTERM or SIGQUIT
+//!   stops at once, as SIGINT always does ([`STOP`]).
+//! - SIGUSR1 asks for the log files to be reopened ([`reopen_generation`] moves on).
+//! - SIGHUP reopens the logs too and is noted ([`take_hangup`]) for the service to say what it
+//!   does with it; SIGUSR2 is noted the same way ([`take_usr2`]).
+//!
+//! The handlers only touch atomics (nothing else is async-signal-safe); everything a signal
+//! leads to happens on a worker's tick, within [`crate::TICK`]. In the process model the
+//! parent passes the signals on to its children, which have handlers of their own (a forked
+//! child keeps its parent's), so the flags mean the same in every process.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Set when the process has been asked to stop.
+/// Set when the process must stop at once.
 pub static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_stop_signal(_signal: libc::c_int) {
-    // Only an atomic store: nothing else is async-signal-safe here.
-    STOP.store(true, Ordering::SeqCst);
+/// Set when the process has been asked to stop gracefully.
+pub static DRAIN: AtomicBool = AtomicBool::new(false);
+
+/// Moves on at each request to reopen the log files.
+static REOPEN: AtomicU64 = AtomicU64::new(0);
+static HANGUP: AtomicBool = AtomicBool::new(false);
+static USR2: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(signal: libc::c_int) {
+    // Only atomic operations: nothing else is async-signal-safe here.
+    match signal {
+        libc::SIGTERM | libc::SIGQUIT => {
+            // The second request to stop gracefully is one not to wait any more.
+            if DRAIN.swap(true, Ordering::SeqCst) {
+                STOP.store(true, Ordering::SeqCst);
+            }
+        }
+        libc::SIGUSR1 => {
+            REOPEN.fetch_add(1, Ordering::SeqCst);
+        }
+        libc::SIGHUP => {
+            REOPEN.fetch_add(1, Ordering::SeqCst);
+            HANGUP.store(true, Ordering::SeqCst);
+        }
+        libc::SIGUSR2 => USR2.store(true, Ordering::SeqCst),
+        _ => STOP.store(true, Ordering::SeqCst),
+    }
 }
 
-/// Installs handlers so SIGTERM and SIGINT set [`STOP`]; returns the flag.
+/// Installs the handlers described in the module doc; returns the flag that stops at once.
 pub fn install_stop_handler() -> &'static AtomicBool {
-    unsafe {
-        let handler = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::signal(libc::SIGTERM, handler);
-        libc::signal(libc::SIGINT, handler);
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for signal in [
+        libc::SIGTERM,
+        libc::SIGQUIT,
+        libc::SIGINT,
+        libc::SIGUSR1,
+        libc::SIGHUP,
+        libc::SIGUSR2,
+    ] {
+        // SAFETY: sigaction with a handler that only touches atomics. SA_RESTART: a blocking
+        // call in a thread that is not a loop (a log write) is resumed rather than failed.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = handler;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
     }
     &STOP
+}
+
+/// Whether a graceful stop has been asked for.
+pub fn draining() -> bool {
+    DRAIN.load(Ordering::Relaxed)
+}
+
+/// How many times the log files have been asked to be reopened: a writer that last opened its
+/// file at another value reopens it.
+pub fn reopen_generation() -> u64 {
+    REOPEN.load(Ordering::Relaxed)
+}
+
+/// Whether SIGHUP arrived since the last call (true for one caller per signal).
+pub fn take_hangup() -> bool {
+    HANGUP.swap(false, Ordering::Relaxed)
+}
+
+/// Whether SIGUSR2 arrived since the last call (true for one caller per signal).
+pub fn take_usr2() -> bool {
+    USR2.swap(false, Ordering::Relaxed)
 }

@@ -23,4 +23,5 @@ mod models;
 mod paths;
 mod precompressed;
 mod ranges;
+mod shutdown;
 mod vhosts;

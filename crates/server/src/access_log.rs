@@ -5,6 +5,10 @@
 //! slow stdout reader: when the channel is full the lines are dropped and counted, and the
 //! count is reported in the error log.
 //!
+//! A log file is reopened at its configured path when asked (SIGUSR1, SIGHUP: see
+//! `fastpath_drivers::signals`), within a tick, by whoever writes it: lines written before go
+//! to the file as it was (renamed by logrotate, say), later ones to the new file.
+//!
 //! A process that must stay single-threaded (a prefork child) writes its buffers itself
 //! instead ([`AccessLog::start_direct`]): it serves one connection, so waiting for the write
 //! holds up no one else, and a file opened for appending keeps the children's lines whole.
@@ -13,9 +17,12 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fastpath_drivers::signals;
 
 use fastpath_http::{Request, Version};
 
@@ -32,7 +39,43 @@ enum Destination {
     /// To the writer thread.
     Writer(SyncSender<Vec<u8>>),
     /// Written by the worker itself.
-    Direct(Arc<Mutex<Box<dyn Write + Send>>>),
+    Direct(Arc<Mutex<Sink>>),
+}
+
+/// Where the lines are written, and what it takes to reopen it.
+struct Sink {
+    out: Box<dyn Write + Send>,
+    /// The file's path; `None` for a standard stream, which is never reopened.
+    path: Option<std::path::PathBuf>,
+    /// [`signals::reopen_generation`] when the file was opened.
+    generation: u64,
+}
+
+impl Sink {
+    /// Reopens the file if that has been asked for since it was opened. A file that cannot
+    /// be opened is reported and the old one kept, so that no line is lost.
+    fn reopen_if_asked(&mut self) {
+        let generation = signals::reopen_generation();
+        if generation == self.generation {
+            return;
+        }
+        self.generation = generation;
+        let Some(path) = &self.path else {
+            return;
+        };
+        let _ = self.out.flush();
+        match open_append(path) {
+            Ok(file) => self.out = Box::new(file),
+            Err(e) => tracing::error!("cannot reopen the access log {}: {e}", path.display()),
+        }
+    }
+
+    fn write_chunk(&mut self, chunk: &[u8]) {
+        self.reopen_if_asked();
+        if let Err(e) = self.out.write_all(chunk).and_then(|_| self.out.flush()) {
+            tracing::error!("access log write failed: {e}");
+        }
+    }
 }
 
 /// The writer thread and the way to reach it.
@@ -88,12 +131,18 @@ impl AccessLog {
 }
 
 /// Opens where the lines go; `None` for a log that is off.
-fn open_sink(target: &LogTarget) -> io::Result<Option<Box<dyn Write + Send>>> {
-    Ok(Some(match target {
+fn open_sink(target: &LogTarget) -> io::Result<Option<Sink>> {
+    let generation = signals::reopen_generation();
+    let (out, path): (Box<dyn Write + Send>, _) = match target {
         LogTarget::Off => return Ok(None),
-        LogTarget::Stdout => Box::new(io::stdout()),
-        LogTarget::Stderr => Box::new(io::stderr()),
-        LogTarget::File(path) => Box::new(open_append(path)?),
+        LogTarget::Stdout => (Box::new(io::stdout()), None),
+        LogTarget::Stderr => (Box::new(io::stderr()), None),
+        LogTarget::File(path) => (Box::new(open_append(path)?), Some(path.clone())),
+    };
+    Ok(Some(Sink {
+        out,
+        path,
+        generation,
     }))
 }
 
@@ -101,10 +150,15 @@ fn open_append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
-fn write_loop(receiver: Receiver<Vec<u8>>, mut sink: Box<dyn Write + Send>) {
-    while let Ok(chunk) = receiver.recv() {
-        if let Err(e) = sink.write_all(&chunk).and_then(|_| sink.flush()) {
-            tracing::error!("access log write failed: {e}");
+/// How often an idle writer looks whether its file is to be reopened.
+const REOPEN_POLL: Duration = Duration::from_millis(100);
+
+fn write_loop(receiver: Receiver<Vec<u8>>, mut sink: Sink) {
+    loop {
+        match receiver.recv_timeout(REOPEN_POLL) {
+            Ok(chunk) => sink.write_chunk(&chunk),
+            Err(RecvTimeoutError::Timeout) => sink.reopen_if_asked(),
+            Err(RecvTimeoutError::Disconnected) => return,
         }
     }
 }
@@ -192,15 +246,17 @@ impl AccessLogBuffer {
 
     /// Hands what is buffered to the writer without waiting.
     pub(crate) fn flush(&mut self) {
-        if self.buf.is_empty() {
-            return;
-        }
         if let Destination::Direct(sink) = &self.sender {
             let mut sink = sink.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Err(e) = sink.write_all(&self.buf).and_then(|_| sink.flush()) {
-                tracing::error!("access log write failed: {e}");
+            // Called every tick: a file to reopen is reopened even with nothing to write.
+            sink.reopen_if_asked();
+            if !self.buf.is_empty() {
+                sink.write_chunk(&self.buf);
+                self.buf.clear();
             }
-            self.buf.clear();
+            return;
+        }
+        if self.buf.is_empty() {
             return;
         }
         let Destination::Writer(sender) = &self.sender else {

@@ -105,6 +105,9 @@ pub struct Timeouts {
     /// After the last response on a closing connection, unread client bytes
     /// are drained this long so a TCP reset does not destroy the response.
     pub linger: Duration,
+    /// A graceful stop (SIGTERM, SIGQUIT) lets open connections finish
+    /// this long, then closes those still open.
+    pub shutdown: Duration,
 }
 
 /// The content cache (`[cache]`): per worker, shared-nothing.
@@ -249,6 +252,7 @@ impl Default for Timeouts {
             keepalive: Duration::from_secs(75),
             send: Duration::from_secs(60),
             linger: Duration::from_secs(2),
+            shutdown: Duration::from_secs(30),
         }
     }
 }

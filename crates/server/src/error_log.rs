@@ -1,8 +1,14 @@
 //! The error log: `tracing` events written to stderr, stdout or a file.
+//!
+//! A file is reopened at its configured path when asked (SIGUSR1, SIGHUP: see
+//! `fastpath_drivers::signals`), before the next line is written to it.
 
-use std::fs::OpenOptions;
-use std::io;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use fastpath_drivers::signals;
 
 use tracing_subscriber::EnvFilter;
 
@@ -20,7 +26,11 @@ pub fn init_error_log(log: &LogConfig) -> io::Result<()> {
     let result = match &log.error {
         LogTarget::Stdout => builder.with_writer(io::stdout).with_ansi(false).try_init(),
         LogTarget::File(path) => {
-            let file = OpenOptions::new().create(true).append(true).open(path)?;
+            let file = ReopeningFile {
+                file: open_append(path)?,
+                path: path.clone(),
+                generation: signals::reopen_generation(),
+            };
             builder
                 .with_writer(Mutex::new(file))
                 .with_ansi(false)
@@ -31,4 +41,43 @@ pub fn init_error_log(log: &LogConfig) -> io::Result<()> {
         }
     };
     result.map_err(|e| io::Error::other(e.to_string()))
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// The error log file, reopened at its path before the first line written after a request
+/// to reopen the logs.
+struct ReopeningFile {
+    file: File,
+    path: PathBuf,
+    /// [`signals::reopen_generation`] when the file was opened.
+    generation: u64,
+}
+
+impl Write for ReopeningFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let generation = signals::reopen_generation();
+        if generation != self.generation {
+            self.generation = generation;
+            // A file that cannot be opened leaves the old one in use: the line is not lost,
+            // and it cannot be reported anywhere but here.
+            match open_append(&self.path) {
+                Ok(file) => self.file = file,
+                Err(e) => {
+                    let _ = writeln!(
+                        self.file,
+                        "cannot reopen the error log {}: {e}",
+                        self.path.display()
+                    );
+                }
+            }
+        }
+        self.file.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::ContentCache;
-use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened};
+use fastpath_drivers::{signals, CloseReason, Handler, Io, Next, Opened};
 use fastpath_handover::{BackendState, ResponseCache, Routes};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
@@ -31,6 +31,14 @@ const OUTPUT_HIGH_WATER: u64 = 64 * 1024;
 /// Parsers a worker keeps for reuse: enough for every connection that is mid-head at once
 /// in ordinary traffic; more are freed when they come back.
 const MAX_POOLED_PARSERS: usize = 1024;
+/// A static response whose body is larger than this is logged once it has been sent, or cut
+/// short, with the bytes that really left; a smaller one, which the kernel takes in one send,
+/// as it is queued. Not below [`OUTPUT_HIGH_WATER`]: a larger body makes the connection wait
+/// for its output before the next request, so a connection holds one such entry at a time.
+const DEFER_LOG_OVER: u64 = OUTPUT_HIGH_WATER;
+/// How long a graceful stop leaves a connection idle between requests for a request already
+/// on its way: about a round trip of a distant client, and short next to any grace period.
+const DRAIN_IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Longest request line quoted in the access log for a request that could not be parsed.
 const MAX_LOGGED_BAD_LINE: usize = 256;
 /// Sent to connections turned away at the connection limit.
@@ -97,6 +105,22 @@ pub(crate) struct HttpConn {
     parser: Option<Box<Parser>>,
     requests: u64,
     head_started: Option<Instant>,
+    /// The access-log entry of a large response still being sent.
+    deferred: Option<Box<Deferred>>,
+}
+
+/// An access-log entry held until its response has been sent or cut short.
+struct Deferred {
+    time: Vec<u8>,
+    /// The request line's three parts, joined by spaces.
+    request_line: Vec<u8>,
+    status: u16,
+    body_bytes: u64,
+    referer: Option<Vec<u8>>,
+    user_agent: Option<Vec<u8>>,
+    /// Where the response ends in the connection's count of sent bytes
+    /// ([`fastpath_drivers::Output::sent`]).
+    end: u64,
 }
 
 /// What answering a request decided about the connection.
@@ -106,6 +130,8 @@ struct Outcome {
     /// The request has a body that has not been read.
     body_pending: bool,
     discard: Phase,
+    /// The access-log entry, if it waits for the response to be sent.
+    deferred: Option<Box<Deferred>>,
 }
 
 impl HttpHandler {
@@ -136,6 +162,9 @@ impl HttpHandler {
     }
 
     fn process(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        if conn.deferred.is_some() {
+            self.settle(conn, io.output.sent(), false);
+        }
         loop {
             if io.output.pending() >= OUTPUT_HIGH_WATER {
                 *io.deadline = None;
@@ -187,7 +216,8 @@ impl HttpHandler {
                 if let Some(parser) = conn.parser.take() {
                     self.give_parser(parser);
                 }
-                if io.eof {
+                // A stopping server takes no further request on a connection that had one.
+                if io.eof || (io.draining && conn.requests > 0) {
                     return Next::Close;
                 }
                 // The first request gets the header timeout, later ones the idle timeout.
@@ -237,9 +267,15 @@ impl HttpHandler {
                         deadline: io.deadline,
                         now: io.now,
                     };
-                    self.respond(peer, requests, &request, raw_head, &mut sink)
+                    let draining = io.draining;
+                    self.respond(peer, requests, &request, raw_head, &mut sink, draining)
                 }
             };
+            if let Some(deferred) = outcome.deferred {
+                // Cannot happen (see DEFER_LOG_OVER); an entry is never lost if it does.
+                self.settle(conn, io.output.sent(), true);
+                conn.deferred = Some(deferred);
+            }
             io.input.consume(outcome.head_len);
             if let Some(parser) = conn.parser.as_mut() {
                 parser.reset();
@@ -267,10 +303,13 @@ impl HttpHandler {
         request: &Request<'_>,
         raw_head: &[u8],
         sink: &mut Sink<'_>,
+        draining: bool,
     ) -> Outcome {
         let head = request.method == "HEAD";
-        let mut close =
-            !request.keep_alive || served + 1 >= self.settings.max_requests_per_connection;
+        // A stopping server answers with `Connection: close` (relayed answers too).
+        let mut close = draining
+            || !request.keep_alive
+            || served + 1 >= self.settings.max_requests_per_connection;
         // A body relayed to a backend is neither discarded nor refused, so only the request
         // decides whether a relayed exchange closes the connection.
         let relay_close = close;
@@ -320,6 +359,7 @@ impl HttpHandler {
                             close: false,
                             body_pending: false,
                             discard: Phase::Proxy(exchange),
+                            deferred: None,
                         };
                     }
                     HandOver::Answered(status, bytes) => (status, bytes),
@@ -329,6 +369,25 @@ impl HttpHandler {
             Route::MethodNotAllowed => (405, sink.writer(date).method_not_allowed(answer)),
             Route::Static(reply) => sink.writer(date).static_reply(&reply, answer),
         };
+        if body_bytes > DEFER_LOG_OVER {
+            let [method, target, version] = request_line(request);
+            let deferred = Deferred {
+                time: self.clock.log_time().to_vec(),
+                request_line: [method, b" ", target, b" ", version].concat(),
+                status,
+                body_bytes,
+                referer: request.header("referer").map(<[u8]>::to_vec),
+                user_agent: request.header("user-agent").map(<[u8]>::to_vec),
+                end: sink.output.sent() + sink.output.pending(),
+            };
+            return Outcome {
+                head_len: request.head_len,
+                close,
+                body_pending,
+                discard,
+                deferred: Some(Box::new(deferred)),
+            };
+        }
         self.log(
             peer,
             &request_line(request),
@@ -343,6 +402,28 @@ impl HttpHandler {
             close,
             body_pending,
             discard,
+            deferred: None,
+        }
+    }
+
+    /// Logs a deferred entry once its response has been sent (`sent` is the connection's
+    /// [`fastpath_drivers::Output::sent`]), or, `closing`, with the body bytes that did leave.
+    fn settle(&mut self, conn: &mut HttpConn, sent: u64, closing: bool) {
+        let Some(deferred) = conn.deferred.take_if(|d| closing || sent >= d.end) else {
+            return;
+        };
+        let unsent = deferred.end.saturating_sub(sent).min(deferred.body_bytes);
+        if let Some(log) = self.access_log.as_mut() {
+            log.record(&Entry {
+                peer: conn.peer,
+                time: &deferred.time,
+                request_line: &[&deferred.request_line],
+                status: deferred.status,
+                body_bytes: deferred.body_bytes - unsent,
+                referer: deferred.referer.as_deref(),
+                user_agent: deferred.user_agent.as_deref(),
+                ended: None,
+            });
         }
     }
 
@@ -516,6 +597,7 @@ impl Handler for HttpHandler {
             parser: None,
             requests: 0,
             head_started: None,
+            deferred: None,
         };
         (conn, Next::Read)
     }
@@ -550,6 +632,28 @@ impl Handler for HttpHandler {
         Next::Close
     }
 
+    /// A graceful stop closes a connection idle between requests, after a moment
+    /// ([`DRAIN_IDLE_WAIT`]) for a request already on its way or still unread in the socket,
+    /// which is answered with `Connection: close` (see `process`); closing at once would reset
+    /// it away. A connection reading a request or sending a response goes on, and closes after
+    /// it. A new connection that has not sent its first request yet is left its header
+    /// timeout: its request may be on the way.
+    fn on_drain(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Option<Next> {
+        let idle = matches!(conn.phase, Phase::Head) && conn.requests > 0 && io.input.is_empty();
+        if idle {
+            // The timeout closes it (`on_timeout`: no request begun).
+            let by = io.now + DRAIN_IDLE_WAIT.min(self.settings.keepalive_timeout);
+            if io.deadline.is_none_or(|at| at > by) {
+                *io.deadline = Some(by);
+            }
+        }
+        None
+    }
+
+    fn on_closing(&mut self, conn: &mut HttpConn, sent: u64) {
+        self.settle(conn, sent, true);
+    }
+
     fn on_close(&mut self, mut conn: HttpConn, reason: CloseReason) {
         if let Phase::Proxy(mut exchange) = std::mem::replace(&mut conn.phase, Phase::Head) {
             // The connection ended mid-exchange: the driver closes the backend connection.
@@ -566,6 +670,20 @@ impl Handler for HttpHandler {
     }
 
     fn on_tick(&mut self, _now: Instant) {
+        // Said once per signal, by the first worker to see it (the logs themselves are
+        // reopened by their writers).
+        if signals::take_hangup() {
+            tracing::warn!(
+                "SIGHUP: log files reopened; the configuration is not reloaded by this version \
+                 of fastpath: restart it to apply a changed configuration"
+            );
+        }
+        if signals::take_usr2() {
+            tracing::warn!(
+                "SIGUSR2: upgrading the binary in place is not available in this version of \
+                 fastpath; nothing done"
+            );
+        }
         self.clock.refresh();
         self.router.poll_changes();
         if let Some(log) = self.access_log.as_mut() {

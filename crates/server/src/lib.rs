@@ -257,6 +257,7 @@ pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
         max_connections: config.limits.max_connections,
         send_timeout: config.timeouts.send,
         linger_timeout: config.timeouts.linger,
+        shutdown_timeout: config.timeouts.shutdown,
         ..DriverConfig::default()
     };
     // Open every root and the access log once here, so that a bad one stops the server at

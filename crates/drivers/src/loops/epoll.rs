@@ -148,14 +148,74 @@ impl<'a, H: Handler> Worker<'a, H> {
         Ok(())
     }
 
-    /// Serves the listeners until the stop flag is set, then closes every connection.
+    /// Serves the listeners until the stop flag is set, or a graceful stop has let every
+    /// connection finish (or its grace period is over), then closes every connection.
     pub(crate) fn run(mut self) -> io::Result<()> {
         let mut events = new_events(EVENTS_PER_WAIT);
-        while !self.core.stop.load(Ordering::Relaxed) {
+        while !self.core.stop.load(Ordering::Relaxed) && !self.drained() {
             self.turn(&mut events, &common::NoGate)?;
         }
         self.finish();
         Ok(())
+    }
+
+    /// Moves a graceful stop on: begins it when it has been asked for, and says whether the
+    /// worker is done with it (no connection left, or the grace period over: those left are
+    /// then closed by the caller, and counted in the error log here).
+    fn drained(&mut self) -> bool {
+        if self.core.drain_begins() {
+            self.begin_drain();
+        }
+        if !self.core.draining {
+            return false;
+        }
+        let open = self.slots.len();
+        if open > 0 && self.core.grace_over() {
+            tracing::warn!(
+                "shutdown grace period over: closing {open} connection{} still open",
+                if open == 1 { "" } else { "s" }
+            );
+            return true;
+        }
+        open == 0
+    }
+
+    /// The start of a graceful stop: takes in the clients already waiting in the backlog
+    /// (the kernel has completed their handshakes, and closing the listener would reset
+    /// them), closes the listeners so that new clients are refused at once, and tells every
+    /// connection.
+    fn begin_drain(&mut self) {
+        self.core.now = Instant::now();
+        for i in 0..self.listeners.len() {
+            self.accept(i);
+        }
+        // Closing a listener also takes it out of the epoll set.
+        self.listeners.clear();
+        self.tell_drain();
+    }
+
+    /// Calls `on_drain` for the connections that have not heard of the graceful stop yet.
+    fn tell_drain(&mut self) {
+        for index in 0..self.slots.capacity() {
+            let token = self.slots.token(index);
+            let Some(slot) = self.slots.at(index) else {
+                continue;
+            };
+            let next = connection::drain(
+                &mut self.handler,
+                &mut slot.conn,
+                &mut slot.link,
+                &mut self.core,
+                token,
+                false,
+            );
+            if let Some(next) = next {
+                let next = self.after_call(index, next);
+                if self.apply(index, next) {
+                    self.drive(index);
+                }
+            }
+        }
     }
 
     /// Serves one connection that was accepted elsewhere, until it is closed or the stop flag
@@ -182,7 +242,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         // Room for the client and its upstream, each with a few events.
         let mut events = new_events(8);
         while self.slots.len() > 0 {
-            if self.core.stop.load(Ordering::Relaxed) {
+            if self.core.stop.load(Ordering::Relaxed) || self.drained() {
                 self.close_all(CloseReason::Shutdown);
                 break;
             }
@@ -306,7 +366,11 @@ impl<'a, H: Handler> Worker<'a, H> {
         if self.core.accept_pause.is_paused() {
             return;
         }
-        let listen_fd = self.listeners[listener_index].as_raw_fd();
+        // An event read before a graceful stop closed the listeners names one that is gone.
+        let Some(listener) = self.listeners.get(listener_index) else {
+            return;
+        };
+        let listen_fd = listener.as_raw_fd();
         for _ in 0..ACCEPT_BATCH {
             match sys::accept(listen_fd) {
                 Ok((fd, peer)) => {
@@ -687,6 +751,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         for index in 0..self.slots.capacity() {
             self.expire(index);
         }
+        if self.core.draining {
+            self.tell_drain();
+        }
     }
 
     /// Ends a connection, or calls its handler's `on_timeout`, if one of its deadlines has
@@ -708,6 +775,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         let link = &mut slot.link;
+        self.handler.on_closing(&mut slot.conn, link.output.sent());
         link.output.clear(&mut self.core.pool);
         let mut registry = EpollRegistry {
             epoll: self.epoll_fd(),

@@ -17,7 +17,7 @@ use crate::buffers::BufferPool;
 use crate::common::AcceptPause;
 use crate::slab::Token;
 use crate::upstream::{UpstreamPool, IDLE_UPSTREAMS_PER_KEY};
-use crate::{common, DriverConfig, Handler, Listeners, TICK};
+use crate::{common, signals, DriverConfig, Handler, Listeners, TICK};
 
 /// What a worker shares with the other workers of its model.
 #[derive(Clone, Copy)]
@@ -45,6 +45,10 @@ pub(crate) struct Core<'a> {
     /// with the slot they were set for. An entry outlives a deadline that was moved or a
     /// connection that closed; the slot's current deadline decides when it comes due.
     timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    /// A graceful stop has begun in this worker ([`Core::drain_begins`]).
+    pub(crate) draining: bool,
+    /// When the grace period of a graceful stop is over.
+    drain_deadline: Option<Instant>,
 }
 
 impl<'a> Core<'a> {
@@ -59,7 +63,32 @@ impl<'a> Core<'a> {
             upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
             next_tick: Instant::now() + TICK,
             timers: BinaryHeap::new(),
+            draining: false,
+            drain_deadline: None,
         }
+    }
+
+    /// True once, on the first look after a graceful stop was asked for ([`signals::DRAIN`]):
+    /// the worker then stops accepting and tells its connections; the grace period starts.
+    pub(crate) fn drain_begins(&mut self) -> bool {
+        if self.draining || !signals::draining() {
+            return false;
+        }
+        self.draining = true;
+        self.drain_deadline = Some(Instant::now() + self.config.shutdown_timeout);
+        true
+    }
+
+    /// Whether a graceful stop has been asked for, for what a handler is told: the flag itself
+    /// and not only this worker's having begun, so that a request that arrives in the same
+    /// turn as the signal is answered as the last one.
+    pub(crate) fn stopping(&self) -> bool {
+        self.draining || signals::draining()
+    }
+
+    /// Whether a graceful stop's grace period is over.
+    pub(crate) fn grace_over(&self) -> bool {
+        self.drain_deadline.is_some_and(|at| Instant::now() >= at)
     }
 
     /// Notes the deadline a handler left on slot `token` if the sweep, every [`TICK`], would

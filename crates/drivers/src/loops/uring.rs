@@ -429,7 +429,8 @@ struct Slot<C> {
 }
 
 struct Listener {
-    fd: OwnedFd,
+    /// Closed at a graceful stop, once no accept is armed on it.
+    fd: Option<OwnedFd>,
     armed: bool,
 }
 
@@ -463,7 +464,10 @@ impl<'a, H: Handler> Worker<'a, H> {
             buffers,
             listeners: listeners
                 .into_iter()
-                .map(|fd| Listener { fd, armed: false })
+                .map(|fd| Listener {
+                    fd: Some(fd),
+                    armed: false,
+                })
                 .collect(),
             handler,
             slots: Slab::default(),
@@ -487,7 +491,7 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     fn serve(&mut self) -> io::Result<()> {
         let mut due = Vec::new();
-        while !self.core.stop.load(Ordering::Relaxed) {
+        while !self.core.stop.load(Ordering::Relaxed) && !self.drained() {
             self.submit_and_wait(self.core.wake_at())?;
             self.core.now = Instant::now();
             self.reap();
@@ -608,16 +612,95 @@ impl<'a, H: Handler> Worker<'a, H> {
         false
     }
 
+    /// Moves a graceful stop on: begins it when it has been asked for, and says whether the
+    /// worker is done with it (no connection left, or the grace period over: those left are
+    /// then closed by `shutdown`, and counted in the error log here).
+    fn drained(&mut self) -> bool {
+        if self.core.drain_begins() {
+            self.begin_drain();
+        }
+        if !self.core.draining {
+            return false;
+        }
+        let open = self.slots.values().filter(|s| s.conn.is_some()).count();
+        if open > 0 && self.core.grace_over() {
+            tracing::warn!(
+                "shutdown grace period over: closing {open} connection{} still open",
+                if open == 1 { "" } else { "s" }
+            );
+            return true;
+        }
+        open == 0
+    }
+
+    /// The start of a graceful stop: the armed accepts are cancelled and each listener is
+    /// closed once its accept has ended (the ring holds a reference to the socket until then),
+    /// so that new clients are refused; connections accepted meanwhile are served, draining.
+    /// Then every connection is told.
+    fn begin_drain(&mut self) {
+        self.core.now = Instant::now();
+        // Clients already in the backlog were completed by the kernel and closing the
+        // listener would reset them: they are taken in now, with plain accepts beside the
+        // multishot one (both take from the same queue), until the queue is empty.
+        for index in 0..self.listeners.len() {
+            while let Some(fd) = self.listeners[index].fd.as_ref().map(AsRawFd::as_raw_fd) {
+                let Ok((fd, _)) = crate::sys::accept(fd) else {
+                    break;
+                };
+                if self.core.admit(&fd, &self.handler) {
+                    self.open(fd, index);
+                }
+            }
+        }
+        for (index, listener) in self.listeners.iter_mut().enumerate() {
+            if listener.armed {
+                self.sqes.push(cancel(token(Op::Accept, index, 0)));
+            } else {
+                listener.fd = None;
+            }
+        }
+        self.tell_drain();
+    }
+
+    /// Calls `on_drain` for the connections that have not heard of the graceful stop yet,
+    /// but not while a send holds the output (the sweep tries again).
+    fn tell_drain(&mut self) {
+        for index in 0..self.slots.capacity() {
+            let token = self.slots.token(index);
+            let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
+                continue;
+            };
+            let busy = c.sending == Sending::Msg;
+            let next = connection::drain(
+                &mut self.handler,
+                &mut c.conn,
+                &mut c.link,
+                &mut self.core,
+                token,
+                busy,
+            );
+            if let Some(next) = next {
+                let next = self.after_call(index, next);
+                if self.apply(index, next) {
+                    self.mark_dirty(index);
+                }
+            }
+        }
+    }
+
     fn arm_accept(&mut self, index: usize) {
-        if self.stopping || self.core.accept_pause.is_paused() {
+        if self.stopping || self.core.draining || self.core.accept_pause.is_paused() {
             return;
         }
         let listener = &mut self.listeners[index];
+        let Some(fd) = &listener.fd else {
+            return;
+        };
         if listener.armed {
             return;
         }
         listener.armed = true;
-        let entry = opcode::AcceptMulti::new(types::Fd(listener.fd.as_raw_fd()))
+        let entry = opcode::AcceptMulti::new(types::Fd(fd.as_raw_fd()))
             .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
             .build()
             .user_data(token(Op::Accept, index, 0));
@@ -631,6 +714,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         let more = cqueue::more(flags);
         if !more {
             listener.armed = false;
+            if self.core.draining {
+                listener.fd = None;
+            }
         }
         if result >= 0 {
             // SAFETY: the accept completed with a fresh descriptor that nothing else owns.
@@ -1519,6 +1605,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         for index in 0..self.slots.capacity() {
             self.expire(index);
         }
+        if self.core.draining {
+            self.tell_drain();
+        }
     }
 
     /// Ends a connection, or calls its handler's `on_timeout`, if one of its deadlines has
@@ -1547,6 +1636,8 @@ impl<'a, H: Handler> Worker<'a, H> {
         let Some(mut c) = slot.conn.take() else {
             return;
         };
+        // A send still in flight is counted as not sent: it is being cancelled.
+        self.handler.on_closing(&mut c.conn, c.link.output.sent());
         if c.recv_armed && !c.recv_cancelled {
             self.sqes.push(cancel(token(Op::Recv, index, generation)));
         }

@@ -29,8 +29,8 @@ use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::listener::address_index;
 use crate::loops::epoll::{LoopOptions, Worker};
 use crate::loops::Env;
-use crate::sys;
-use crate::{DriverConfig, Handler, Listeners, Opened};
+use crate::sys::{self, syscall};
+use crate::{signals, DriverConfig, Handler, Listeners, Opened};
 
 /// How often the parent looks at the pool.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(100);
@@ -204,7 +204,9 @@ impl Child<'_> {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; self.listeners.len()];
         let mut served = 0u64;
         let mut result = Ok(());
-        'serving: while !self.stop.load(Ordering::Relaxed) {
+        // At a graceful stop an idle child leaves at once and a busy one once its connection
+        // is done (`serve_connection` lets it finish within the grace period).
+        'serving: while !self.stop.load(Ordering::Relaxed) && !signals::draining() {
             let current = word.load(Ordering::Acquire);
             if current == state::RETIRE
                 || (current != state::IDLE
@@ -222,7 +224,7 @@ impl Child<'_> {
                     break;
                 }
             };
-            if n == 0 || self.stop.load(Ordering::Relaxed) {
+            if n == 0 || self.stop.load(Ordering::Relaxed) || signals::draining() {
                 // Keep the clock and the logs current while idle, and look at the word again.
                 worker.tick();
                 continue;
@@ -323,12 +325,14 @@ pub fn run(
     pool.spawn(prefork.start, child_main);
     let mut spawn_rate = 1;
     let mut next_maintenance = Instant::now() + MAINTENANCE_INTERVAL;
-    while !stop.load(Ordering::Relaxed) {
+    let mut reopen = signals::reopen_generation();
+    while !stop.load(Ordering::Relaxed) && !signals::draining() {
         wait_for_child(&child_ended, next_maintenance);
         let ended = pool.reap();
-        if stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) || signals::draining() {
             break;
         }
+        pool.pass_signals(&mut reopen);
         if pool.failed_starts >= MAX_FAILED_STARTS {
             pool.stop_all();
             return Err(io::Error::other(format!(
@@ -353,6 +357,9 @@ pub fn run(
                 pool.retire_one();
             }
         }
+    }
+    if !stop.load(Ordering::Relaxed) {
+        pool.drain(config.shutdown_timeout);
     }
     pool.stop_all();
     Ok(())
@@ -455,7 +462,9 @@ impl ChildPool<'_> {
         unsafe {
             // The parent blocks SIGCHLD to wait for it; a child has no use for that.
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &sigchld_set(), std::ptr::null_mut());
-            // A parent that dies without stopping its children (killed) takes them along.
+            // A parent that dies without stopping its children (killed) takes them along;
+            // SIGTERM, so they finish their connection first (a graceful stop, unbounded by
+            // the parent's wait but by their own grace period).
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             if libc::getppid() as u32 != self.parent {
                 libc::_exit(0);
@@ -547,13 +556,63 @@ impl ChildPool<'_> {
         }
     }
 
-    /// Asks every child to stop (SIGTERM sets their stop flag), waits for them, and kills
-    /// those still there after [`STOP_GRACE`].
-    fn stop_all(&mut self) {
+    /// Sends `signal` to every child.
+    fn signal_all(&self, signal: libc::c_int) {
         for pid in self.pids.iter().flatten() {
             // SAFETY: signalling our own child.
-            unsafe { libc::kill(*pid, libc::SIGTERM) };
+            unsafe { libc::kill(*pid, signal) };
         }
+    }
+
+    /// Passes on to the children what the signals asked of this process (the children have
+    /// the same handlers, see `crate::signals`): every child reopens its logs after SIGUSR1
+    /// or SIGHUP, and one child, the first alive, takes SIGHUP and SIGUSR2 so that what they
+    /// lead to is said once.
+    fn pass_signals(&self, reopen: &mut u64) {
+        let generation = signals::reopen_generation();
+        if generation != *reopen {
+            *reopen = generation;
+            self.signal_all(libc::SIGUSR1);
+        }
+        let first = self.pids.iter().flatten().next().copied();
+        for (noted, signal) in [
+            (signals::take_hangup(), libc::SIGHUP),
+            (signals::take_usr2(), libc::SIGUSR2),
+        ] {
+            if let (true, Some(pid)) = (noted, first) {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(pid, signal) };
+            }
+        }
+    }
+
+    /// A graceful stop: stops the listening sockets, asks every child to stop gracefully
+    /// (SIGTERM: idle children leave, busy ones finish their connection) and waits for them
+    /// within the grace period (theirs, plus a moment for their last turn). A second signal
+    /// to stop (the stop flag) ends the wait.
+    fn drain(&mut self, grace: Duration) {
+        for socket in &self.sockets {
+            // On Linux shutdown(SHUT_RD) of a listening socket stops it listening for every
+            // process that holds it (inet_shutdown disconnects a listener): new clients are
+            // refused at once, while a busy child that holds a copy finishes its connection.
+            let _ = syscall!(shutdown(socket.as_raw_fd(), libc::SHUT_RD));
+        }
+        self.sockets.clear();
+        self.signal_all(libc::SIGTERM);
+        let give_up = Instant::now() + grace + Duration::from_secs(1);
+        while self.pids.iter().any(Option::is_some)
+            && !self.stop.load(Ordering::Relaxed)
+            && Instant::now() < give_up
+        {
+            self.reap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Stops every child at once (SIGINT sets their stop flag: a SIGTERM would only begin a
+    /// graceful stop), waits for them, and kills those still there after [`STOP_GRACE`].
+    fn stop_all(&mut self) {
+        self.signal_all(libc::SIGINT);
         let deadline = Instant::now() + STOP_GRACE;
         while self.pids.iter().any(Option::is_some) {
             self.reap();

@@ -24,7 +24,7 @@ use crate::listener::address_index;
 use crate::loops::epoll::{LoopOptions, Worker};
 use crate::loops::Env;
 use crate::sys;
-use crate::{DriverConfig, Handler, Listeners, Opened};
+use crate::{signals, DriverConfig, Handler, Listeners, Opened, TICK};
 
 /// How long blocked threads wait before they look at the stop flag again.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -171,7 +171,18 @@ where
                 }
             }
         }
-        let accepted = accept_loop(&sockets, addresses, config, pool, active, stop);
+        let accepted = accept_loop(sockets, addresses, config, pool, active, stop);
+        if signals::draining() {
+            // The pool threads let their connections finish within the grace period and then
+            // close them (`Worker::serve_connection`); the margin covers their last turn.
+            let give_up = Instant::now() + config.shutdown_timeout + TICK * 5;
+            while active.load(Ordering::Relaxed) > 0
+                && !stop.load(Ordering::Relaxed)
+                && Instant::now() < give_up
+            {
+                std::thread::sleep(TICK);
+            }
+        }
         stop.store(true, Ordering::Relaxed);
         for mailbox in &pool.mailboxes {
             mailbox.delivered.notify_all();
@@ -216,11 +227,18 @@ fn serve_handed_connections<'a, H: Handler>(
                 worker.finish();
                 return Ok(());
             }
-            slot = mailbox
+            let (guard, waited) = mailbox
                 .delivered
                 .wait_timeout(slot, STOP_POLL)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+                .unwrap_or_else(PoisonError::into_inner);
+            slot = guard;
+            if waited.timed_out() && id == 0 {
+                // One idle thread keeps ticking, so that what a signal asks of the handler
+                // (see `crate::signals`) is done with no traffic too.
+                drop(slot);
+                worker.tick();
+                slot = lock(&mailbox.connection);
+            }
         };
         drop(slot);
         pool.bound.enter();
@@ -235,9 +253,10 @@ fn serve_handed_connections<'a, H: Handler>(
 }
 
 /// Accepts connections while a pool thread is idle and hands each to the thread that became
-/// idle last. Returns when the stop flag is set.
+/// idle last. Returns when the stop flag is set, or at a graceful stop, closing the listeners
+/// then so that new clients are refused at once.
 fn accept_loop(
-    sockets: &[OwnedFd],
+    sockets: Vec<OwnedFd>,
     addresses: usize,
     config: &DriverConfig,
     pool: &Pool,
@@ -250,7 +269,7 @@ fn accept_loop(
     }
     let mut pause = AcceptPause::default();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; sockets.len().max(1)];
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && !signals::draining() {
         if !wait_for_idle_thread(pool, stop) {
             break;
         }
@@ -297,7 +316,7 @@ fn accept_loop(
 fn wait_for_idle_thread(pool: &Pool, stop: &AtomicBool) -> bool {
     let mut idle = lock(&pool.idle);
     while idle.is_empty() {
-        if stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) || signals::draining() {
             return false;
         }
         idle = pool

@@ -165,6 +165,8 @@ pub(super) const TIMEOUTS: TableSpec<Timeouts> = TableSpec { place: "in [timeout
     key("send", "\"60s\"", Duration(|t, d| t.send = d)),
     // Unread client bytes are drained this long before closing.
     key("linger", "\"2s\"", Duration(|t, d| t.linger = d)),
+    // A graceful stop (SIGTERM) lets open connections finish this long.
+    key("shutdown", "\"30s\"", Duration(|t, d| t.shutdown = d)),
 ]};
 
 #[rustfmt::skip]
