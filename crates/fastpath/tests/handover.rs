@@ -937,6 +937,62 @@ httptest!(
     }
 );
 
+httptest!(
+    clients_that_close_or_speak_http_1_0_use_and_fill_the_cache,
+    |model| {
+        // Whether a response is cached depends on the request and the response, not on the
+        // client's connection: health checkers, load balancers and HTTP/1.0 clients that
+        // close after each request get cached answers, and fill the cache.
+        let backend = Backend::start(cache_control);
+        let site = site();
+        let srv = site.serve_config(
+            model,
+            &config(&backend, "prefix = \"/app/\"", "workers = 1"),
+        );
+        let count = || backend.log.requests.lock().unwrap().len();
+        let requests = [
+            "GET /app/public HTTP/1.0\r\nHost: t\r\n\r\n",
+            "GET /app/public HTTP/1.0\r\nHost: t\r\n\r\n",
+            "GET /app/public HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            "GET /app/public HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            "GET /app/public HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n\r\n",
+            "GET /app/public HTTP/1.1\r\nHost: t\r\n\r\n",
+        ];
+        let mut bodies = Vec::new();
+        let mut cached = 0;
+        for (i, raw) in requests.iter().enumerate() {
+            let mut conn = srv.connect();
+            let r = conn.exchange(raw);
+            r.assert_status(200);
+            let closes =
+                !raw.contains("keep-alive") && (raw.contains("HTTP/1.0") || raw.contains("close"));
+            if closes {
+                assert!(r.connection_has("close"), "request {i}:\n{r}");
+                conn.expect_closed();
+            } else if raw.contains("HTTP/1.0") {
+                assert!(r.connection_has("keep-alive"), "request {i}:\n{r}");
+            }
+            // With one worker every answer after the first comes from its cache.
+            let one_cache = matches!(model, "epoll" | "uring");
+            if i > 0 && one_cache && r.header("age").is_none() {
+                panic!("request {i} not answered from the cache:\n{r}");
+            }
+            cached += usize::from(r.header("age").is_some());
+            bodies.push(r.body);
+        }
+        // Each worker, thread or process keeps a cache of its own: with one worker the
+        // page is fetched once; the pool models may meet a cold one, which fetches anew.
+        match model {
+            "epoll" | "uring" => {
+                assert_eq!(count(), 1);
+                assert!(bodies.iter().all(|b| b == &bodies[0]), "{bodies:?}");
+            }
+            // Every answer came from the backend or from a cache, never from elsewhere.
+            _ => assert_eq!(cached + count(), requests.len()),
+        }
+    }
+);
+
 /// The one `Age` field of a response, in seconds.
 #[track_caller]
 fn age(r: &Response) -> u64 {

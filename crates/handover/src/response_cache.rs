@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use fastpath_http::{
-    write_not_modified_head, write_stored_response_head, BodyRelay, HopByHop, ResponseHead,
+    write_not_modified_head, write_stored_response_head, BodyRelay, HopByHop, ResponseHead, Version,
 };
 use lru::LruCache;
 
@@ -54,6 +54,7 @@ pub fn cache_key(out: &mut Vec<u8>, host: &[u8], target: &[u8], accept_encoding:
 struct Entry {
     head: Arc<[u8]>,
     body: Arc<[u8]>,
+    chunked: bool,
     status: u16,
     validators: Option<Arc<Validators>>,
     /// The `Age` the backend sent, seconds (0 if none or invalid).
@@ -73,6 +74,9 @@ pub struct Hit {
     pub head: Arc<[u8]>,
     /// The body as relayed (chunked if it was), possibly empty.
     pub body: Arc<[u8]>,
+    /// The body is kept chunked (`head` says `Transfer-Encoding: chunked`): only an
+    /// HTTP/1.1 client can be sent it as it is.
+    pub chunked: bool,
     /// The response status, for the access log.
     pub status: u16,
     /// What a conditional request is checked against, for a 200 response that has an
@@ -123,6 +127,7 @@ impl ResponseCache {
             return Some(Hit {
                 head: Arc::clone(&entry.head),
                 body: Arc::clone(&entry.body),
+                chunked: entry.chunked,
                 status: entry.status,
                 validators: entry.validators.clone(),
                 age: entry.initial_age.saturating_add(resident).min(MAX_AGE),
@@ -176,6 +181,7 @@ impl ResponseCache {
             Entry {
                 head: capture.head.into(),
                 body: capture.body.into(),
+                chunked: capture.chunked,
                 status: capture.status,
                 validators: capture.validators.map(Arc::new),
                 initial_age: capture.age,
@@ -278,6 +284,8 @@ pub struct Capture {
     /// The head as relayed to an HTTP/1.1 client that keeps its connection, less
     /// its `Age` fields and its closing empty line.
     head: Vec<u8>,
+    /// The body is kept chunked.
+    chunked: bool,
     status: u16,
     /// The first `Age` field's value, read as [`super::cache_lifetime`] reads
     /// it; 0 if there is none or it is invalid.
@@ -288,15 +296,17 @@ pub struct Capture {
 
 impl Capture {
     /// Starts keeping the response whose head the proxy parsed as `head` (for a
-    /// GET); `None` when its body could not be replayed from memory because it
-    /// ends with the connection.
-    pub fn new(head: &ResponseHead<'_>) -> Option<Capture> {
+    /// GET) and relays to a `client` of that version; `None` when its body could not
+    /// be replayed from memory because it ends with the connection, or when the bytes
+    /// relayed to this client are not the ones kept (a chunked body is dechunked for an
+    /// HTTP/1.0 client, and kept chunked).
+    pub fn new(head: &ResponseHead<'_>, client: Version) -> Option<Capture> {
         let mut stored = Vec::with_capacity(head.head_len);
-        if let BodyRelay::UntilClose | BodyRelay::Dechunk =
-            write_stored_response_head(head, &mut stored)
-        {
-            return None;
-        }
+        let chunked = match write_stored_response_head(head, &mut stored) {
+            BodyRelay::UntilClose | BodyRelay::Dechunk => return None,
+            BodyRelay::Chunked if client != Version::Http11 => return None,
+            relay => relay == BodyRelay::Chunked,
+        };
         // The fields as relayed: those the backend meant for this hop are not its to keep.
         let hop_by_hop = HopByHop::new(head.header_values("connection"));
         let fields = || {
@@ -331,6 +341,7 @@ impl Capture {
         }
         Some(Capture {
             head: stored,
+            chunked,
             status: head.status,
             age,
             validators,
@@ -376,7 +387,7 @@ mod tests {
             .parse(response, false)
             .unwrap()
             .expect("a whole head");
-        let mut capture = Capture::new(&head).expect("a body that can be kept");
+        let mut capture = Capture::new(&head, Version::Http11).expect("a body that can be kept");
         capture.push(&response[head.head_len..]);
         capture
     }
@@ -669,7 +680,7 @@ mod tests {
         ] {
             let head = parser.parse(r, false).unwrap().unwrap();
             assert!(
-                Capture::new(&head).is_none(),
+                Capture::new(&head, Version::Http11).is_none(),
                 "{}",
                 String::from_utf8_lossy(r)
             );
@@ -683,6 +694,11 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
         );
         assert_eq!(kept.body, b"2\r\nhi\r\n0\r\n\r\n");
+        assert!(kept.chunked);
+        // An HTTP/1.0 client is sent that body dechunked, which is not what is kept.
+        parser.reset();
+        let head = parser.parse(r, false).unwrap().unwrap();
+        assert!(Capture::new(&head, Version::Http10).is_none());
     }
 
     #[test]

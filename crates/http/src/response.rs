@@ -228,9 +228,12 @@ pub fn write_response_head(head: &Head<'_>, out: &mut Vec<u8>) {
 }
 
 /// Ends a head kept without its empty line ([`write_stored_response_head`],
-/// [`write_not_modified_head`]) as a cache sends it: `Age: {age}` (RFC 9111
-/// §5.1), then the empty line.
-pub fn write_age_and_end(age: u64, out: &mut Vec<u8>) {
+/// [`write_not_modified_head`]) as a cache sends it to a `client` of that version
+/// that the answer leaves open or, with `close`, not: the `Connection` field that
+/// says so (a kept head has none: it is the same for every client), `Age: {age}`
+/// (RFC 9111 §5.1), then the empty line.
+pub fn write_age_and_end(age: u64, client: Version, close: bool, out: &mut Vec<u8>) {
+    write_connection(client, close, out);
     write_header_u64("Age", age, out);
     out.extend_from_slice(b"\r\n");
 }

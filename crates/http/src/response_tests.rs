@@ -385,11 +385,21 @@ fn error_pages_bring_their_own_type_after_the_metadata() {
 #[test]
 fn age_ends_a_kept_head() {
     let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
-    write_age_and_end(0, &mut out);
-    write_age_and_end(1 << 31, &mut out);
+    write_age_and_end(0, Version::Http11, false, &mut out);
+    write_age_and_end(1 << 31, Version::Http11, false, &mut out);
     assert_eq!(
         out,
         b"HTTP/1.1 200 OK\r\nAge: 0\r\n\r\nAge: 2147483648\r\n\r\n"
+    );
+    // The connection is the client's: said as for any other response.
+    let mut out = Vec::new();
+    write_age_and_end(5, Version::Http11, true, &mut out);
+    write_age_and_end(5, Version::Http10, false, &mut out);
+    write_age_and_end(5, Version::Http10, true, &mut out);
+    assert_eq!(
+        out,
+        b"Connection: close\r\nAge: 5\r\n\r\nConnection: keep-alive\r\nAge: 5\r\n\r\n\
+          Connection: close\r\nAge: 5\r\n\r\n"
     );
 }
 
@@ -425,7 +435,7 @@ fn stored_heads_are_relayed_heads_without_age_or_end() {
             .split_inclusive("\r\n")
             .filter(|l| !l.to_ascii_lowercase().starts_with("age:"))
             .collect();
-        write_age_and_end(3, &mut stored);
+        write_age_and_end(3, Version::Http11, false, &mut stored);
         let sent = String::from_utf8(stored).unwrap();
         assert_eq!(sent.replace("Age: 3\r\n", ""), without_age);
     });

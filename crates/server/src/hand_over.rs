@@ -111,17 +111,15 @@ impl Backends {
         }
         let (cache_on, forwarded) = (config.cache, config.forwarded);
         let bridge = method == HandoverMethod::Bridge;
-        // Cached backend responses are kept as relayed to an HTTP/1.1 client that keeps the
-        // connection: only such a GET, without credentials, can be answered from them, or
-        // fill the cache; a HEAD is answered with the head of a cached GET (RFC 9111 §4).
-        let cache_usable = !bridge
-            && cache_on
-            && answer.version == Version::Http11
-            && !answer.close
-            && request.header("authorization").is_none();
+        // Whether a response is kept or served from the cache depends on the request and
+        // the response (RFC 9111), not on the client's connection or version: a kept head
+        // has no Connection field, each client gets its own. A GET without credentials can
+        // be answered from the cache or fill it; a HEAD is answered with the head of a
+        // cached GET (RFC 9111 §4).
+        let cache_usable = !bridge && cache_on && request.header("authorization").is_none();
         let cacheable_request = cache_usable && request.method == "GET";
         if cacheable_request || (cache_usable && answer.head) {
-            if let Some(answered) = self.answer_from_cache(request, answer.head, sink) {
+            if let Some(answered) = self.answer_from_cache(request, answer, sink) {
                 return answered;
             }
         }
@@ -195,9 +193,10 @@ impl Backends {
     fn answer_from_cache(
         &mut self,
         request: &Request<'_>,
-        head: bool,
+        answer: Answer,
         sink: &mut Sink<'_>,
     ) -> Option<HandOver> {
+        let head = answer.head;
         let host = request.host.unwrap_or("").as_bytes();
         let accept_encoding = request.header("accept-encoding");
         for with_encoding in [None, accept_encoding] {
@@ -207,7 +206,10 @@ impl Backends {
                 request.target.as_bytes(),
                 with_encoding,
             );
-            if let Some(hit) = self.cache.get(&self.cache_key, sink.now) {
+            // A body kept chunked can go as it is to an HTTP/1.1 client only; an HTTP/1.0
+            // one is sent the backend's answer, dechunked.
+            let hit = self.cache.get(&self.cache_key, sink.now);
+            if let Some(hit) = hit.filter(|h| !h.chunked || answer.version == Version::Http11) {
                 // Only the Age field is written per hit; the head and body are shared. A
                 // conditional request its validators satisfy gets 304 (RFC 9111 §4.3.2).
                 let not_modified = hit.validators.as_ref().filter(|v| {
@@ -222,8 +224,9 @@ impl Backends {
                     None => (hit.status, hit.head, Some(hit.body)),
                 };
                 sink.output.push_shared(start);
-                sink.output
-                    .write_with(sink.pool, |out| write_age_and_end(hit.age, out));
+                sink.output.write_with(sink.pool, |out| {
+                    write_age_and_end(hit.age, answer.version, answer.close, out)
+                });
                 let body_len = body.as_ref().map_or(0, |b| b.len() as u64);
                 if let Some(body) = body {
                     sink.output.push_shared(body);

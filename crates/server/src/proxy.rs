@@ -526,7 +526,7 @@ impl Exchange {
                 slot.expires = Some(slot.since + ttl);
                 slot.vary = vary_accept_encoding(&headers);
                 // The cache keeps its own copy of the head, from the parsed one.
-                slot.capture = Capture::new(&head);
+                slot.capture = Capture::new(&head, self.client_version);
             }
         }
         if !matches!(self.body, RequestBody::None) {
