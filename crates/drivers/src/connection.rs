@@ -72,6 +72,7 @@ pub(crate) enum Closing {
 }
 
 impl Link {
+    #[inline]
     pub(crate) fn new(fd: OwnedFd, upstream: UpstreamPort) -> Self {
         Link {
             fd,
@@ -183,6 +184,7 @@ impl Link {
 }
 
 /// Builds a new connection's [`Link`] and calls the handler's `on_open` with it.
+#[inline]
 pub(crate) fn open<H: Handler>(
     handler: &mut H,
     fd: OwnedFd,
@@ -200,6 +202,7 @@ pub(crate) fn open<H: Handler>(
 
 /// Calls the handler's `on_ready` (or `on_timeout`) for connection `token`, then gives an
 /// emptied input buffer back to the pool and notes a deadline the sweep would find late.
+#[inline]
 pub(crate) fn call<H: Handler>(
     handler: &mut H,
     conn: &mut H::Conn,

@@ -57,6 +57,7 @@ impl<T> Default for Slab<T> {
 
 impl<T> Slab<T> {
     /// Puts `value` in a free slot (or a new one) and names it.
+    #[inline]
     pub(crate) fn insert(&mut self, value: T) -> Token {
         let index = match self.free.pop() {
             Some(index) => index,
@@ -77,6 +78,7 @@ impl<T> Slab<T> {
     }
 
     /// The token of the live slot `index`.
+    #[inline]
     pub(crate) fn token(&self, index: usize) -> Token {
         Token {
             index,
@@ -85,6 +87,7 @@ impl<T> Slab<T> {
     }
 
     /// The value `token` names, if its slot still holds the same generation.
+    #[inline]
     pub(crate) fn get_mut(&mut self, token: Token) -> Option<&mut T> {
         let entry = self.entries.get_mut(token.index)?;
         if entry.generation != token.generation {
@@ -94,11 +97,13 @@ impl<T> Slab<T> {
     }
 
     /// The value in slot `index`, whatever its generation.
+    #[inline]
     pub(crate) fn at(&mut self, index: usize) -> Option<&mut T> {
         self.entries.get_mut(index)?.value.as_mut()
     }
 
     /// Empties slot `index` for reuse under a new generation, returning what it held.
+    #[inline]
     pub(crate) fn remove(&mut self, index: usize) -> Option<T> {
         let entry = self.entries.get_mut(index)?;
         let value = entry.value.take()?;
@@ -108,6 +113,7 @@ impl<T> Slab<T> {
     }
 
     /// One past the highest slot index ever used: sweeps walk `0..capacity()`.
+    #[inline]
     pub(crate) fn capacity(&self) -> usize {
         self.entries.len()
     }
@@ -123,11 +129,13 @@ impl<T> Slab<T> {
     }
 
     /// The generation slot `index` has now.
+    #[inline]
     pub(crate) fn generation(&self, index: usize) -> u32 {
         self.entries[index].generation
     }
 
     /// How many slots hold a value.
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.entries.len() - self.free.len()
     }
@@ -137,12 +145,14 @@ impl<T> std::ops::Index<usize> for Slab<T> {
     type Output = T;
 
     /// The value in slot `index`; panics if the slot is empty (a bug in the loop).
+    #[inline]
     fn index(&self, index: usize) -> &T {
         self.entries[index].value.as_ref().expect("a live slot")
     }
 }
 
 impl<T> std::ops::IndexMut<usize> for Slab<T> {
+    #[inline]
     fn index_mut(&mut self, index: usize) -> &mut T {
         self.entries[index].value.as_mut().expect("a live slot")
     }

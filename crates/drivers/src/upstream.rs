@@ -463,6 +463,13 @@ impl UpstreamPort {
     /// Carries out what the handler asked of the port during a call (connect, release,
     /// splices), marking `notify` when the handler must hear of something at once; returns the
     /// join it asked for, which each model carries out (or refuses) itself.
+    /// The handler never used the port: there is nothing to carry out after its calls (the
+    /// static path's case, checked before anything else is set up for one).
+    #[inline]
+    pub(crate) fn unused(&self) -> bool {
+        self.port.is_none()
+    }
+
     pub(crate) fn after_call(
         &mut self,
         registry: &mut dyn Registry,

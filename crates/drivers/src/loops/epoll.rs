@@ -644,6 +644,13 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Carries out what a handler call asked of the upstream.
     fn after_call(&mut self, index: usize, next: Next) -> Next {
+        if self
+            .slots
+            .at(index)
+            .is_some_and(|slot| slot.link.upstream.unused())
+        {
+            return next;
+        }
         let mut registry = EpollRegistry {
             epoll: self.epoll_fd(),
             token: self.slots.token(index).pack(UPSTREAM),

@@ -1527,6 +1527,13 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Carries out what a handler call asked of the upstream.
     fn after_call(&mut self, index: usize, next: Next) -> Next {
+        let unused = self.slots[index]
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.link.upstream.unused());
+        if unused {
+            return next;
+        }
         let generation = self.slots.generation(index);
         let slot = &mut self.slots[index];
         let c = slot.conn.as_mut().expect("live connection");

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Instructions per request of a fastpath binary, counted by callgrind: exact and repeatable
+# (the same binary and inputs give the same count whatever else the machine is doing), so a
+# change can be compared with the code it changes where a timed benchmark would be noisy.
+#
+# Usage: bench/instructions.sh [--close] BINARY [BASELINE_BINARY]
+#
+# Serves a 1 KiB file with one worker (epoll) under valgrind --tool=callgrind, loads it with
+# `fastpath bench` (8 connections, keep-alive, or a new connection per request with
+# --close) for 2 s and then for 5 s, and reports the slope: (instructions of the long run -
+# instructions of the short run) / (replies of the long run - replies of the short run),
+# which leaves out start-up and exit. With a second binary, both are measured and the
+# ratio is given. The load generator is the first binary's `fastpath bench`.
+# Needs valgrind (apt-get install valgrind).
+set -euo pipefail
+
+MODE=keepalive
+if [[ "${1:-}" == "--close" ]]; then
+    MODE=close
+    shift
+fi
+[[ $# -ge 1 ]] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install valgrind)" >&2; exit 1; }
+
+LOADGEN="$(realpath "$1")"
+WORK="$(mktemp -d /tmp/fastpath-instructions.XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/www"
+head -c 1024 /dev/urandom > "$WORK/www/1k.bin"
+cat > "$WORK/fastpath.toml" <<EOF
+workers = 1
+model = "epoll"
+root = "$WORK/www"
+[log]
+access = "off"
+error = "stderr"
+level = "warn"
+EOF
+
+# Prints "REPLIES INSTRUCTIONS" for one run of `seconds` against `binary`.
+run() {
+    local binary=$1 seconds=$2 port=$3
+    valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" "$binary" serve \
+        --config "$WORK/fastpath.toml" --listen "127.0.0.1:$port" > "$WORK/server.log" 2>&1 &
+    local server=$!
+    for _ in $(seq 100); do
+        curl -s -o /dev/null "http://127.0.0.1:$port/1k.bin" && break
+        sleep 0.2
+    done
+    local extra=()
+    [[ $MODE == close ]] && extra=(--no-keepalive)
+    local replies
+    replies=$("$LOADGEN" bench -t 1 -q --json -d "${seconds}s" -c 8 "${extra[@]}" \
+        "http://127.0.0.1:$port/1k.bin" | python3 -c 'import json,sys; print(json.load(sys.stdin)["replies"])')
+    kill -INT "$server"
+    wait "$server" 2>/dev/null || true
+    local instructions
+    instructions=$(grep -h '^summary:' "$WORK/cg.out" | awk '{print $2}')
+    echo "$replies $instructions"
+}
+
+# Prints the instructions per request of `binary`.
+per_request() {
+    local binary=$1
+    read -r r1 i1 < <(run "$binary" 2 18771)
+    read -r r2 i2 < <(run "$binary" 5 18772)
+    python3 -c "print(round(($i2 - $i1) / ($r2 - $r1)))"
+}
+
+first=$(per_request "$1")
+echo "$1: $first instructions per request ($MODE)"
+if [[ $# -ge 2 ]]; then
+    second=$(per_request "$2")
+    echo "$2: $second instructions per request ($MODE)"
+    python3 -c "print(f'ratio: {$first / $second:.3f}')"
+fi
