@@ -284,3 +284,85 @@ fn without_root_the_user_must_be_the_current_one() {
     let (said, running) = serve_as_nobody(&same);
     assert!(said.contains("listening on") && running, "{said}");
 }
+
+/// Lines of the file at `path` (none if it is missing) that contain `needle`.
+fn count_lines(path: &std::path::Path, needle: &str) -> usize {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+httptest!(
+    logs_reopened_after_the_switch_are_opened_as_the_user,
+    |model| {
+        if !as_root("privileges::logs_reopened_after_the_switch_are_opened_as_the_user") {
+            return;
+        }
+        let (uid, gid) = ids_of("nobody");
+        let site = public_site();
+        site.file("b.txt", "bee");
+        site.file("c.txt", "sea");
+        // Root's directory, which the user may enter but not create files in.
+        let logs = site.base().join("logs");
+        fs::set_permissions(&logs, fs::Permissions::from_mode(0o755)).unwrap();
+        let (access, error) = (logs.join("access.log"), logs.join("error.log"));
+        let mut srv = site
+            .server(model)
+            .without_run_as_root()
+            .config(
+                "root = \"root\"\nuser = \"nobody\"\n[prefork]\nstart = 1\nmin_spare = 1\n\
+             [log]\naccess = \"logs/access.log\"\nerror = \"logs/error.log\"\n",
+            )
+            .listening_line_in(error.clone())
+            .start();
+        srv.get("/a.txt").assert_ok(200, "hello");
+        let written = wait_for(Duration::from_secs(5), || {
+            (count_lines(&access, "/a.txt") == 1).then_some(())
+        });
+        assert!(written.is_some(), "no access-log line\n{}", srv.report());
+
+        // logrotate with `create 0640 nobody nogroup`: rename, create the new files for the
+        // user, signal. The server reopens them as the user.
+        for path in [&access, &error] {
+            fs::rename(path, path.with_extension("log.1")).unwrap();
+            fs::File::create(path).unwrap();
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+            fs::set_permissions(path, fs::Permissions::from_mode(0o640)).unwrap();
+        }
+        srv.signal(libc::SIGUSR1);
+        let moved = wait_for(Duration::from_secs(5), || {
+            srv.get("/b.txt").assert_ok(200, "bee");
+            (count_lines(&access, "/b.txt") >= 1).then_some(())
+        });
+        assert!(
+            moved.is_some(),
+            "the access log was not reopened\n{}",
+            srv.report()
+        );
+        assert_eq!(count_lines(&access.with_extension("log.1"), "/b.txt"), 0);
+
+        // Without `create`, the user cannot make a new file in root's directory: the reopen
+        // fails, the error log says so, and the lines go on to the renamed file.
+        let renamed = access.with_extension("log.2");
+        fs::rename(&access, &renamed).unwrap();
+        srv.signal(libc::SIGUSR1);
+        let said = wait_for(Duration::from_secs(5), || {
+            srv.get("/c.txt").assert_ok(200, "sea");
+            (count_lines(&error, "cannot reopen the access log") >= 1).then_some(())
+        });
+        assert!(
+            said.is_some(),
+            "the failed reopen was not said\n{}",
+            srv.report()
+        );
+        let kept = wait_for(Duration::from_secs(5), || {
+            (count_lines(&renamed, "/c.txt") >= 1).then_some(())
+        });
+        assert!(
+            kept.is_some(),
+            "lines lost after a failed reopen\n{}",
+            srv.report()
+        );
+        assert!(!access.exists(), "a file was created in root's directory");
+        srv.stop(libc::SIGTERM, Duration::from_secs(10));
+    }
+);
