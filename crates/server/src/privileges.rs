@@ -5,9 +5,9 @@
 //! good: supplementary groups, group, user, in that order, and checks that the user cannot be
 //! changed back. See docs/operations.md.
 //!
-//! This is plain libc rather than a crate: five calls (getpwnam_r, getgrnam_r, getgrouplist,
-//! setgroups, setresgid/setresuid) whose buffers and error conventions are simple enough to
-//! handle here, and the server already links libc.
+//! This is plain libc rather than a crate: a handful of calls (getpwnam_r, getpwuid_r,
+//! getgrnam_r, getgrouplist, setgroups, setresgid, setresuid) whose buffers and error
+//! conventions are simple enough to handle here, and the server already links libc.
 
 use std::ffi::{CStr, CString};
 use std::io;
