@@ -70,6 +70,15 @@ prefix = "/app/"
 """
 
 
+def root_flag(binary):
+    """`--run-as-root` for a fastpath that refuses root without it, when run as root (the
+    work directory is private to root); nothing for one from before that rule."""
+    if os.geteuid() != 0:
+        return []
+    help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True).stdout
+    return ["--run-as-root"] if "--run-as-root" in help_text else []
+
+
 def cpu_of_tree(pid):
     """user+sys seconds of a process and all its descendants."""
     total = 0
@@ -220,12 +229,13 @@ def main():
         for i, model in enumerate(models):
             port = PORTS["fastpath"] + 10 + i
             fp = start([binary, "serve", "--config", config, "--model", model,
-                        "--listen", f"127.0.0.1:{port}"], 0, port)
+                        "--listen", f"127.0.0.1:{port}"] + root_flag(binary), 0, port)
             targets[f"fastpath {model}"] = (fp.pid, f"http://127.0.0.1:{port}/app/1k.bin")
             if args.baseline_bin:
                 port += len(models)
-                base = start([os.path.abspath(args.baseline_bin), "serve", "--config", config,
-                              "--model", model, "--listen", f"127.0.0.1:{port}"], 0, port)
+                base_bin = os.path.abspath(args.baseline_bin)
+                base = start([base_bin, "serve", "--config", config, "--model", model,
+                              "--listen", f"127.0.0.1:{port}"] + root_flag(base_bin), 0, port)
                 targets[f"fastpath (base) {model}"] = (
                     base.pid, f"http://127.0.0.1:{port}/app/1k.bin")
         ng = start(["nginx", "-c", write("proxy.conf", NGINX_PROXY.format(
@@ -241,7 +251,8 @@ def main():
         threading.Thread(target=slow_backend, args=(PORTS["slow"], stop), daemon=True).start()
         wait_port(PORTS["slow"])
         iso_conf = write("iso.toml", FASTPATH_PROXY.format(root=root, backend=PORTS["slow"]))
-        iso = start([binary, "serve", "--config", iso_conf, "--listen", "127.0.0.1:18255"], 0, 18255)
+        iso = start([binary, "serve", "--config", iso_conf, "--listen", "127.0.0.1:18255"]
+                    + root_flag(binary), 0, 18255)
         alone = measure(binary, iso.pid, "http://127.0.0.1:18255/static.bin", args.duration)
         slow_load = subprocess.Popen(
             ["taskset", "-c", "1", binary, "bench", "-t", "1", "-q", "--json", "-c", "64",

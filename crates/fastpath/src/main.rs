@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! fastpath serve [DIR] [--listen ADDR:PORT] [--config FILE] [--workers N] [--model NAME]
+//!                [--run-as-root]
 //! fastpath check --config FILE
 //! fastpath bench [OPTIONS] URL...   (see fastpath-bench)
 //! ```
@@ -42,6 +43,9 @@ enum Command {
         /// Concurrency model: auto, epoll, uring, percore, threads or prefork.
         #[arg(long)]
         model: Option<String>,
+        /// Started as root without `user`, run as root rather than refuse (`run_as_root`).
+        #[arg(long)]
+        run_as_root: bool,
     },
     /// Validate a configuration file and print every error with its line and column.
     Check {
@@ -64,7 +68,8 @@ fn main() -> ExitCode {
             config,
             workers,
             model,
-        } => serve(dir, listen, config, workers, model),
+            run_as_root,
+        } => serve(dir, listen, config, workers, model, run_as_root),
     }
 }
 
@@ -103,6 +108,7 @@ fn serve(
     config_path: Option<PathBuf>,
     workers: Option<usize>,
     model: Option<String>,
+    run_as_root: bool,
 ) -> ExitCode {
     let mut config = match &config_path {
         Some(path) => match Config::load(path) {
@@ -137,6 +143,9 @@ fn serve(
                 return ExitCode::FAILURE;
             }
         }
+    }
+    if run_as_root {
+        config.run_as_root = true;
     }
     if let Err(e) = fastpath_server::init_error_log(&config.log) {
         eprintln!("fastpath: cannot open the error log: {e}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::util::*;
 
 /// Runs `cmd` to completion, killing it (and failing) after 10 s.
-fn run(mut cmd: Command) -> Output {
+pub(crate) fn run(mut cmd: Command) -> Output {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -296,7 +296,8 @@ httptest!(
             .arg("--listen")
             .arg(srv.addr().to_string())
             .arg("--model")
-            .arg(model);
+            .arg(model)
+            .arg("--run-as-root");
         let out = run(cmd);
         assert!(!out.status.success(), "{}", show(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);

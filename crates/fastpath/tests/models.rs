@@ -281,6 +281,7 @@ fn functions_run_inside(model: &str, toggle: &str) -> Option<String> {
             &format!("127.0.0.1:{port}"),
             "--model",
             model,
+            "--run-as-root",
         ])
         .arg(site.root())
         .stdin(Stdio::null())
@@ -458,6 +459,7 @@ fn a_prefork_server_whose_children_cannot_start_says_why_at_once() {
             "127.0.0.1:0",
             "--model",
             "prefork",
+            "--run-as-root",
             "--config",
         ])
         .arg(&config)

@@ -22,6 +22,7 @@ mod logs;
 mod models;
 mod paths;
 mod precompressed;
+mod privileges;
 mod ranges;
 mod shutdown;
 mod vhosts;

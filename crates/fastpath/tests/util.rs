@@ -155,6 +155,7 @@ impl Site {
             args: Vec::new(),
             nofile: None,
             listening_in: None,
+            run_as_root: true,
         }
     }
 
@@ -198,6 +199,7 @@ pub struct ServerBuilder<'a> {
     args: Vec<String>,
     nofile: Option<u64>,
     listening_in: Option<PathBuf>,
+    run_as_root: bool,
 }
 
 impl ServerBuilder<'_> {
@@ -210,6 +212,14 @@ impl ServerBuilder<'_> {
     /// Appends a command-line argument.
     pub fn arg(mut self, arg: &str) -> Self {
         self.args.push(arg.to_string());
+        self
+    }
+
+    /// Leaves out `--run-as-root`, which every other server gets: the tests run as root (CI
+    /// does), where fastpath refuses to start without `user` or that opt-in. A `user` in the
+    /// configuration still wins over it.
+    pub fn without_run_as_root(mut self) -> Self {
+        self.run_as_root = false;
         self
     }
 
@@ -238,6 +248,9 @@ impl ServerBuilder<'_> {
             }
         }
         cmd.args(["--listen", "127.0.0.1:0", "--model", self.model]);
+        if self.run_as_root {
+            cmd.arg("--run-as-root");
+        }
         cmd.args(&self.args);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -14,6 +14,8 @@ use std::time::Duration;
 use fastpath_drivers::{ModelKind, ModelSettings};
 use fastpath_handover::{BackendConfig, RouteRule};
 
+pub use crate::privileges::User;
+
 mod check;
 mod keys;
 #[cfg(test)]
@@ -56,6 +58,13 @@ pub struct Config {
     /// Route rules (`[[route]]`), in file order, which is the order they are
     /// tried in.
     pub routes: Vec<RouteRule>,
+    /// The user the serving processes run as when started as root (`user`), looked up when
+    /// the file is read.
+    pub user: Option<User>,
+    /// Their group (`group`); `None` for the user's primary group.
+    pub group: Option<u32>,
+    /// Keep running as root when started as root without `user` (`run_as_root`).
+    pub run_as_root: bool,
 }
 
 /// The most worker threads a configuration or the command line may ask for.
@@ -228,6 +237,9 @@ impl Default for Config {
             handover: HandoverConfig::default(),
             backends: Vec::new(),
             routes: Vec::new(),
+            user: None,
+            group: None,
+            run_as_root: false,
         }
     }
 }

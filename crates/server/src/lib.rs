@@ -21,6 +21,7 @@ pub mod config;
 mod error_log;
 mod hand_over;
 mod handler;
+mod privileges;
 mod proxy;
 mod reply;
 mod routing;
@@ -51,6 +52,8 @@ pub enum ServeError {
     Bind(io::Error),
     /// The access log could not be opened.
     AccessLog(io::Error),
+    /// The user, group and root settings do not allow starting (see `privileges`).
+    Privileges(String),
     /// The event loops failed.
     Run(io::Error),
 }
@@ -63,6 +66,7 @@ impl std::fmt::Display for ServeError {
             }
             ServeError::Bind(e) => write!(f, "cannot listen: {e}"),
             ServeError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
+            ServeError::Privileges(why) => f.write_str(why),
             ServeError::Run(e) => write!(f, "server failed: {e}"),
         }
     }
@@ -238,6 +242,9 @@ impl Drop for Shared {
 /// Runs the server described by `config` until `stop` is set.
 pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
     fastpath_drivers::ignore_sigpipe();
+    // Decided before anything is bound or opened, so a refusal leaves nothing behind.
+    let switch = privileges::plan(config.user.as_ref(), config.group, config.run_as_root)
+        .map_err(ServeError::Privileges)?;
     for note in config.model_notes() {
         tracing::info!("{note}");
     }
@@ -265,8 +272,20 @@ pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
     // that serve open their own.
     virtual_hosts(config, Watching::Off)?;
     AccessLog::start_direct(&config.log.access).map_err(ServeError::AccessLog)?;
+    if let Some(switch) = &switch {
+        tracing::info!("serving as {}", switch.who());
+    }
+    // Every process that serves opens its roots and its access log as root, then drops for
+    // good before it takes a connection: here for the threaded models, in each child for
+    // prefork, whose parent stays root to start children that can do the same
+    // (docs/operations.md says why).
     let start = |process: Process| {
-        Shared::start(config, layout.handlers, process.single_threaded).map_err(io::Error::other)
+        let shared = Shared::start(config, layout.handlers, process.single_threaded)
+            .map_err(io::Error::other)?;
+        if let Some(switch) = &switch {
+            switch.apply()?;
+        }
+        Ok(shared)
     };
     fastpath_drivers::run_service(
         model,

@@ -40,6 +40,8 @@ use fastpath_handover::{
     parse_backend_addr, BackendConfig, HandoverMethod, RouteRule, MAX_UNIX_PATH,
 };
 
+use crate::privileges::{lookup_group, lookup_user};
+
 use super::check::{
     check_dir, key, required, resolve, to_usize, Checker, Field, Kind, Section, SeenBackend,
     TableSpec,
@@ -101,6 +103,15 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     key("backend", "", Tables(|ck, tables, c| c.backends = ck.backends(tables))),
     // Which requests go to which backend, and how.
     key("route", "", Tables(|ck, tables, c| c.routes = ck.routes(tables))),
+
+    // ---- Privileges: who the serving processes run as when started as root.
+    // The user, a name or a numeric id.
+    key("user", "none", Text(|c, s| lookup_user(s).map(|u| c.user = Some(u)))),
+    // The group, a name or a numeric id.
+    key("group", "the user's primary group",
+        Text(|c, s| lookup_group(s).map(|g| c.group = Some(g)))),
+    // Started as root without `user`, keep running as root rather than refuse to start.
+    key("run_as_root", "false", Bool(|c, b| c.run_as_root = b)),
 ]};
 
 // The concurrency models' own tables, read through `prefork`, `threads` and
@@ -285,6 +296,7 @@ impl<'a> Checker<'a> {
             span: None,
         };
         self.read_table(&top, &TOP, &mut c);
+        self.user_and_group(top.table, &c);
         if Field::get(top.table, "root").is_none() {
             // The default root is the config file's directory, which
             // normally exists; a position-less error covers the odd case.
@@ -294,6 +306,29 @@ impl<'a> Checker<'a> {
             }
         }
         c
+    }
+
+    /// `group` needs `user`, and a numeric `user` the system does not know needs `group`.
+    fn user_and_group(&mut self, top: &'a dyn toml_edit::TableLike, c: &Config) {
+        let group = Field::get(top, "group");
+        match (Field::get(top, "user"), &c.user) {
+            (None, _) => {
+                if let Some(f) = group {
+                    let message = "`group` needs `user`: the group is only switched to \
+                                   together with the user"
+                        .to_owned();
+                    self.error(f.key.span(), message);
+                }
+            }
+            (Some(f), Some(user)) if user.gid.is_none() && group.is_none() => {
+                let message = format!(
+                    "user {} is not in the user database, so it has no primary group: set `group`",
+                    user.uid
+                );
+                self.error(f.value_span(), message);
+            }
+            _ => {}
+        }
     }
 
     fn listen(&mut self, f: Field<'a>) -> Vec<SocketAddr> {

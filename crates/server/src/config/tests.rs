@@ -231,6 +231,7 @@ fn example_file_uses_every_key() {
         "index",
         "dotfiles",
         "precompressed",
+        "run_as_root",
         "[limits]",
         "max_connections",
         "max_request_line",
@@ -796,6 +797,54 @@ fn columns_count_characters_and_handle_crlf() {
         "`level` must be one of",
     );
     assert_error("index = [\"é\", \"é/x\"]", 1, 15, "plain file name");
+}
+
+#[test]
+fn user_and_group_are_looked_up() {
+    let c = ok("user = \"root\"\n");
+    let user = c.user.unwrap();
+    assert_eq!(
+        (user.name.as_deref(), user.uid, user.gid),
+        (Some("root"), 0, Some(0))
+    );
+    assert_eq!(c.group, None);
+    let c = ok("user = \"0\"\ngroup = \"root\"\nrun_as_root = true\n");
+    assert_eq!(c.user.unwrap().name.as_deref(), Some("root"));
+    assert_eq!((c.group, c.run_as_root), (Some(0), true));
+    // A numeric id the system does not know is taken as it is, with a group.
+    let c = ok("user = \"4000000\"\ngroup = \"4000001\"\n");
+    assert_eq!(c.user.unwrap().uid, 4_000_000);
+    assert_eq!(c.group, Some(4_000_001));
+}
+
+#[test]
+fn unknown_users_and_groups_are_errors_at_their_values() {
+    assert_error(
+        "workers = 1\nuser = \"no-such-user-here\"\n",
+        2,
+        8,
+        "unknown user \"no-such-user-here\"",
+    );
+    assert_error(
+        "user = \"root\"\ngroup = \"no-such-group\"\n",
+        2,
+        9,
+        "unknown group \"no-such-group\"",
+    );
+    assert_error("user = \"\"\n", 1, 8, "`user` must not be empty");
+    assert_error("group = \"root\"\n", 1, 1, "`group` needs `user`");
+    assert_error(
+        "user = \"4000000\"\n",
+        1,
+        8,
+        "no primary group: set `group`",
+    );
+    assert_error(
+        "run_as_root = 1\n",
+        1,
+        15,
+        "`run_as_root` must be a boolean",
+    );
 }
 
 #[test]
