@@ -24,4 +24,5 @@ mod paths;
 mod precompressed;
 mod ranges;
 mod shutdown;
+mod systemd;
 mod vhosts;
