@@ -424,3 +424,47 @@ fn notify_abstract_socket() {
     assert!(got.iter().any(|m| m.contains("STOPPING=1")), "{got:?}");
     assert!(server.wait_exit(Duration::from_secs(10)).success());
 }
+
+// A graceful stop leaves an inherited socket listening, as systemd keeps it across restarts:
+// fastpath (every model, the prefork parent included, which shuts its own sockets down) only
+// closes its copies, and a client that connects after the stop waits in the backlog for the
+// next start instead of being refused. The socket is the test's here, passed as systemd does.
+httptest!(graceful_stop_leaves_inherited_socket_listening, |model| {
+    let site = Site::new();
+    site.file("index.html", "kept\n");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" serve "$1" --model "$2" --workers 2"#)
+        .arg(BIN)
+        .arg(site.root())
+        .arg(model);
+    // SAFETY: dup2 is async-signal-safe; the copy at 3 is not close-on-exec, as systemd's.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(fd, 3) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut server = Activated::spawn(cmd);
+    server.wait_stderr(&format!("listening on {addr} (inherited socket fd 3;"));
+    Conn::open(addr)
+        .exchange(req("GET", "/index.html", &[]))
+        .assert_ok(200, "kept\n");
+    server.signal(libc::SIGTERM);
+    let status = server.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "exit {status:?}\n{}", server.report());
+    let late = std::net::TcpStream::connect_timeout(&addr, IO_TIMEOUT);
+    assert!(
+        late.is_ok(),
+        "refused after the stop: {late:?}\n{}",
+        server.report()
+    );
+    // The client is in the socket's backlog, for the next server.
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_ok(), "{}", server.report());
+});
