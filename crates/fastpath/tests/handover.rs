@@ -747,10 +747,20 @@ httptest!(
             model,
             &config(&backend, "prefix = \"/app/\"", "workers = 1"),
         );
+        let single_pool = matches!(model, "epoll" | "uring");
+        let idle = sockets_and_pipes(srv.pid());
         for i in 0..10 {
             let r = srv.get(&format!("/app/{i}"));
             r.assert_status(200);
             assert!(r.text().starts_with(&format!("GET /app/{i} HTTP/1.1")));
+            if single_pool {
+                // The backend connection reaches the pool once the server has seen this
+                // client close, which may come after the next client's request: wait until
+                // the client's socket is gone (only the pooled connection left).
+                wait_for(Duration::from_secs(5), || {
+                    (sockets_and_pipes(srv.pid()) <= idle + 1).then_some(())
+                });
+            }
         }
         // A client's backend connection goes to its worker's pool when the client leaves,
         // and the next client takes it. Models with several workers, threads or processes
