@@ -2,10 +2,11 @@
 //! the logs, composed over the drivers, protocol, content and hand-over layers.
 //!
 //! [`serve`] binds the listeners, opens every site, starts the access log and runs the
-//! concurrency model named in the configuration until the stop flag is set. The handler it
-//! runs is the same for every model: it parses requests with `fastpath-http`, asks
-//! `fastpath-handover` whether a backend takes each and `fastpath-content` what the others
-//! get, and queues the response on the connection.
+//! concurrency model named in the configuration until the stop flag is set; [`serve_with`]
+//! does the same under systemd (see [`systemd`]): on the sockets it passed, telling it how the
+//! server is doing. The handler it runs is the same for every model: it parses requests with
+//! `fastpath-http`, asks `fastpath-handover` whether a backend takes each and
+//! `fastpath-content` what the others get, and queues the response on the connection.
 //!
 //! ```no_run
 //! use fastpath_server::{config::Config, serve};
