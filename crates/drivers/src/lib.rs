@@ -23,7 +23,10 @@
 //!   loop's worker: pinned per-core loops, a thread pool with a bound on running threads,
 //!   preforked single-threaded processes;
 //! - `model.rs`: each [`Model`]'s name, [`Layout`] and the entry points [`run`] and
-//!   [`run_service`].
+//!   [`run_service`];
+//! - `listener.rs`: the listening sockets, bound per worker ([`bind_listeners`]) or inherited
+//!   from a service manager and shared ([`Listeners::from_inherited`]), and [`liveness`], the
+//!   loops' heartbeat for a supervisor's watchdog.
 //!
 //! Every model honours the same contract, so the choice is one of speed, isolation and
 //! memory, never of features. The epoll model works everywhere; [`uring_available`] says
@@ -80,6 +83,7 @@ mod common;
 mod connection;
 mod contract;
 mod listener;
+pub mod liveness;
 mod loops;
 mod model;
 mod pools;

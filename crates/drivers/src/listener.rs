@@ -1,5 +1,6 @@
 //! Listening sockets: one per worker and address, bound with SO_REUSEPORT so the kernel spreads
-//! connections over the workers and no accept lock is shared.
+//! connections over the workers and no accept lock is shared; or sockets inherited from a
+//! service manager (systemd socket activation), which every worker shares.
 
 use std::io;
 use std::net::SocketAddr;
@@ -7,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::sys::setsockopt_int;
+use crate::sys::{setsockopt_int, syscall};
 
 /// Listen backlog: the kernel caps it at net.core.somaxconn anyway.
 pub const LISTEN_BACKLOG: i32 = 4096;
@@ -31,6 +32,10 @@ pub struct Listeners {
     pub local_addrs: Vec<SocketAddr>,
     /// What the kernel supported.
     pub features: ListenerFeatures,
+    /// The sockets were inherited ([`Listeners::from_inherited`]): every worker holds a
+    /// duplicate of the same socket, and the service manager may hold it too, so a graceful
+    /// stop closes ours without shutting the socket down for everyone.
+    pub inherited: bool,
 }
 
 /// How one listening address is set up.
@@ -71,6 +76,103 @@ impl Listeners {
     pub(crate) fn into_flat(self) -> Vec<OwnedFd> {
         self.per_worker.into_iter().flatten().collect()
     }
+
+    /// Adopts listening sockets handed over by a service manager (systemd's `LISTEN_FDS`):
+    /// `sockets` holds each descriptor with a label for messages (its number and name). Each
+    /// must be a listening TCP stream socket; it is made non-blocking and close-on-exec, gets
+    /// TCP_NODELAY as our own listeners do, and is otherwise left as the manager set it up
+    /// (backlog, TCP_DEFER_ACCEPT: the socket unit's `DeferAcceptSec=`). SO_REUSEPORT cannot
+    /// give each worker a socket of its own here, so every worker gets a duplicate of the one
+    /// socket and accepts from it (the loops wait on it with EPOLLEXCLUSIVE where they can,
+    /// so one new client wakes one worker, not all).
+    pub fn from_inherited(
+        sockets: Vec<(OwnedFd, String)>,
+        workers: usize,
+    ) -> io::Result<Listeners> {
+        let workers = workers.max(1);
+        let mut per_worker: Vec<Vec<OwnedFd>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut local_addrs = Vec::with_capacity(sockets.len());
+        for (fd, label) in sockets {
+            let addr = adopt(&fd).map_err(|e| io::Error::new(e.kind(), format!("{label}: {e}")))?;
+            for sockets in per_worker.iter_mut().skip(1) {
+                sockets.push(fd.try_clone()?);
+            }
+            per_worker[0].push(fd);
+            local_addrs.push(addr);
+        }
+        Ok(Listeners {
+            per_worker,
+            local_addrs,
+            features: ListenerFeatures { defer_accept: true },
+            inherited: true,
+        })
+    }
+}
+
+/// Checks that an inherited descriptor is a listening TCP socket and readies it: the error says
+/// what it is instead, and what to change in the socket unit.
+fn adopt(fd: &OwnedFd) -> io::Result<SocketAddr> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fstat into a zeroed struct of the right type.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    syscall!(fstat(raw, &mut stat))?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a socket (fastpath serves only listening TCP sockets: ListenStream=ADDR:PORT)",
+        ));
+    }
+    let domain = getsockopt_int(raw, libc::SO_DOMAIN)?;
+    let kind = getsockopt_int(raw, libc::SO_TYPE)?;
+    if domain == libc::AF_UNIX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a Unix socket, which fastpath does not serve yet (use ListenStream=ADDR:PORT or \
+             ListenStream=PORT, a TCP socket)",
+        ));
+    }
+    if domain != libc::AF_INET && domain != libc::AF_INET6 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a socket of address family {domain}, not TCP (use ListenStream=ADDR:PORT)"),
+        ));
+    }
+    if kind != libc::SOCK_STREAM {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a stream socket (ListenDatagram= or ListenSequentialPacket=?): fastpath needs \
+             ListenStream=",
+        ));
+    }
+    if getsockopt_int(raw, libc::SO_ACCEPTCONN)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a TCP socket that is not listening (a connection, as systemd passes with \
+             Accept=yes?): fastpath needs the listening socket, Accept=no",
+        ));
+    }
+    let socket = socket2::SockRef::from(fd);
+    socket.set_nonblocking(true)?;
+    socket.set_cloexec(true)?;
+    // As on our own listeners: accepted sockets inherit it.
+    let _ = socket.set_tcp_nodelay(true);
+    socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("listener has no inet address"))
+}
+
+fn getsockopt_int(fd: i32, name: i32) -> io::Result<i32> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    syscall!(getsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        name,
+        (&mut value as *mut libc::c_int).cast(),
+        &mut len
+    ))?;
+    Ok(value)
 }
 
 /// The address index of entry `flat_index` of [`Listeners::into_flat`], for `addresses` bound
@@ -122,6 +224,7 @@ pub fn bind_listeners_with(
         per_worker,
         local_addrs,
         features,
+        inherited: false,
     })
 }
 

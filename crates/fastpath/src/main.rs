@@ -110,6 +110,8 @@ fn serve(
     model: Option<String>,
     run_as_root: bool,
 ) -> ExitCode {
+    // First, while the process has one thread: it unsets the variables it reads.
+    let systemd = fastpath_server::systemd::Systemd::from_env();
     let mut config = match &config_path {
         Some(path) => match Config::load(path) {
             Ok(config) => config,
@@ -152,7 +154,7 @@ fn serve(
         return ExitCode::FAILURE;
     }
     let stop = fastpath_drivers::signals::install_stop_handler();
-    match fastpath_server::serve(&config, stop) {
+    match fastpath_server::serve_with(&config, stop, systemd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Said once on the terminal; the error log has it too when it is somewhere else.

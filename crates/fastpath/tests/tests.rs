@@ -25,4 +25,5 @@ mod precompressed;
 mod privileges;
 mod ranges;
 mod shutdown;
+mod systemd;
 mod vhosts;

@@ -2,10 +2,11 @@
 //! the logs, composed over the drivers, protocol, content and hand-over layers.
 //!
 //! [`serve`] binds the listeners, opens every site, starts the access log and runs the
-//! concurrency model named in the configuration until the stop flag is set. The handler it
-//! runs is the same for every model: it parses requests with `fastpath-http`, asks
-//! `fastpath-handover` whether a backend takes each and `fastpath-content` what the others
-//! get, and queues the response on the connection.
+//! concurrency model named in the configuration until the stop flag is set; [`serve_with`]
+//! does the same under systemd (see [`systemd`]): on the sockets it passed, telling it how the
+//! server is doing. The handler it runs is the same for every model: it parses requests with
+//! `fastpath-http`, asks `fastpath-handover` whether a backend takes each and
+//! `fastpath-content` what the others get, and queues the response on the connection.
 //!
 //! ```no_run
 //! use fastpath_server::{config::Config, serve};
@@ -25,6 +26,7 @@ mod privileges;
 mod proxy;
 mod reply;
 mod routing;
+pub mod systemd;
 mod vhosts;
 
 use std::io;
@@ -32,7 +34,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
-use fastpath_drivers::{bind_listeners, DriverConfig, Process};
+use fastpath_drivers::{bind_listeners, DriverConfig, Listeners, Process};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
 use fastpath_handover::{BackendConfig, BackendState, ResponseCache, Routes};
 
@@ -41,6 +43,7 @@ pub use error_log::init_error_log;
 
 use crate::config::{Config, HostConfig};
 use crate::handler::{HandlerSettings, HttpHandler};
+use crate::systemd::{Notify, Systemd};
 use crate::vhosts::VirtualHosts;
 
 /// Why the server could not start or stopped with an error.
@@ -239,8 +242,18 @@ impl Drop for Shared {
     }
 }
 
-/// Runs the server described by `config` until `stop` is set.
+/// Runs the server described by `config` until `stop` is set, on the addresses it names.
 pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
+    serve_with(config, stop, Systemd::default())
+}
+
+/// [`serve`] under systemd: on the sockets it passed, if any, instead of the configured
+/// addresses, notifying it of readiness, status, the stop and the watchdog when it asks.
+pub fn serve_with(
+    config: &Config,
+    stop: &AtomicBool,
+    mut systemd: Systemd,
+) -> Result<(), ServeError> {
     fastpath_drivers::ignore_sigpipe();
     // Decided before anything is bound or opened, so a refusal leaves nothing behind.
     let switch = privileges::plan(config.user.as_ref(), config.group, config.run_as_root)
@@ -251,15 +264,45 @@ pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
     let model = driver_model(config);
     let workers = worker_count(config.workers);
     let layout = model.layout(workers);
-    let listeners =
-        bind_listeners(&config.listen, layout.listener_sets).map_err(ServeError::Bind)?;
+    let inherited = std::mem::replace(&mut systemd.sockets, Ok(Vec::new())).map_err(|e| {
+        ServeError::Bind(io::Error::new(e.kind(), format!("socket activation: {e}")))
+    })?;
+    let labels: Vec<String> = inherited.iter().map(|(_, label)| label.clone()).collect();
+    let listeners = if inherited.is_empty() {
+        bind_listeners(&config.listen, layout.listener_sets)
+    } else {
+        // The socket unit says where to listen: `listen` is not bound as well, as a server
+        // that also bound its own addresses would hold ports the unit does not know of.
+        tracing::info!(
+            "socket activation: serving the {} socket{} systemd passed; `listen` is not used",
+            labels.len(),
+            if labels.len() == 1 { "" } else { "s" }
+        );
+        Listeners::from_inherited(inherited, layout.listener_sets)
+    }
+    .map_err(ServeError::Bind)?;
     if !listeners.features.defer_accept {
         tracing::info!("TCP_DEFER_ACCEPT is not available; accepting connections before their first bytes arrive");
     }
     let shape = model.shape(workers);
-    for addr in &listeners.local_addrs {
-        tracing::info!("listening on {addr} ({}, {shape})", model.name());
+    for (i, addr) in listeners.local_addrs.iter().enumerate() {
+        match labels.get(i) {
+            Some(label) => {
+                tracing::info!("listening on {addr} ({label}; {}, {shape})", model.name())
+            }
+            None => tracing::info!("listening on {addr} ({}, {shape})", model.name()),
+        }
     }
+    let addrs: Vec<String> = listeners
+        .local_addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let status = format!(
+        "serving on {} ({}, {shape})",
+        addrs.join(", "),
+        model.name()
+    );
     let driver_config = DriverConfig {
         max_connections: config.limits.max_connections,
         send_timeout: config.timeouts.send,
@@ -287,7 +330,16 @@ pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
         }
         Ok(shared)
     };
-    fastpath_drivers::run_service(
+    let notify = Notify::start(&mut systemd);
+    if let Some(notify) = &notify {
+        notify.watch(&systemd);
+        // Listening, with every root and the log checked: clients are served from here on.
+        notify.send(&format!(
+            "READY=1\nMAINPID={}\nSTATUS={status}",
+            std::process::id()
+        ));
+    }
+    let served = fastpath_drivers::run_service(
         model,
         listeners,
         &driver_config,
@@ -295,5 +347,11 @@ pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
         &start,
         |shared: &Shared, _worker| shared.handler(),
     )
-    .map_err(ServeError::Run)
+    .map_err(ServeError::Run);
+    if let Some(notify) = &notify {
+        // Said already when a graceful stop began; this covers a stop at once (SIGINT) and a
+        // failure.
+        notify.stopping();
+    }
+    served
 }

@@ -125,8 +125,12 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     fn watch_listeners(&self, on: bool) -> io::Result<()> {
         for (i, listener) in self.listeners.iter().enumerate() {
+            // EPOLLEXCLUSIVE: an inherited listener is shared by every worker, and a new client
+            // should wake one of them, not all (our own SO_REUSEPORT listeners are in one epoll
+            // set each, where it changes nothing). Kernels before 4.5 refuse it: then without.
+            let exclusive = if on { libc::EPOLLEXCLUSIVE as u32 } else { 0 };
             let mut event = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
+                events: libc::EPOLLIN as u32 | exclusive,
                 u64: Token {
                     index: i,
                     generation: 0,
@@ -138,12 +142,23 @@ impl<'a, H: Handler> Worker<'a, H> {
             } else {
                 libc::EPOLL_CTL_DEL
             };
-            syscall!(epoll_ctl(
+            let added = syscall!(epoll_ctl(
                 self.epoll_fd(),
                 op,
                 listener.as_raw_fd(),
                 &mut event
-            ))?;
+            ));
+            if matches!(&added, Err(e) if on && e.raw_os_error() == Some(libc::EINVAL)) {
+                event.events = libc::EPOLLIN as u32;
+                syscall!(epoll_ctl(
+                    self.epoll_fd(),
+                    op,
+                    listener.as_raw_fd(),
+                    &mut event
+                ))?;
+            } else {
+                added?;
+            }
         }
         Ok(())
     }
@@ -189,7 +204,10 @@ impl<'a, H: Handler> Worker<'a, H> {
         for i in 0..self.listeners.len() {
             self.accept(i);
         }
-        // Closing a listener also takes it out of the epoll set.
+        // Closing a listener takes it out of the epoll set only when no other descriptor of
+        // it is left, and an inherited one has copies in the other workers and the service
+        // manager: take it out first (if accepting was paused it is out already).
+        let _ = self.watch_listeners(false);
         self.listeners.clear();
         self.tell_drain();
     }

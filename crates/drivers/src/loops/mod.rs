@@ -76,6 +76,7 @@ impl<'a> Core<'a> {
         }
         self.draining = true;
         self.drain_deadline = Some(Instant::now() + self.config.shutdown_timeout);
+        crate::liveness::beat();
         true
     }
 
@@ -126,6 +127,7 @@ impl<'a> Core<'a> {
             return false;
         }
         self.next_tick = self.now + TICK;
+        crate::liveness::beat();
         true
     }
 

@@ -112,7 +112,8 @@ where
     let cpus = allowed_cpus();
     let workers = listeners.per_worker.len();
     let identity = workers == cpus.len() && cpus.iter().enumerate().all(|(i, &c)| i == c);
-    if identity && workers > 1 {
+    // An inherited socket is one socket shared by every core: there is no group to steer in.
+    if identity && workers > 1 && !listeners.inherited {
         // One group per address: the first worker's socket of each stands for its group.
         for socket in &listeners.per_worker[0] {
             if let Err(e) = steer_by_cpu(socket) {

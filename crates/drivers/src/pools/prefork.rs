@@ -305,8 +305,10 @@ pub fn run(
     }
     let prefork = prefork.normalised();
     let addresses = listeners.local_addrs.len();
+    let inherited = listeners.inherited;
     let sockets = listeners.into_flat();
     let mut pool = ChildPool {
+        inherited,
         scoreboard: Scoreboard::new(prefork.max_children)?,
         pids: vec![None; prefork.max_children],
         sockets,
@@ -327,6 +329,7 @@ pub fn run(
     let mut next_maintenance = Instant::now() + MAINTENANCE_INTERVAL;
     let mut reopen = signals::reopen_generation();
     while !stop.load(Ordering::Relaxed) && !signals::draining() {
+        crate::liveness::beat();
         wait_for_child(&child_ended, next_maintenance);
         let ended = pool.reap();
         if stop.load(Ordering::Relaxed) || signals::draining() {
@@ -359,6 +362,7 @@ pub fn run(
         }
     }
     if !stop.load(Ordering::Relaxed) {
+        crate::liveness::beat();
         pool.drain(config.shutdown_timeout);
     }
     pool.stop_all();
@@ -394,6 +398,8 @@ struct ChildPool<'a> {
     scoreboard: Scoreboard,
     pids: Vec<Option<libc::pid_t>>,
     sockets: Vec<OwnedFd>,
+    /// The sockets are a service manager's (socket activation), to be left listening.
+    inherited: bool,
     /// How many addresses the sockets listen on (see [`address_index`]).
     addresses: usize,
     config: &'a DriverConfig,
@@ -591,7 +597,9 @@ impl ChildPool<'_> {
     /// within the grace period (theirs, plus a moment for their last turn). A second signal
     /// to stop (the stop flag) ends the wait.
     fn drain(&mut self, grace: Duration) {
-        for socket in &self.sockets {
+        // An inherited socket is the service manager's, which keeps it listening across
+        // restarts (clients wait in its backlog for the next start): only our copies close.
+        for socket in self.sockets.iter().filter(|_| !self.inherited) {
             // On Linux shutdown(SHUT_RD) of a listening socket stops it listening for every
             // process that holds it (inet_shutdown disconnects a listener): new clients are
             // refused at once, while a busy child that holds a copy finishes its connection.

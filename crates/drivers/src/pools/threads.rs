@@ -172,6 +172,8 @@ where
             }
         }
         let accepted = accept_loop(sockets, addresses, config, pool, active, stop);
+        // A graceful stop ends the loop: the beat that sees it.
+        crate::liveness::beat();
         if signals::draining() {
             // The pool threads let their connections finish within the grace period and then
             // close them (`Worker::serve_connection`); the margin covers their last turn.
@@ -270,6 +272,7 @@ fn accept_loop(
     let mut pause = AcceptPause::default();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; sockets.len().max(1)];
     while !stop.load(Ordering::Relaxed) && !signals::draining() {
+        crate::liveness::beat();
         if !wait_for_idle_thread(pool, stop) {
             break;
         }
@@ -319,6 +322,8 @@ fn wait_for_idle_thread(pool: &Pool, stop: &AtomicBool) -> bool {
         if stop.load(Ordering::Relaxed) || signals::draining() {
             return false;
         }
+        // Every thread busy (long downloads) is no sign of a hung server.
+        crate::liveness::beat();
         idle = pool
             .some_idle
             .wait_timeout(idle, STOP_POLL)
