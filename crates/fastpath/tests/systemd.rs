@@ -40,7 +40,7 @@ impl Activated {
         for env in envs {
             cmd.arg(format!("--setenv={env}"));
         }
-        cmd.arg(BIN).arg("serve").args(serve);
+        cmd.arg(BIN).arg("serve").arg("--run-as-root").args(serve);
         Some(Self::spawn(cmd))
     }
 
@@ -316,7 +316,7 @@ fn activation_refuses_non_socket() {
     let file = site.file("not-a-socket", "x");
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
-        .arg(r#"LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=web exec "$0" serve "$1" 3<"$2""#)
+        .arg(r#"LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=web exec "$0" serve --run-as-root "$1" 3<"$2""#)
         .arg(BIN)
         .arg(site.root())
         .arg(&file);
@@ -405,6 +405,7 @@ fn notify_abstract_socket() {
     };
     let mut cmd = Command::new(BIN);
     cmd.arg("serve")
+        .arg("--run-as-root")
         .arg(site.root())
         .args(["--listen", "127.0.0.1:0", "--model", "epoll"])
         .env("NOTIFY_SOCKET", format!("@{name}"));
@@ -437,14 +438,21 @@ httptest!(graceful_stop_leaves_inherited_socket_listening, |model| {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
-        .arg(r#"LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" serve "$1" --model "$2" --workers 2"#)
+        .arg(r#"LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" serve --run-as-root "$1" --model "$2" --workers 2"#)
         .arg(BIN)
         .arg(site.root())
         .arg(model);
     // SAFETY: dup2 is async-signal-safe; the copy at 3 is not close-on-exec, as systemd's.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(fd, 3) == -1 {
+            // The listener may itself be descriptor 3 (a test run alone has few open), and
+            // dup2 onto itself would leave it close-on-exec: clear the flag instead.
+            let done = if fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 3)
+            };
+            if done == -1 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
