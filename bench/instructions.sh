@@ -40,8 +40,15 @@ EOF
 # Prints "REPLIES INSTRUCTIONS" for one run of `seconds` against `binary`.
 run() {
     local binary=$1 seconds=$2 port=$3
+    # As root, a binary that refuses to run as root without being told must be told (an
+    # older one has no such option).
+    local as_root=()
+    if [[ $(id -u) == 0 ]] && "$binary" serve --help 2>/dev/null | grep -q -- --run-as-root; then
+        as_root=(--run-as-root)
+    fi
     valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" "$binary" serve \
-        --config "$WORK/fastpath.toml" --listen "127.0.0.1:$port" > "$WORK/server.log" 2>&1 &
+        "${as_root[@]}" --config "$WORK/fastpath.toml" --listen "127.0.0.1:$port" \
+        > "$WORK/server.log" 2>&1 &
     local server=$!
     for _ in $(seq 100); do
         curl -s -o /dev/null "http://127.0.0.1:$port/1k.bin" && break
