@@ -369,7 +369,9 @@ impl HttpHandler {
             Route::MethodNotAllowed => (405, sink.writer(date).method_not_allowed(answer)),
             Route::Static(reply) => sink.writer(date).static_reply(&reply, answer),
         };
-        if body_bytes > DEFER_LOG_OVER {
+        // Deferred only where there is a log to write: the copies it takes cost a large
+        // response its share of allocations for nothing otherwise.
+        if body_bytes > DEFER_LOG_OVER && self.access_log.is_some() {
             let [method, target, version] = request_line(request);
             let deferred = Deferred {
                 time: self.clock.log_time().to_vec(),
