@@ -185,14 +185,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return false;
         }
         let open = self.slots.len();
-        if open > 0 && self.core.grace_over() {
-            tracing::warn!(
-                "shutdown grace period over: closing {open} connection{} still open",
-                if open == 1 { "" } else { "s" }
-            );
-            return true;
-        }
-        open == 0
+        self.core.drain_done(open)
     }
 
     /// The start of a graceful stop: takes in the clients already waiting in the backlog

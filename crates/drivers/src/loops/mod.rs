@@ -92,6 +92,19 @@ impl<'a> Core<'a> {
         self.drain_deadline.is_some_and(|at| Instant::now() >= at)
     }
 
+    /// Whether a draining worker with `open` connections is done: none is left, or the grace
+    /// period is over (which is logged with the number it cuts off).
+    pub(crate) fn drain_done(&self, open: usize) -> bool {
+        if open > 0 && self.grace_over() {
+            tracing::warn!(
+                "shutdown grace period over: closing {open} connection{} still open",
+                if open == 1 { "" } else { "s" }
+            );
+            return true;
+        }
+        open == 0
+    }
+
     /// Notes the deadline a handler left on slot `token` if the sweep, every [`TICK`], would
     /// find it late: a service's short timer fires on time, while the usual long ones (header
     /// and keep-alive timeouts) cost one comparison.
