@@ -939,8 +939,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             c.ready_pending = true;
             return true;
         }
-        let next = self.call(index, false);
-        self.apply(index, next)
+        self.call_and_apply(index, false)
     }
 
     /// Cancels the receive while input piles up that the handler is not looking at.
