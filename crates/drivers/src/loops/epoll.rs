@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::buffers::{BufferPool, Flush, FlushError};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
-use crate::loops::{Core, Env, EventLoop};
+use crate::loops::{Core, Env, EventLoop, Timekeeping};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
@@ -77,7 +77,6 @@ pub(crate) struct Worker<'a, H: Handler> {
     handler: H,
     slots: Slab<Slot<H::Conn>>,
     /// Slots whose deadlines came this turn (kept for its allocation).
-    due: Vec<Token>,
     core: Core<'a>,
 }
 
@@ -96,7 +95,6 @@ impl<'a, H: Handler> Worker<'a, H> {
             listeners,
             handler,
             slots: Slab::default(),
-            due: Vec::new(),
             core: Core::new(env, BufferPool::default()),
         };
         if !worker.listeners.is_empty() {
@@ -194,9 +192,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// connection.
     fn begin_drain(&mut self) {
         self.core.now = Instant::now();
-        for i in 0..self.listeners.len() {
-            self.accept(i);
-        }
+        self.accept_all();
         // Closing a listener takes it out of the epoll set only when no other descriptor of
         // it is left, and an inherited one has copies in the other workers and the service
         // manager: take it out first (if accepting was paused it is out already).
@@ -319,17 +315,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         for event in &events[..n] {
             self.dispatch(*event);
         }
-        self.core.due_timers(&mut self.due);
-        while let Some(token) = self.due.pop() {
-            if self.slots.get_mut(token).is_some() {
-                self.expire(token.index);
-            }
-        }
-        if self.core.tick_due() {
-            self.sweep();
-            self.core.upstreams.sweep(self.core.now);
-            self.handler.on_tick(self.core.now);
-        }
+        self.keep_time();
         Ok(())
     }
 
@@ -758,36 +744,6 @@ impl<'a, H: Handler> Worker<'a, H> {
         false
     }
 
-    /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
-    fn sweep(&mut self) {
-        if self.core.accept_pause.is_over(self.core.now) && self.watch_listeners(true).is_ok() {
-            self.core.accept_pause.resume();
-            for i in 0..self.listeners.len() {
-                self.accept(i);
-            }
-        }
-        for index in 0..self.slots.capacity() {
-            self.expire(index);
-        }
-        if self.core.draining {
-            self.tell_drain();
-        }
-    }
-
-    /// Ends a connection, or calls its handler's `on_timeout`, if one of its deadlines has
-    /// passed.
-    fn expire(&mut self, index: usize) {
-        let Some(slot) = self.slots.at(index) else {
-            return;
-        };
-        match slot.link.expiry(self.core.now, false) {
-            None => {}
-            Some(Expiry::Close(reason)) => self.close(index, reason),
-            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.drive(index),
-            Some(Expiry::CallTimeout) => {}
-        }
-    }
-
     fn close(&mut self, index: usize, reason: CloseReason) {
         let Some(mut slot) = self.slots.remove(index) else {
             return;
@@ -814,6 +770,50 @@ impl<'a, H: Handler> Worker<'a, H> {
         // Closing the descriptor also removes it from the epoll set.
         drop(slot.link);
         connection::closed(&mut self.handler, slot.conn, reason, self.core.active);
+    }
+}
+
+impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
+    fn core(&mut self) -> &mut Core<'a> {
+        &mut self.core
+    }
+
+    fn is_current(&mut self, token: Token) -> bool {
+        self.slots.get_mut(token).is_some()
+    }
+
+    fn capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+
+    fn expire(&mut self, index: usize) {
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
+        match slot.link.expiry(self.core.now, false) {
+            None => {}
+            Some(Expiry::Close(reason)) => self.close(index, reason),
+            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.drive(index),
+            Some(Expiry::CallTimeout) => {}
+        }
+    }
+
+    fn watch_listeners_again(&mut self) -> bool {
+        self.watch_listeners(true).is_ok()
+    }
+
+    fn accept_all(&mut self) {
+        for i in 0..self.listeners.len() {
+            self.accept(i);
+        }
+    }
+
+    fn tell_drain(&mut self) {
+        Worker::tell_drain(self);
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        self.handler.on_tick(now);
     }
 }
 

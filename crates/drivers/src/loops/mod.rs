@@ -123,19 +123,18 @@ impl<'a> Core<'a> {
         }
     }
 
-    /// The slots whose noted deadlines have come by `now`, into `due`.
-    pub(crate) fn due_timers(&mut self, due: &mut Vec<Token>) {
-        while let Some(&Reverse((at, index, generation))) = self.timers.peek() {
-            if at > self.now {
-                break;
-            }
-            self.timers.pop();
-            due.push(Token { index, generation });
+    /// The next slot whose noted deadline has come by `now`, if any.
+    fn next_due(&mut self) -> Option<Token> {
+        let &Reverse((at, index, generation)) = self.timers.peek()?;
+        if at > self.now {
+            return None;
         }
+        self.timers.pop();
+        Some(Token { index, generation })
     }
 
     /// Whether the tick work is due now; if it is, the next one is a [`TICK`] away.
-    pub(crate) fn tick_due(&mut self) -> bool {
+    fn tick_due(&mut self) -> bool {
         if self.now < self.next_tick {
             return false;
         }
@@ -153,6 +152,57 @@ impl<'a> Core<'a> {
             fd,
             handler.refusal(),
         )
+    }
+}
+
+/// The time-driven work of a worker, the same for every loop: after each turn, the deadlines
+/// noted as coming before the next tick; every [`TICK`], the sweep (accepting again after a
+/// pause, every connection's deadlines, telling a draining worker's connections), the idle
+/// upstream connections and [`Handler::on_tick`]. A loop says how each step is done with its
+/// kernel interface; when they are done is decided here.
+pub(crate) trait Timekeeping<'a> {
+    fn core(&mut self) -> &mut Core<'a>;
+    /// Whether `token` still names the connection its deadline was noted for.
+    fn is_current(&mut self, token: Token) -> bool;
+    /// The number of connection slots, for the sweep.
+    fn capacity(&self) -> usize;
+    /// Ends the connection in slot `index`, or calls its handler's `on_timeout`, if one of its
+    /// deadlines has passed.
+    fn expire(&mut self, index: usize);
+    /// Asks the kernel to report the listeners again after an accept pause; false when that
+    /// failed (the next tick tries again).
+    fn watch_listeners_again(&mut self) -> bool;
+    /// Accepts on every listener (or arms the accepts).
+    fn accept_all(&mut self);
+    /// Tells every connection that the worker drains.
+    fn tell_drain(&mut self);
+    fn on_tick(&mut self, now: Instant);
+
+    /// Does the time-driven work that has come due by `core().now`.
+    fn keep_time(&mut self) {
+        while let Some(token) = self.core().next_due() {
+            if self.is_current(token) {
+                self.expire(token.index);
+            }
+        }
+        if !self.core().tick_due() {
+            return;
+        }
+        let core = self.core();
+        if core.accept_pause.is_over(core.now) && self.watch_listeners_again() {
+            self.core().accept_pause.resume();
+            self.accept_all();
+        }
+        for index in 0..self.capacity() {
+            self.expire(index);
+        }
+        if self.core().draining {
+            self.tell_drain();
+        }
+        let core = self.core();
+        let now = core.now;
+        core.upstreams.sweep(now);
+        self.on_tick(now);
     }
 }
 

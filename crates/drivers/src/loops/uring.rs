@@ -73,7 +73,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
-use crate::loops::{Core, Env, EventLoop};
+use crate::loops::{Core, Env, EventLoop, Timekeeping};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::peer_addr;
@@ -481,31 +481,18 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn run(mut self) -> io::Result<()> {
-        for i in 0..self.listeners.len() {
-            self.arm_accept(i);
-        }
+        self.accept_all();
         let result = self.serve();
         self.shutdown();
         result
     }
 
     fn serve(&mut self) -> io::Result<()> {
-        let mut due = Vec::new();
         while !self.core.stop.load(Ordering::Relaxed) && !self.drained() {
             self.submit_and_wait(self.core.wake_at())?;
             self.core.now = Instant::now();
             self.reap();
-            self.core.due_timers(&mut due);
-            while let Some(token) = due.pop() {
-                if self.slots.get_mut(token).is_some() {
-                    self.expire(token.index);
-                }
-            }
-            if self.core.tick_due() {
-                self.sweep();
-                self.core.upstreams.sweep(self.core.now);
-                self.handler.on_tick(self.core.now);
-            }
+            self.keep_time();
             self.flush_dirty();
         }
         Ok(())
@@ -1593,39 +1580,6 @@ impl<'a, H: Handler> Worker<'a, H> {
         false
     }
 
-    /// Checks deadlines: send timeouts, handler deadlines, linger ends, paused accepts.
-    fn sweep(&mut self) {
-        if self.core.accept_pause.is_over(self.core.now) {
-            self.core.accept_pause.resume();
-            for i in 0..self.listeners.len() {
-                self.arm_accept(i);
-            }
-        }
-        for index in 0..self.slots.capacity() {
-            self.expire(index);
-        }
-        if self.core.draining {
-            self.tell_drain();
-        }
-    }
-
-    /// Ends a connection, or calls its handler's `on_timeout`, if one of its deadlines has
-    /// passed.
-    fn expire(&mut self, index: usize) {
-        let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
-            return;
-        };
-        // The handler may write, which must wait until the kernel has read the bytes it is
-        // sending: a timeout then waits for the next tick.
-        let handler_busy = c.sending == Sending::Msg;
-        match c.link.expiry(self.core.now, handler_busy) {
-            None => {}
-            Some(Expiry::Close(reason)) => self.close(index, reason),
-            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.mark_dirty(index),
-            Some(Expiry::CallTimeout) => {}
-        }
-    }
-
     /// Ends a connection for the handler at once; the slot follows when the kernel is done.
     fn close(&mut self, index: usize, reason: CloseReason) {
         let generation = self.slots.generation(index);
@@ -1734,6 +1688,53 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         }
         self.handler.on_stop();
+    }
+}
+
+impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
+    fn core(&mut self) -> &mut Core<'a> {
+        &mut self.core
+    }
+
+    fn is_current(&mut self, token: Token) -> bool {
+        self.slots.get_mut(token).is_some()
+    }
+
+    fn capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+
+    fn expire(&mut self, index: usize) {
+        let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
+            return;
+        };
+        // The handler may write, which must wait until the kernel has read the bytes it is
+        // sending: a timeout then waits for the next tick.
+        let handler_busy = c.sending == Sending::Msg;
+        match c.link.expiry(self.core.now, handler_busy) {
+            None => {}
+            Some(Expiry::Close(reason)) => self.close(index, reason),
+            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.mark_dirty(index),
+            Some(Expiry::CallTimeout) => {}
+        }
+    }
+
+    fn watch_listeners_again(&mut self) -> bool {
+        true
+    }
+
+    fn accept_all(&mut self) {
+        for i in 0..self.listeners.len() {
+            self.arm_accept(i);
+        }
+    }
+
+    fn tell_drain(&mut self) {
+        Worker::tell_drain(self);
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        self.handler.on_tick(now);
     }
 }
 
