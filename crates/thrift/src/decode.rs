@@ -257,6 +257,12 @@ pub enum Decoded<'a> {
 /// once its frame has arrived (its header as soon as it arrives, so garbage is
 /// refused early); an unframed one is walked from its start at each call, and
 /// [`Decoded::NeedMore`] says how much to wait for to avoid needless walks.
+///
+/// That walk costs time in proportion to the bytes buffered, so a large
+/// unframed message of many small values, arriving in many reads, is walked
+/// once per read: a lower [`Limits::max_message_bytes`] bounds that for
+/// unframed connections. Framed messages cost nothing until their frame is
+/// complete, which is why Thrift's own non-blocking servers require framing.
 #[derive(Debug, Clone, Copy)]
 pub struct Decoder {
     transport: Transport,
