@@ -166,7 +166,10 @@ impl HttpHandler {
             self.settle(conn, io.output.sent(), false);
         }
         loop {
-            if io.output.pending() >= OUTPUT_HIGH_WATER {
+            // An exchange buffering its response goes on reading the backend meanwhile, so
+            // the backend connection is free as soon as the backend is done.
+            let reads_ahead = matches!(&conn.phase, Phase::Proxy(e) if e.reads_ahead());
+            if io.output.pending() >= OUTPUT_HIGH_WATER && !reads_ahead {
                 *io.deadline = None;
                 return Next::Drain;
             }
@@ -363,6 +366,10 @@ impl HttpHandler {
                         };
                     }
                     HandOver::Answered(status, bytes) => (status, bytes),
+                    HandOver::Refused(status, bytes) => {
+                        close = true;
+                        (status, bytes)
+                    }
                 }
             }
             Route::Error(status) => (status, sink.writer(date).error(status, answer)),
@@ -498,6 +505,24 @@ impl HttpHandler {
         };
         let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
         self.backends.exchange_ended(parser, cache, finished);
+        // A buffered response is over for the backend while the client may still be
+        // downloading it: like a large static response, it is logged once sent, with the
+        // bytes that really left.
+        let unsent = io.output.pending();
+        if finished && unsent > DEFER_LOG_OVER && self.access_log.is_some() {
+            let deferred = Deferred {
+                time: self.clock.log_time().to_vec(),
+                request_line: log_line,
+                status,
+                body_bytes: bytes,
+                referer,
+                user_agent,
+                end: io.output.sent() + unsent,
+            };
+            self.settle(conn, io.output.sent(), true);
+            conn.deferred = Some(Box::new(deferred));
+            return next;
+        }
         self.log(
             conn.peer,
             &[&log_line],
