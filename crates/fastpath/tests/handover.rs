@@ -1264,6 +1264,11 @@ httptest!(large_bodies_cross_the_proxy_intact_both_ways, |model| {
     }
     conn.exchange(req("GET", "/page.txt", &[]))
         .assert_ok(200, "static page\n");
+    // The 4 MiB upload went through a temporary file, closed once sent.
+    let left = wait_for(Duration::from_secs(5), || {
+        (temporary_files(srv.pid()) == 0).then_some(())
+    });
+    assert!(left.is_some(), "a temporary file is left open");
     // One backend connection carried all of it.
     assert_eq!(
         backend.connections(),
@@ -1822,3 +1827,75 @@ httptest!(
         }
     }
 );
+
+/// Answers `GET /app/big/N` with N bytes of `body_byte`, then notes `sent` in the log once
+/// the kernel has taken the last of them.
+fn big_then_mark(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some((line, _)) = read_head(&mut reader) {
+        let target = line.split(' ').nth(1).unwrap_or_default().to_string();
+        let n: usize = target.trim_start_matches("/app/big/").parse().unwrap_or(0);
+        let body: Vec<u8> = (0..n).map(body_byte).collect();
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+        if writer.write_all(head.as_bytes()).is_err() || writer.write_all(&body).is_err() {
+            return;
+        }
+        log.requests.lock().unwrap().push("sent".into());
+    }
+}
+
+httptest!(a_slow_reader_holds_the_backend_only_unbuffered, |model| {
+    // More than every socket buffer on the way can hold, so that unbuffered the backend
+    // cannot finish before the client reads.
+    let n = 32 << 20;
+    for buffering in [true, false] {
+        let backend = Backend::start(big_then_mark);
+        let site = site();
+        let keys = format!("response_buffering = {buffering}");
+        let config = config_with(&backend, "prefix = \"/app/\"", &keys)
+            .replace("response_timeout = \"1s\"", "response_timeout = \"10s\"");
+        let srv = site.serve_config(model, &config);
+        assert_eq!(temporary_files(srv.pid()), 0);
+        let mut conn = srv.connect();
+        conn.send(req("GET", &format!("/app/big/{n}"), &[]));
+        let sent = || {
+            backend
+                .log
+                .requests
+                .lock()
+                .unwrap()
+                .contains(&"sent".to_string())
+                .then_some(())
+        };
+        if buffering {
+            // The backend is done while the client has read nothing.
+            assert!(
+                wait_for(Duration::from_secs(10), sent).is_some(),
+                "the backend was held by a client that does not read"
+            );
+            assert!(temporary_files(srv.pid()) >= 1, "no temporary file");
+        } else {
+            std::thread::sleep(Duration::from_millis(1500));
+            assert!(sent().is_none(), "unbuffered, the backend finished unread");
+        }
+        let r = conn.read_response();
+        r.assert_status(200);
+        assert_eq!(r.body.len(), n);
+        assert_eq!(wrong_bytes(&r.body), 0);
+        // The temporary file is closed once the body has gone.
+        let left = wait_for(Duration::from_secs(5), || {
+            (temporary_files(srv.pid()) == 0).then_some(())
+        });
+        assert!(
+            left.is_some(),
+            "buffering {buffering}: a temporary file is left open"
+        );
+        let line = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("/app/big/"));
+        assert!(
+            line.as_deref()
+                .is_some_and(|l| l.ends_with(&format!("200 {n} \"-\" \"-\""))),
+            "{line:?}"
+        );
+    }
+});
