@@ -1897,5 +1897,29 @@ httptest!(a_slow_reader_holds_the_backend_only_unbuffered, |model| {
                 .is_some_and(|l| l.ends_with(&format!("200 {n} \"-\" \"-\""))),
             "{line:?}"
         );
+        if buffering {
+            // A client that leaves with most of a buffered answer unread: logged with the
+            // bytes that left and why it ended, and the temporary file is closed.
+            let mut conn = srv.connect();
+            conn.send(req(
+                "GET",
+                &format!("/app/big/{n}"),
+                &[("User-Agent", "gone")],
+            ));
+            wait_for(Duration::from_secs(10), || {
+                let sent = backend.log.requests.lock().unwrap().len();
+                (sent == 2).then_some(())
+            })
+            .expect("the backend did not finish");
+            drop(conn);
+            let line = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("\"gone\""));
+            let line = line.expect("no line for the client that left");
+            assert!(line.ends_with("\"gone\" client-gone"), "{line}");
+            assert!(!line.contains(&format!(" 200 {n} ")), "{line}");
+            let left = wait_for(Duration::from_secs(5), || {
+                (temporary_files(srv.pid()) == 0).then_some(())
+            });
+            assert!(left.is_some(), "a temporary file is left open");
+        }
     }
 });
