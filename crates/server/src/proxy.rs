@@ -11,6 +11,14 @@
 //! everything after them go to the backend, its bytes come back, and nothing is parsed or
 //! even copied through fastpath again.
 //!
+//! Buffering (per backend, on by default, as nginx's `proxy_request_buffering` and
+//! `proxy_buffering` are): a request body is read whole before a backend connection is
+//! taken ([`BodyBuffer`]), and a response is read as fast as the backend sends it, past
+//! memory into a temporary file ([`Spill`]), so a slow client holds neither a backend worker
+//! nor a backend connection. Either way a relayed request body is framed anew from what the
+//! chunked decoder gave, never passed on as received: by length when read whole, in chunks of
+//! fastpath's own when streamed; chunk extensions and trailers are dropped.
+//!
 //! Failures keep their meaning for the client: a backend that refuses or cannot be reached
 //! gives 502, one that does not answer in time 504, one that answers garbage 502; one that
 //! stops in the middle of a response makes fastpath close the client connection, so a
