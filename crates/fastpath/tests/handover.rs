@@ -1849,11 +1849,17 @@ httptest!(a_slow_reader_holds_the_backend_only_unbuffered, |model| {
     // More than every socket buffer on the way can hold, so that unbuffered the backend
     // cannot finish before the client reads.
     let n = 32 << 20;
-    for buffering in [true, false] {
+    // Buffered; unbuffered; and buffered with a temporary file too small for the answer,
+    // which then goes at the client's pace past it.
+    let setups = [
+        (true, "response_buffering = true"),
+        (false, "response_buffering = false"),
+        (false, "max_temp_file_size = \"1m\""),
+    ];
+    for (buffering, keys) in setups {
         let backend = Backend::start(big_then_mark);
         let site = site();
-        let keys = format!("response_buffering = {buffering}");
-        let config = config_with(&backend, "prefix = \"/app/\"", &keys)
+        let config = config_with(&backend, "prefix = \"/app/\"", keys)
             .replace("response_timeout = \"1s\"", "response_timeout = \"10s\"");
         let srv = site.serve_config(model, &config);
         assert_eq!(temporary_files(srv.pid()), 0);
@@ -1877,7 +1883,7 @@ httptest!(a_slow_reader_holds_the_backend_only_unbuffered, |model| {
             assert!(temporary_files(srv.pid()) >= 1, "no temporary file");
         } else {
             std::thread::sleep(Duration::from_millis(1500));
-            assert!(sent().is_none(), "unbuffered, the backend finished unread");
+            assert!(sent().is_none(), "{keys}: the backend finished unread");
         }
         let r = conn.read_response();
         r.assert_status(200);
