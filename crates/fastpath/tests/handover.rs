@@ -1342,11 +1342,11 @@ const SLOW_PIECE: usize = 64 * 1024;
 
 /// A socket read in small pieces with a pause before each: a backend busy with other work,
 /// far slower than the client that sends to it.
-struct Slow(TcpStream);
+struct Slow(TcpStream, Duration);
 
 impl Read for Slow {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        std::thread::sleep(SLOW_PAUSE);
+        std::thread::sleep(self.1);
         let n = buf.len().min(SLOW_PIECE);
         self.0.read(&mut buf[..n])
     }
@@ -1355,8 +1355,18 @@ impl Read for Slow {
 /// Reads each request body slowly (see `Slow`), checks it against `body_byte` and answers
 /// `{"bytes": N, "wrong": W}`; closes after the answer when the request asks for it.
 fn slow_sink(stream: TcpStream, log: &BackendLog) {
+    paced_sink(stream, log, SLOW_PAUSE);
+}
+
+/// [`slow_sink`] twenty times slower: 64 KiB each 20 ms, about 3 MiB a second.
+fn crawling_sink(stream: TcpStream, log: &BackendLog) {
+    paced_sink(stream, log, Duration::from_millis(20));
+}
+
+/// [`slow_sink`] with `pause` before each read.
+fn paced_sink(stream: TcpStream, log: &BackendLog, pause: Duration) {
     let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::with_capacity(SLOW_PIECE, Slow(stream));
+    let mut reader = BufReader::with_capacity(SLOW_PIECE, Slow(stream, pause));
     while let Some((line, headers)) = read_head(&mut reader) {
         log.requests.lock().unwrap().push(line);
         let body = read_body(&mut reader, &headers);
@@ -1929,3 +1939,24 @@ httptest!(a_slow_reader_holds_the_backend_only_unbuffered, |model| {
         }
     }
 });
+
+httptest!(
+    a_buffered_body_slower_to_send_than_the_response_timeout_is_answered,
+    |model| {
+        // 12 MiB to a backend taking 3 MiB a second through a small receive buffer: about
+        // 4 s of sending, past the response timeout of 2 s, which counts from the end of the
+        // request (from when the last bytes were handed to the kernel: what its socket buffer
+        // still holds then, a few MiB at most, reaches the backend within the timeout).
+        let backend = Backend::start_with_receive_buffer(crawling_sink, 64 * 1024);
+        let site = site();
+        let config = config(&backend, "prefix = \"/app/\"", "")
+            .replace("response_timeout = \"1s\"", "response_timeout = \"2s\"");
+        let srv = site.serve_config(model, &config);
+        let body: Vec<u8> = (0..12 * MIB).map(body_byte).collect();
+        let started = Instant::now();
+        if let Err(e) = upload(srv.addr(), &body, false) {
+            panic!("{e}");
+        }
+        assert!(started.elapsed() > Duration::from_secs(3));
+    }
+);

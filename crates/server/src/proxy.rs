@@ -250,6 +250,9 @@ pub(crate) struct Exchange {
     spill: Option<Box<Spill>>,
     /// Decoded bytes of a streamed chunked body, against the backend's `max_body_size`.
     streamed: u64,
+    /// What was still to send to the backend when the deadline was last set, while a body
+    /// read whole goes to it (see `timed_out`).
+    unsent_at_deadline: u64,
     /// The response allows reusing the backend connection.
     reusable: bool,
     /// The address was counted as an open connection in the backend state.
@@ -394,6 +397,7 @@ impl Exchange {
             splicing: None,
             spill,
             streamed: 0,
+            unsent_at_deadline: 0,
             reusable: false,
             counted: false,
             connected: false,
@@ -563,6 +567,18 @@ impl Exchange {
             // The client did not send its body in time; no backend was asked.
             return Progress::Failed(408);
         }
+        if let RequestBody::Whole(_) = self.body {
+            // A body read whole is queued at once, and the driver says nothing until the
+            // backend has taken all of it: the response timeout counts from the end of the
+            // request, so while the backend still takes the body it starts again.
+            let unsent = io.upstream.pending_output();
+            if unsent > 0 && unsent < self.unsent_at_deadline {
+                self.unsent_at_deadline = unsent;
+                self.deadline = io.now + backends[self.backend].config().response_timeout;
+                *io.deadline = Some(self.deadline);
+                return Progress::Wait(Next::Read);
+            }
+        }
         if io.upstream.state() == UpstreamState::Connecting {
             backends[self.backend].failed(self.address, io.now);
         }
@@ -619,6 +635,12 @@ impl Exchange {
         if let Some(progress) = self.send(backends, io) {
             return progress;
         }
+        if self.unsent_at_deadline > 0 && io.upstream.pending_output() == 0 {
+            // The last of a body read whole has gone to the backend: the request has ended
+            // here, and the response timeout counts from now.
+            self.unsent_at_deadline = 0;
+            self.deadline = io.now + backends[self.backend].config().response_timeout;
+        }
         self.receive(backends, io)
     }
 
@@ -666,6 +688,7 @@ impl Exchange {
                 out.write_with(io.pool, |b| b.extend_from_slice(staged));
                 if let RequestBody::Whole(buffer) = &self.body {
                     buffer.send(out, io.pool);
+                    self.unsent_at_deadline = out.pending();
                 }
                 if !self.replayable {
                     // Never sent again: a bridged connection need not hold it for its life.
