@@ -195,7 +195,7 @@ fn slow_bodies(model: &'static str, buffering: bool) {
             "{model}: slow bodies held gunicorn despite buffering"
         );
         assert!(
-            started.elapsed() < Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(5),
             "{model}: slow answer"
         );
     } else {
@@ -217,8 +217,9 @@ fn slow_readers(model: &'static str, buffering: bool) {
     let Some(backend) = gunicorn() else { return };
     let site = Site::new();
     let srv = site.serve_config(model, &buffering_config(backend.addr, buffering));
-    // More than every socket buffer on the way holds.
-    let n = 48 << 20;
+    // More than every socket buffer on the way holds (about 14 MiB on loopback with Linux's
+    // default limits, a client that reads nothing keeping its receive window small).
+    let n = 32 << 20;
     let mut slow: Vec<Conn> = (0..4).map(|_| srv.connect()).collect();
     for conn in &mut slow {
         conn.send(format!("GET /app/big?n={n} HTTP/1.1\r\nHost: demo\r\n\r\n"));
