@@ -291,9 +291,14 @@ fn by_path(stream: TcpStream, _log: &BackendLog) {
 
 fn config(backend: &Backend, route: &str, extra: &str) -> String {
     format!(
-        "root = \"root\"\n{extra}\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\naddresses = \"{}\"\npublic_url = \"http://backend.example:8000\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"1s\"\n[[route]]\nbackend = \"app\"\n{route}\n",
+        "root = \"root\"\n{extra}\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\naddresses = \"{}\"\npublic_url = \"http://backend.example:8000\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"1s\"\nmax_body_size = \"64m\"\n[[route]]\nbackend = \"app\"\n{route}\n",
         backend.addr
     )
+}
+
+/// [`config`] with `keys` added to the backend's table.
+fn config_with(backend: &Backend, route: &str, keys: &str) -> String {
+    config(backend, route, "").replace("[[route]]", &format!("{keys}\n[[route]]"))
 }
 
 fn site() -> Site {
@@ -378,7 +383,14 @@ httptest!(
 httptest!(request_bodies_are_streamed_to_the_backend, |model| {
     let backend = Backend::start(echo);
     let site = site();
-    let srv = site.serve_config(model, &config(&backend, "unsafe_methods = true", ""));
+    let srv = site.serve_config(
+        model,
+        &config_with(
+            &backend,
+            "unsafe_methods = true",
+            "request_buffering = false",
+        ),
+    );
     let mut conn = srv.connect();
     let r = conn
         .exchange("POST /index.html HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello world");
@@ -608,7 +620,11 @@ httptest!(
     |model| {
         let backend = Backend::start(refuse_early);
         let site = site();
-        let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+        // Streamed: a buffered body never meets a backend that did not wait for it.
+        let srv = site.serve_config(
+            model,
+            &config_with(&backend, "prefix = \"/app/\"", "request_buffering = false"),
+        );
         let mut conn = srv.connect();
         // The body is a request in disguise: 38 bytes, as announced.
         let smuggled = "GET /page.txt HTTP/1.1\r\nHost: t\r\n\r\n";
@@ -1248,6 +1264,11 @@ httptest!(large_bodies_cross_the_proxy_intact_both_ways, |model| {
     }
     conn.exchange(req("GET", "/page.txt", &[]))
         .assert_ok(200, "static page\n");
+    // The 4 MiB upload went through a temporary file, closed once sent.
+    let left = wait_for(Duration::from_secs(5), || {
+        (temporary_files(srv.pid()) == 0).then_some(())
+    });
+    assert!(left.is_some(), "a temporary file is left open");
     // One backend connection carried all of it.
     assert_eq!(
         backend.connections(),
@@ -1280,26 +1301,37 @@ httptest!(
 httptest!(
     a_client_that_stops_uploading_does_not_poison_the_backend,
     |model| {
-        let backend = Backend::start(bulk);
-        let site = site();
-        let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
-        {
+        for buffering in [false, true] {
+            let backend = Backend::start(bulk);
+            let site = site();
+            let srv = site.serve_config(
+                model,
+                &config_with(
+                    &backend,
+                    "prefix = \"/app/\"",
+                    &format!("request_buffering = {buffering}"),
+                ),
+            );
+            {
+                let mut conn = srv.connect();
+                let n = 4 << 20;
+                let head =
+                    format!("POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: {n}\r\n\r\n");
+                conn.send(head.as_bytes());
+                let part: Vec<u8> = (0..n / 4).map(body_byte).collect();
+                conn.send(&part);
+                // Gone with three quarters unsent.
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            // The next client gets a clean answer (on a new backend connection: the cut one is not
+            // reused).
             let mut conn = srv.connect();
-            let n = 4 << 20;
-            let head =
-                format!("POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: {n}\r\n\r\n");
-            conn.send(head.as_bytes());
-            let part: Vec<u8> = (0..n / 4).map(body_byte).collect();
-            conn.send(&part);
-            // Gone with three quarters unsent.
+            conn.exchange(req("GET", "/app/big/10", &[]))
+                .assert_status(200);
+            // Buffered, the cut upload never reached the backend at all.
+            let expected = if buffering { 1 } else { 2 };
+            assert_eq!(backend.connections(), expected, "buffering {buffering}");
         }
-        std::thread::sleep(Duration::from_millis(200));
-        // The next client gets a clean answer (on a new backend connection: the cut one is not
-        // reused).
-        let mut conn = srv.connect();
-        conn.exchange(req("GET", "/app/big/10", &[]))
-            .assert_status(200);
-        assert_eq!(backend.connections(), 2);
     }
 );
 
@@ -1310,11 +1342,11 @@ const SLOW_PIECE: usize = 64 * 1024;
 
 /// A socket read in small pieces with a pause before each: a backend busy with other work,
 /// far slower than the client that sends to it.
-struct Slow(TcpStream);
+struct Slow(TcpStream, Duration);
 
 impl Read for Slow {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        std::thread::sleep(SLOW_PAUSE);
+        std::thread::sleep(self.1);
         let n = buf.len().min(SLOW_PIECE);
         self.0.read(&mut buf[..n])
     }
@@ -1323,8 +1355,18 @@ impl Read for Slow {
 /// Reads each request body slowly (see `Slow`), checks it against `body_byte` and answers
 /// `{"bytes": N, "wrong": W}`; closes after the answer when the request asks for it.
 fn slow_sink(stream: TcpStream, log: &BackendLog) {
+    paced_sink(stream, log, SLOW_PAUSE);
+}
+
+/// [`slow_sink`] twenty times slower: 64 KiB each 20 ms, about 3 MiB a second.
+fn crawling_sink(stream: TcpStream, log: &BackendLog) {
+    paced_sink(stream, log, Duration::from_millis(20));
+}
+
+/// [`slow_sink`] with `pause` before each read.
+fn paced_sink(stream: TcpStream, log: &BackendLog, pause: Duration) {
     let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::with_capacity(SLOW_PIECE, Slow(stream));
+    let mut reader = BufReader::with_capacity(SLOW_PIECE, Slow(stream, pause));
     while let Some((line, headers)) = read_head(&mut reader) {
         log.requests.lock().unwrap().push(line);
         let body = read_body(&mut reader, &headers);
@@ -1529,7 +1571,11 @@ httptest!(
 httptest!(requests_cut_off_by_their_connection_are_logged, |model| {
     let backend = Backend::start(stall);
     let site = site();
-    let mut srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+    // Streamed, so that the backend is asked while the body is still arriving.
+    let mut srv = site.serve_config(
+        model,
+        &config_with(&backend, "prefix = \"/app/\"", "request_buffering = false"),
+    );
     // The client leaves in the middle of its upload.
     {
         let mut conn = srv.connect();
@@ -1563,3 +1609,354 @@ httptest!(requests_cut_off_by_their_connection_are_logged, |model| {
         "{out}"
     );
 });
+
+/// Records each request exactly as it arrived, head and body (framed by length, or chunked
+/// up to the last chunk, which a proxy framing anew sends without trailers), then answers
+/// `ok`.
+fn record(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut raw = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            if reader.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            raw.extend_from_slice(&line);
+            if line == b"\r\n" {
+                break;
+            }
+        }
+        let head = String::from_utf8_lossy(&raw).to_lowercase();
+        if let Some(n) = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+        {
+            let mut body = vec![0u8; n.trim().parse().unwrap()];
+            reader.read_exact(&mut body).unwrap();
+            raw.extend_from_slice(&body);
+        } else if head.contains("transfer-encoding:") {
+            while !raw.ends_with(b"\r\n0\r\n\r\n") && !raw.ends_with(b"\r\n\r\n0\r\n\r\n") {
+                let mut line = Vec::new();
+                if reader.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                raw.extend_from_slice(&line);
+            }
+        }
+        log.requests
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(&raw).into_owned());
+        if writer
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+httptest!(relayed_request_bodies_are_framed_anew, |model| {
+    // What the client sends, and what the backend must get buffered and streamed.
+    let cases: [(&str, &str, &str); 3] = [
+        // Chunk extensions and trailers never reach the backend.
+        (
+            "POST /app/a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n5;name=\"v\"\r\nhello\r\n6;a=b;c\r\n world\r\n0\r\nX-Sum: 1\r\n\r\n",
+            "POST /app/a HTTP/1.1\r\nHost: t\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\nContent-Length: 11\r\n\r\nhello world",
+            "POST /app/a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\nb\r\nhello world\r\n0\r\n\r\n",
+        ),
+        // A coding besides chunked stays with the body, which then goes chunked either way.
+        (
+            "POST /app/b HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked;x=1\r\n\r\n3;x=y\r\nabc\r\n0\r\nX-T: 2\r\n\r\n",
+            "POST /app/b HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            "POST /app/b HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        ),
+        // A body framed by length keeps its length.
+        (
+            "POST /app/c HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nxyz",
+            "POST /app/c HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\nxyz",
+            "POST /app/c HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\nxyz",
+        ),
+    ];
+    for buffering in [true, false] {
+        let backend = Backend::start(record);
+        let site = site();
+        let keys = format!("forwarded = false\nrequest_buffering = {buffering}");
+        let srv = site.serve_config(model, &config_with(&backend, "prefix = \"/app/\"", &keys));
+        let mut conn = srv.connect();
+        for (sent, buffered, streamed) in cases {
+            // In one write, so that a streamed body is decoded in one piece (one chunk).
+            conn.exchange(sent).assert_ok(200, "ok\n");
+            let want = if buffering { buffered } else { streamed };
+            let got = backend.log.requests.lock().unwrap().pop();
+            assert_eq!(got.as_deref(), Some(want), "buffering {buffering}");
+        }
+    }
+});
+
+httptest!(
+    a_buffered_body_is_read_whole_before_the_backend_is_asked,
+    |model| {
+        let backend = Backend::start(echo);
+        let site = site();
+        let srv = site.serve_config(model, &config(&backend, "prefix = \"/app/\"", ""));
+        let mut conn = srv.connect();
+        conn.send("POST /app/up HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(backend.connections(), 0, "asked before the body was whole");
+        conn.send(" world");
+        let r = conn.read_response();
+        assert!(r.text().contains("body: hello world\n"), "{r}");
+        // Chunked, slowly: it goes by length.
+        conn.send("POST /app/up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel");
+        std::thread::sleep(Duration::from_millis(200));
+        conn.send("lo\r\n0\r\n\r\n");
+        let r = conn.read_response();
+        assert!(r.text().contains("body: hello\n"), "{r}");
+        assert!(r.text().contains("content-length: 5\n"), "{r}");
+        assert!(!r.text().contains("transfer-encoding"), "{r}");
+        // A client that waits for 100 Continue gets it from fastpath; the backend never sees
+        // the expectation.
+        conn.send(
+            "POST /app/up HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+        );
+        let mut interim = [0u8; 25];
+        conn.stream().read_exact(&mut interim).unwrap();
+        assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+        conn.send("hi");
+        let r = conn.read_response();
+        assert!(r.text().contains("body: hi\n"), "{r}");
+        assert!(!r.text().contains("expect"), "{r}");
+        // One backend connection carried all three.
+        assert_eq!(backend.connections(), 1);
+    }
+);
+
+httptest!(bodies_past_the_maximum_get_413, |model| {
+    for buffering in [true, false] {
+        let backend = Backend::start(echo);
+        let site = site();
+        let keys = format!("request_buffering = {buffering}");
+        let config = config_with(&backend, "prefix = \"/app/\"", &keys)
+            .replace("max_body_size = \"64m\"", "max_body_size = \"1k\"");
+        let srv = site.serve_config(model, &config);
+        // Announced: refused before a byte of it is read, and the connection closes.
+        let mut conn = srv.connect();
+        let r = conn.exchange(
+            "POST /app/up HTTP/1.1\r\nHost: t\r\nContent-Length: 1025\r\nExpect: 100-continue\r\n\r\n",
+        );
+        r.assert_status(413);
+        assert_eq!(r.header("Connection"), Some("close"));
+        assert_eq!(backend.connections(), 0);
+        // At the limit: taken.
+        let mut conn = srv.connect();
+        let body = "x".repeat(1024);
+        let r = conn.exchange(format!(
+            "POST /app/up HTTP/1.1\r\nHost: t\r\nContent-Length: 1024\r\n\r\n{body}"
+        ));
+        r.assert_status(200);
+        // Chunked, found out while reading: 413 too.
+        let mut conn = srv.connect();
+        conn.send("POST /app/up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+        conn.send(format!("400\r\n{body}\r\n1\r\nx\r\n0\r\n\r\n"));
+        let r = conn.read_response();
+        r.assert_status(413);
+        assert_eq!(
+            r.header("Connection"),
+            Some("close"),
+            "buffering {buffering}"
+        );
+        let closed = conn.wait_closed(Duration::from_secs(5));
+        assert!(closed.is_ok(), "buffering {buffering}: {closed:?}");
+    }
+});
+
+httptest!(a_body_that_does_not_arrive_in_time_gets_408, |model| {
+    let backend = Backend::start(echo);
+    let site = site();
+    let keys = "body_timeout = \"500ms\"";
+    let srv = site.serve_config(model, &config_with(&backend, "prefix = \"/app/\"", keys));
+    let mut conn = srv.connect();
+    conn.send("POST /app/up HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc");
+    let started = Instant::now();
+    let r = conn.read_response();
+    r.assert_status(408);
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert_eq!(backend.connections(), 0);
+});
+
+/// Sends an event, waits for the test to say go (a line on the request's connection never
+/// comes; the wait is a sleep), then a second event and the end: a server-sent events stream.
+fn events(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    if read_head(&mut reader).is_none() {
+        return;
+    }
+    log.requests.lock().unwrap().push("events".into());
+    let _ = writer.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+    );
+    let _ = writer.write_all(b"d\r\ndata: first\n\n\r\n");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = writer.write_all(b"e\r\ndata: second\n\n\r\n0\r\n\r\n");
+}
+
+httptest!(
+    server_sent_events_stream_with_and_without_buffering,
+    |model| {
+        for buffering in ["true", "false"] {
+            let backend = Backend::start(events);
+            let site = site();
+            let keys = format!("response_buffering = {buffering}\nresponse_timeout = \"5s\"");
+            let config = config_with(&backend, "prefix = \"/app/\"", &keys)
+                .replace("response_timeout = \"1s\"\n", "");
+            let srv = site.serve_config(model, &config);
+            let mut conn = srv.connect();
+            let started = Instant::now();
+            conn.send(req("GET", "/app/events", &[]));
+            // The first event arrives while the backend is still to send the second.
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !String::from_utf8_lossy(&got).contains("data: first") {
+                let n = conn.stream().read(&mut buf).unwrap();
+                assert!(
+                    n > 0,
+                    "closed early: {:?} {}",
+                    String::from_utf8_lossy(&got),
+                    srv.stderr()
+                );
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(
+                started.elapsed() < Duration::from_millis(1200),
+                "response_buffering {buffering}: the first event waited for the backend's end"
+            );
+        }
+    }
+);
+
+/// Answers `GET /app/big/N` with N bytes of `body_byte`, then notes `sent` in the log once
+/// the kernel has taken the last of them.
+fn big_then_mark(stream: TcpStream, log: &BackendLog) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some((line, _)) = read_head(&mut reader) {
+        let target = line.split(' ').nth(1).unwrap_or_default().to_string();
+        let n: usize = target.trim_start_matches("/app/big/").parse().unwrap_or(0);
+        let body: Vec<u8> = (0..n).map(body_byte).collect();
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+        if writer.write_all(head.as_bytes()).is_err() || writer.write_all(&body).is_err() {
+            return;
+        }
+        log.requests.lock().unwrap().push("sent".into());
+    }
+}
+
+httptest!(a_slow_reader_holds_the_backend_only_unbuffered, |model| {
+    // More than every socket buffer on the way can hold, so that unbuffered the backend
+    // cannot finish before the client reads.
+    let n = 32 << 20;
+    // Buffered; unbuffered; and buffered with a temporary file too small for the answer,
+    // which then goes at the client's pace past it.
+    let setups = [
+        (true, "response_buffering = true"),
+        (false, "response_buffering = false"),
+        (false, "max_temp_file_size = \"1m\""),
+    ];
+    for (buffering, keys) in setups {
+        let backend = Backend::start(big_then_mark);
+        let site = site();
+        let config = config_with(&backend, "prefix = \"/app/\"", keys)
+            .replace("response_timeout = \"1s\"", "response_timeout = \"10s\"");
+        let srv = site.serve_config(model, &config);
+        assert_eq!(temporary_files(srv.pid()), 0);
+        let mut conn = srv.connect();
+        conn.send(req("GET", &format!("/app/big/{n}"), &[]));
+        let sent = || {
+            backend
+                .log
+                .requests
+                .lock()
+                .unwrap()
+                .contains(&"sent".to_string())
+                .then_some(())
+        };
+        if buffering {
+            // The backend is done while the client has read nothing.
+            assert!(
+                wait_for(Duration::from_secs(10), sent).is_some(),
+                "the backend was held by a client that does not read"
+            );
+            assert!(temporary_files(srv.pid()) >= 1, "no temporary file");
+        } else {
+            std::thread::sleep(Duration::from_millis(1500));
+            assert!(sent().is_none(), "{keys}: the backend finished unread");
+        }
+        let r = conn.read_response();
+        r.assert_status(200);
+        assert_eq!(r.body.len(), n);
+        assert_eq!(wrong_bytes(&r.body), 0);
+        // The temporary file is closed once the body has gone.
+        let left = wait_for(Duration::from_secs(5), || {
+            (temporary_files(srv.pid()) == 0).then_some(())
+        });
+        assert!(
+            left.is_some(),
+            "buffering {buffering}: a temporary file is left open"
+        );
+        let line = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("/app/big/"));
+        assert!(
+            line.as_deref()
+                .is_some_and(|l| l.ends_with(&format!("200 {n} \"-\" \"-\""))),
+            "{line:?}"
+        );
+        if buffering {
+            // A client that leaves with most of a buffered answer unread: logged with the
+            // bytes that left and why it ended, and the temporary file is closed.
+            let mut conn = srv.connect();
+            conn.send(req(
+                "GET",
+                &format!("/app/big/{n}"),
+                &[("User-Agent", "gone")],
+            ));
+            wait_for(Duration::from_secs(10), || {
+                let sent = backend.log.requests.lock().unwrap().len();
+                (sent == 2).then_some(())
+            })
+            .expect("the backend did not finish");
+            drop(conn);
+            let line = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("\"gone\""));
+            let line = line.expect("no line for the client that left");
+            assert!(line.ends_with("\"gone\" client-gone"), "{line}");
+            assert!(!line.contains(&format!(" 200 {n} ")), "{line}");
+            let left = wait_for(Duration::from_secs(5), || {
+                (temporary_files(srv.pid()) == 0).then_some(())
+            });
+            assert!(left.is_some(), "a temporary file is left open");
+        }
+    }
+});
+
+httptest!(
+    a_buffered_body_slower_to_send_than_the_response_timeout_is_answered,
+    |model| {
+        // 12 MiB to a backend taking 3 MiB a second through a small receive buffer: about
+        // 4 s of sending, past the response timeout of 2 s, which counts from the end of the
+        // request (from when the last bytes were handed to the kernel: what its socket buffer
+        // still holds then, a few MiB at most, reaches the backend within the timeout).
+        let backend = Backend::start_with_receive_buffer(crawling_sink, 64 * 1024);
+        let site = site();
+        let config = config(&backend, "prefix = \"/app/\"", "")
+            .replace("response_timeout = \"1s\"", "response_timeout = \"2s\"");
+        let srv = site.serve_config(model, &config);
+        let body: Vec<u8> = (0..12 * MIB).map(body_byte).collect();
+        let started = Instant::now();
+        if let Err(e) = upload(srv.addr(), &body, false) {
+            panic!("{e}");
+        }
+        assert!(started.elapsed() > Duration::from_secs(3));
+    }
+);

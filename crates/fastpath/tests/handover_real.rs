@@ -6,7 +6,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::util::*;
 
@@ -127,6 +129,149 @@ httptest!(gunicorn_serves_the_dynamic_pages, |model| {
     assert_eq!(r.body.len(), 300_000);
     // Error statuses are relayed as they are.
     srv.get("/app/status?code=503").assert_status(503);
+});
+
+/// A configuration handing `/app/` to gunicorn with both kinds of buffering on or off.
+fn buffering_config(addr: SocketAddr, buffering: bool) -> String {
+    format!(
+        "root = \"root\"\n[[backend]]\nname = \"app\"\naddresses = \"{addr}\"\nresponse_timeout = \"30s\"\nrequest_buffering = {buffering}\nresponse_buffering = {buffering}\n[[route]]\nbackend = \"app\"\nprefix = \"/app/\"\n"
+    )
+}
+
+/// How long a normal client waits for `/app/hello` while slow clients run.
+const PROMPT: Duration = Duration::from_secs(10);
+/// How long the normal client is shown to wait in vain when the backend is held.
+const HELD: Duration = Duration::from_secs(3);
+
+/// Asks for `/app/hello` and says whether the answer came within `patience`, checking it
+/// is the page when it did.
+fn answered_within(srv: &Server, patience: Duration) -> bool {
+    let mut conn = srv.connect();
+    conn.stream().set_read_timeout(Some(patience)).unwrap();
+    conn.send("GET /app/hello HTTP/1.1\r\nHost: demo\r\n\r\n");
+    match conn.try_read_response("GET") {
+        Ok(Some(r)) => {
+            r.assert_status(200);
+            assert!(r.text().contains("Hello from the backend"), "{r}");
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Four clients send a POST body at a byte a second (the attack on gunicorn's two
+/// workers) while a normal client asks for a page: buffered, the page comes at once, as the
+/// bodies never reach gunicorn before they are whole; unbuffered, both workers wait on a body
+/// and the page does not come.
+fn slow_bodies(model: &'static str, buffering: bool) {
+    let Some(backend) = gunicorn() else { return };
+    let site = Site::new();
+    let srv = site.serve_config(model, &buffering_config(backend.addr, buffering));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut slow: Vec<Conn> = (0..4).map(|_| srv.connect()).collect();
+    for conn in &mut slow {
+        conn.send("POST /app/echo HTTP/1.1\r\nHost: demo\r\nContent-Length: 100\r\n\r\nx");
+    }
+    let trickle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_secs(1));
+                for conn in &mut slow {
+                    let _ = conn.try_send("x");
+                }
+            }
+        })
+    };
+    // Let the slow requests reach wherever they go first.
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let answered = answered_within(&srv, if buffering { PROMPT } else { HELD });
+    stop.store(true, Ordering::SeqCst);
+    trickle.join().unwrap();
+    if buffering {
+        assert!(
+            answered,
+            "{model}: slow bodies held gunicorn despite buffering"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{model}: slow answer"
+        );
+    } else {
+        assert!(
+            !answered,
+            "{model}: unbuffered, yet slow bodies did not hold gunicorn"
+        );
+    }
+    let left = wait_for(Duration::from_secs(5), || {
+        (temporary_files(srv.pid()) == 0).then_some(())
+    });
+    assert!(left.is_some(), "{model}: a temporary file is left open");
+}
+
+/// Four clients ask for a large response and read none of it while a normal client asks for
+/// a page: buffered, gunicorn's answers go to temporary files and its workers are free;
+/// unbuffered, both workers wait on a client.
+fn slow_readers(model: &'static str, buffering: bool) {
+    let Some(backend) = gunicorn() else { return };
+    let site = Site::new();
+    let srv = site.serve_config(model, &buffering_config(backend.addr, buffering));
+    // More than every socket buffer on the way holds (about 14 MiB on loopback with Linux's
+    // default limits, a client that reads nothing keeping its receive window small).
+    let n = 32 << 20;
+    let mut slow: Vec<Conn> = (0..4).map(|_| srv.connect()).collect();
+    for conn in &mut slow {
+        conn.send(format!("GET /app/big?n={n} HTTP/1.1\r\nHost: demo\r\n\r\n"));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let answered = answered_within(&srv, if buffering { PROMPT } else { HELD });
+    if buffering {
+        assert!(
+            answered,
+            "{model}: slow readers held gunicorn despite buffering"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{model}: slow answer"
+        );
+        // The slow clients still get every byte.
+        let r = slow[0].read_response();
+        assert_eq!(r.body.len(), n);
+    } else {
+        assert!(
+            !answered,
+            "{model}: unbuffered, yet slow readers did not hold gunicorn"
+        );
+    }
+    drop(slow);
+    let left = wait_for(Duration::from_secs(5), || {
+        (temporary_files(srv.pid()) == 0).then_some(())
+    });
+    assert!(left.is_some(), "{model}: a temporary file is left open");
+}
+
+httptest!(
+    slow_bodies_leave_gunicorn_answering_when_buffered,
+    |model| {
+        slow_bodies(model, true);
+    }
+);
+
+httptest!(slow_bodies_hold_gunicorn_when_unbuffered, |model| {
+    slow_bodies(model, false);
+});
+
+httptest!(
+    slow_readers_leave_gunicorn_answering_when_buffered,
+    |model| {
+        slow_readers(model, true);
+    }
+);
+
+httptest!(slow_readers_hold_gunicorn_when_unbuffered, |model| {
+    slow_readers(model, false);
 });
 
 /// Apache httpd (prefork) with mod_php, on a configuration of its own in a temporary

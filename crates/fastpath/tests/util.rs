@@ -1214,6 +1214,18 @@ pub fn children(parent: u32) -> Vec<u32> {
     found
 }
 
+/// Descriptors of deleted files (the unlinked temporary files of buffered bodies) held by
+/// the process `pid` and its children.
+pub fn temporary_files(pid: u32) -> usize {
+    std::iter::once(pid)
+        .chain(children(pid))
+        .filter_map(|p| std::fs::read_dir(format!("/proc/{p}/fd")).ok())
+        .flat_map(|fds| fds.flatten())
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| target.to_string_lossy().ends_with("(deleted)"))
+        .count()
+}
+
 /// Connected TCP sockets (any state but LISTEN) and pipes (past standard input and output)
 /// held by the process `pid` and its children: what a leak of client, backend or joint
 /// descriptors would grow.

@@ -199,6 +199,17 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default of [`BackendConfig::fail_timeout`].
 pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of [`BackendConfig::max_body_size`]: nginx's `client_max_body_size`.
+pub const DEFAULT_MAX_BODY_SIZE: u64 = 1 << 20;
+/// Default of [`BackendConfig::body_timeout`]: nginx's `client_body_timeout`, here for the
+/// whole body, as the header timeout is for the whole head.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default of [`BackendConfig::request_buffer_memory`] and
+/// [`BackendConfig::response_buffer_memory`]: nginx's `proxy_buffers` (8 buffers of 8 KiB);
+/// anything larger goes to a temporary file.
+pub const DEFAULT_BUFFER_MEMORY: u64 = 64 * 1024;
+/// Default of [`BackendConfig::max_temp_file_size`]: nginx's `proxy_max_temp_file_size`.
+pub const DEFAULT_MAX_TEMP_FILE_SIZE: u64 = 1 << 30;
 
 /// One backend server (`[[backend]]`): its addresses and how to talk to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +239,34 @@ pub struct BackendConfig {
     pub public_url: Option<String>,
     /// Keep cacheable GET responses (see [`cache_lifetime`]).
     pub cache: bool,
+    /// Read a request body whole (memory, then a temporary file) before a
+    /// backend connection is taken, so a slow client never holds one; when
+    /// false the body is passed on as it arrives (long uploads that the
+    /// backend wants as a stream).
+    pub request_buffering: bool,
+    /// Most of a buffered request body kept in memory; the rest of a larger
+    /// one goes to a temporary file.
+    pub request_buffer_memory: u64,
+    /// Largest request body taken, buffered or not: larger gets 413. 0 for
+    /// no limit.
+    pub max_body_size: u64,
+    /// A buffered request body must arrive whole within this after its head:
+    /// 408 otherwise.
+    pub body_timeout: Duration,
+    /// Read a response from the backend as fast as it comes (memory, then a
+    /// temporary file), so the backend connection is free while a slow
+    /// client still downloads; when false the response goes at the client's
+    /// pace (server-sent events stream either way).
+    pub response_buffering: bool,
+    /// Most of a buffered response kept in memory before the rest goes to a
+    /// temporary file.
+    pub response_buffer_memory: u64,
+    /// Most bytes of one response written to a temporary file; past it the
+    /// response goes at the client's pace. 0 for no temporary file.
+    pub max_temp_file_size: u64,
+    /// Where temporary files are made (unlinked from the start, so nothing is
+    /// left behind).
+    pub temp_dir: PathBuf,
 }
 
 impl BackendConfig {
@@ -251,7 +290,9 @@ impl BackendConfig {
 impl Default for BackendConfig {
     /// No name and no addresses; every other field at its default: 256
     /// connections, timeouts 2 s / 30 s / 60 s / 10 s, forwarded headers on,
-    /// no public URL, caching on.
+    /// no public URL, caching on, request and response buffering on with
+    /// 64 KiB in memory, a 1 GiB temporary file at most per response, bodies up to
+    /// 1 MiB arriving within 60 s, temporary files in the system's directory.
     fn default() -> Self {
         BackendConfig {
             name: String::new(),
@@ -264,6 +305,14 @@ impl Default for BackendConfig {
             forwarded: true,
             public_url: None,
             cache: true,
+            request_buffering: true,
+            request_buffer_memory: DEFAULT_BUFFER_MEMORY,
+            max_body_size: DEFAULT_MAX_BODY_SIZE,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            response_buffering: true,
+            response_buffer_memory: DEFAULT_BUFFER_MEMORY,
+            max_temp_file_size: DEFAULT_MAX_TEMP_FILE_SIZE,
+            temp_dir: std::env::temp_dir(),
         }
     }
 }

@@ -4,9 +4,11 @@
 //! hand-off for chunk data, so data is never copied and the decoder's state
 //! is a few words regardless of how the body is split across reads.
 //!
-//! It is strict, because the proxy relays chunked bodies byte for byte: a
-//! body it reads one way and a backend reads another lets a client smuggle a
-//! request past it. So every line ends in CRLF (a bare CR or LF is an error,
+//! It is strict, because a body the proxy reads one way and a backend reads
+//! another lets a client smuggle a request past it: request bodies go to the
+//! backend framed anew from what this decoder gave (extensions and trailers
+//! dropped), and chunked responses are relayed as they came once it has read
+//! them. So every line ends in CRLF (a bare CR or LF is an error,
 //! never a line end), the chunk size is 1*HEXDIG with nothing else on the line
 //! but extensions, extensions follow RFC 9112's chunk-ext grammar exactly, and
 //! trailer fields are checked like header fields (RFC 9110 §5.1, §5.5): a
@@ -33,10 +35,11 @@ const CONTENT: &str = "content format field in trailer section";
 /// its rejection gives. RFC 9110 §6.5.1 names the kinds of field that have to
 /// be known before the content is processed (framing, routing,
 /// authentication, request modifiers, response controls, content format);
-/// these are those kinds' fields that a backend acts on. Trailers are relayed
-/// as they came, so a backend that merges trailers into the header section
-/// would otherwise take these from the body, past every check made on the
-/// head (and past the forwarding fields the proxy wrote).
+/// these are those kinds' fields that a backend acts on. A request's trailers
+/// are dropped by the proxy, but a response's are relayed as they came, and
+/// a peer that merges trailers into the header section would otherwise take
+/// these from the body, past every check made on the head (and past the
+/// forwarding fields the proxy wrote).
 pub const FORBIDDEN_TRAILERS: &[(&str, &str)] = &[
     // Message framing (RFC 9112 §6, §7).
     ("content-length", FRAMING),

@@ -17,8 +17,10 @@ use std::net::IpAddr;
 
 /// Fields that only ever describe one connection (RFC 9110 §7.6.1).
 ///
-/// Trailer is not here: it is end-to-end in RFC 9110 and stays true as long
-/// as chunks (and so trailers) are passed through unchanged. Proxy-Authenticate
+/// Trailer is not here: it is end-to-end in RFC 9110 (a relayed response
+/// keeps it, with its chunks and trailers as they came). A forwarded request
+/// drops it all the same, since request trailers are never passed on (see
+/// [`write_forwarded_request`]). Proxy-Authenticate
 /// and Proxy-Authorization are not here either: fastpath is a gateway that
 /// does no proxy authentication itself, so a challenge from the backend and
 /// the client's answer to it belong to the end-to-end exchange.
@@ -109,6 +111,63 @@ pub struct ForwardOptions<'a> {
     /// X-Forwarded-Host and in Forwarded's `host=`, so the backend can still
     /// build its own URLs.
     pub host: Option<&'a str>,
+    /// How the request body goes to the backend, which decides the framing
+    /// fields written.
+    pub body: BodyForwarding,
+}
+
+/// How a request body is passed on ([`ForwardOptions::body`]). Either way the
+/// backend gets a body framed anew from what the proxy decoded, never the
+/// client's bytes as they came, so a body the proxy reads one way cannot be
+/// read another way by the backend (request smuggling): a body framed by
+/// length keeps its `Content-Length`, and a chunked one goes either by length
+/// or chunked anew, without chunk extensions and without trailers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BodyForwarding {
+    /// Passed on as it arrives: `Content-Length: n` for a body framed by
+    /// length; for a chunked one `Transfer-Encoding` with the client's other
+    /// codings and a bare `chunked` last, the caller sending the decoded data
+    /// in chunks of its own. Expect is passed on (for an HTTP/1.1 client).
+    #[default]
+    Streamed,
+    /// Read whole before the backend is asked: Expect is dropped, since the
+    /// proxy has answered it itself. Framed as [`BodyForwarding::Streamed`]
+    /// says, except a body whose only coding is chunked: see
+    /// [`BodyForwarding::Open`].
+    Buffered,
+    /// As [`BodyForwarding::Buffered`], for a chunked body whose only coding
+    /// is chunked, whose length is known only once it has been read: no
+    /// framing field and no blank line are written, for the caller to end the
+    /// head with `Content-Length` and the blank line.
+    Open,
+}
+
+/// Whether a chunked request's body can go to a backend framed by length
+/// once decoded: chunked is its only transfer coding. Other codings (gzip
+/// before chunked, say) stay with the body, which must then go chunked
+/// (RFC 9112 §6.1: a request with a Transfer-Encoding ends it with chunked,
+/// and Content-Length never goes with Transfer-Encoding).
+pub fn only_chunked(req: &Request<'_>) -> bool {
+    req.header_values("transfer-encoding")
+        .flat_map(list_elements)
+        .all(|coding| coding_name(coding).eq_ignore_ascii_case(b"chunked"))
+}
+
+/// A transfer coding's name, without its parameters.
+fn coding_name(element: &[u8]) -> &[u8] {
+    let name = match memchr::memchr(b';', element) {
+        Some(p) => &element[..p],
+        None => element,
+    };
+    let start = name
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(name.len());
+    let end = name
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(start, |p| p + 1);
+    &name[start..end.max(start)]
 }
 
 /// Writes the head of the request to send to a backend for `req` (parsed by
@@ -123,17 +182,19 @@ pub struct ForwardOptions<'a> {
 ///   when there is no authority).
 /// - Every end-to-end field in order; hop-by-hop fields (see
 ///   [`is_hop_by_hop`]), Host and the framing fields are dropped.
-/// - The body framing as the request had it: `Content-Length: n`, or the
-///   client's Transfer-Encoding codings, since the body bytes are relayed as
-///   received. Nothing for a request without a body.
+/// - The body framing as [`ForwardOptions::body`] says: `Content-Length: n`,
+///   or the client's codings other than chunked with a bare `chunked` last
+///   (the caller chunks the decoded body anew: chunk extensions and trailers
+///   are never passed on, so Trailer is dropped too), or nothing for an
+///   [`BodyForwarding::Open`] head. Nothing for a request without a body.
 /// - `Connection: keep-alive`: backend connections are reused.
 /// - `Via: 1.1 fastpath` (or `1.0` for an HTTP/1.0 client) after any Via the client sent,
 ///   as RFC 9110 §7.6.3 requires of a gateway.
 /// - The forwarding fields when `opts.forwarded` is set, then the blank line.
 ///
-/// Expect is passed on for HTTP/1.1 clients, so a backend may answer 100
-/// Continue; relaying or swallowing that interim response is the caller's
-/// choice. An HTTP/1.0 client's Expect is dropped, as RFC 9110 §10.1.1 says
+/// Expect is passed on for HTTP/1.1 clients whose body is streamed, so a
+/// backend may answer 100 Continue; relaying or swallowing that interim
+/// response is the caller's choice. A buffered body's Expect is dropped. An HTTP/1.0 client's Expect is dropped, as RFC 9110 §10.1.1 says
 /// to ignore it. Upgrade is dropped, so protocol switches never reach the
 /// backend.
 pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out: &mut Vec<u8>) {
@@ -169,6 +230,9 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
     for (name, value) in req.headers() {
         let managed = name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("content-length")
+            // Request trailers are never passed on (see `BodyForwarding`).
+            || name.eq_ignore_ascii_case("trailer")
+            || (opts.body != BodyForwarding::Streamed && name.eq_ignore_ascii_case("expect"))
             || (opts.forwarded && is_forwarding_field(name))
             // RFC 9110 §10.1.1: an HTTP/1.0 client's expectation is ignored,
             // and sent on as HTTP/1.1 it would be revived.
@@ -182,11 +246,22 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
     match req.framing {
         BodyFraming::None => {}
         BodyFraming::Length(n) => write_header_u64("Content-Length", n, out),
-        BodyFraming::Chunked => write_joined(
-            "Transfer-Encoding",
-            req.header_values("transfer-encoding"),
-            out,
-        ),
+        BodyFraming::Chunked if opts.body == BodyForwarding::Open => {}
+        BodyFraming::Chunked => {
+            // The codings applied to the content stay; chunked is the proxy's own, written
+            // bare: its parameters, like chunk extensions, described the client's bytes.
+            let start = begin_field("Transfer-Encoding", out);
+            for coding in req
+                .header_values("transfer-encoding")
+                .flat_map(list_elements)
+            {
+                if !coding_name(coding).eq_ignore_ascii_case(b"chunked") {
+                    push_element(start, coding, out);
+                }
+            }
+            push_element(start, b"chunked", out);
+            end_field(start, out);
+        }
     }
     write_header("Connection", b"keep-alive", out);
     // RFC 9110 §7.6.3: a gateway MUST add Via to each request it forwards, naming the
@@ -247,7 +322,9 @@ pub fn write_forwarded_request(req: &Request<'_>, opts: &ForwardOptions<'_>, out
         }
         end_field(start, out);
     }
-    out.extend_from_slice(b"\r\n");
+    if !(opts.body == BodyForwarding::Open && req.framing == BodyFraming::Chunked) {
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// Writes an address as text; IPv4, the common case, without the formatting machinery,

@@ -10,6 +10,7 @@ fn opts(forwarded: bool) -> ForwardOptions<'static> {
         proto: "http",
         forwarded,
         host: None,
+        body: BodyForwarding::Streamed,
     }
 }
 
@@ -96,7 +97,7 @@ fn forwarded_request_body_framing() {
     );
     assert_eq!(
         out,
-        "PUT /p HTTP/1.1\r\nHost: h\r\nTrailer: X-Sum\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
+        "PUT /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
     );
     // HTTP/1.0 client, no Host, no body: Host is required in HTTP/1.1.
     let out = forward(
@@ -107,6 +108,58 @@ fn forwarded_request_body_framing() {
         out,
         "GET / HTTP/1.1\r\nHost: \r\nConnection: keep-alive\r\nVia: 1.0 fastpath\r\n\r\n"
     );
+}
+
+#[test]
+fn chunked_bodies_are_framed_anew() {
+    // Chunked's parameters go; the other codings stay, in order, chunked last.
+    let req = b"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip ,chunked;q=1\r\nTrailer: X-Sum\r\nExpect: 100-continue\r\n\r\n";
+    let out = forward(req, &opts(false));
+    assert_eq!(
+        out,
+        "POST /p HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
+    );
+    // Buffered: the proxy answered Expect itself.
+    let buffered = ForwardOptions {
+        body: BodyForwarding::Buffered,
+        ..opts(false)
+    };
+    let out = forward(req, &buffered);
+    assert_eq!(
+        out,
+        "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"
+    );
+    // Open: no framing and no blank line, for the caller's Content-Length.
+    let open = ForwardOptions {
+        body: BodyForwarding::Open,
+        ..opts(false)
+    };
+    let req = b"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n";
+    let out = forward(req, &open);
+    assert_eq!(
+        out,
+        "POST /p HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n"
+    );
+    // A body framed by length keeps it either way.
+    let req = b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\n";
+    assert!(forward(req, &open)
+        .ends_with("Content-Length: 3\r\nConnection: keep-alive\r\nVia: 1.1 fastpath\r\n\r\n"));
+}
+
+#[test]
+fn only_chunked_tells_whether_a_body_can_go_by_length() {
+    let mut parser = Parser::new(Limits::default());
+    for (te, only) in [
+        ("chunked", true),
+        ("Chunked ; a=b", true),
+        ("gzip, chunked", false),
+        ("deflate , chunked", false),
+    ] {
+        parser.reset();
+        let req = format!("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: {te}\r\n\r\n");
+        let r = parser.parse(req.as_bytes()).unwrap().unwrap();
+        assert_eq!(only_chunked(&r), only, "{te}");
+    }
 }
 
 #[test]

@@ -77,7 +77,9 @@ pub use conditional::{etag_list_matches, parse_http_date, write_http_date};
 pub use encoding::{parse_accept_encoding, AcceptEncoding};
 pub use error::RequestError;
 pub use field_lines::{write_header, write_header_u64};
-pub use forward::{is_hop_by_hop, write_forwarded_request, ForwardOptions, HopByHop};
+pub use forward::{
+    is_hop_by_hop, only_chunked, write_forwarded_request, BodyForwarding, ForwardOptions, HopByHop,
+};
 pub use limits::{
     Limits, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_REQUEST_LINE,
     MAX_CHUNK_LINE, MAX_CHUNK_SIZE_DIGITS, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,

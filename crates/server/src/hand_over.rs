@@ -10,11 +10,17 @@ use fastpath_drivers::{BufferPool, Output, UpstreamPort};
 use fastpath_handover::{
     cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache,
 };
-use fastpath_http::{write_age_and_end, Limits, Metadata, Request, ResponseParser, Version};
+use fastpath_http::{
+    only_chunked, write_age_and_end, BodyForwarding, BodyFraming, Limits, Metadata, Request,
+    ResponseParser, Version,
+};
 
 use crate::access_log::request_line;
 use crate::proxy::{CacheSlot, Exchange, Start};
 use crate::reply::{Answer, Writer};
+
+/// The interim answer to `Expect: 100-continue` for a body read before the backend is asked.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Backend response parsers a worker keeps for reuse.
 const MAX_POOLED_PARSERS: usize = 1024;
@@ -73,6 +79,9 @@ pub(crate) enum HandOver {
     /// The request was answered (status, body bytes): a redirect, a cached response or an
     /// error.
     Answered(u16, u64),
+    /// The request was refused before its body was read (status, body bytes): the
+    /// connection closes after the answer.
+    Refused(u16, u64),
 }
 
 impl Backends {
@@ -111,6 +120,26 @@ impl Backends {
         }
         let (cache_on, forwarded) = (config.cache, config.forwarded);
         let bridge = method == HandoverMethod::Bridge;
+        // A body larger than the backend takes is refused before a byte of it is read, as
+        // nginx's `client_max_body_size` does; a bridge passes everything on unread.
+        let max_body = config.max_body_size;
+        if let BodyFraming::Length(n) = request.framing {
+            if !bridge && max_body > 0 && n > max_body {
+                let refused = Answer {
+                    close: true,
+                    ..answer
+                };
+                let sent = sink.writer(date).error(413, refused);
+                return HandOver::Refused(413, sent);
+            }
+        }
+        let has_body = !matches!(request.framing, BodyFraming::None | BodyFraming::Length(0));
+        let buffered = !bridge && config.request_buffering && has_body;
+        let body = match request.framing {
+            _ if !buffered => BodyForwarding::Streamed,
+            BodyFraming::Chunked if only_chunked(request) => BodyForwarding::Open,
+            _ => BodyForwarding::Buffered,
+        };
         // Whether a response is kept or served from the cache depends on the request and
         // the response (RFC 9111), not on the client's connection or version: a kept head
         // has no Connection field, each client gets its own. A GET without credentials can
@@ -144,6 +173,7 @@ impl Backends {
                     proto: "http",
                     forwarded,
                     host: None,
+                    body,
                 },
                 &mut staged,
             );
@@ -163,6 +193,7 @@ impl Backends {
                 "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
             ),
             framing: request.framing,
+            buffered: body,
             client_version: answer.version,
             head_request: answer.head,
             client_close: incoming.client_close,
@@ -179,7 +210,15 @@ impl Backends {
             sink.now,
             parser,
         ) {
-            Ok(exchange) => HandOver::Started(Box::new(exchange)),
+            Ok(exchange) => {
+                // The body is read here rather than by the backend: a client waiting for
+                // 100 Continue gets it from here (RFC 9110 §10.1.1), as nginx sends it.
+                if buffered && request.expect_continue && answer.version == Version::Http11 {
+                    sink.output
+                        .write_with(sink.pool, |b| b.extend_from_slice(CONTINUE));
+                }
+                HandOver::Started(Box::new(exchange))
+            }
             Err((status, parser)) => {
                 self.parsers.push(parser);
                 let sent = sink.writer(date).error(status, answer);

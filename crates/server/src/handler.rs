@@ -121,6 +121,11 @@ struct Deferred {
     /// Where the response ends in the connection's count of sent bytes
     /// ([`fastpath_drivers::Output::sent`]).
     end: u64,
+    /// A backend's response read ahead of the client: one cut short says why it ended,
+    /// as an exchange does, once the connection's close reason is known.
+    relayed: bool,
+    /// The connection is closing with this many bytes sent (set by `on_closing`).
+    closing_sent: Option<u64>,
 }
 
 /// What answering a request decided about the connection.
@@ -166,7 +171,10 @@ impl HttpHandler {
             self.settle(conn, io.output.sent(), false);
         }
         loop {
-            if io.output.pending() >= OUTPUT_HIGH_WATER {
+            // An exchange buffering its response goes on reading the backend meanwhile, so
+            // the backend connection is free as soon as the backend is done.
+            let reads_ahead = matches!(&conn.phase, Phase::Proxy(e) if e.reads_ahead());
+            if io.output.pending() >= OUTPUT_HIGH_WATER && !reads_ahead {
                 *io.deadline = None;
                 return Next::Drain;
             }
@@ -363,6 +371,10 @@ impl HttpHandler {
                         };
                     }
                     HandOver::Answered(status, bytes) => (status, bytes),
+                    HandOver::Refused(status, bytes) => {
+                        close = true;
+                        (status, bytes)
+                    }
                 }
             }
             Route::Error(status) => (status, sink.writer(date).error(status, answer)),
@@ -381,6 +393,8 @@ impl HttpHandler {
                 referer: request.header("referer").map(<[u8]>::to_vec),
                 user_agent: request.header("user-agent").map(<[u8]>::to_vec),
                 end: sink.output.sent() + sink.output.pending(),
+                relayed: false,
+                closing_sent: None,
             };
             return Outcome {
                 head_len: request.head_len,
@@ -411,10 +425,22 @@ impl HttpHandler {
     /// Logs a deferred entry once its response has been sent (`sent` is the connection's
     /// [`fastpath_drivers::Output::sent`]), or, `closing`, with the body bytes that did leave.
     fn settle(&mut self, conn: &mut HttpConn, sent: u64, closing: bool) {
+        self.settle_because(conn, sent, closing, None);
+    }
+
+    /// [`HttpHandler::settle`]; a relayed response cut short is logged with `ended`.
+    fn settle_because(
+        &mut self,
+        conn: &mut HttpConn,
+        sent: u64,
+        closing: bool,
+        ended: Option<&str>,
+    ) {
         let Some(deferred) = conn.deferred.take_if(|d| closing || sent >= d.end) else {
             return;
         };
         let unsent = deferred.end.saturating_sub(sent).min(deferred.body_bytes);
+        let ended = ended.filter(|_| deferred.relayed && unsent > 0);
         if let Some(log) = self.access_log.as_mut() {
             log.record(&Entry {
                 peer: conn.peer,
@@ -424,7 +450,7 @@ impl HttpHandler {
                 body_bytes: deferred.body_bytes - unsent,
                 referer: deferred.referer.as_deref(),
                 user_agent: deferred.user_agent.as_deref(),
-                ended: None,
+                ended,
             });
         }
     }
@@ -498,6 +524,31 @@ impl HttpHandler {
         };
         let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
         self.backends.exchange_ended(parser, cache, finished);
+        // A buffered response is over for the backend while the client may still be
+        // downloading it: like a large static response, it is logged once sent, with the
+        // bytes that really left. A connection holds one such entry at a time: if an
+        // earlier one is still being sent, this one is logged now.
+        let unsent = io.output.pending();
+        self.settle(conn, io.output.sent(), false);
+        if finished
+            && unsent > DEFER_LOG_OVER
+            && self.access_log.is_some()
+            && conn.deferred.is_none()
+        {
+            let deferred = Deferred {
+                time: self.clock.log_time().to_vec(),
+                request_line: log_line,
+                status,
+                body_bytes: bytes,
+                referer,
+                user_agent,
+                end: io.output.sent() + unsent,
+                relayed: true,
+                closing_sent: None,
+            };
+            conn.deferred = Some(Box::new(deferred));
+            return next;
+        }
         self.log(
             conn.peer,
             &[&log_line],
@@ -539,14 +590,7 @@ impl HttpHandler {
     /// the body bytes relayed and why it ended; in the error log too when the failure was on
     /// this side.
     fn log_cut_exchange(&mut self, peer: SocketAddr, exchange: Box<Exchange>, reason: CloseReason) {
-        let ended = match reason {
-            // The handler never ends an exchange this way: the client's end of stream did.
-            CloseReason::Done | CloseReason::PeerGone => CLIENT_GONE,
-            CloseReason::SendTimeout => "send-timeout",
-            CloseReason::Shutdown => "shutdown",
-            // A socket error, a file that shrank, or a reason this version does not know.
-            _ => "error",
-        };
+        let ended = ended_because(reason);
         let (status, relayed) = (exchange.status, exchange.relayed);
         let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
         // Cut short: nothing of it is kept.
@@ -573,6 +617,18 @@ impl HttpHandler {
             user_agent.as_deref(),
             Some(ended),
         );
+    }
+}
+
+/// What the access log says of a response a connection's close cut short.
+fn ended_because(reason: CloseReason) -> &'static str {
+    match reason {
+        // The handler never ends an exchange this way: the client's end of stream did.
+        CloseReason::Done | CloseReason::PeerGone => CLIENT_GONE,
+        CloseReason::SendTimeout => "send-timeout",
+        CloseReason::Shutdown => "shutdown",
+        // A socket error, a file that shrank, or a reason this version does not know.
+        _ => "error",
     }
 }
 
@@ -653,10 +709,18 @@ impl Handler for HttpHandler {
     }
 
     fn on_closing(&mut self, conn: &mut HttpConn, sent: u64) {
+        // A relayed response waits for the close reason (`on_close`) to say why it was cut.
+        if let Some(deferred) = conn.deferred.as_mut().filter(|d| d.relayed) {
+            deferred.closing_sent = Some(sent);
+            return;
+        }
         self.settle(conn, sent, true);
     }
 
     fn on_close(&mut self, mut conn: HttpConn, reason: CloseReason) {
+        if let Some(sent) = conn.deferred.as_ref().and_then(|d| d.closing_sent) {
+            self.settle_because(&mut conn, sent, true, Some(ended_because(reason)));
+        }
         if let Phase::Proxy(mut exchange) = std::mem::replace(&mut conn.phase, Phase::Head) {
             // The connection ended mid-exchange: the driver closes the backend connection.
             exchange.forget(&mut self.backends.states);

@@ -11,6 +11,14 @@
 //! everything after them go to the backend, its bytes come back, and nothing is parsed or
 //! even copied through fastpath again.
 //!
+//! Buffering (per backend, on by default, as nginx's `proxy_request_buffering` and
+//! `proxy_buffering` are): a request body is read whole before a backend connection is
+//! taken ([`BodyBuffer`]), and a response is read as fast as the backend sends it, past
+//! memory into a temporary file ([`Spill`]), so a slow client holds neither a backend worker
+//! nor a backend connection. Either way a relayed request body is framed anew from what the
+//! chunked decoder gave, never passed on as received: by length when read whole, in chunks of
+//! fastpath's own when streamed; chunk extensions and trailers are dropped.
+//!
 //! Failures keep their meaning for the client: a backend that refuses or cannot be reached
 //! gives 502, one that does not answer in time 504, one that answers garbage 502; one that
 //! stops in the middle of a response makes fastpath close the client connection, so a
@@ -19,13 +27,17 @@
 //! goes again on another connection; any other request gets 502 rather than risk running
 //! twice.
 
-use std::io;
+use std::fs::File;
+use std::io::{self, Write as _};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
 use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture};
 use fastpath_http::{
-    BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser, Version,
+    BodyForwarding, BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser,
+    Version,
 };
 
 /// Client output queued past which relaying from the backend pauses.
@@ -49,7 +61,134 @@ enum RequestBody {
     Length(u64),
     /// The rest is being spliced from the client to the backend.
     Spliced,
+    /// Streamed: decoded, and sent on in chunks of fastpath's own (see `forward_body`).
     Chunked(Box<ChunkedDecoder>),
+    /// Being read whole before a backend connection is taken (request buffering).
+    Reading(Box<BodyBuffer>),
+    /// Read whole: sent after the head, on each connection the request goes to.
+    Whole(Box<BodyBuffer>),
+}
+
+/// A request body read whole before the backend is asked, as nginx's
+/// `proxy_request_buffering` does: in memory up to the backend's `request_buffer_memory`,
+/// then in an unlinked temporary file (O_TMPFILE where the file system has it, so nothing is
+/// ever left behind), which goes to the backend with sendfile.
+struct BodyBuffer {
+    /// Left to read of a body framed by length; a chunked body has its decoder instead.
+    left: u64,
+    decoder: Option<ChunkedDecoder>,
+    memory: Vec<u8>,
+    file: Option<Arc<File>>,
+    /// Body bytes read (decoded, for a chunked body).
+    len: u64,
+    /// The head was staged open (`BodyForwarding::Open`): `Content-Length` ends it.
+    open_head: bool,
+    /// Codings other than chunked stay with the body, which then goes as one chunk.
+    chunk: bool,
+}
+
+impl BodyBuffer {
+    /// Keeps decoded body bytes: in memory while they fit, else in the temporary file.
+    fn keep(&mut self, data: &[u8], memory_max: u64, dir: &Path) -> io::Result<()> {
+        if self.file.is_none() && self.len + data.len() as u64 > memory_max {
+            let mut file = tempfile::tempfile_in(dir)?;
+            file.write_all(&self.memory)?;
+            self.memory = Vec::new();
+            self.file = Some(Arc::new(file));
+        }
+        match self.file.as_ref() {
+            Some(file) => (&**file).write_all(data)?,
+            None => self.memory.extend_from_slice(data),
+        }
+        self.len += data.len() as u64;
+        Ok(())
+    }
+
+    /// Queues the body for the backend, after its head.
+    fn send(&self, out: &mut Output, pool: &mut BufferPool) {
+        if self.chunk && self.len > 0 {
+            out.write_with(pool, |b| {
+                b.extend_from_slice(format!("{:x}\r\n", self.len).as_bytes())
+            });
+        }
+        match self.file.as_ref() {
+            Some(file) => out.push_file(Arc::clone(file), 0, self.len),
+            None => out.write_with(pool, |b| b.extend_from_slice(&self.memory)),
+        }
+        if self.chunk {
+            let end: &[u8] = if self.len > 0 {
+                b"\r\n0\r\n\r\n"
+            } else {
+                b"0\r\n\r\n"
+            };
+            out.write_with(pool, |b| b.extend_from_slice(end));
+        }
+    }
+}
+
+/// A response read ahead of a slow client (response buffering, nginx's `proxy_buffering`):
+/// past the backend's `response_buffer_memory` of output waiting for the client, what the
+/// backend sends is appended to an unlinked temporary file and queued as ranges of it, which
+/// go to the client with sendfile. Past `max_temp_file_size`, or if no file can be made, the
+/// response goes at the client's pace, as it does unbuffered.
+#[derive(Default)]
+struct Spill {
+    file: Option<Arc<File>>,
+    written: u64,
+    /// No more goes to the file.
+    full: bool,
+}
+
+/// Where relayed response bytes go: the client's output (through the temporary file when
+/// buffering), and the copy being kept for the cache.
+struct BodySink<'a> {
+    out: &'a mut Output,
+    pool: &'a mut BufferPool,
+    capture: Option<&'a mut Capture>,
+    /// When buffering: the spill, its memory threshold, its largest file and its directory.
+    spill: Option<(&'a mut Spill, u64, u64, &'a Path)>,
+}
+
+impl BodySink<'_> {
+    fn put(&mut self, data: &[u8]) {
+        if let Some(capture) = self.capture.as_mut() {
+            capture.push(data);
+        }
+        if let Some((spill, memory, max, dir)) = self.spill.as_mut() {
+            let spilling = spill.file.is_some() || self.out.pending() + data.len() as u64 > *memory;
+            if spilling && !spill.full {
+                if spill.written + data.len() as u64 > *max {
+                    spill.full = true;
+                } else {
+                    match Self::append(spill, dir, data) {
+                        Ok(file) => {
+                            self.out.push_file(file, spill.written, data.len() as u64);
+                            spill.written += data.len() as u64;
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(
+                                "cannot buffer a response in {}: {e}; it goes at the client's pace",
+                                dir.display()
+                            );
+                            spill.full = true;
+                        }
+                    }
+                }
+            }
+        }
+        self.out
+            .write_with(self.pool, |b| b.extend_from_slice(data));
+    }
+
+    fn append(spill: &mut Spill, dir: &Path, data: &[u8]) -> io::Result<Arc<File>> {
+        if spill.file.is_none() {
+            spill.file = Some(Arc::new(tempfile::tempfile_in(dir)?));
+        }
+        let file = spill.file.as_ref().expect("made above");
+        (&**file).write_all(data)?;
+        Ok(Arc::clone(file))
+    }
 }
 
 /// Where the response stands.
@@ -107,6 +246,13 @@ pub(crate) struct Exchange {
     pub(crate) relayed: u64,
     /// Response body bytes being spliced from the backend to the client.
     splicing: Option<u64>,
+    /// The response is read ahead of the client (response buffering); `None` unbuffered.
+    spill: Option<Box<Spill>>,
+    /// Decoded bytes of a streamed chunked body, against the backend's `max_body_size`.
+    streamed: u64,
+    /// What was still to send to the backend when the deadline was last set, while a body
+    /// read whole goes to it (see `timed_out`).
+    unsent_at_deadline: u64,
     /// The response allows reusing the backend connection.
     reusable: bool,
     /// The address was counted as an open connection in the backend state.
@@ -155,6 +301,8 @@ pub(crate) struct Start<'a> {
     /// The method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
     pub idempotent: bool,
     pub framing: BodyFraming,
+    /// How the body goes: read whole first unless `Streamed`.
+    pub buffered: BodyForwarding,
     pub client_version: Version,
     pub head_request: bool,
     pub client_close: bool,
@@ -176,26 +324,67 @@ impl Exchange {
         parser: Box<ResponseParser>,
     ) -> Result<Exchange, (u16, Box<ResponseParser>)> {
         let state = &mut backends[start.backend];
-        let Some(address) = state.pick(now) else {
-            return Err((503, parser));
-        };
-        let connect_deadline = now + state.config().connect_timeout;
+        let config = state.config();
+        let (response_buffering, body_timeout, connect_timeout) = (
+            config.response_buffering,
+            config.body_timeout,
+            config.connect_timeout,
+        );
+        let buffered = start.buffered != BodyForwarding::Streamed;
         // A bridge passes the body on with everything else when it joins.
         let body = match start.framing {
             _ if start.bridge => RequestBody::None,
-            BodyFraming::None => RequestBody::None,
+            BodyFraming::None | BodyFraming::Length(0) => RequestBody::None,
+            BodyFraming::Length(n) if buffered => RequestBody::Reading(Box::new(BodyBuffer {
+                left: n,
+                decoder: None,
+                memory: Vec::new(),
+                file: None,
+                len: 0,
+                open_head: false,
+                chunk: false,
+            })),
+            BodyFraming::Chunked if buffered => RequestBody::Reading(Box::new(BodyBuffer {
+                left: 0,
+                decoder: Some(ChunkedDecoder::new()),
+                memory: Vec::new(),
+                file: None,
+                len: 0,
+                open_head: start.buffered == BodyForwarding::Open,
+                chunk: start.buffered != BodyForwarding::Open,
+            })),
             BodyFraming::Length(n) => RequestBody::Length(n),
             BodyFraming::Chunked => RequestBody::Chunked(Box::new(ChunkedDecoder::new())),
         };
+        let spill = (response_buffering && !start.bridge).then(Box::<Spill>::default);
+        // A body read whole first takes no backend connection until it is whole: the
+        // connect waits, and the deadline is the body's.
+        let reading = matches!(body, RequestBody::Reading(_));
+        let address = if reading {
+            0
+        } else {
+            match state.pick(now) {
+                Some(address) => address,
+                None => return Err((503, parser)),
+            }
+        };
+        let first_deadline = now
+            + if reading {
+                body_timeout
+            } else {
+                connect_timeout
+            };
         let mut exchange = Exchange {
             backend: start.backend,
             address,
             bridge: start.bridge,
             staged: start.staged,
             staged_sent: false,
+            // A body read whole can be sent again as well as a request without one.
             replayable: start.idempotent
                 && !start.bridge
-                && matches!(start.framing, BodyFraming::None),
+                && (matches!(start.framing, BodyFraming::None | BodyFraming::Length(0))
+                    || buffered),
             replays: 0,
             body,
             parser,
@@ -206,19 +395,112 @@ impl Exchange {
             status: 0,
             relayed: 0,
             splicing: None,
+            spill,
+            streamed: 0,
+            unsent_at_deadline: 0,
             reusable: false,
             counted: false,
             connected: false,
-            deadline: connect_deadline,
+            deadline: first_deadline,
             log_line: start.log_line,
             referer: start.referer.map(<[u8]>::to_vec),
             user_agent: start.user_agent.map(<[u8]>::to_vec),
             cache: start.cache,
             logged: false,
         };
-        exchange.connect(backends, upstream);
-        *deadline = Some(connect_deadline);
+        if !reading {
+            exchange.connect(backends, upstream);
+        }
+        *deadline = Some(first_deadline);
         Ok(exchange)
+    }
+
+    /// Whether the response may be read from the backend while the client's output is
+    /// still full: buffering, with room left in the temporary file.
+    pub(crate) fn reads_ahead(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| !s.full)
+    }
+
+    /// Reads the request body whole (request buffering), then takes a backend connection.
+    fn read_body(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
+        let config = backends[self.backend].config();
+        let (memory_max, max_body) = (config.request_buffer_memory, config.max_body_size);
+        let RequestBody::Reading(buffer) = &mut self.body else {
+            unreachable!("called while reading the body");
+        };
+        let dir = config.temp_dir.as_path();
+        let mut kept = Ok(());
+        let done = match buffer.decoder.as_mut() {
+            None => {
+                let n = buffer.left.min(io.input.len() as u64) as usize;
+                kept = buffer.keep(&io.input.data()[..n], memory_max, dir);
+                io.input.consume(n);
+                buffer.left -= n as u64;
+                buffer.left == 0
+            }
+            Some(_) => {
+                // Taken out for the feed, whose pieces the buffer keeps.
+                let mut decoder = buffer.decoder.take().expect("matched above");
+                let mut over = false;
+                let fed = decoder.feed(io.input.data(), |piece| {
+                    if kept.is_err() || over {
+                        return;
+                    }
+                    if max_body > 0 && buffer.len + piece.len() as u64 > max_body {
+                        over = true;
+                        return;
+                    }
+                    kept = buffer.keep(piece, memory_max, dir);
+                });
+                buffer.decoder = Some(decoder);
+                if over {
+                    return Progress::Failed(413);
+                }
+                match fed {
+                    Ok((used, done)) => {
+                        io.input.consume(used);
+                        done
+                    }
+                    Err(e) => return Progress::Failed(e.status),
+                }
+            }
+        };
+        if let Err(e) = kept {
+            tracing::error!(
+                "cannot buffer a request body in {}: {e}",
+                config.temp_dir.display()
+            );
+            return Progress::Failed(500);
+        }
+        if !done {
+            if io.eof {
+                return Progress::Broken(CLIENT_GONE);
+            }
+            *io.deadline = Some(self.deadline);
+            return Progress::Wait(Next::Read);
+        }
+        let RequestBody::Reading(buffer) = std::mem::replace(&mut self.body, RequestBody::None)
+        else {
+            unreachable!("checked above");
+        };
+        if buffer.open_head {
+            // RFC 9112 §6.1: the body goes framed by length, as a client that knew it would
+            // have sent it; no Transfer-Encoding and no trailers.
+            let staged = &mut self.staged;
+            fastpath_http::write_header_u64("Content-Length", buffer.len, staged);
+            staged.extend_from_slice(b"\r\n");
+        }
+        self.body = RequestBody::Whole(buffer);
+        // Only now is a backend connection taken.
+        let state = &mut backends[self.backend];
+        let Some(address) = state.pick(io.now) else {
+            return Progress::Failed(503);
+        };
+        self.address = address;
+        self.deadline = io.now + state.config().connect_timeout;
+        self.connect(backends, io.upstream);
+        *io.deadline = Some(self.deadline);
+        Progress::Wait(Next::Read)
     }
 
     fn connect(&mut self, backends: &mut [BackendState], upstream: &mut UpstreamPort) {
@@ -240,9 +522,9 @@ impl Exchange {
         self.head_request
     }
 
-    /// Part of the request body has not been forwarded (it may still be arriving).
+    /// Part of the request body has not been forwarded or read (it may still be arriving).
     pub(crate) fn body_unsent(&self) -> bool {
-        !matches!(self.body, RequestBody::None)
+        !matches!(self.body, RequestBody::None | RequestBody::Whole(_))
     }
 
     /// What the access log and the worker's pools take back when the exchange is over.
@@ -281,6 +563,22 @@ impl Exchange {
 
     /// The deadline passed: 504 if nothing was relayed yet, else the response is broken.
     pub(crate) fn timed_out(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
+        if let RequestBody::Reading(_) = self.body {
+            // The client did not send its body in time; no backend was asked.
+            return Progress::Failed(408);
+        }
+        if let RequestBody::Whole(_) = self.body {
+            // A body read whole is queued at once, and the driver says nothing until the
+            // backend has taken all of it: the response timeout counts from the end of the
+            // request, so while the backend still takes the body it starts again.
+            let unsent = io.upstream.pending_output();
+            if unsent > 0 && unsent < self.unsent_at_deadline {
+                self.unsent_at_deadline = unsent;
+                self.deadline = io.now + backends[self.backend].config().response_timeout;
+                *io.deadline = Some(self.deadline);
+                return Progress::Wait(Next::Read);
+            }
+        }
         if io.upstream.state() == UpstreamState::Connecting {
             backends[self.backend].failed(self.address, io.now);
         }
@@ -320,6 +618,9 @@ impl Exchange {
 
     /// Moves the exchange forward with whatever arrived on either side.
     pub(crate) fn step(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
+        if let RequestBody::Reading(_) = self.body {
+            return self.read_body(backends, io);
+        }
         match io.upstream.state() {
             UpstreamState::Connecting => return Progress::Wait(Next::Read),
             UpstreamState::None => return Progress::Failed(502),
@@ -333,6 +634,12 @@ impl Exchange {
         }
         if let Some(progress) = self.send(backends, io) {
             return progress;
+        }
+        if self.unsent_at_deadline > 0 && io.upstream.pending_output() == 0 {
+            // The last of a body read whole has gone to the backend: the request has ended
+            // here, and the response timeout counts from now.
+            self.unsent_at_deadline = 0;
+            self.deadline = io.now + backends[self.backend].config().response_timeout;
         }
         self.receive(backends, io)
     }
@@ -379,6 +686,10 @@ impl Exchange {
                 self.staged_sent = true;
                 let staged = &self.staged;
                 out.write_with(io.pool, |b| b.extend_from_slice(staged));
+                if let RequestBody::Whole(buffer) = &self.body {
+                    buffer.send(out, io.pool);
+                    self.unsent_at_deadline = out.pending();
+                }
                 if !self.replayable {
                     // Never sent again: a bridged connection need not hold it for its life.
                     self.staged = Vec::new();
@@ -395,7 +706,9 @@ impl Exchange {
                 return Some(Progress::Joined);
             }
             if out.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced) {
-                match forward_body(&mut self.body, io.input, out, io.pool) {
+                let max_body = backends[self.backend].config().max_body_size;
+                let streamed = &mut self.streamed;
+                match forward_body(&mut self.body, io.input, out, io.pool, streamed, max_body) {
                     Ok(0) => {}
                     // The response timeout counts from the end of the request: a body that
                     // takes longer than it to upload is not a backend failing to answer.
@@ -403,8 +716,14 @@ impl Exchange {
                         self.deadline = io.now + backends[self.backend].config().response_timeout;
                     }
                     Err(status) => {
-                        // The backend has part of a body that will never be whole.
-                        return Some(self.drop_connection(backends, io, Progress::Failed(status)));
+                        // The backend has part of a body that will never be whole. A response
+                        // already begun cannot be followed by an error page.
+                        let progress = if self.status == 0 {
+                            Progress::Failed(status)
+                        } else {
+                            Progress::Broken(CLIENT_GONE)
+                        };
+                        return Some(self.drop_connection(backends, io, progress));
                     }
                 }
                 if let RequestBody::Length(left) = self.body {
@@ -452,7 +771,8 @@ impl Exchange {
     fn receive(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
         let ended = io.upstream.state() == UpstreamState::Ended;
         loop {
-            if io.output.pending() >= RELAY_HIGH_WATER {
+            // Buffering, the backend is read whatever the client's pace (see `Spill`).
+            if io.output.pending() >= RELAY_HIGH_WATER && !self.reads_ahead() {
                 *io.deadline = None;
                 return Progress::Wait(Next::Drain);
             }
@@ -529,7 +849,7 @@ impl Exchange {
                 slot.capture = Capture::new(&head, self.client_version);
             }
         }
-        if !matches!(self.body, RequestBody::None) {
+        if !matches!(self.body, RequestBody::None | RequestBody::Whole(_)) {
             // The backend answered before taking the whole request body (say, 401 to an
             // `Expect: 100-continue`). What the client still sends is body, never a
             // request, so the connection closes after this response (RFC 9110 §10.1.1)
@@ -573,8 +893,15 @@ impl Exchange {
         ended: bool,
     ) -> Progress {
         let to_client = io.upstream.to_client();
-        let can_splice = io.upstream.can_splice();
-        let idle = backends[self.backend].config().response_timeout;
+        // Splicing goes at the client's pace: not while reading ahead of it.
+        let can_splice = io.upstream.can_splice() && !self.reads_ahead();
+        let config = backends[self.backend].config();
+        let idle = config.response_timeout;
+        let spill_limits = (
+            config.response_buffer_memory,
+            config.max_temp_file_size,
+            config.temp_dir.as_path(),
+        );
         let Some(input) = io.upstream.input() else {
             return Progress::Failed(502);
         };
@@ -622,9 +949,16 @@ impl Exchange {
                 c.capture.as_mut()
             });
             let capturing = capture.is_some();
-            let done = match relay_body(
-                &relay, remaining, decoder, input, io.output, io.pool, capture,
-            ) {
+            let mut sink = BodySink {
+                out: io.output,
+                pool: io.pool,
+                capture,
+                spill: self
+                    .spill
+                    .as_deref_mut()
+                    .map(|spill| (spill, spill_limits.0, spill_limits.1, spill_limits.2)),
+            };
+            let done = match relay_body(&relay, remaining, decoder, input, &mut sink) {
                 Ok((moved, done)) => {
                     self.relayed += moved;
                     done
@@ -652,7 +986,7 @@ impl Exchange {
         };
         if done {
             // Whatever the backend sent past the response leaves its connection unusable.
-            let body_sent = matches!(self.body, RequestBody::None);
+            let body_sent = !self.body_unsent();
             self.reusable &= body_sent && input.is_empty();
             self.release(backends, io);
             return Progress::Finished {
@@ -674,15 +1008,22 @@ impl Exchange {
 }
 
 /// Moves request body bytes from the client's input to the backend's output; returns how
-/// many moved.
+/// many moved. A chunked body is decoded and sent on in chunks of its own, one per call:
+/// never the client's framing, extensions or trailers (see `BodyForwarding`); `streamed`
+/// counts its decoded bytes against `max_body` (0 for none): 413 past it.
 fn forward_body(
     body: &mut RequestBody,
     input: &mut Input,
     out: &mut Output,
     pool: &mut BufferPool,
+    streamed: &mut u64,
+    max_body: u64,
 ) -> Result<usize, u16> {
     match body {
-        RequestBody::None | RequestBody::Spliced => Ok(0),
+        RequestBody::None
+        | RequestBody::Spliced
+        | RequestBody::Reading(_)
+        | RequestBody::Whole(_) => Ok(0),
         RequestBody::Length(remaining) => {
             let n = (*remaining).min(input.len() as u64) as usize;
             if n > 0 {
@@ -697,12 +1038,35 @@ fn forward_body(
             Ok(n)
         }
         RequestBody::Chunked(decoder) => {
-            let (used, done) = decoder.feed(input.data(), |_| {}).map_err(|e| e.status)?;
-            if used > 0 {
-                let data = &input.data()[..used];
-                out.write_with(pool, |b| b.extend_from_slice(data));
-                input.consume(used);
+            let data = input.data();
+            let (used, done) = out
+                .write_with(pool, |b| {
+                    // The chunk's size goes before its data once known: room for it is left,
+                    // then the header is written in and the data moved up to it.
+                    let at = b.len();
+                    b.extend_from_slice(&[0; CHUNK_HEADER_ROOM]);
+                    let fed = decoder.feed(data, |piece| b.extend_from_slice(piece));
+                    let len = b.len() - at - CHUNK_HEADER_ROOM;
+                    if len == 0 {
+                        b.truncate(at);
+                    } else {
+                        let header = format!("{len:x}\r\n");
+                        let skip = CHUNK_HEADER_ROOM - header.len();
+                        b[at + skip..at + CHUNK_HEADER_ROOM].copy_from_slice(header.as_bytes());
+                        b.drain(at..at + skip);
+                        b.extend_from_slice(b"\r\n");
+                    }
+                    if matches!(fed, Ok((_, true))) {
+                        b.extend_from_slice(b"0\r\n\r\n");
+                    }
+                    *streamed += len as u64;
+                    fed
+                })
+                .map_err(|e| e.status)?;
+            if max_body > 0 && *streamed > max_body {
+                return Err(413);
             }
+            input.consume(used);
             if done {
                 *body = RequestBody::None;
             }
@@ -711,29 +1075,24 @@ fn forward_body(
     }
 }
 
-/// Moves response body bytes from the backend's input to the client's output. Returns the
-/// body bytes moved and whether the body is complete; `Err` for a malformed chunked body.
+/// Room left before a chunk's data for its size line: 16 hex digits and CRLF.
+const CHUNK_HEADER_ROOM: usize = 18;
+
+/// Moves response body bytes from the backend's input to `sink`. Returns the body bytes
+/// moved and whether the body is complete; `Err` for a malformed chunked body.
 fn relay_body(
     relay: &BodyRelay,
     remaining: &mut u64,
     decoder: &mut Option<Box<ChunkedDecoder>>,
     input: &mut Input,
-    out: &mut Output,
-    pool: &mut BufferPool,
-    mut capture: Option<&mut Capture>,
+    sink: &mut BodySink<'_>,
 ) -> Result<(u64, bool), ()> {
-    let mut copy = |out: &mut Output, pool: &mut BufferPool, data: &[u8]| {
-        out.write_with(pool, |b| b.extend_from_slice(data));
-        if let Some(capture) = capture.as_mut() {
-            capture.push(data);
-        }
-    };
     match relay {
         BodyRelay::None => Ok((0, true)),
         BodyRelay::Length(_) => {
             let n = (*remaining).min(input.len() as u64) as usize;
             if n > 0 {
-                copy(out, pool, &input.data()[..n]);
+                sink.put(&input.data()[..n]);
                 input.consume(n);
                 *remaining -= n as u64;
             }
@@ -742,7 +1101,7 @@ fn relay_body(
         BodyRelay::UntilClose => {
             let n = input.len();
             if n > 0 {
-                copy(out, pool, input.data());
+                sink.put(input.data());
                 input.consume(n);
             }
             Ok((n as u64, false))
@@ -751,7 +1110,7 @@ fn relay_body(
             let decoder = decoder.as_mut().ok_or(())?;
             let (used, done) = decoder.feed(input.data(), |_| {}).map_err(|_| ())?;
             if used > 0 {
-                copy(out, pool, &input.data()[..used]);
+                sink.put(&input.data()[..used]);
                 input.consume(used);
             }
             Ok((used as u64, done))
@@ -760,12 +1119,10 @@ fn relay_body(
             let decoder = decoder.as_mut().ok_or(())?;
             let mut moved = 0u64;
             let data = input.data();
-            let (used, done) = out
-                .write_with(pool, |b| {
-                    decoder.feed(data, |piece| {
-                        moved += piece.len() as u64;
-                        b.extend_from_slice(piece);
-                    })
+            let (used, done) = decoder
+                .feed(data, |piece| {
+                    moved += piece.len() as u64;
+                    sink.put(piece);
                 })
                 .map_err(|_| ())?;
             input.consume(used);

@@ -369,6 +369,7 @@ fn check_forwarding(data: &[u8]) {
             proto: "http",
             forwarded,
             host,
+            body: crate::BodyForwarding::Streamed,
         };
         let mut out = Vec::new();
         write_forwarded_request(&req, &opts, &mut out);
@@ -407,6 +408,8 @@ fn check_forwarding(data: &[u8]) {
                 "transfer-encoding",
                 "connection",
                 "via",
+                // Request trailers are never passed on, so neither is the field announcing them.
+                "trailer",
             ];
             if req.version == Version::Http10 {
                 fields.push("expect");

@@ -253,6 +253,22 @@ pub(super) const BACKEND: TableSpec<BackendConfig> = TableSpec { place: "in [[ba
         Text(|b, url| check_public_url(url).map(|()| b.public_url = Some(url.to_owned())))),
     // Keep its cacheable responses in memory.
     key("cache", "true", Bool(|b, v| b.cache = v)),
+    // Read a request body whole before a backend connection is taken.
+    key("request_buffering", "true", Bool(|b, v| b.request_buffering = v)),
+    // Most of a buffered request body held in memory; the rest goes to a temporary file.
+    key("request_buffer_memory", "\"64k\"", Size(0, |b, n| b.request_buffer_memory = n)),
+    // Largest request body; larger gets 413. 0 for no limit.
+    key("max_body_size", "\"1m\"", Size(0, |b, n| b.max_body_size = n)),
+    // A buffered request body must arrive whole within this after its head: 408.
+    key("body_timeout", "\"60s\"", Duration(|b, d| b.body_timeout = d)),
+    // Read a response as fast as the backend sends it, whatever the client's pace.
+    key("response_buffering", "true", Bool(|b, v| b.response_buffering = v)),
+    // Most of a buffered response held in memory; the rest goes to a temporary file.
+    key("response_buffer_memory", "\"64k\"", Size(0, |b, n| b.response_buffer_memory = n)),
+    // Most of one response in a temporary file; past it, the client's pace. 0 for none.
+    key("max_temp_file_size", "\"1g\"", Size(0, |b, n| b.max_temp_file_size = n)),
+    // Where temporary files are made.
+    key("temp_dir", "$TMPDIR, else /tmp", Custom(|ck, f, b| ck.temp_dir(f, &mut b.temp_dir))),
 ]};
 
 #[rustfmt::skip]
@@ -390,6 +406,23 @@ impl<'a> Checker<'a> {
             Err(e) => self.error(
                 f.value_span(),
                 format!("`root` \"{s}\" ({}): {e}", path.display()),
+            ),
+        }
+    }
+
+    /// A backend's `temp_dir`: a directory, relative to the configuration file's.
+    fn temp_dir(&mut self, f: Field<'a>, dir: &mut PathBuf) {
+        let Some(s) = self.string(f) else { return };
+        if s.is_empty() {
+            self.error(f.value_span(), "`temp_dir` must not be empty".to_owned());
+            return;
+        }
+        let path = resolve(self.base_dir, Path::new(s));
+        match check_dir(&path) {
+            Ok(()) => *dir = path,
+            Err(e) => self.error(
+                f.value_span(),
+                format!("`temp_dir` \"{s}\" ({}): {e}", path.display()),
             ),
         }
     }

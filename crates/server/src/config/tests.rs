@@ -968,6 +968,14 @@ fail_timeout = "1m"
 forwarded = false
 public_url = "https://app.example.com:8443/"
 cache = false
+request_buffering = false
+request_buffer_memory = "8k"
+max_body_size = 0
+body_timeout = "5s"
+response_buffering = false
+response_buffer_memory = "1m"
+max_temp_file_size = "10m"
+temp_dir = "site"
 
 [[backend]]
 name = "ws_2"
@@ -1017,6 +1025,14 @@ unsafe_methods = false
                 forwarded: false,
                 public_url: Some("https://app.example.com:8443/".into()),
                 cache: false,
+                request_buffering: false,
+                request_buffer_memory: 8 << 10,
+                max_body_size: 0,
+                body_timeout: Duration::from_secs(5),
+                response_buffering: false,
+                response_buffer_memory: 1 << 20,
+                max_temp_file_size: 10 << 20,
+                temp_dir: dir.path().join("site"),
             },
             BackendConfig::new("ws_2", vec![tcp("127.0.0.1:9100")]),
         ]
