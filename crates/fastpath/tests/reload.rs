@@ -591,3 +591,29 @@ fn sigusr2_replaces_the_binary_with_the_one_on_disk() {
         hand.log()
     );
 }
+
+#[test]
+fn fastpath_reload_says_precisely_why_it_cannot_signal() {
+    let site = Site::new();
+    let pid_file = site.base().join("fastpath.pid");
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).arg("reload").args(args).output().unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let path = pid_file.to_str().unwrap();
+    let err = run(&["--pid-file", path]);
+    assert!(err.contains("cannot read the pid file"), "{err}");
+    fs::write(&pid_file, "not a pid\n").unwrap();
+    let err = run(&["--pid-file", path]);
+    assert!(err.contains("not a process id"), "{err}");
+    // A pid no process has: past the kernel's largest.
+    fs::write(&pid_file, "4194304\n").unwrap();
+    let err = run(&["--pid-file", path]);
+    assert!(err.contains("is stale"), "{err}");
+    let config = site.config("root = \"root\"\n");
+    let err = run(&["--config", config.to_str().unwrap()]);
+    assert!(err.contains("has no `pid_file`"), "{err}");
+    let err = run(&[]);
+    assert!(err.contains("--pid-file"), "{err}");
+}
