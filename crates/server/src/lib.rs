@@ -269,9 +269,10 @@ pub fn serve_with(
         ServeError::Bind(io::Error::new(e.kind(), format!("socket activation: {e}")))
     })?;
     let mut handed = std::mem::take(&mut systemd.handed);
-    let handed_sockets = std::mem::take(&mut handed.sockets);
     // Sockets systemd passed to the first server stay systemd's across reloads.
-    let (inherited, handed_sockets) = if handed.are_systemds() {
+    let from_systemd = handed.are_systemds();
+    let handed_sockets = std::mem::take(&mut handed.sockets);
+    let (inherited, handed_sockets) = if from_systemd {
         let labels = handed_sockets
             .into_iter()
             .map(|(fd, _)| {
