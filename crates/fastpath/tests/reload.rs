@@ -617,3 +617,59 @@ fn fastpath_reload_says_precisely_why_it_cannot_signal() {
     let err = run(&[]);
     assert!(err.contains("--pid-file"), "{err}");
 }
+
+/// The real uid of process `pid`.
+fn uid_of(pid: u32) -> u32 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+// Started as root with `user`: the prefork parent stays root, so its successor starts as root
+// and switches as the first one did; the other models switched the whole process, so their
+// successor runs as the user from the start, on the inherited sockets, writing the pid file
+// in a directory the user may write to.
+httptest!(a_reload_after_the_switch_to_user_serves_on, |model| {
+    // SAFETY: cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        skip(
+            "reload::a_reload_after_the_switch_to_user_serves_on",
+            Missing::Environment,
+            "needs root: it checks a reload after the switch from root to another user",
+        );
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::new();
+    site.file("a.txt", "one");
+    site.write("root2/a.txt", "two");
+    fs::set_permissions(site.base(), fs::Permissions::from_mode(0o755)).unwrap();
+    let run = site.base().join("run");
+    fs::create_dir(&run).unwrap();
+    let nobody = c"nobody";
+    // SAFETY: a lookup copied out at once.
+    let (uid, gid) = unsafe {
+        let pw = libc::getpwnam(nobody.as_ptr());
+        assert!(!pw.is_null());
+        ((*pw).pw_uid, (*pw).pw_gid)
+    };
+    std::os::unix::fs::chown(&run, Some(uid), Some(gid)).unwrap();
+    let pid_file = run.join("fastpath.pid");
+    let config = site.config("root = \"root\"\nuser = \"nobody\"\n");
+    let srv = site
+        .server(model)
+        .config("root = \"root\"\nuser = \"nobody\"\n")
+        .without_run_as_root()
+        .arg("--pid-file")
+        .arg(pid_file.to_str().unwrap())
+        .start();
+    srv.get("/a.txt").assert_ok(200, "one");
+    fs::write(&config, "root = \"root2\"\nuser = \"nobody\"\n").unwrap();
+    let new = replace(&pid_file, libc::SIGHUP);
+    srv.get("/a.txt").assert_ok(200, "two");
+    let expected = if model == "prefork" { 0 } else { uid };
+    assert_eq!(uid_of(new), expected, "{}", srv.report());
+});
