@@ -61,13 +61,28 @@ fn replace(pid_file: &Path, signal: libc::c_int) -> u32 {
     new
 }
 
-/// The sockets process `pid` holds.
+/// The listening sockets process `pid` holds (client connections come and go).
 fn sockets(pid: u32) -> usize {
+    let mut listening = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+        {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // st (the fourth field) 0A is LISTEN; the inode is the tenth.
+            if fields.len() > 9 && fields[3] == "0A" {
+                listening.push(format!("socket:[{}]", fields[9]));
+            }
+        }
+    }
     fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .flatten()
         .filter(|fd| {
-            fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+            fs::read_link(fd.path())
+                .is_ok_and(|t| listening.contains(&t.to_string_lossy().into_owned()))
         })
         .count()
 }
@@ -122,6 +137,8 @@ httptest!(
         );
         let first_sockets = sockets(srv.pid());
         let first_pipes = pipes(srv.pid());
+        // At least a listener and the duplicate kept for a reload.
+        assert!(first_sockets >= 2, "{first_sockets} listening sockets");
 
         fs::write(&config, "root = \"root2\"\n").unwrap();
         let second = replace(&pid_file, libc::SIGHUP);
@@ -146,7 +163,6 @@ httptest!(
         );
         // The new process holds what the first one held (its listening sockets, and their
         // duplicates kept for the next reload): no descriptor of an old one is left over.
-        // (A client connection closing may still be counted for a moment.)
         let same = wait_for(Duration::from_secs(3), || {
             (sockets(third) == first_sockets).then_some(())
         });
@@ -673,3 +689,26 @@ httptest!(a_reload_after_the_switch_to_user_serves_on, |model| {
     let expected = if model == "prefork" { 0 } else { uid };
     assert_eq!(uid_of(new), expected, "{}", srv.report());
 });
+
+#[test]
+fn a_pid_file_that_cannot_be_written_stops_the_start() {
+    let site = Site::new();
+    site.file("a.txt", "hi");
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--run-as-root",
+            "--listen",
+            "127.0.0.1:0",
+            "--pid-file",
+        ])
+        .arg(site.base().join("missing/fastpath.pid"))
+        .arg(site.root())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot write the pid file"), "{err}");
+    assert!(err.contains("missing/fastpath.pid"), "{err}");
+}

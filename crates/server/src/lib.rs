@@ -58,6 +58,8 @@ pub enum ServeError {
     AccessLog(io::Error),
     /// The user, group and root settings do not allow starting (see `privileges`).
     Privileges(String),
+    /// The pid file could not be written.
+    PidFile(std::path::PathBuf, io::Error),
     /// The event loops failed.
     Run(io::Error),
 }
@@ -71,6 +73,9 @@ impl std::fmt::Display for ServeError {
             ServeError::Bind(e) => write!(f, "cannot listen: {e}"),
             ServeError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             ServeError::Privileges(why) => f.write_str(why),
+            ServeError::PidFile(path, e) => {
+                write!(f, "cannot write the pid file {}: {e}", path.display())
+            }
             ServeError::Run(e) => write!(f, "server failed: {e}"),
         }
     }
@@ -368,12 +373,9 @@ pub fn serve_with(
     }
     let notify = Notify::start(&mut systemd);
     let _pid_file = match &config.pid_file {
-        Some(path) => Some(reload::PidFile::write(path).map_err(|e| {
-            ServeError::Bind(io::Error::new(
-                e.kind(),
-                format!("cannot write the pid file {}: {e}", path.display()),
-            ))
-        })?),
+        Some(path) => {
+            Some(reload::PidFile::write(path).map_err(|e| ServeError::PidFile(path.clone(), e))?)
+        }
         None => None,
     };
     let mut reloader = reload::Reloader::new(
