@@ -601,6 +601,21 @@ fn sigusr2_replaces_the_binary_with_the_one_on_disk() {
         "the new server does not run the file now on disk"
     );
     assert_eq!(get(port).unwrap(), b"hi");
+    // Replaced again, a reload keeps running the image it has (now deleted from the disk);
+    // an upgrade from there still starts the file at the path.
+    fs::copy(BIN, &staged).unwrap();
+    fs::rename(&staged, &exe).unwrap();
+    let reloaded = replace(&hand.pid_file, libc::SIGHUP);
+    let image = fs::read_link(format!("/proc/{reloaded}/exe")).unwrap();
+    assert!(
+        image.to_string_lossy().ends_with("(deleted)"),
+        "a reload ran {}",
+        image.display()
+    );
+    let upgraded = replace(&hand.pid_file, libc::SIGUSR2);
+    let image = fs::read_link(format!("/proc/{upgraded}/exe")).unwrap();
+    assert_eq!(image, exe, "{}", hand.log());
+    assert_eq!(get(port).unwrap(), b"hi");
     assert!(
         hand.log().contains("binary upgrade: the new server"),
         "{}",

@@ -194,6 +194,19 @@ impl Drop for PidFile {
     }
 }
 
+/// The path an upgrade starts: where the executable was started from. Read at start, since
+/// /proc/self/exe reads "PATH (deleted)" once the file is replaced; a server started by a
+/// reload after such a replacement (from /proc/self/exe, the old image) reads that already,
+/// and the path is the same without the note.
+fn on_disk(exe: &Path) -> PathBuf {
+    let text = exe.as_os_str().as_encoded_bytes();
+    match text.strip_suffix(b" (deleted)") {
+        // SAFETY: a prefix of an OsStr's bytes cut at an ASCII boundary.
+        Some(path) => PathBuf::from(unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(path) }),
+        None => exe.to_owned(),
+    }
+}
+
 /// What the running server needs to start its successor: looked at on SIGHUP and SIGUSR2.
 pub(crate) struct Reloader {
     /// The configuration file, checked before anything starts; `None` when the server was
@@ -219,8 +232,7 @@ impl Reloader {
     ) -> Reloader {
         Reloader {
             config_path,
-            // Read now: once the file is replaced, /proc/self/exe reads "... (deleted)".
-            exe: std::env::current_exe().ok(),
+            exe: std::env::current_exe().ok().map(|exe| on_disk(&exe)),
             sockets,
             pass_on,
             notify,
