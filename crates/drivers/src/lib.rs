@@ -96,8 +96,8 @@ mod upstream;
 pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
 pub use contract::{CloseReason, Handler, Io, Next, Opened, TICK};
 pub use listener::{
-    bind_listeners, bind_listeners_with, ListenOptions, ListenerFeatures, Listeners,
-    DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
+    adopt_handed, bind_into_group, bind_listeners, bind_listeners_with, ListenOptions,
+    ListenerFeatures, Listeners, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
 pub use model::{
     run, run_service, uring_available, DriverConfig, Layout, Model, ModelKind, ModelSettings,

@@ -289,3 +289,22 @@ fn bind_one(addr: SocketAddr, options: ListenOptions) -> io::Result<(Socket, boo
         .is_ok();
     Ok((socket, defer))
 }
+
+/// Binds `n` more SO_REUSEPORT sockets on `addr`, joining the sockets already listening there
+/// (handed over by the server this process replaces), without the check that refuses a taken
+/// address: here it is taken by design.
+pub fn bind_into_group(addr: SocketAddr, n: usize) -> io::Result<Vec<OwnedFd>> {
+    (0..n)
+        .map(|_| {
+            bind_one(addr, ListenOptions::default())
+                .map(|(socket, _)| socket.into())
+                .map_err(|e| bind_error(addr, n, e))
+        })
+        .collect()
+}
+
+/// Readies a listening socket handed over by the server this process replaces (see
+/// [`Listeners::from_inherited`] for the checks): its address.
+pub fn adopt_handed(fd: &OwnedFd) -> io::Result<SocketAddr> {
+    adopt(fd)
+}

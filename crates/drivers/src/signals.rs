@@ -6,7 +6,13 @@
 //!   stops at once, as SIGINT always does ([`STOP`]).
 //! - SIGUSR1 asks for the log files to be reopened ([`reopen_generation`] moves on).
 //! - SIGHUP reopens the logs too and is noted ([`take_hangup`]) for the service to say what it
-//!   does with it; SIGUSR2 is noted the same way ([`take_usr2`]).
+//!   does with it (fastpath reloads); SIGUSR2 is noted the same way ([`take_usr2`]). The
+//!   service looks at them in its supervisor ([`set_supervisor`]), which the process model's
+//!   parent calls on its turns ([`supervise`]); the other models run it on a thread of the
+//!   service's own.
+//! - A service that handed its listening sockets over to another process says so
+//!   ([`set_handed_over`]) before it asks for the graceful stop: the stop then closes only
+//!   its own copies of the sockets and leaves them listening for the process that took them.
 //!
 //! The handlers only touch atomics (nothing else is async-signal-safe); everything a signal
 //! leads to happens on a worker's tick, within [`crate::TICK`]. In the process model the
@@ -25,6 +31,10 @@ pub static DRAIN: AtomicBool = AtomicBool::new(false);
 static REOPEN: AtomicU64 = AtomicU64::new(0);
 static HANGUP: AtomicBool = AtomicBool::new(false);
 static USR2: AtomicBool = AtomicBool::new(false);
+static HANDED_OVER: AtomicBool = AtomicBool::new(false);
+
+type Supervisor = Box<dyn FnMut() + Send>;
+static SUPERVISOR: std::sync::Mutex<Option<Supervisor>> = std::sync::Mutex::new(None);
 
 extern "C" fn on_signal(signal: libc::c_int) {
     // Only atomic operations: nothing else is async-signal-safe here.
@@ -90,4 +100,40 @@ pub fn take_hangup() -> bool {
 /// Whether SIGUSR2 arrived since the last call (true for one caller per signal).
 pub fn take_usr2() -> bool {
     USR2.swap(false, Ordering::Relaxed)
+}
+
+/// Notes that the listening sockets were handed over to another process, which now accepts on
+/// them: a graceful stop must not shut them down for everyone, only close this process's copies.
+pub fn set_handed_over() {
+    HANDED_OVER.store(true, Ordering::SeqCst);
+}
+
+/// Whether the listening sockets were handed over ([`set_handed_over`]).
+pub fn handed_over() -> bool {
+    HANDED_OVER.load(Ordering::Relaxed)
+}
+
+/// Sets what the process model's parent runs on each of its turns (after a signal, and at
+/// least once a second): the service's look at [`take_hangup`] and [`take_usr2`].
+pub fn set_supervisor(supervisor: Box<dyn FnMut() + Send>) {
+    *SUPERVISOR.lock().unwrap_or_else(|e| e.into_inner()) = Some(supervisor);
+}
+
+/// Whether a supervisor is set ([`set_supervisor`]).
+pub fn has_supervisor() -> bool {
+    SUPERVISOR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_some()
+}
+
+/// Runs the supervisor, if one is set.
+pub fn supervise() {
+    if let Some(supervisor) = SUPERVISOR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+    {
+        supervisor();
+    }
 }

@@ -5,6 +5,7 @@
 //! fastpath serve [DIR] [--listen ADDR:PORT] [--config FILE] [--workers N] [--model NAME]
 //!                [--run-as-root]
 //! fastpath check --config FILE
+//! fastpath reload [--pid-file FILE | --config FILE] [--upgrade]
 //! fastpath bench [OPTIONS] URL...   (see fastpath-bench)
 //! ```
 
@@ -46,6 +47,22 @@ enum Command {
         /// Started as root without `user`, run as root rather than refuse (`run_as_root`).
         #[arg(long)]
         run_as_root: bool,
+        /// Write the process id here once serving (replaces `pid_file`).
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+    },
+    /// Reload a running server's configuration (SIGHUP), or with --upgrade replace it with
+    /// the executable now on disk (SIGUSR2); the server is found by its pid file.
+    Reload {
+        /// The pid file the server wrote (`--pid-file` or `pid_file`).
+        #[arg(long, conflicts_with = "config")]
+        pid_file: Option<PathBuf>,
+        /// The server's configuration file, whose `pid_file` names the pid file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Upgrade the binary (SIGUSR2) instead of reloading the configuration.
+        #[arg(long)]
+        upgrade: bool,
     },
     /// Validate a configuration file and print every error with its line and column.
     Check {
@@ -69,8 +86,90 @@ fn main() -> ExitCode {
             workers,
             model,
             run_as_root,
-        } => serve(dir, listen, config, workers, model, run_as_root),
+            pid_file,
+        } => serve(dir, listen, config, workers, model, run_as_root, pid_file),
+        Command::Reload {
+            pid_file,
+            config,
+            upgrade,
+        } => reload(pid_file, config, upgrade),
     }
+}
+
+/// `fastpath reload`: finds the server by its pid file and signals it.
+fn reload(pid_file: Option<PathBuf>, config: Option<PathBuf>, upgrade: bool) -> ExitCode {
+    let path = match (pid_file, config) {
+        (Some(path), _) => path,
+        (None, Some(config)) => match Config::load(&config) {
+            Ok(loaded) => match loaded.pid_file {
+                Some(path) => path,
+                None => {
+                    eprintln!(
+                        "fastpath: {} has no `pid_file`: give --pid-file FILE",
+                        config.display()
+                    );
+                    return ExitCode::FAILURE;
+                }
+            },
+            Err(errors) => {
+                print_config_errors(&config, &errors);
+                eprintln!(
+                    "fastpath: {} has {} error(s): a running server would refuse it too",
+                    config.display(),
+                    errors.len()
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+        (None, None) => {
+            eprintln!("fastpath: which server? give --pid-file FILE or --config FILE");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!(
+                "fastpath: cannot read the pid file {}: {e} (is the server running, with                  this pid file?)",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let pid = match text.trim().parse::<libc::pid_t>() {
+        Ok(pid) if pid > 0 => pid,
+        _ => {
+            eprintln!(
+                "fastpath: the pid file {} holds {:?}, not a process id",
+                path.display(),
+                text.trim()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let (signal, name) = if upgrade {
+        (libc::SIGUSR2, "SIGUSR2 (binary upgrade)")
+    } else {
+        (libc::SIGHUP, "SIGHUP (reload)")
+    };
+    // SAFETY: plain kill(2).
+    if unsafe { libc::kill(pid, signal) } != 0 {
+        let e = std::io::Error::last_os_error();
+        let why = match e.raw_os_error() {
+            Some(libc::ESRCH) => format!(
+                "no process {pid} is running: the pid file {} is stale (the server stopped                  without removing it?)",
+                path.display()
+            ),
+            Some(libc::EPERM) => format!(
+                "not allowed to signal process {pid} (it runs as another user: run this as                  that user or root)"
+            ),
+            _ => format!("cannot signal process {pid}: {e}"),
+        };
+        eprintln!("fastpath: {why}");
+        return ExitCode::FAILURE;
+    }
+    println!("fastpath: sent {name} to process {pid}");
+    ExitCode::SUCCESS
 }
 
 fn print_config_errors(path: &Path, errors: &[ConfigError]) {
@@ -109,6 +208,7 @@ fn serve(
     workers: Option<usize>,
     model: Option<String>,
     run_as_root: bool,
+    pid_file: Option<PathBuf>,
 ) -> ExitCode {
     // First, while the process has one thread: it unsets the variables it reads.
     let systemd = fastpath_server::systemd::Systemd::from_env();
@@ -148,6 +248,9 @@ fn serve(
     }
     if run_as_root {
         config.run_as_root = true;
+    }
+    if pid_file.is_some() {
+        config.pid_file = pid_file;
     }
     if let Err(e) = fastpath_server::init_error_log(&config.log) {
         eprintln!("fastpath: cannot open the error log: {e}");

@@ -476,3 +476,67 @@ httptest!(graceful_stop_leaves_inherited_socket_listening, |model| {
     listener.set_nonblocking(true).unwrap();
     assert!(listener.accept().is_ok(), "{}", server.report());
 });
+
+// A reload under systemd: RELOADING=1, then the new process says READY=1 with its own
+// MAINPID (the unit's NotifyAccess=all lets systemd take it), the old one no STOPPING=1; the
+// socket systemd passed is served on by the new process, `--listen` still not used.
+httptest!(reload_keeps_the_inherited_socket_and_notifies, |model| {
+    let site = Site::new();
+    site.file("index.html", "reloaded\n");
+    let notify_path = site.base().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let root = site.root();
+    let Some(mut server) = Activated::start(
+        "systemd::reload_keeps_the_inherited_socket_and_notifies",
+        &["--listen", &listen],
+        &[format!("NOTIFY_SOCKET={}", notify_path.display())],
+        &[
+            root.to_str().unwrap(),
+            "--model",
+            model,
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    ) else {
+        return;
+    };
+    server.wait_stderr("Listening on");
+    let addr: SocketAddr = listen.parse().unwrap();
+    Conn::open(addr)
+        .exchange(req("GET", "/index.html", &[]))
+        .assert_ok(200, "reloaded\n");
+    notifications(&notify, START_TIMEOUT, |m| m.contains("READY=1"));
+    let old = server.pid();
+    server.signal(libc::SIGHUP);
+    let got = notifications(&notify, Duration::from_secs(10), |m| m.contains("READY=1"));
+    assert!(
+        got.iter().any(|m| m.contains("RELOADING=1")),
+        "{got:?}\n{}",
+        server.report()
+    );
+    let ready = got.last().cloned().unwrap_or_default();
+    let new: u32 = ready
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no MAINPID in {got:?}\n{}", server.report()));
+    assert_ne!(new, old);
+    let status = server.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "exit {status:?}\n{}", server.report());
+    let after = notifications(&notify, Duration::from_millis(300), |_| false);
+    assert!(
+        after.iter().all(|m| !m.contains("STOPPING")),
+        "the replaced server said STOPPING=1: {after:?}"
+    );
+    Conn::open(addr)
+        .exchange(req("GET", "/index.html", &[]))
+        .assert_ok(200, "reloaded\n");
+    assert!(
+        server.stderr().contains("systemd socket fd"),
+        "{}",
+        server.report()
+    );
+    // SAFETY: plain kill(2) on the new server, a process of this test's group.
+    unsafe { libc::kill(new as libc::pid_t, libc::SIGINT) };
+});

@@ -24,6 +24,7 @@ mod paths;
 mod precompressed;
 mod privileges;
 mod ranges;
+mod reload;
 mod shutdown;
 mod systemd;
 mod vhosts;

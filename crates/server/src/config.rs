@@ -65,6 +65,11 @@ pub struct Config {
     pub group: Option<u32>,
     /// Keep running as root when started as root without `user` (`run_as_root`).
     pub run_as_root: bool,
+    /// Where the server writes its process id once it serves (`pid_file`), for
+    /// `fastpath reload`; relative to the configuration file's directory.
+    pub pid_file: Option<PathBuf>,
+    /// The file this configuration was read from ([`Config::load`]): a reload reads it again.
+    pub source: Option<PathBuf>,
 }
 
 /// The most worker threads a configuration or the command line may ask for.
@@ -240,6 +245,8 @@ impl Default for Config {
             user: None,
             group: None,
             run_as_root: false,
+            pid_file: None,
+            source: None,
         }
     }
 }
@@ -316,7 +323,10 @@ impl Config {
             }]
         })?;
         let base_dir = path.parent().unwrap_or(Path::new(""));
-        Config::from_toml(&text, base_dir)
+        let mut config = Config::from_toml(&text, base_dir)?;
+        config.pid_file = config.pid_file.map(|p| base_dir.join(p));
+        config.source = Some(path.to_owned());
+        Ok(config)
     }
 
     /// The host that serves requests matching no `[[host]]` name: the one

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::ContentCache;
-use fastpath_drivers::{signals, CloseReason, Handler, Io, Next, Opened};
+use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened};
 use fastpath_handover::{BackendState, ResponseCache, Routes};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
@@ -224,13 +224,18 @@ impl HttpHandler {
                 if let Some(parser) = conn.parser.take() {
                     self.give_parser(parser);
                 }
-                // A stopping server takes no further request on a connection that had one.
-                if io.eof || (io.draining && conn.requests > 0) {
+                if io.eof {
                     return Next::Close;
                 }
-                // The first request gets the header timeout, later ones the idle timeout.
+                // The first request gets the header timeout, later ones the idle timeout; a
+                // stopping server's connection that had one (its last response, begun before
+                // the stop, said keep-alive: a relayed one) waits only a moment for the
+                // client's next request, answered with `Connection: close`, as `on_drain`
+                // has idle connections do: closing at once could cut that request off.
                 let wait = if conn.requests == 0 {
                     self.settings.header_timeout
+                } else if io.draining {
+                    DRAIN_IDLE_WAIT.min(self.settings.keepalive_timeout)
                 } else {
                     self.settings.keepalive_timeout
                 };
@@ -697,6 +702,9 @@ impl Handler for HttpHandler {
     /// it. A new connection that has not sent its first request yet is left its header
     /// timeout: its request may be on the way.
     fn on_drain(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Option<Next> {
+        if let Phase::Proxy(exchange) = &mut conn.phase {
+            exchange.close_if_head_unsent();
+        }
         let idle = matches!(conn.phase, Phase::Head) && conn.requests > 0 && io.input.is_empty();
         if idle {
             // The timeout closes it (`on_timeout`: no request begun).
@@ -736,20 +744,6 @@ impl Handler for HttpHandler {
     }
 
     fn on_tick(&mut self, _now: Instant) {
-        // Said once per signal, by the first worker to see it (the logs themselves are
-        // reopened by their writers).
-        if signals::take_hangup() {
-            tracing::warn!(
-                "SIGHUP: log files reopened; the configuration is not reloaded by this version \
-                 of fastpath: restart it to apply a changed configuration"
-            );
-        }
-        if signals::take_usr2() {
-            tracing::warn!(
-                "SIGUSR2: upgrading the binary in place is not available in this version of \
-                 fastpath; nothing done"
-            );
-        }
         self.clock.refresh();
         self.router.poll_changes();
         if let Some(log) = self.access_log.as_mut() {

@@ -24,6 +24,7 @@ mod hand_over;
 mod handler;
 mod privileges;
 mod proxy;
+mod reload;
 mod reply;
 mod routing;
 pub mod systemd;
@@ -57,6 +58,8 @@ pub enum ServeError {
     AccessLog(io::Error),
     /// The user, group and root settings do not allow starting (see `privileges`).
     Privileges(String),
+    /// The pid file could not be written.
+    PidFile(std::path::PathBuf, io::Error),
     /// The event loops failed.
     Run(io::Error),
 }
@@ -70,6 +73,9 @@ impl std::fmt::Display for ServeError {
             ServeError::Bind(e) => write!(f, "cannot listen: {e}"),
             ServeError::AccessLog(e) => write!(f, "cannot open the access log: {e}"),
             ServeError::Privileges(why) => f.write_str(why),
+            ServeError::PidFile(path, e) => {
+                write!(f, "cannot write the pid file {}: {e}", path.display())
+            }
             ServeError::Run(e) => write!(f, "server failed: {e}"),
         }
     }
@@ -267,8 +273,27 @@ pub fn serve_with(
     let inherited = std::mem::replace(&mut systemd.sockets, Ok(Vec::new())).map_err(|e| {
         ServeError::Bind(io::Error::new(e.kind(), format!("socket activation: {e}")))
     })?;
+    let mut handed = std::mem::take(&mut systemd.handed);
+    // Sockets systemd passed to the first server stay systemd's across reloads.
+    let from_systemd = handed.are_systemds();
+    let handed_sockets = std::mem::take(&mut handed.sockets);
+    let (inherited, handed_sockets) = if from_systemd {
+        let labels = handed_sockets
+            .into_iter()
+            .map(|(fd, _)| {
+                let label = format!("systemd socket fd {}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+                (fd, label)
+            })
+            .collect();
+        (labels, Vec::new())
+    } else {
+        (inherited, handed_sockets)
+    };
+    let activated = !inherited.is_empty();
     let labels: Vec<String> = inherited.iter().map(|(_, label)| label.clone()).collect();
-    let listeners = if inherited.is_empty() {
+    let listeners = if !handed_sockets.is_empty() {
+        reload::listeners(&config.listen, handed_sockets, layout.listener_sets)
+    } else if inherited.is_empty() {
         bind_listeners(&config.listen, layout.listener_sets)
     } else {
         // The socket unit says where to listen: `listen` is not bound as well, as a server
@@ -330,7 +355,51 @@ pub fn serve_with(
         }
         Ok(shared)
     };
+    // Duplicates of every listening socket, for a successor on reload or upgrade. Systemd's
+    // are passed once each (every worker holds a copy of the same socket).
+    let mut handover = Vec::new();
+    for (w, set) in listeners.per_worker.iter().enumerate() {
+        if activated && w > 0 {
+            break;
+        }
+        for (i, fd) in set.iter().enumerate() {
+            let name = if activated {
+                "systemd".to_owned()
+            } else {
+                config.listen[i].to_string()
+            };
+            handover.push((fd.try_clone().map_err(ServeError::Bind)?, name));
+        }
+    }
     let notify = Notify::start(&mut systemd);
+    let _pid_file = match &config.pid_file {
+        Some(path) => {
+            Some(reload::PidFile::write(path).map_err(|e| ServeError::PidFile(path.clone(), e))?)
+        }
+        None => None,
+    };
+    let mut reloader = reload::Reloader::new(
+        config.source.clone(),
+        handover,
+        std::mem::take(&mut systemd.pass_on),
+        notify.clone(),
+    );
+    if model.kind() == ModelKind::Prefork {
+        // The parent of the children answers on its turns: it must stay single-threaded.
+        fastpath_drivers::signals::set_supervisor(Box::new(move || reloader.poll()));
+    } else {
+        std::thread::Builder::new()
+            .name("fastpath-reload".into())
+            .spawn(move || {
+                while !fastpath_drivers::signals::draining() {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    reloader.poll();
+                }
+            })
+            .map_err(ServeError::Run)?;
+    }
+    // The server this one replaces stops from here on.
+    handed.ready();
     if let Some(notify) = &notify {
         notify.watch(&systemd);
         // Listening, with every root and the log checked: clients are served from here on.

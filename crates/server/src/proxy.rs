@@ -313,6 +313,15 @@ pub(crate) struct Start<'a> {
 }
 
 impl Exchange {
+    /// A graceful stop began: a response whose head is not written yet says
+    /// `Connection: close` and the connection closes after it (one already on its way said
+    /// keep-alive, and the connection then waits a moment for the client's next request).
+    pub(crate) fn close_if_head_unsent(&mut self) {
+        if matches!(self.response, Response::AwaitingHead) {
+            self.client_close = true;
+        }
+    }
+
     /// Starts connecting to an address of the backend; `Err(status)` when none can be used
     /// (every address is at the connection limit: 503).
     pub(crate) fn start(

@@ -26,6 +26,11 @@ pub struct Systemd {
     notify: Option<io::Result<Notifier>>,
     /// Half the watchdog interval, when a watchdog is asked for: how often to ping.
     watchdog: Option<Duration>,
+    /// `NOTIFY_SOCKET` and `WATCHDOG_USEC` as they were, for the server that replaces this
+    /// one on a reload (see `reload`), which notifies in its place.
+    pub(crate) pass_on: Vec<(&'static str, OsString)>,
+    /// Listening sockets handed over by the server this process replaces (see `reload`).
+    pub(crate) handed: crate::reload::Handed,
 }
 
 impl Default for Systemd {
@@ -35,6 +40,8 @@ impl Default for Systemd {
             sockets: Ok(Vec::new()),
             notify: None,
             watchdog: None,
+            pass_on: Vec::new(),
+            handed: crate::reload::Handed::default(),
         }
     }
 }
@@ -68,6 +75,13 @@ impl Systemd {
             Some(count) if ours(&listen_pid) => inherited(&count, names.as_ref()),
             _ => Ok(Vec::new()),
         };
+        let mut pass_on = Vec::new();
+        if let Some(path) = &notify {
+            pass_on.push(("NOTIFY_SOCKET", path.clone()));
+        }
+        if let Some(usec) = &watchdog_usec {
+            pass_on.push(("WATCHDOG_USEC", usec.clone()));
+        }
         let watchdog = watchdog_usec
             .filter(|_| watchdog_pid.is_none() || ours(&watchdog_pid))
             .and_then(|usec| usec.to_str()?.parse::<u64>().ok())
@@ -77,6 +91,8 @@ impl Systemd {
             sockets,
             notify: notify.map(|path| Notifier::connect(&path)),
             watchdog,
+            pass_on,
+            handed: crate::reload::Handed::from_env(),
         }
     }
 }
@@ -222,8 +238,11 @@ impl Notify {
         }
     }
 
-    /// Says a stop has begun, once.
+    /// Says a stop has begun, once (not after a hand-over to a new server).
     pub(crate) fn stopping(&self) {
+        if fastpath_drivers::signals::handed_over() {
+            return;
+        }
         if !self.stopping.swap(true, Ordering::Relaxed) {
             self.send("STOPPING=1\nSTATUS=stopping");
         }
@@ -242,7 +261,9 @@ impl Notify {
             if std::process::id() != main_pid {
                 return;
             }
-            if fastpath_drivers::signals::draining() {
+            // A server that handed its sockets over is replaced, not stopping: its successor
+            // has said READY=1 with its own MAINPID.
+            if fastpath_drivers::signals::draining() && !fastpath_drivers::signals::handed_over() {
                 notify.stopping();
             }
             let Some(every) = every else { return };

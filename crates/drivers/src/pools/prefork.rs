@@ -336,6 +336,10 @@ pub fn run(
             break;
         }
         pool.pass_signals(&mut reopen);
+        signals::supervise();
+        if signals::draining() {
+            break;
+        }
         if pool.failed_starts >= MAX_FAILED_STARTS {
             pool.stop_all();
             return Err(io::Error::other(format!(
@@ -580,6 +584,10 @@ impl ChildPool<'_> {
             *reopen = generation;
             self.signal_all(libc::SIGUSR1);
         }
+        if signals::has_supervisor() {
+            // The service's supervisor, in this process, answers them.
+            return;
+        }
         let first = self.pids.iter().flatten().next().copied();
         for (noted, signal) in [
             (signals::take_hangup(), libc::SIGHUP),
@@ -599,7 +607,9 @@ impl ChildPool<'_> {
     fn drain(&mut self, grace: Duration) {
         // An inherited socket is the service manager's, which keeps it listening across
         // restarts (clients wait in its backlog for the next start): only our copies close.
-        for socket in self.sockets.iter().filter(|_| !self.inherited) {
+        // A socket handed over to a new server is its now, to be left listening as well.
+        let shared = self.inherited || signals::handed_over();
+        for socket in self.sockets.iter().filter(|_| !shared) {
             // On Linux shutdown(SHUT_RD) of a listening socket stops it listening for every
             // process that holds it (inet_shutdown disconnects a listener): new clients are
             // refused at once, while a busy child that holds a copy finishes its connection.

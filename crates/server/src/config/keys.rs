@@ -112,6 +112,16 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
         Text(|c, s| lookup_group(s).map(|g| c.group = Some(g)))),
     // Started as root without `user`, keep running as root rather than refuse to start.
     key("run_as_root", "false", Bool(|c, b| c.run_as_root = b)),
+
+    // ---- Operations.
+    // Where to write the process id once serving, for `fastpath reload`.
+    key("pid_file", "none", Text(|c, s| {
+        if s.is_empty() {
+            return Err("`pid_file` must be a path, not empty".to_owned());
+        }
+        c.pid_file = Some(PathBuf::from(s));
+        Ok(())
+    })),
 ]};
 
 // The concurrency models' own tables, read through `prefork`, `threads` and

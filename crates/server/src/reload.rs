@@ -1,0 +1,385 @@
+//! Reload (SIGHUP) and binary upgrade (SIGUSR2) by handing the listening sockets to a new
+//! server process (docs/operations.md, "Reload and upgrade").
+//!
+//! The running server checks the configuration file again; if it has errors they are logged
+//! as `fastpath check` prints them and nothing else happens. Otherwise it starts the
+//! executable again (`/proc/self/exe` for a reload, which stays the running image even if the
+//! file was replaced; the path it was started from for an upgrade) with the same arguments,
+//! passing every listening socket it holds: `FASTPATH_LISTENERS=FD=ADDR,...` names each
+//! descriptor with the configured address it was bound for (`systemd` for sockets systemd
+//! passed), and `FASTPATH_READY_FD` is the write end of a pipe. The new process serves the
+//! inherited sockets of the addresses it is configured for, binds the others afresh and closes
+//! those no longer configured; once it listens, with every root and log opened, it writes one
+//! byte to the pipe (and writes the pid file). Only then does the old server stop gracefully,
+//! closing its own copies of the sockets without shutting them down. If the new process fails
+//! before that, the old one logs why and goes on as it was.
+
+use std::ffi::OsString;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fastpath_drivers::{bind_listeners, signals, ListenerFeatures, Listeners};
+
+use crate::config::Config;
+use crate::systemd::Notify;
+
+const LISTENERS_VAR: &str = "FASTPATH_LISTENERS";
+const READY_VAR: &str = "FASTPATH_READY_FD";
+/// The name handed-over sockets of systemd's carry: they are served whatever `listen` says.
+const SYSTEMD_NAME: &str = "systemd";
+/// How long a new server has to say it is ready before the old one gives up on it.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the server this process replaces handed over, read by [`Handed::from_env`].
+#[derive(Default)]
+pub struct Handed {
+    /// Listening sockets, each with the name of the address it was bound for.
+    pub(crate) sockets: Vec<(OwnedFd, String)>,
+    /// Where to say that this process is ready.
+    ready: Option<OwnedFd>,
+}
+
+/// Reads and removes a variable.
+fn take_var(name: &str) -> Option<OsString> {
+    let value = std::env::var_os(name);
+    std::env::remove_var(name);
+    value
+}
+
+/// Takes descriptor `text` as an owned one if it is open.
+fn open_fd(text: &str) -> Option<OwnedFd> {
+    let fd: RawFd = text.parse().ok().filter(|&fd| fd > 2)?;
+    // SAFETY: fcntl only asks whether the descriptor is open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return None;
+    }
+    // Close-on-exec again, so that no later child of ours inherits it.
+    // SAFETY: sets a flag on an open descriptor.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the old server passed this descriptor to this process alone.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl Handed {
+    /// Reads `FASTPATH_LISTENERS` and `FASTPATH_READY_FD` and unsets them. Like
+    /// `Systemd::from_env`, before the process has other threads.
+    pub fn from_env() -> Handed {
+        let listeners = take_var(LISTENERS_VAR);
+        let ready = take_var(READY_VAR);
+        let mut handed = Handed::default();
+        if let Some(list) = listeners.as_ref().and_then(|l| l.to_str()) {
+            for entry in list.split(',').filter(|e| !e.is_empty()) {
+                let Some((fd, name)) = entry.split_once('=') else {
+                    continue;
+                };
+                match open_fd(fd) {
+                    Some(fd) => handed.sockets.push((fd, name.to_owned())),
+                    None => tracing::warn!("{LISTENERS_VAR}: descriptor {fd} is not open"),
+                }
+            }
+        }
+        handed.ready = ready.as_ref().and_then(|r| open_fd(r.to_str()?));
+        handed
+    }
+
+    /// Whether the sockets are systemd's (socket activation survives the reload).
+    pub(crate) fn are_systemds(&self) -> bool {
+        self.sockets.iter().any(|(_, name)| name == SYSTEMD_NAME)
+    }
+
+    /// Tells the old server that this one is ready (it then stops gracefully).
+    pub(crate) fn ready(&mut self) {
+        if let Some(fd) = self.ready.take() {
+            // SAFETY: writes one byte from a live buffer to a pipe we own.
+            unsafe { libc::write(fd.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+        }
+    }
+}
+
+/// The listeners for `addrs` from handed-over sockets: each address's inherited sockets are
+/// served (one per listener set, as many as the model wants: the missing ones are bound into
+/// the same SO_REUSEPORT group, extra ones closed), addresses with none are bound afresh, and
+/// the sockets of addresses no longer configured are closed.
+pub(crate) fn listeners(
+    addrs: &[SocketAddr],
+    mut sockets: Vec<(OwnedFd, String)>,
+    sets: usize,
+) -> io::Result<Listeners> {
+    let sets = sets.max(1);
+    let mut per_worker: Vec<Vec<OwnedFd>> = (0..sets).map(|_| Vec::new()).collect();
+    let mut local_addrs = Vec::with_capacity(addrs.len());
+    let mut features = ListenerFeatures { defer_accept: true };
+    for &addr in addrs {
+        let name = addr.to_string();
+        let (mut mine, rest): (Vec<_>, Vec<_>) = sockets.into_iter().partition(|(_, n)| *n == name);
+        sockets = rest;
+        if mine.is_empty() {
+            let fresh = bind_listeners(&[addr], sets)?;
+            features.defer_accept &= fresh.features.defer_accept;
+            for (set, mut fds) in per_worker.iter_mut().zip(fresh.per_worker) {
+                set.append(&mut fds);
+            }
+            local_addrs.push(fresh.local_addrs[0]);
+            tracing::info!("reload: {addr} is a new address, bound");
+            continue;
+        }
+        let mut bound = None;
+        for (fd, _) in &mine {
+            bound = Some(fastpath_drivers::adopt_handed(fd).map_err(|e| {
+                io::Error::new(e.kind(), format!("handed-over socket for {name}: {e}"))
+            })?);
+        }
+        let bound = bound.expect("at least one socket");
+        if mine.len() > sets {
+            tracing::warn!(
+                "reload: {} sockets were handed over for {bound} and {sets} are served; \
+                 closing {} (clients queued on them may be reset)",
+                mine.len(),
+                mine.len() - sets
+            );
+            mine.truncate(sets);
+        }
+        let more = fastpath_drivers::bind_into_group(bound, sets - mine.len())?;
+        let fds = mine.into_iter().map(|(fd, _)| fd).chain(more);
+        for (set, fd) in per_worker.iter_mut().zip(fds) {
+            set.push(fd);
+        }
+        local_addrs.push(bound);
+    }
+    let mut closed: Vec<String> = sockets.into_iter().map(|(_, name)| name).collect();
+    closed.dedup();
+    for name in closed {
+        tracing::info!("reload: {name} is no longer configured; its listener is closed");
+    }
+    Ok(Listeners {
+        per_worker,
+        local_addrs,
+        features,
+        inherited: false,
+    })
+}
+
+/// The pid file (`pid_file`): written once the server is ready, removed when it stops if it
+/// still names this process (a successor has written its own by then).
+pub(crate) struct PidFile {
+    path: PathBuf,
+}
+
+impl PidFile {
+    pub(crate) fn write(path: &Path) -> io::Result<PidFile> {
+        let tmp = path.with_extension("pid.tmp");
+        std::fs::write(&tmp, format!("{}\n", std::process::id()))?;
+        // A rename, so `fastpath reload` never reads a half-written file.
+        std::fs::rename(&tmp, path)?;
+        Ok(PidFile {
+            path: path.to_owned(),
+        })
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let ours = std::fs::read_to_string(&self.path)
+            .is_ok_and(|text| text.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The path an upgrade starts: where the executable was started from. Read at start, since
+/// /proc/self/exe reads "PATH (deleted)" once the file is replaced; a server started by a
+/// reload after such a replacement (from /proc/self/exe, the old image) reads that already,
+/// and the path is the same without the note.
+fn on_disk(exe: &Path) -> PathBuf {
+    let text = exe.as_os_str().as_encoded_bytes();
+    match text.strip_suffix(b" (deleted)") {
+        // SAFETY: a prefix of an OsStr's bytes cut at an ASCII boundary.
+        Some(path) => PathBuf::from(unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(path) }),
+        None => exe.to_owned(),
+    }
+}
+
+/// What the running server needs to start its successor: looked at on SIGHUP and SIGUSR2.
+pub(crate) struct Reloader {
+    /// The configuration file, checked before anything starts; `None` when the server was
+    /// started without one (a reload then starts the same command again).
+    pub(crate) config_path: Option<PathBuf>,
+    /// The executable as it was started, for an upgrade (the file there may be a new one).
+    pub(crate) exe: Option<PathBuf>,
+    /// Duplicates of every listening socket, with the names to pass them under.
+    pub(crate) sockets: Vec<(OwnedFd, String)>,
+    /// Variables to pass on (systemd's notification socket and watchdog).
+    pub(crate) pass_on: Vec<(&'static str, OsString)>,
+    pub(crate) notify: Option<Arc<Notify>>,
+    /// Set once the sockets are handed over: later signals are ignored.
+    done: bool,
+}
+
+impl Reloader {
+    pub(crate) fn new(
+        config_path: Option<PathBuf>,
+        sockets: Vec<(OwnedFd, String)>,
+        pass_on: Vec<(&'static str, OsString)>,
+        notify: Option<Arc<Notify>>,
+    ) -> Reloader {
+        Reloader {
+            config_path,
+            exe: std::env::current_exe().ok().map(|exe| on_disk(&exe)),
+            sockets,
+            pass_on,
+            notify,
+            done: false,
+        }
+    }
+
+    /// Answers the signals that arrived since the last look.
+    pub(crate) fn poll(&mut self) {
+        let hangup = signals::take_hangup();
+        let usr2 = signals::take_usr2();
+        if self.done || signals::draining() {
+            if hangup || usr2 {
+                tracing::info!("already stopping: the reload or upgrade asked for is not done");
+            }
+            return;
+        }
+        if hangup {
+            self.replace(Path::new("/proc/self/exe"), "reload");
+        } else if usr2 {
+            match self.exe.clone() {
+                Some(exe) => self.replace(&exe, "binary upgrade"),
+                None => tracing::error!(
+                    "binary upgrade: the path of the executable is not known; nothing done"
+                ),
+            }
+        }
+    }
+
+    fn replace(&mut self, exe: &Path, what: &str) {
+        if let Some(path) = &self.config_path {
+            if let Err(errors) = Config::load(path) {
+                for e in &errors {
+                    tracing::error!("{}:{}:{}: {}", path.display(), e.line, e.column, e.message);
+                }
+                tracing::error!(
+                    "{what} refused: {} has {} error(s); still serving the configuration \
+                     loaded before",
+                    path.display(),
+                    errors.len()
+                );
+                return;
+            }
+        }
+        if let Some(notify) = &self.notify {
+            notify.send(&format!(
+                "RELOADING=1\nSTATUS={what}: starting a new server"
+            ));
+        }
+        tracing::info!(
+            "{what}: starting a new server ({}) on the same listening sockets",
+            exe.display()
+        );
+        match self.start(exe) {
+            Ok(pid) => {
+                tracing::info!(
+                    "{what}: the new server (pid {pid}) is ready; this one (pid {}) stops \
+                     gracefully",
+                    std::process::id()
+                );
+                self.done = true;
+                signals::set_handed_over();
+                signals::DRAIN.store(true, Ordering::SeqCst);
+            }
+            Err(e) => {
+                tracing::error!("{what} failed: {e}; still serving as before");
+                if let Some(notify) = &self.notify {
+                    notify.send("READY=1\nSTATUS=serving (the last reload failed)");
+                }
+            }
+        }
+    }
+
+    /// Starts `exe` with this process's arguments and the sockets; waits until it is ready.
+    fn start(&self, exe: &Path) -> io::Result<u32> {
+        let mut pipe = [0; 2];
+        // SAFETY: pipe2 into a two-element array.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 just returned both descriptors.
+        let (read, write) =
+            unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+        let list: Vec<String> = self
+            .sockets
+            .iter()
+            .map(|(fd, name)| format!("{}={name}", fd.as_raw_fd()))
+            .collect();
+        let mut passed: Vec<RawFd> = self.sockets.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
+        passed.push(write.as_raw_fd());
+        let mut command = Command::new(exe);
+        command
+            .args(std::env::args_os().skip(1))
+            .env(LISTENERS_VAR, list.join(","))
+            .env(READY_VAR, write.as_raw_fd().to_string());
+        for (name, value) in &self.pass_on {
+            command.env(name, value);
+        }
+        // SAFETY: only fcntl, which is async-signal-safe, between fork and exec: the passed
+        // descriptors lose close-on-exec in the child alone.
+        unsafe {
+            command.pre_exec(move || {
+                for &fd in &passed {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    if flags == -1
+                        || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) == -1
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot start {}: {e}", exe.display()))
+        })?;
+        drop(write);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let mut poll = libc::pollfd {
+                fd: read.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one pollfd we own.
+            let n = unsafe { libc::poll(&mut poll, 1, 100) };
+            if n > 0 {
+                let mut byte = [0u8; 1];
+                // SAFETY: reads into a live one-byte buffer.
+                let got = unsafe { libc::read(read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+                if got == 1 {
+                    return Ok(child.id());
+                }
+                // The pipe closed without a word: the new server stopped before it was ready.
+                let status = child.wait()?;
+                return Err(io::Error::other(format!(
+                    "the new server stopped before it was ready ({status}; its messages are above)"
+                )));
+            }
+            if Instant::now() >= deadline || signals::STOP.load(Ordering::Relaxed) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::other(format!(
+                    "the new server was not ready within {} s; it was killed",
+                    READY_TIMEOUT.as_secs()
+                )));
+            }
+        }
+    }
+}
