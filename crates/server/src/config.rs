@@ -65,6 +65,15 @@ pub struct Config {
     pub group: Option<u32>,
     /// Keep running as root when started as root without `user` (`run_as_root`).
     pub run_as_root: bool,
+    /// The Prometheus metrics listener (`[metrics]`).
+    pub metrics: MetricsConfig,
+}
+
+/// The `[metrics]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Where `/metrics` is served (`listen`); `None` (the default) serves no metrics.
+    pub listen: Option<SocketAddr>,
 }
 
 /// The most worker threads a configuration or the command line may ask for.
@@ -237,6 +246,7 @@ impl Default for Config {
             handover: HandoverConfig::default(),
             backends: Vec::new(),
             routes: Vec::new(),
+            metrics: MetricsConfig::default(),
             user: None,
             group: None,
             run_as_root: false,
