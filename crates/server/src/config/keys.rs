@@ -375,7 +375,9 @@ impl<'a> Checker<'a> {
 
     fn metrics(&mut self, s: &Section<'a>, c: &mut Config) {
         self.read_table(s, &METRICS, &mut c.metrics);
-        if let Some(addr) = c.metrics.listen.filter(|addr| c.listen.contains(addr)) {
+        // Port 0 is a new port for each, never the same.
+        let taken = |addr: &SocketAddr| addr.port() != 0 && c.listen.contains(addr);
+        if let Some(addr) = c.metrics.listen.filter(taken) {
             self.error(
                 s.span.clone(),
                 format!(
