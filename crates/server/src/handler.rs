@@ -645,7 +645,9 @@ impl HttpHandler {
 
 /// What comes before the first space: the method of a request line.
 fn first_word(line: &[u8]) -> &[u8] {
-    line.split(|&b| b == b' ').next().unwrap_or(line)
+    line.iter()
+        .position(|&b| b == b' ')
+        .map_or(line, |end| &line[..end])
 }
 
 /// The first line of what a client sent, for logging a request that could not be parsed.
