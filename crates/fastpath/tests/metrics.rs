@@ -343,3 +343,28 @@ fn cache_evictions_and_hits_are_counted() {
     });
     assert!(settled.is_some(), "expected {expect:?} in:\n{last}");
 }
+
+#[test]
+fn metrics_address_taken_by_the_site_is_refused() {
+    let site = Site::new();
+    let addr = dead_address();
+    let config = site.config(&format!(
+        "root = \"root\"\n[metrics]\nlisten = \"{addr}\"\n"
+    ));
+    // `--listen` replaces the file's `listen`, so only the server can see the clash.
+    let out = Command::new(BIN)
+        .args(["serve", "--run-as-root", "--config"])
+        .arg(&config)
+        .args(["--listen", &addr.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "[metrics] listen: {addr} is also where the site listens"
+        )),
+        "{stderr}"
+    );
+}

@@ -386,6 +386,15 @@ fn metrics_listener(
     listeners: &mut Listeners,
     layout: fastpath_drivers::Layout,
 ) -> Result<Metrics, ServeError> {
+    if addr.port() != 0 && listeners.local_addrs.contains(&addr) {
+        return Err(ServeError::Bind(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "[metrics] listen: {addr} is also where the site listens; metrics need an \
+                 address of their own"
+            ),
+        )));
+    }
     let bound = bind_listeners(&[addr], layout.listener_sets).map_err(ServeError::Bind)?;
     let index = listeners.local_addrs.len();
     for (sockets, socket) in listeners.per_worker.iter_mut().zip(bound.per_worker) {
