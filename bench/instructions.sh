@@ -4,14 +4,16 @@
 # change can be compared with the code it changes where a timed benchmark would be noisy.
 #
 # Usage: bench/instructions.sh [--close] BINARY [BASELINE_BINARY]
+#        bench/instructions.sh [--close] --metrics BINARY
 #
 # Serves a 1 KiB file with one worker (epoll) under valgrind --tool=callgrind, loads it with
 # `fastpath bench` (8 connections, keep-alive, or a new connection per request with
 # --close) for 2 s and then for 5 s, and reports the slope: (instructions of the long run -
 # instructions of the short run) / (replies of the long run - replies of the short run),
 # which leaves out start-up and exit. With a second binary, both are measured and the
-# ratio is given. The load generator is the first binary's `fastpath bench`.
-# Needs valgrind (apt-get install valgrind).
+# ratio is given. With --metrics, the one binary is measured with Prometheus metrics off and
+# on (`[metrics] listen`), and the ratio on / off is given. The load generator is the first
+# binary's `fastpath bench`. Needs valgrind (apt-get install valgrind).
 set -euo pipefail
 
 MODE=keepalive
@@ -19,7 +21,12 @@ if [[ "${1:-}" == "--close" ]]; then
     MODE=close
     shift
 fi
-[[ $# -ge 1 ]] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+METRICS=no
+if [[ "${1:-}" == "--metrics" ]]; then
+    METRICS=yes
+    shift
+fi
+[[ $# -ge 1 ]] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install valgrind)" >&2; exit 1; }
 
 LOADGEN="$(realpath "$1")"
@@ -36,6 +43,9 @@ access = "off"
 error = "stderr"
 level = "warn"
 EOF
+cp "$WORK/fastpath.toml" "$WORK/metrics.toml"
+printf '[metrics]\nlisten = "127.0.0.1:18779"\n' >> "$WORK/metrics.toml"
+CONFIG="$WORK/fastpath.toml"
 
 # Prints "REPLIES INSTRUCTIONS" for one run of `seconds` against `binary`.
 run() {
@@ -47,7 +57,7 @@ run() {
         as_root=(--run-as-root)
     fi
     valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" "$binary" serve \
-        "${as_root[@]}" --config "$WORK/fastpath.toml" --listen "127.0.0.1:$port" \
+        "${as_root[@]}" --config "$CONFIG" --listen "127.0.0.1:$port" \
         > "$WORK/server.log" 2>&1 &
     local server=$!
     for _ in $(seq 100); do
@@ -74,6 +84,15 @@ per_request() {
     python3 -c "print(round(($i2 - $i1) / ($r2 - $r1)))"
 }
 
+if [[ $METRICS == yes ]]; then
+    off=$(per_request "$1")
+    echo "$1: $off instructions per request ($MODE, metrics off)"
+    CONFIG="$WORK/metrics.toml"
+    on=$(per_request "$1")
+    echo "$1: $on instructions per request ($MODE, metrics on)"
+    python3 -c "print(f'ratio on / off: {$on / $off:.3f}')"
+    exit 0
+fi
 first=$(per_request "$1")
 echo "$1: $first instructions per request ($MODE)"
 if [[ $# -ge 2 ]]; then

@@ -50,6 +50,19 @@ pub struct ContentCache {
     open_files: usize,
     /// Reused lookup key: site id then path.
     key: Vec<u8>,
+    stats: CacheStats,
+}
+
+/// What a cache has done since it was made, for metrics: plain counters, as a cache belongs
+/// to one worker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups that found a current entry.
+    pub hits: u64,
+    /// Lookups that found none, or a stale one.
+    pub misses: u64,
+    /// Entries dropped to make room for others.
+    pub evictions: u64,
 }
 
 impl ContentCache {
@@ -61,7 +74,13 @@ impl ContentCache {
             memory: 0,
             open_files: 0,
             key: Vec::with_capacity(256),
+            stats: CacheStats::default(),
         }
+    }
+
+    /// Hits, misses and evictions so far.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
     }
 
     /// The largest file kept in memory.
@@ -94,13 +113,19 @@ impl ContentCache {
     /// is dropped.
     pub(crate) fn get(&mut self, site: u32, path: &[u8], generation: u64) -> Option<&Resolved> {
         self.set_key(site, path);
-        let fresh = self.entries.get(&self.key[..])?.generation == generation;
+        let Some(entry) = self.entries.get(&self.key[..]) else {
+            self.stats.misses += 1;
+            return None;
+        };
+        let fresh = entry.generation == generation;
         if !fresh {
+            self.stats.misses += 1;
             if let Some(entry) = self.entries.pop(&self.key[..]) {
                 self.forget(&entry);
             }
             return None;
         }
+        self.stats.hits += 1;
         self.entries.peek(&self.key[..]).map(|e| &e.resolved)
     }
 
@@ -124,7 +149,10 @@ impl ContentCache {
             || self.open_files + open_files > self.limits.max_open_files
         {
             match self.entries.pop_lru() {
-                Some((_, old)) => self.forget(&old),
+                Some((_, old)) => {
+                    self.stats.evictions += 1;
+                    self.forget(&old)
+                }
                 None => break,
             }
         }

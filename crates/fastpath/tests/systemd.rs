@@ -228,6 +228,45 @@ httptest!(activation_serves_inherited_socket, |model| {
     assert!(status.success(), "exit {status:?}\n{}", server.report());
 });
 
+// The metrics listener is bound by fastpath itself next to the sockets systemd passed, and
+// counts what they served.
+#[test]
+fn activation_with_metrics_listener() {
+    let site = Site::new();
+    site.file("index.html", "activated\n");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let config = site.config(&format!(
+        "root = \"root\"\nworkers = 1\n[metrics]\nlisten = \"{metrics}\"\n"
+    ));
+    let Some(server) = Activated::start(
+        "systemd::activation_with_metrics_listener",
+        &["--listen", &listen],
+        &[],
+        &["--config", config.to_str().unwrap(), "--model", "epoll"],
+    ) else {
+        return;
+    };
+    server.wait_stderr(&format!("Listening on {listen}"));
+    let addr: SocketAddr = listen.parse().unwrap();
+    Conn::open(addr)
+        .exchange(req("GET", "/index.html", &[]))
+        .assert_ok(200, "activated\n");
+    server.wait_stderr(&format!("metrics on http://{metrics}/metrics"));
+    let scrape = Conn::open(metrics.parse().unwrap()).exchange(req("GET", "/metrics", &[]));
+    scrape.assert_status(200);
+    let text = scrape.text();
+    assert!(
+        text.contains("fastpath_http_requests_total{worker=\"0\",method=\"GET\",code=\"2xx\"} 1\n"),
+        "{text}\n{}",
+        server.report()
+    );
+    // The inherited socket does not serve them.
+    Conn::open(addr)
+        .exchange(req("GET", "/metrics", &[]))
+        .assert_status(404);
+}
+
 // What a socket unit can pass that fastpath does not serve is refused at start, naming the
 // descriptor and what to write in the unit instead.
 #[test]

@@ -19,6 +19,7 @@ mod handover;
 mod handover_real;
 mod limits;
 mod logs;
+mod metrics;
 mod models;
 mod paths;
 mod precompressed;

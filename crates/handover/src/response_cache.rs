@@ -100,6 +100,7 @@ pub struct ResponseCache {
     max_memory: usize,
     max_response: usize,
     memory: usize,
+    evictions: u64,
 }
 
 impl ResponseCache {
@@ -112,6 +113,7 @@ impl ResponseCache {
             max_memory,
             max_response,
             memory: 0,
+            evictions: 0,
         }
     }
 
@@ -171,7 +173,10 @@ impl ResponseCache {
         }
         while self.memory + memory > self.max_memory {
             match self.entries.pop_lru() {
-                Some((_, old)) => self.memory -= old.memory,
+                Some((_, old)) => {
+                    self.evictions += 1;
+                    self.memory -= old.memory
+                }
                 None => break,
             }
         }
@@ -220,6 +225,11 @@ impl ResponseCache {
             self.remove(key);
         }
         expired.len()
+    }
+
+    /// Entries dropped so far to make room for others.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     /// Memory held by the entries, as counted against `max_memory`.

@@ -70,6 +70,15 @@ pub struct Config {
     pub pid_file: Option<PathBuf>,
     /// The file this configuration was read from ([`Config::load`]): a reload reads it again.
     pub source: Option<PathBuf>,
+    /// The Prometheus metrics listener (`[metrics]`).
+    pub metrics: MetricsConfig,
+}
+
+/// The `[metrics]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Where `/metrics` is served (`listen`); `None` (the default) serves no metrics.
+    pub listen: Option<SocketAddr>,
 }
 
 /// The most worker threads a configuration or the command line may ask for.
@@ -242,6 +251,7 @@ impl Default for Config {
             handover: HandoverConfig::default(),
             backends: Vec::new(),
             routes: Vec::new(),
+            metrics: MetricsConfig::default(),
             user: None,
             group: None,
             run_as_root: false,

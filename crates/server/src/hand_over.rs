@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use fastpath_content::CacheStats;
 use fastpath_drivers::{BufferPool, Output, UpstreamPort};
 use fastpath_handover::{
     cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache,
@@ -16,6 +17,7 @@ use fastpath_http::{
 };
 
 use crate::access_log::request_line;
+use crate::metrics::WorkerMetrics;
 use crate::proxy::{CacheSlot, Exchange, Start};
 use crate::reply::{Answer, Writer};
 
@@ -37,6 +39,10 @@ pub(crate) struct Backends {
     #[allow(clippy::vec_box)]
     parsers: Vec<Box<ResponseParser>>,
     limits: Limits,
+    /// Lookups in `cache` that answered a request, and that did not.
+    cache_hits: u64,
+    cache_misses: u64,
+    metrics: Option<WorkerMetrics>,
 }
 
 /// A request the routes handed over, as the client sent it.
@@ -85,14 +91,32 @@ pub(crate) enum HandOver {
 }
 
 impl Backends {
-    pub(crate) fn new(states: Vec<BackendState>, cache: ResponseCache, limits: Limits) -> Self {
+    pub(crate) fn new(
+        states: Vec<BackendState>,
+        cache: ResponseCache,
+        limits: Limits,
+        metrics: Option<WorkerMetrics>,
+    ) -> Self {
         Backends {
             states,
             cache,
             cache_key: Vec::with_capacity(256),
             parsers: Vec::new(),
             limits,
+            cache_hits: 0,
+            cache_misses: 0,
+            metrics,
         }
+    }
+
+    /// The response cache's hits, misses and evictions, memory and entries.
+    pub(crate) fn cache_figures(&self) -> (CacheStats, usize, usize) {
+        let stats = CacheStats {
+            hits: self.cache_hits,
+            misses: self.cache_misses,
+            evictions: self.cache.evictions(),
+        };
+        (stats, self.cache.memory(), self.cache.len())
     }
 
     /// Hands `incoming` over to `backend` by `method`: answers it (a redirect, a cached
@@ -149,8 +173,10 @@ impl Backends {
         let cacheable_request = cache_usable && request.method == "GET";
         if cacheable_request || (cache_usable && answer.head) {
             if let Some(answered) = self.answer_from_cache(request, answer, sink) {
+                self.cache_hits += 1;
                 return answered;
             }
+            self.cache_misses += 1;
         }
         let cache = cacheable_request.then(|| CacheSlot {
             host: request.host.unwrap_or("").as_bytes().to_vec(),
@@ -202,6 +228,9 @@ impl Backends {
             user_agent: request.header("user-agent"),
             cache,
         };
+        if let Some(metrics) = &self.metrics {
+            metrics.backend_request(backend);
+        }
         match Exchange::start(
             start,
             &mut self.states,
@@ -220,6 +249,9 @@ impl Backends {
                 HandOver::Started(Box::new(exchange))
             }
             Err((status, parser)) => {
+                if let Some(metrics) = &self.metrics {
+                    metrics.backend_error(backend);
+                }
                 self.parsers.push(parser);
                 let sent = sink.writer(date).error(status, answer);
                 HandOver::Answered(status, sent)

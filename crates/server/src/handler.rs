@@ -20,6 +20,7 @@ use crate::access_log::{request_line, AccessLogBuffer, Entry};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::hand_over::{Backends, HandOver, Incoming, Sink};
+use crate::metrics::{self, WorkerMetrics};
 use crate::proxy::{Exchange, Progress, CLIENT_GONE};
 use crate::reply::{Answer, Writer};
 use crate::routing::{Route, Router};
@@ -82,6 +83,10 @@ pub(crate) struct HttpHandler {
     /// moves a pointer rather than the parser.
     #[allow(clippy::vec_box)]
     parsers: Vec<Box<Parser>>,
+    /// This worker's counters, when metrics are on.
+    metrics: Option<WorkerMetrics>,
+    /// Reused text of a scrape.
+    scrape: String,
 }
 
 /// What a connection is doing between requests.
@@ -107,6 +112,10 @@ pub(crate) struct HttpConn {
     head_started: Option<Instant>,
     /// The access-log entry of a large response still being sent.
     deferred: Option<Box<Deferred>>,
+    /// The connection came in on the metrics listener.
+    scrape: bool,
+    /// Counted as idle between requests in the metrics.
+    idle: bool,
 }
 
 /// An access-log entry held until its response has been sent or cut short.
@@ -140,6 +149,7 @@ struct Outcome {
 }
 
 impl HttpHandler {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         hosts: Arc<VirtualHosts>,
         settings: Arc<HandlerSettings>,
@@ -148,9 +158,12 @@ impl HttpHandler {
         routes: Arc<Routes>,
         backends: Vec<BackendState>,
         response_cache: ResponseCache,
+        metrics: Option<WorkerMetrics>,
     ) -> Self {
         HttpHandler {
-            backends: Backends::new(backends, response_cache, settings.limits),
+            backends: Backends::new(backends, response_cache, settings.limits, metrics.clone()),
+            metrics,
+            scrape: String::new(),
             router: Router::new(hosts, routes, cache),
             settings,
             clock: Clock::new(),
@@ -167,6 +180,12 @@ impl HttpHandler {
     }
 
     fn process(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        if conn.idle {
+            conn.idle = false;
+            if let Some(metrics) = &self.metrics {
+                metrics.idle(false);
+            }
+        }
         if conn.deferred.is_some() {
             self.settle(conn, io.output.sent(), false);
         }
@@ -237,6 +256,10 @@ impl HttpHandler {
                 } else if io.draining {
                     DRAIN_IDLE_WAIT.min(self.settings.keepalive_timeout)
                 } else {
+                    if let Some(metrics) = &self.metrics {
+                        conn.idle = true;
+                        metrics.idle(true);
+                    }
                     self.settings.keepalive_timeout
                 };
                 *io.deadline = Some(io.now + wait);
@@ -281,7 +304,9 @@ impl HttpHandler {
                         now: io.now,
                     };
                     let draining = io.draining;
-                    self.respond(peer, requests, &request, raw_head, &mut sink, draining)
+                    let scrape = conn.scrape;
+                    let served = (requests, scrape);
+                    self.respond(peer, served, &request, raw_head, &mut sink, draining)
                 }
             };
             if let Some(deferred) = outcome.deferred {
@@ -312,7 +337,7 @@ impl HttpHandler {
     fn respond(
         &mut self,
         peer: SocketAddr,
-        served: u64,
+        (served, scrape): (u64, bool),
         request: &Request<'_>,
         raw_head: &[u8],
         sink: &mut Sink<'_>,
@@ -342,7 +367,15 @@ impl HttpHandler {
             BodyFraming::Length(n) => Phase::DiscardLength(n),
             BodyFraming::Chunked => Phase::DiscardChunked(Box::new(ChunkedDecoder::new()), 0),
         };
-        let route = self.router.route(request);
+        let route = if scrape {
+            match metrics::status(request.method, request.target) {
+                200 => Route::Metrics,
+                405 => Route::MethodNotAllowed,
+                status => Route::Error(status),
+            }
+        } else {
+            self.router.route(request)
+        };
         if matches!(route, Route::Error(400)) {
             // A request that cannot be made sense of ends the connection, as one that cannot
             // be parsed does: nothing says the bytes after it start a request.
@@ -385,6 +418,18 @@ impl HttpHandler {
             Route::Error(status) => (status, sink.writer(date).error(status, answer)),
             Route::MethodNotAllowed => (405, sink.writer(date).method_not_allowed(answer)),
             Route::Static(reply) => sink.writer(date).static_reply(&reply, answer),
+            Route::Metrics => {
+                self.scrape.clear();
+                if let Some(metrics) = &self.metrics {
+                    metrics.all().render(&mut self.scrape);
+                }
+                let body = self.scrape.as_bytes();
+                (
+                    200,
+                    sink.writer(date)
+                        .document(answer, metrics::CONTENT_TYPE, body),
+                )
+            }
         };
         // Deferred only where there is a log to write: the copies it takes cost a large
         // response its share of allocations for nothing otherwise.
@@ -446,6 +491,10 @@ impl HttpHandler {
         };
         let unsent = deferred.end.saturating_sub(sent).min(deferred.body_bytes);
         let ended = ended.filter(|_| deferred.relayed && unsent > 0);
+        if let Some(metrics) = &self.metrics {
+            let method = first_word(&deferred.request_line);
+            metrics.request(method, deferred.status, deferred.body_bytes - unsent);
+        }
         if let Some(log) = self.access_log.as_mut() {
             log.record(&Entry {
                 peer: conn.peer,
@@ -471,6 +520,18 @@ impl HttpHandler {
             return None;
         };
         let finished = matches!(progress, Progress::Finished { .. });
+        if let Some(metrics) = &self.metrics {
+            match progress {
+                Progress::Finished { .. } => metrics.backend_response(
+                    exchange.backend,
+                    io.now.saturating_duration_since(exchange.started),
+                ),
+                Progress::Failed(_) | Progress::Broken(_) => {
+                    metrics.backend_error(exchange.backend)
+                }
+                Progress::Wait(_) | Progress::Joined => {}
+            }
+        }
         let mut ended = None;
         let (status, bytes, next) = match progress {
             Progress::Wait(next) => return Some(next),
@@ -577,6 +638,12 @@ impl HttpHandler {
         user_agent: Option<&[u8]>,
         ended: Option<&str>,
     ) {
+        if let Some(metrics) = &self.metrics {
+            let method = request_line
+                .first()
+                .map_or(&b""[..], |part| first_word(part));
+            metrics.request(method, status, body_bytes);
+        }
         if let Some(log) = self.access_log.as_mut() {
             log.record(&Entry {
                 peer,
@@ -637,6 +704,13 @@ fn ended_because(reason: CloseReason) -> &'static str {
     }
 }
 
+/// What comes before the first space: the method of a request line.
+fn first_word(line: &[u8]) -> &[u8] {
+    line.iter()
+        .position(|&b| b == b' ')
+        .map_or(line, |end| &line[..end])
+}
+
 /// The first line of what a client sent, for logging a request that could not be parsed.
 fn first_line(data: &[u8]) -> &[u8] {
     let end = data
@@ -654,14 +728,20 @@ impl Handler for HttpHandler {
         // A client that connects and never sends a byte gets the header timeout like one that
         // stops halfway, and is then closed without an answer (there is no request to answer).
         *io.deadline = Some(io.now + self.settings.header_timeout);
-        let conn = HttpConn {
+        let mut conn = HttpConn {
             peer: opened.peer(),
             phase: Phase::Head,
             parser: None,
             requests: 0,
             head_started: None,
             deferred: None,
+            scrape: false,
+            idle: false,
         };
+        if let Some(metrics) = &self.metrics {
+            metrics.opened();
+            conn.scrape = opened.listener() == metrics.all().listener();
+        }
         (conn, Next::Read)
     }
 
@@ -729,6 +809,12 @@ impl Handler for HttpHandler {
         if let Some(sent) = conn.deferred.as_ref().and_then(|d| d.closing_sent) {
             self.settle_because(&mut conn, sent, true, Some(ended_because(reason)));
         }
+        if let Some(metrics) = &self.metrics {
+            metrics.closed();
+            if conn.idle {
+                metrics.idle(false);
+            }
+        }
         if let Phase::Proxy(mut exchange) = std::mem::replace(&mut conn.phase, Phase::Head) {
             // The connection ended mid-exchange: the driver closes the backend connection.
             exchange.forget(&mut self.backends.states);
@@ -746,6 +832,12 @@ impl Handler for HttpHandler {
     fn on_tick(&mut self, _now: Instant) {
         self.clock.refresh();
         self.router.poll_changes();
+        if let Some(metrics) = &self.metrics {
+            let cache = self.router.cache();
+            metrics.content_cache(cache.stats(), cache.memory(), cache.len());
+            let (stats, memory, entries) = self.backends.cache_figures();
+            metrics.response_cache(stats, memory, entries);
+        }
         if let Some(log) = self.access_log.as_mut() {
             log.flush();
         }

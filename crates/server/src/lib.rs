@@ -22,6 +22,7 @@ pub mod config;
 mod error_log;
 mod hand_over;
 mod handler;
+mod metrics;
 mod privileges;
 mod proxy;
 mod reload;
@@ -44,6 +45,7 @@ pub use error_log::init_error_log;
 
 use crate::config::{Config, HostConfig};
 use crate::handler::{HandlerSettings, HttpHandler};
+use crate::metrics::Metrics;
 use crate::systemd::{Notify, Systemd};
 use crate::vhosts::VirtualHosts;
 
@@ -182,6 +184,7 @@ struct Shared {
     response_cache_memory: usize,
     response_cache_max: usize,
     handlers: usize,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Shared {
@@ -192,6 +195,7 @@ impl Shared {
         config: &Config,
         handlers: usize,
         single_threaded: bool,
+        metrics: Option<Arc<Metrics>>,
     ) -> Result<Shared, ServeError> {
         let watch = match (config.cache.enabled, single_threaded) {
             (false, _) => Watching::Off,
@@ -220,10 +224,11 @@ impl Shared {
             response_cache_memory: config.handover.cache_memory / handlers,
             response_cache_max: config.handover.cache_max_response,
             handlers,
+            metrics,
         })
     }
 
-    fn handler(&self) -> HttpHandler {
+    fn handler(&self, worker: usize) -> HttpHandler {
         let backends = self
             .backends
             .iter()
@@ -237,6 +242,7 @@ impl Shared {
             self.routes.clone(),
             backends,
             ResponseCache::new(self.response_cache_memory, self.response_cache_max),
+            self.metrics.as_ref().map(|m| m.for_worker(worker)),
         )
     }
 }
@@ -328,6 +334,16 @@ pub fn serve_with(
         addrs.join(", "),
         model.name()
     );
+    let mut listeners = listeners;
+    let metrics = match config.metrics.listen {
+        Some(addr) => Some(Arc::new(metrics_listener(
+            config,
+            addr,
+            &mut listeners,
+            layout,
+        )?)),
+        None => None,
+    };
     let driver_config = DriverConfig {
         max_connections: config.limits.max_connections,
         send_timeout: config.timeouts.send,
@@ -348,8 +364,13 @@ pub fn serve_with(
     // prefork, whose parent stays root to start children that can do the same
     // (docs/operations.md says why).
     let start = |process: Process| {
-        let shared = Shared::start(config, layout.handlers, process.single_threaded)
-            .map_err(io::Error::other)?;
+        let shared = Shared::start(
+            config,
+            layout.handlers,
+            process.single_threaded,
+            metrics.clone(),
+        )
+        .map_err(io::Error::other)?;
         if let Some(switch) = &switch {
             switch.apply()?;
         }
@@ -414,7 +435,7 @@ pub fn serve_with(
         &driver_config,
         stop,
         &start,
-        |shared: &Shared, _worker| shared.handler(),
+        |shared: &Shared, worker| shared.handler(worker),
     )
     .map_err(ServeError::Run);
     if let Some(notify) = &notify {
@@ -423,4 +444,39 @@ pub fn serve_with(
         notify.stopping();
     }
     served
+}
+
+/// Binds the metrics listener at `addr` for every worker, after the others (so that its index
+/// tells a scrape's connection apart), and maps the counters every worker will write: before
+/// any worker or child process starts, so that they all share them.
+fn metrics_listener(
+    config: &Config,
+    addr: std::net::SocketAddr,
+    listeners: &mut Listeners,
+    layout: fastpath_drivers::Layout,
+) -> Result<Metrics, ServeError> {
+    if addr.port() != 0 && listeners.local_addrs.contains(&addr) {
+        return Err(ServeError::Bind(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "[metrics] listen: {addr} is also where the site listens; metrics need an \
+                 address of their own"
+            ),
+        )));
+    }
+    let bound = bind_listeners(&[addr], layout.listener_sets).map_err(ServeError::Bind)?;
+    let index = listeners.local_addrs.len();
+    for (sockets, socket) in listeners.per_worker.iter_mut().zip(bound.per_worker) {
+        sockets.extend(socket);
+    }
+    listeners.local_addrs.extend(&bound.local_addrs);
+    let names = config.backends.iter().map(|b| b.name.clone()).collect();
+    let metrics = Metrics::new(layout.handlers, names, index)
+        .map_err(|e| ServeError::Run(io::Error::new(e.kind(), format!("metrics: {e}"))))?;
+    tracing::info!(
+        "metrics on http://{}{}",
+        bound.local_addrs[0],
+        metrics::PATH
+    );
+    Ok(metrics)
 }

@@ -268,6 +268,8 @@ pub(crate) struct Exchange {
     pub(crate) cache: Option<CacheSlot>,
     /// The access log has the request's line (a bridge's, as it was handed over).
     pub(crate) logged: bool,
+    /// When the request was handed over, for the backend response time.
+    pub(crate) started: Instant,
 }
 
 /// What keeping a backend response in the cache takes: how to name it, and the bytes
@@ -416,6 +418,7 @@ impl Exchange {
             user_agent: start.user_agent.map(<[u8]>::to_vec),
             cache: start.cache,
             logged: false,
+            started: now,
         };
         if !reading {
             exchange.connect(backends, upstream);

@@ -102,6 +102,25 @@ impl Writer<'_> {
         (status, reply.content_length)
     }
 
+    /// Queues a 200 with `body`, whose head has the field lines `extra` (its
+    /// `Content-Type`, say); returns its body bytes.
+    pub(crate) fn document(&mut self, answer: Answer, extra: &[u8], body: &[u8]) -> u64 {
+        let fields = HeadFields::Write(Fields {
+            meta: Metadata::default(),
+            extra,
+            content_length: Some(body.len() as u64),
+        });
+        let head = head(self.date, 200, fields, answer);
+        self.output
+            .write_with(self.pool, |out| write_response_head(&head, out));
+        if answer.head {
+            return 0;
+        }
+        // Its own allocation, so that a large body does not grow a pooled buffer for good.
+        self.output.push_shared(body.into());
+        body.len() as u64
+    }
+
     /// Queues the page of an error status; returns its body bytes.
     pub(crate) fn error(&mut self, status: u16, answer: Answer) -> u64 {
         self.page(status, answer, Metadata::default())

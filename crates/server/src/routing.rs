@@ -17,6 +17,8 @@ pub(crate) enum Route {
     Error(u16),
     /// To a backend (its index), by a hand-over method.
     Handover(usize, HandoverMethod),
+    /// The metrics exposition (on the metrics listener only).
+    Metrics,
 }
 
 /// One worker's router: the sites, the hand-over rules, the worker's cache of files, and
@@ -29,6 +31,11 @@ pub(crate) struct Router {
 }
 
 impl Router {
+    /// The worker's content cache, for its figures.
+    pub(crate) fn cache(&self) -> &ContentCache {
+        &self.cache
+    }
+
     pub(crate) fn new(hosts: Arc<VirtualHosts>, routes: Arc<Routes>, cache: ContentCache) -> Self {
         Router {
             hosts,

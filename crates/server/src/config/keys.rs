@@ -47,8 +47,8 @@ use super::check::{
     TableSpec,
 };
 use super::{
-    CacheConfig, Config, HandoverConfig, HostConfig, Limits, LogConfig, LogTarget, Timeouts,
-    MAX_WORKERS,
+    CacheConfig, Config, HandoverConfig, HostConfig, Limits, LogConfig, LogTarget, MetricsConfig,
+    Timeouts, MAX_WORKERS,
 };
 use Kind::*;
 
@@ -103,6 +103,8 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     key("backend", "", Tables(|ck, tables, c| c.backends = ck.backends(tables))),
     // Which requests go to which backend, and how.
     key("route", "", Tables(|ck, tables, c| c.routes = ck.routes(tables))),
+    // The Prometheus metrics listener; after `listen`, which it must not repeat.
+    key("metrics", "", Table(|ck, s, c| ck.metrics(s, c))),
 
     // ---- Privileges: who the serving processes run as when started as root.
     // The user, a name or a numeric id.
@@ -235,6 +237,21 @@ pub(super) const HANDOVER: TableSpec<HandoverConfig> = TableSpec { place: "in [h
     key("cache_memory", "\"32m\"", Size(0, |h, n| h.cache_memory = to_usize(n))),
     // Larger responses are never cached.
     key("cache_max_response", "\"1m\"", Size(0, |h, n| h.cache_max_response = to_usize(n))),
+]};
+
+#[rustfmt::skip]
+pub(super) const METRICS: TableSpec<MetricsConfig> = TableSpec { place: "in [metrics]", keys: &[
+    // Where `/metrics` is served; unset for nowhere.
+    key("listen", "unset", Text(|m, s| match s.parse::<SocketAddr>() {
+        Ok(addr) => {
+            m.listen = Some(addr);
+            Ok(())
+        }
+        Err(_) => Err(format!(
+            "[metrics] `listen` \"{s}\" is not IP:PORT (for example \"127.0.0.1:9145\"; \
+             host names are not resolved)"
+        )),
+    })),
 ]};
 
 #[rustfmt::skip]
@@ -380,6 +397,21 @@ impl<'a> Checker<'a> {
             addrs = Config::default().listen;
         }
         addrs
+    }
+
+    fn metrics(&mut self, s: &Section<'a>, c: &mut Config) {
+        self.read_table(s, &METRICS, &mut c.metrics);
+        // Port 0 is a new port for each, never the same.
+        let taken = |addr: &SocketAddr| addr.port() != 0 && c.listen.contains(addr);
+        if let Some(addr) = c.metrics.listen.filter(taken) {
+            self.error(
+                s.span.clone(),
+                format!(
+                    "[metrics] `listen` ({addr}) is also in the top-level `listen`: metrics \
+                     need an address of their own"
+                ),
+            );
+        }
     }
 
     fn prefork(&mut self, s: &Section<'a>, p: &mut PreforkConfig) {

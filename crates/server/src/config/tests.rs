@@ -1589,6 +1589,7 @@ fn every_table() -> Vec<(&'static str, Vec<KeyDoc>)> {
         keys(&keys::HANDOVER),
         keys(&keys::BACKEND),
         keys(&keys::ROUTE),
+        keys(&keys::METRICS),
     ]
 }
 
@@ -1684,4 +1685,23 @@ fn writing_a_default_changes_nothing() {
             );
         }
     }
+}
+
+#[test]
+fn metrics_listener() {
+    assert_eq!(ok("").metrics.listen, None);
+    let c = ok("[metrics]\nlisten = \"127.0.0.1:9145\"");
+    assert_eq!(c.metrics.listen, Some("127.0.0.1:9145".parse().unwrap()));
+    assert_error(
+        "[metrics]\nlisten = \"localhost:9145\"",
+        2,
+        10,
+        "[metrics] `listen` \"localhost:9145\" is not IP:PORT",
+    );
+    let (_, _, message) =
+        one_error("listen = \"127.0.0.1:80\"\n[metrics]\nlisten = \"127.0.0.1:80\"");
+    assert!(
+        message.contains("also in the top-level `listen`"),
+        "{message}"
+    );
 }
