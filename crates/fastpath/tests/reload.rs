@@ -727,3 +727,47 @@ fn a_pid_file_that_cannot_be_written_stops_the_start() {
     assert!(err.contains("cannot write the pid file"), "{err}");
     assert!(err.contains("missing/fastpath.pid"), "{err}");
 }
+
+fn get_path(port: u16, path: &str) -> io::Result<Vec<u8>> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())?;
+    let mut buf = Vec::new();
+    read_response(&mut stream, &mut buf).map(|(body, _)| body)
+}
+
+httptest!(
+    the_metrics_listener_is_handed_over_and_the_successor_keeps_its_name,
+    |model| {
+        let site = Site::new();
+        site.file("a.txt", "hi");
+        let (port, metrics) = (free_port(), free_port());
+        let config = site.config(&format!(
+            "root = \"root\"\nmodel = \"{model}\"\nlisten = [\"127.0.0.1:{port}\"]\n\
+             [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n"
+        ));
+        let hand = Hand::start(Path::new(BIN), &config, site.base());
+        assert_eq!(get(port).unwrap(), b"hi");
+        let scrape = get_path(metrics, "/metrics").unwrap();
+        assert!(String::from_utf8_lossy(&scrape).contains("fastpath_build_info"));
+        let new = replace(&hand.pid_file, libc::SIGHUP);
+        let scrape = get_path(metrics, "/metrics").unwrap_or_default();
+        assert!(
+            String::from_utf8_lossy(&scrape).contains("fastpath_build_info"),
+            "no metrics after the reload\n{}",
+            hand.log()
+        );
+        assert_eq!(get(port).unwrap(), b"hi", "{}", hand.log());
+        // Not named "exe" after /proc/self/exe, so that ps and pgrep still find it.
+        let comm = fs::read_to_string(format!("/proc/{new}/comm")).unwrap();
+        assert_eq!(comm.trim(), "fastpath");
+        // The metrics address is one the new server took over, not one it bound anew.
+        assert!(
+            !hand
+                .log()
+                .contains(&format!("127.0.0.1:{metrics} is a new address")),
+            "{}",
+            hand.log()
+        );
+    }
+);

@@ -32,6 +32,7 @@ pub mod systemd;
 mod vhosts;
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -283,7 +284,7 @@ pub fn serve_with(
     // Sockets systemd passed to the first server stay systemd's across reloads.
     let from_systemd = handed.are_systemds();
     let handed_sockets = std::mem::take(&mut handed.sockets);
-    let (inherited, handed_sockets) = if from_systemd {
+    let (inherited, mut handed_sockets) = if from_systemd {
         let labels = handed_sockets
             .into_iter()
             .map(|(fd, _)| {
@@ -297,8 +298,12 @@ pub fn serve_with(
     };
     let activated = !inherited.is_empty();
     let labels: Vec<String> = inherited.iter().map(|(_, label)| label.clone()).collect();
-    let listeners = if !handed_sockets.is_empty() {
-        reload::listeners(&config.listen, handed_sockets, layout.listener_sets)
+    let reloaded = !handed_sockets.is_empty();
+    if reloaded {
+        reload::name_process();
+    }
+    let listeners = if reloaded {
+        reload::listeners(&config.listen, &mut handed_sockets, layout.listener_sets)
     } else if inherited.is_empty() {
         bind_listeners(&config.listen, layout.listener_sets)
     } else {
@@ -341,9 +346,14 @@ pub fn serve_with(
             addr,
             &mut listeners,
             layout,
+            &mut handed_sockets,
+            reloaded,
         )?)),
         None => None,
     };
+    if reloaded {
+        reload::close_unused(handed_sockets);
+    }
     let driver_config = DriverConfig {
         max_connections: config.limits.max_connections,
         send_timeout: config.timeouts.send,
@@ -386,8 +396,11 @@ pub fn serve_with(
         for (i, fd) in set.iter().enumerate() {
             let name = if activated {
                 "systemd".to_owned()
+            } else if let Some(addr) = config.listen.get(i) {
+                addr.to_string()
             } else {
-                config.listen[i].to_string()
+                // Only the metrics listener comes after the site's.
+                metrics_name(config.metrics.listen)
             };
             handover.push((fd.try_clone().map_err(ServeError::Bind)?, name));
         }
@@ -446,6 +459,14 @@ pub fn serve_with(
     served
 }
 
+/// The name the metrics listener's sockets are handed over under on a reload.
+fn metrics_name(addr: Option<std::net::SocketAddr>) -> String {
+    match addr {
+        Some(addr) => format!("metrics {addr}"),
+        None => "metrics".to_owned(),
+    }
+}
+
 /// Binds the metrics listener at `addr` for every worker, after the others (so that its index
 /// tells a scrape's connection apart), and maps the counters every worker will write: before
 /// any worker or child process starts, so that they all share them.
@@ -454,6 +475,8 @@ fn metrics_listener(
     addr: std::net::SocketAddr,
     listeners: &mut Listeners,
     layout: fastpath_drivers::Layout,
+    handed: &mut Vec<(OwnedFd, String)>,
+    reloaded: bool,
 ) -> Result<Metrics, ServeError> {
     if addr.port() != 0 && listeners.local_addrs.contains(&addr) {
         return Err(ServeError::Bind(io::Error::new(
@@ -464,19 +487,23 @@ fn metrics_listener(
             ),
         )));
     }
-    let bound = bind_listeners(&[addr], layout.listener_sets).map_err(ServeError::Bind)?;
+    // A reload's successor takes the metrics sockets handed over, as it does the site's.
+    let (fds, bound, _) = reload::adopt_or_bind(
+        addr,
+        &metrics_name(Some(addr)),
+        handed,
+        layout.listener_sets,
+        reloaded,
+    )
+    .map_err(ServeError::Bind)?;
     let index = listeners.local_addrs.len();
-    for (sockets, socket) in listeners.per_worker.iter_mut().zip(bound.per_worker) {
-        sockets.extend(socket);
+    for (sockets, socket) in listeners.per_worker.iter_mut().zip(fds) {
+        sockets.push(socket);
     }
-    listeners.local_addrs.extend(&bound.local_addrs);
+    listeners.local_addrs.push(bound);
     let names = config.backends.iter().map(|b| b.name.clone()).collect();
     let metrics = Metrics::new(layout.handlers, names, index)
         .map_err(|e| ServeError::Run(io::Error::new(e.kind(), format!("metrics: {e}"))))?;
-    tracing::info!(
-        "metrics on http://{}{}",
-        bound.local_addrs[0],
-        metrics::PATH
-    );
+    tracing::info!("metrics on http://{}{}", bound, metrics::PATH);
     Ok(metrics)
 }

@@ -105,11 +105,12 @@ impl Handed {
 
 /// The listeners for `addrs` from handed-over sockets: each address's inherited sockets are
 /// served (one per listener set, as many as the model wants: the missing ones are bound into
-/// the same SO_REUSEPORT group, extra ones closed), addresses with none are bound afresh, and
-/// the sockets of addresses no longer configured are closed.
+/// the same SO_REUSEPORT group, extra ones closed), addresses with none are bound afresh. The
+/// sockets of addresses no longer configured are left in `sockets` (other listeners, such as
+/// the metrics one, take theirs; [`close_unused`] closes the rest).
 pub(crate) fn listeners(
     addrs: &[SocketAddr],
-    mut sockets: Vec<(OwnedFd, String)>,
+    sockets: &mut Vec<(OwnedFd, String)>,
     sets: usize,
 ) -> io::Result<Listeners> {
     let sets = sets.max(1);
@@ -117,46 +118,13 @@ pub(crate) fn listeners(
     let mut local_addrs = Vec::with_capacity(addrs.len());
     let mut features = ListenerFeatures { defer_accept: true };
     for &addr in addrs {
-        let name = addr.to_string();
-        let (mut mine, rest): (Vec<_>, Vec<_>) = sockets.into_iter().partition(|(_, n)| *n == name);
-        sockets = rest;
-        if mine.is_empty() {
-            let fresh = bind_listeners(&[addr], sets)?;
-            features.defer_accept &= fresh.features.defer_accept;
-            for (set, mut fds) in per_worker.iter_mut().zip(fresh.per_worker) {
-                set.append(&mut fds);
-            }
-            local_addrs.push(fresh.local_addrs[0]);
-            tracing::info!("reload: {addr} is a new address, bound");
-            continue;
-        }
-        let mut bound = None;
-        for (fd, _) in &mine {
-            bound = Some(fastpath_drivers::adopt_handed(fd).map_err(|e| {
-                io::Error::new(e.kind(), format!("handed-over socket for {name}: {e}"))
-            })?);
-        }
-        let bound = bound.expect("at least one socket");
-        if mine.len() > sets {
-            tracing::warn!(
-                "reload: {} sockets were handed over for {bound} and {sets} are served; \
-                 closing {} (clients queued on them may be reset)",
-                mine.len(),
-                mine.len() - sets
-            );
-            mine.truncate(sets);
-        }
-        let more = fastpath_drivers::bind_into_group(bound, sets - mine.len())?;
-        let fds = mine.into_iter().map(|(fd, _)| fd).chain(more);
+        let (fds, bound, defer_accept) =
+            adopt_or_bind(addr, &addr.to_string(), sockets, sets, true)?;
+        features.defer_accept &= defer_accept;
         for (set, fd) in per_worker.iter_mut().zip(fds) {
             set.push(fd);
         }
         local_addrs.push(bound);
-    }
-    let mut closed: Vec<String> = sockets.into_iter().map(|(_, name)| name).collect();
-    closed.dedup();
-    for name in closed {
-        tracing::info!("reload: {name} is no longer configured; its listener is closed");
     }
     Ok(Listeners {
         per_worker,
@@ -164,6 +132,77 @@ pub(crate) fn listeners(
         features,
         inherited: false,
     })
+}
+
+/// The sockets for `addr`, one a listener set: those handed over under `name` (taken out of
+/// `sockets`), with more bound into their group when there are fewer than `sets`; bound anew
+/// when none was handed over (said when `reloading`). Also the bound address and whether TCP_DEFER_ACCEPT is on.
+pub(crate) fn adopt_or_bind(
+    addr: SocketAddr,
+    name: &str,
+    sockets: &mut Vec<(OwnedFd, String)>,
+    sets: usize,
+    reloading: bool,
+) -> io::Result<(Vec<OwnedFd>, SocketAddr, bool)> {
+    let sets = sets.max(1);
+    let (mut mine, rest): (Vec<_>, Vec<_>) = std::mem::take(sockets)
+        .into_iter()
+        .partition(|(_, n)| n == name);
+    *sockets = rest;
+    if mine.is_empty() {
+        let fresh = bind_listeners(&[addr], sets)?;
+        if reloading {
+            tracing::info!("reload: {addr} is a new address, bound");
+        }
+        let fds = fresh.per_worker.into_iter().flatten().collect();
+        return Ok((fds, fresh.local_addrs[0], fresh.features.defer_accept));
+    }
+    let mut bound = None;
+    for (fd, _) in &mine {
+        bound = Some(fastpath_drivers::adopt_handed(fd).map_err(|e| {
+            io::Error::new(e.kind(), format!("handed-over socket for {name}: {e}"))
+        })?);
+    }
+    let bound = bound.expect("at least one socket");
+    if mine.len() > sets {
+        tracing::warn!(
+            "reload: {} sockets were handed over for {bound} and {sets} are served; \
+             closing {} (clients queued on them may be reset)",
+            mine.len(),
+            mine.len() - sets
+        );
+        mine.truncate(sets);
+    }
+    let more = fastpath_drivers::bind_into_group(bound, sets - mine.len())?;
+    let fds = mine.into_iter().map(|(fd, _)| fd).chain(more).collect();
+    Ok((fds, bound, true))
+}
+
+/// Closes the handed-over sockets no configured address took, saying so.
+pub(crate) fn close_unused(sockets: Vec<(OwnedFd, String)>) {
+    let mut closed: Vec<String> = sockets.into_iter().map(|(_, name)| name).collect();
+    closed.dedup();
+    for name in closed {
+        tracing::info!("reload: {name} is no longer configured; its listener is closed");
+    }
+}
+
+/// Names a successor started from /proc/self/exe as the server it replaces: the kernel
+/// names a process after the file it executed ("exe"), which `ps`, `pgrep fastpath` and
+/// `killall` would then not find.
+pub(crate) fn name_process() {
+    let name = std::env::current_exe()
+        .ok()
+        .and_then(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .map(|name| name.trim_end_matches(" (deleted)").to_owned())
+        .filter(|name| name != "exe")
+        .unwrap_or_else(|| "fastpath".to_owned());
+    // The kernel keeps 15 bytes and a NUL.
+    let mut bytes: Vec<u8> = name.into_bytes();
+    bytes.truncate(15);
+    bytes.push(0);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0) };
 }
 
 /// The pid file (`pid_file`): written once the server is ready, removed when it stops if it
@@ -324,6 +363,9 @@ impl Reloader {
         let mut passed: Vec<RawFd> = self.sockets.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
         passed.push(write.as_raw_fd());
         let mut command = Command::new(exe);
+        if let Some(arg0) = std::env::args_os().next() {
+            command.arg0(arg0);
+        }
         command
             .args(std::env::args_os().skip(1))
             .env(LISTENERS_VAR, list.join(","))
