@@ -19,7 +19,8 @@
 //! parent passes the signals on to its children, which have handlers of their own (a forked
 //! child keeps its parent's), so the flags mean the same in every process.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Set when the process must stop at once.
 pub static STOP: AtomicBool = AtomicBool::new(false);
@@ -32,6 +33,10 @@ static REOPEN: AtomicU64 = AtomicU64::new(0);
 static HANGUP: AtomicBool = AtomicBool::new(false);
 static USR2: AtomicBool = AtomicBool::new(false);
 static HANDED_OVER: AtomicBool = AtomicBool::new(false);
+/// The two ends of a pipe the handler writes a byte to, so that a thread can sleep until a
+/// signal comes ([`wait_for_signal`]) instead of waking to look; -1 before it is made.
+static WAKE_READ: AtomicI32 = AtomicI32::new(-1);
+static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
 
 type Supervisor = Box<dyn FnMut() + Send>;
 static SUPERVISOR: std::sync::Mutex<Option<Supervisor>> = std::sync::Mutex::new(None);
@@ -55,10 +60,53 @@ extern "C" fn on_signal(signal: libc::c_int) {
         libc::SIGUSR2 => USR2.store(true, Ordering::SeqCst),
         _ => STOP.store(true, Ordering::SeqCst),
     }
+    let wake = WAKE_WRITE.load(Ordering::SeqCst);
+    if wake >= 0 {
+        // write(2) is async-signal-safe; errno is kept for the code the signal interrupted.
+        // A full pipe (EAGAIN) already holds a wake-up.
+        // SAFETY: a one-byte write from a static to a descriptor this module owns.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::write(wake, b"s".as_ptr().cast(), 1);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// Sleeps until one of the signals of [`install_stop_handler`] arrives, or `timeout` passes;
+/// returns at once if one came since the last call. For a thread that acts on signals (the
+/// reload thread): it does not wake while nothing happens.
+pub fn wait_for_signal(timeout: Duration) {
+    let fd = WAKE_READ.load(Ordering::SeqCst);
+    if fd < 0 {
+        std::thread::sleep(timeout);
+        return;
+    }
+    let mut pollfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one pollfd on the stack; then reads into a local buffer from a non-blocking pipe.
+    unsafe {
+        if libc::poll(&mut pollfd, 1, ms) > 0 {
+            let mut buf = [0u8; 64];
+            while libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) > 0 {}
+        }
+    }
 }
 
 /// Installs the handlers described in the module doc; returns the flag that stops at once.
 pub fn install_stop_handler() -> &'static AtomicBool {
+    if WAKE_READ.load(Ordering::SeqCst) < 0 {
+        let mut ends = [-1; 2];
+        // SAFETY: pipe2 fills `ends` on success. Without it, wait_for_signal sleeps instead.
+        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } == 0 {
+            WAKE_WRITE.store(ends[1], Ordering::SeqCst);
+            WAKE_READ.store(ends[0], Ordering::SeqCst);
+        }
+    }
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     for signal in [
         libc::SIGTERM,

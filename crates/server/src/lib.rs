@@ -425,8 +425,9 @@ pub fn serve_with(
         std::thread::Builder::new()
             .name("fastpath-reload".into())
             .spawn(move || {
+                // Asleep until a signal comes (the bound is only a safety net).
                 while !fastpath_drivers::signals::draining() {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    fastpath_drivers::signals::wait_for_signal(std::time::Duration::from_secs(1));
                     reloader.poll();
                 }
             })
