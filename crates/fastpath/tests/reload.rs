@@ -531,11 +531,7 @@ fn free_port() -> u16 {
 }
 
 fn get(port: u16) -> io::Result<Vec<u8>> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n")?;
-    let mut buf = Vec::new();
-    read_response(&mut stream, &mut buf).map(|(body, _)| body)
+    get_path(port, "/a.txt")
 }
 
 httptest!(
