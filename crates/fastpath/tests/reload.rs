@@ -268,19 +268,11 @@ fn backend() -> SocketAddr {
 
 /// One response read off `stream`: its body, and whether the server closes after it.
 fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(Vec<u8>, bool)> {
-    let mut chunk = [0u8; 8192];
     let head_end = loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break end + 4;
         }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "closed before a response",
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
+        read_more(stream, buf, "closed before a response")?;
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
     if !head.starts_with("http/1.1 200") {
@@ -296,18 +288,22 @@ fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(Vec<u
         .ok_or_else(|| io::Error::other("no content-length"))?;
     let close = head.contains("connection: close");
     while buf.len() < head_end + length {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "body cut short",
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
+        read_more(stream, buf, "body cut short")?;
     }
     let body = buf[head_end..head_end + length].to_vec();
     buf.drain(..head_end + length);
     Ok((body, close))
+}
+
+/// Appends what `stream` has next to `buf`; an end of stream is an error saying `cut`.
+fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>, cut: &str) -> io::Result<()> {
+    let mut chunk = [0u8; 8192];
+    let n = stream.read(&mut chunk)?;
+    if n == 0 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, cut.to_owned()));
+    }
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(())
 }
 
 /// What a load loop counted.
@@ -520,14 +516,6 @@ impl Drop for Hand {
     fn drop(&mut self) {
         drop(StopAtEnd(self.pid_file.clone()));
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn get(port: u16) -> io::Result<Vec<u8>> {

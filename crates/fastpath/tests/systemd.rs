@@ -137,15 +137,6 @@ impl Drop for Activated {
     }
 }
 
-/// A port free at the moment (systemd-socket-activate needs one named).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The notifications received on `socket` within `timeout`, until `until` is true of one.
 fn notifications(
     socket: &UnixDatagram,

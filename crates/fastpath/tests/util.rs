@@ -13,7 +13,7 @@
 use std::fmt;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -564,6 +564,16 @@ fn tail(s: &str, max: usize) -> String {
         start += 1;
     }
     format!("[... {start} bytes cut ...]{}", &s[start..])
+}
+
+/// A port free at the moment, for a server that must be told one (a reload's added
+/// address, systemd-socket-activate).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Calls `f` every 20 ms until it returns `Some` or `timeout` passes.
