@@ -568,6 +568,27 @@ def last_line(text):
     return lines[-1] if lines else "(empty log)"
 
 
+def root_flag(binary):
+    """`--run-as-root` for a fastpath that refuses root without it, when run as root (the
+    work directory is private to root); nothing for one from before that rule."""
+    if os.geteuid() != 0:
+        return []
+    help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True).stdout
+    return ["--run-as-root"] if "--run-as-root" in help_text else []
+
+
+def wait_port(port, timeout=15):
+    """Waits until something accepts on 127.0.0.1:`port`; ends the script if nothing does."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
 def port_in_use(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -36,6 +36,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import root_flag, wait_port  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTS = {"gunicorn": 18261, "fastpath": 18262}
 BIG = 32 << 20
@@ -58,23 +61,8 @@ prefix = "/app/"
 """
 
 
-def root_flag(binary):
-    """`--run-as-root` when run as root (the work directory is private to root)."""
-    if os.geteuid() != 0:
-        return []
-    help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True).stdout
-    return ["--run-as-root"] if "--run-as-root" in help_text else []
 
 
-def wait_port(port, timeout=15):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
 
 
 def stop(proc):

@@ -32,7 +32,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import cpu_busy, cpu_times  # noqa: E402
+from bench import cpu_busy, cpu_times, root_flag, wait_port  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -70,13 +70,6 @@ prefix = "/app/"
 """
 
 
-def root_flag(binary):
-    """`--run-as-root` for a fastpath that refuses root without it, when run as root (the
-    work directory is private to root); nothing for one from before that rule."""
-    if os.geteuid() != 0:
-        return []
-    help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True).stdout
-    return ["--run-as-root"] if "--run-as-root" in help_text else []
 
 
 def cpu_of_tree(pid):
@@ -101,15 +94,6 @@ def cpu_of_tree(pid):
     return total / CLK_TCK
 
 
-def wait_port(port, timeout=15):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
 
 
 def bench(binary, url, duration, connections=64):

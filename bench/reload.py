@@ -22,6 +22,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import wait_port  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTS = {"backend": 18261, "fastpath": 18262, "nginx": 18263}
 
@@ -60,17 +63,6 @@ prefix = "/app/"
 """
 
 
-def wait_port(port, timeout=10):
-    import socket
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing listens on port {port}")
 
 
 def read_pid(path):
