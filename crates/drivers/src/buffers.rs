@@ -71,6 +71,8 @@ impl BufferPool {
 pub struct Input {
     buf: Vec<u8>,
     start: usize,
+    /// A byte has arrived at some time.
+    received: bool,
 }
 
 impl Input {
@@ -87,6 +89,11 @@ impl Input {
     /// True when every received byte has been consumed.
     pub fn is_empty(&self) -> bool {
         self.start == self.buf.len()
+    }
+
+    /// Whether a byte has ever arrived on the connection.
+    pub(crate) fn ever_received(&self) -> bool {
+        self.received
     }
 
     /// Marks `n` bytes at the front as consumed.
@@ -115,6 +122,7 @@ impl Input {
         }
         let want = (self.buf.capacity() - self.buf.len()).max(BUFFER_SIZE / 4);
         let n = crate::sys::read_into(fd, &mut self.buf, want)?;
+        self.received |= n > 0;
         Ok((n, n == want))
     }
 
@@ -123,6 +131,7 @@ impl Input {
     /// otherwise the bytes are appended after the unconsumed ones and `buf` is returned. The
     /// returned buffer is empty, ready to receive again.
     pub(crate) fn receive(&mut self, mut buf: Vec<u8>) -> Vec<u8> {
+        self.received |= !buf.is_empty();
         if self.is_empty() {
             std::mem::swap(&mut self.buf, &mut buf);
             self.start = 0;

@@ -7,7 +7,7 @@
 //! treats a handler the same way and a new rule is one edit.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
@@ -15,7 +15,7 @@ use crate::loops::Core;
 use crate::slab::Token;
 use crate::sys::syscall;
 use crate::upstream::UpstreamPort;
-use crate::{CloseReason, Handler, Io, Next, Opened};
+use crate::{CloseReason, Handler, Io, Next, Opened, Worker};
 
 /// Where a connection is in its life, as far as the driver is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +31,8 @@ pub(crate) enum State {
     Lingering,
     /// Joined with its upstream in the kernel ([`crate::UpstreamPort::join`]).
     Joined,
+    /// Reading nothing and making no call until woken ([`Next::Wait`]); queued output is sent.
+    Waiting,
 }
 
 /// The driver's half of one connection: everything but the handler's own state.
@@ -51,6 +53,8 @@ pub(crate) struct Link {
     /// The handler has heard of the graceful stop ([`Handler::on_drain`]), or the connection
     /// was opened after it began.
     pub(crate) drain_told: bool,
+    /// The service opened this connection ([`Io::connect`]).
+    pub(crate) outgoing: bool,
 }
 
 /// What the tick sweep does with a connection whose deadline has passed.
@@ -85,20 +89,24 @@ impl Link {
             linger: false,
             upstream,
             drain_told: false,
+            outgoing: false,
         }
     }
 
     /// What the handler sees of this connection in a call.
     pub(crate) fn io<'a>(
         &'a mut self,
-        pool: &'a mut BufferPool,
-        now: Instant,
+        core: &'a mut Core<'_>,
+        me: Token,
         draining: bool,
     ) -> Io<'a> {
+        let now = core.now;
         Io {
+            me,
+            requests: &mut core.requests,
+            pool: &mut core.pool,
             input: &mut self.input,
             output: &mut self.output,
-            pool,
             eof: self.eof,
             now,
             deadline: &mut self.deadline,
@@ -118,6 +126,7 @@ impl Link {
             Next::Read if self.eof => State::Closing,
             Next::Read => State::Reading,
             Next::Drain => State::Draining,
+            Next::Wait => State::Waiting,
             Next::Close => State::Closing,
             Next::Linger => {
                 self.linger = true;
@@ -167,11 +176,37 @@ impl Link {
                 self.deadline = None;
                 None
             }
-            State::Reading | State::Draining if handler_busy => None,
-            State::Reading | State::Draining => {
+            State::Reading | State::Draining | State::Waiting if handler_busy => None,
+            State::Reading | State::Draining | State::Waiting => {
                 self.deadline = None;
                 Some(Expiry::CallTimeout)
             }
+        }
+    }
+
+    /// Why the connection ends when the loop saw it end for `reason`: an outgoing connection
+    /// over which no byte ever moved did not connect.
+    pub(crate) fn close_reason(&self, reason: CloseReason) -> CloseReason {
+        let silent = self.output.sent() == 0 && !self.input.ever_received();
+        match reason {
+            CloseReason::PeerGone | CloseReason::Error if self.outgoing && silent => {
+                CloseReason::ConnectFailed
+            }
+            reason => reason,
+        }
+    }
+
+    /// Whether the loop should call the handler for a wake ([`Io::wake`]): only while it waits
+    /// on its peer or on a wake; a closing, lingering or joined connection has nothing more
+    /// for the handler to decide. A waiting one reads again from now on.
+    pub(crate) fn take_wake(&mut self) -> bool {
+        match self.state {
+            State::Waiting => {
+                self.state = State::Reading;
+                true
+            }
+            State::Reading | State::Draining => true,
+            State::Closing | State::Lingering | State::Joined => false,
         }
     }
 
@@ -185,17 +220,20 @@ impl Link {
 
 /// Builds a new connection's [`Link`] and calls the handler's `on_open` with it.
 #[inline]
+/// `token` is the slot the connection will be put in.
 pub(crate) fn open<H: Handler>(
     handler: &mut H,
     fd: OwnedFd,
     opened: Opened,
     upstream: UpstreamPort,
     core: &mut Core<'_>,
+    token: Token,
 ) -> (Link, H::Conn, Next) {
     let mut link = Link::new(fd, upstream);
     link.drain_told = core.draining;
+    link.outgoing = opened.is_outgoing();
     let draining = core.stopping();
-    let (conn, next) = handler.on_open(opened, &mut link.io(&mut core.pool, core.now, draining));
+    let (conn, next) = handler.on_open(opened, &mut link.io(core, token, draining));
     link.input.release_if_empty(&mut core.pool);
     (link, conn, next)
 }
@@ -212,7 +250,7 @@ pub(crate) fn call<H: Handler>(
     timeout: bool,
 ) -> Next {
     let draining = core.stopping();
-    let mut io = link.io(&mut core.pool, core.now, draining);
+    let mut io = link.io(core, token, draining);
     let next = if timeout {
         handler.on_timeout(conn, &mut io)
     } else {
@@ -240,10 +278,13 @@ pub(crate) fn drain<H: Handler>(
         return None;
     }
     link.drain_told = true;
-    if !matches!(link.state, State::Reading | State::Draining) {
+    if !matches!(
+        link.state,
+        State::Reading | State::Draining | State::Waiting
+    ) {
         return None;
     }
-    let next = handler.on_drain(conn, &mut link.io(&mut core.pool, core.now, true));
+    let next = handler.on_drain(conn, &mut link.io(core, token, true));
     link.input.release_if_empty(&mut core.pool);
     core.note_deadline(token, link.deadline);
     next
@@ -255,10 +296,13 @@ pub(crate) fn closed<H: Handler>(
     handler: &mut H,
     conn: H::Conn,
     reason: CloseReason,
-    active: &AtomicUsize,
+    core: &mut Core<'_>,
 ) {
-    handler.on_close(conn, reason);
-    active.fetch_sub(1, Ordering::Relaxed);
+    let mut worker = Worker {
+        requests: &mut core.requests,
+    };
+    handler.on_close(conn, reason, &mut worker);
+    core.active.fetch_sub(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -294,7 +338,7 @@ mod tests {
         fn on_timeout(&mut self, _: &mut (), _: &mut Io<'_>) -> Next {
             Next::Close
         }
-        fn on_close(&mut self, _: (), _: CloseReason) {}
+        fn on_close(&mut self, _: (), _: CloseReason, _: &mut Worker<'_>) {}
         fn on_drain(&mut self, _: &mut (), io: &mut Io<'_>) -> Option<Next> {
             assert!(io.draining);
             self.calls += 1;
@@ -306,7 +350,7 @@ mod tests {
     fn a_connection_hears_of_a_graceful_stop_once_and_only_while_it_waits_on_its_client() {
         let config = crate::DriverConfig::default();
         let (active, stop) = (
-            AtomicUsize::new(0),
+            std::sync::atomic::AtomicUsize::new(0),
             std::sync::atomic::AtomicBool::new(false),
         );
         let env = crate::loops::Env {

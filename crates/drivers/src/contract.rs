@@ -17,11 +17,14 @@
 //! grace period ([`crate::DriverConfig::shutdown_timeout`]) is over: those still open are then
 //! closed with [`CloseReason::Shutdown`].
 
+use std::io;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
-use crate::upstream::UpstreamPort;
+use crate::slab::Token;
+use crate::upstream::{start_connect, UpstreamAddr, UpstreamPort};
 
 /// How often deadlines are checked and [`Handler::on_tick`] runs.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -46,6 +49,12 @@ pub enum Next {
     Linger,
     /// Close at once, dropping queued output.
     Abort,
+    /// Send what is queued but read nothing more and make no call until another connection
+    /// of the worker wakes this one ([`Io::wake`]) or its deadline passes: for a connection
+    /// whose input must wait, such as a source whose destination takes no more
+    /// (backpressure). Input that arrives meanwhile stays in the socket, so the peer is slowed
+    /// down by TCP itself.
+    Wait,
 }
 
 /// Why a connection ended, for the handler's bookkeeping.
@@ -64,6 +73,9 @@ pub enum CloseReason {
     Error,
     /// The server is shutting down.
     Shutdown,
+    /// An outgoing connection ([`Io::connect`]) ended before a byte moved either way: the
+    /// connect failed (refused, unreachable, timed out), or the peer closed it at once.
+    ConnectFailed,
 }
 
 /// What a handler sees of one connection during a call.
@@ -86,6 +98,38 @@ pub struct Io<'a> {
     /// The server is stopping gracefully: finish what has begun (the request being read, the
     /// response being sent) and then close, taking no further requests.
     pub draining: bool,
+    /// This connection's name in its worker.
+    pub(crate) me: Token,
+    /// What the handler asks of the worker beyond this connection, carried out after the call.
+    pub(crate) requests: &'a mut Requests,
+}
+
+/// A connection of the worker, named by [`Io::me`]: what a service keeps to write to it or
+/// wake it from another connection's call. A `ConnRef` outliving its connection names nothing:
+/// waking it does nothing, even once its slot serves a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnRef(pub(crate) Token);
+
+/// What handlers asked of their worker during calls: connections to wake and outgoing
+/// connections to open. The loop carries them out once the current events are handled, so a
+/// burst of events that all write to one destination wakes it once.
+#[derive(Default)]
+pub(crate) struct Requests {
+    pub(crate) woken: Vec<Token>,
+    pub(crate) outgoing: Vec<Outgoing>,
+}
+
+impl Requests {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.woken.is_empty() && self.outgoing.is_empty()
+    }
+}
+
+/// An outgoing connection whose connect is under way, to be opened as a connection of the
+/// worker.
+pub(crate) struct Outgoing {
+    pub(crate) fd: OwnedFd,
+    pub(crate) opened: Opened,
 }
 
 impl Io<'_> {
@@ -99,6 +143,71 @@ impl Io<'_> {
     pub fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
         self.output.write_with(self.pool, write)
     }
+
+    /// This connection's name, to wake it from another connection's call.
+    pub fn me(&self) -> ConnRef {
+        ConnRef(self.me)
+    }
+
+    /// The worker this connection runs on: to wake its other connections or open outgoing
+    /// ones ([`Io::wake`] and [`Io::connect`] are short for the same).
+    pub fn worker(&mut self) -> Worker<'_> {
+        Worker {
+            requests: self.requests,
+        }
+    }
+
+    /// Wakes connection `other` of this worker: see [`Worker::wake`].
+    pub fn wake(&mut self, other: ConnRef) {
+        self.worker().wake(other);
+    }
+
+    /// Opens an outgoing connection: see [`Worker::connect`].
+    pub fn connect(&mut self, addr: impl Into<UpstreamAddr>, tag: u64) -> io::Result<()> {
+        self.worker().connect(addr, tag)
+    }
+}
+
+/// The worker a handler runs on, as far as one connection's call may reach beyond its own
+/// connection: given in every [`Io`] ([`Io::worker`]) and to [`Handler::on_close`] and
+/// [`Handler::on_tick`]. What is asked here is carried out once the call returns.
+pub struct Worker<'a> {
+    pub(crate) requests: &'a mut Requests,
+}
+
+impl Worker<'_> {
+    /// Asks for [`Handler::on_ready`] to be called for connection `other` of this worker once
+    /// the events at hand are handled (once, however often it was woken meanwhile): how a
+    /// service hands work from one connection to another (a message for a destination queued
+    /// in the service's state, a source that may read again). Also ends a [`Next::Wait`]. A
+    /// connection that is gone, closing or joined is not called.
+    pub fn wake(&mut self, other: ConnRef) {
+        self.requests.woken.push(other.0);
+    }
+
+    /// Opens an outgoing connection to `addr` (TCP, or a Unix stream socket) on this worker. The connect is started
+    /// now; after this call the connection is opened like an accepted one, with
+    /// [`Handler::on_open`] (its [`Opened::origin`] is [`Origin::Outgoing`] with `tag`, for the
+    /// service to know what it is for). What the service writes in `on_open` is sent once the
+    /// connect completes; a connect that fails ends the connection with
+    /// [`CloseReason::ConnectFailed`]. An error here means no connection was started (no
+    /// descriptor left, an address that cannot be used): `on_open` will not be called.
+    pub fn connect(&mut self, addr: impl Into<UpstreamAddr>, tag: u64) -> io::Result<()> {
+        let addr = addr.into();
+        let (fd, _) = start_connect(&addr)?;
+        let peer = match addr {
+            UpstreamAddr::Tcp(addr) => addr,
+            UpstreamAddr::Unix(_) => crate::common::UNKNOWN_PEER,
+        };
+        self.requests.outgoing.push(Outgoing {
+            fd,
+            opened: Opened {
+                peer,
+                origin: Origin::Outgoing { tag },
+            },
+        });
+        Ok(())
+    }
 }
 
 /// Where a new connection came from, given to [`Handler::on_open`].
@@ -106,23 +215,57 @@ impl Io<'_> {
 #[non_exhaustive]
 pub struct Opened {
     peer: SocketAddr,
-    listener: usize,
+    origin: Origin,
+}
+
+/// How a connection came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Origin {
+    /// Accepted on the listening address of this index, in the order the addresses were given
+    /// to [`crate::bind_listeners`].
+    Accepted {
+        /// The listener's index.
+        listener: usize,
+    },
+    /// Opened by the service with [`Io::connect`], under the tag it gave.
+    Outgoing {
+        /// The service's tag.
+        tag: u64,
+    },
 }
 
 impl Opened {
     pub(crate) fn new(peer: SocketAddr, listener: usize) -> Self {
-        Opened { peer, listener }
+        Opened {
+            peer,
+            origin: Origin::Accepted { listener },
+        }
     }
 
-    /// The peer's address (`0.0.0.0:0` when the kernel reported none).
+    /// The peer's address (`0.0.0.0:0` when the kernel reported none); for an outgoing
+    /// connection, the address it was opened to.
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
 
-    /// The index of the listening address the connection came in on, in the order the
-    /// addresses were given to [`crate::bind_listeners`].
-    pub fn listener(&self) -> usize {
-        self.listener
+    /// How the connection came to be.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// The index of the listening address an accepted connection came in on, in the order the
+    /// addresses were given to [`crate::bind_listeners`]; `None` for an outgoing one.
+    pub fn listener(&self) -> Option<usize> {
+        match self.origin {
+            Origin::Accepted { listener } => Some(listener),
+            Origin::Outgoing { .. } => None,
+        }
+    }
+
+    /// Whether the service opened this connection ([`Io::connect`]).
+    pub fn is_outgoing(&self) -> bool {
+        matches!(self.origin, Origin::Outgoing { .. })
     }
 }
 
@@ -152,8 +295,9 @@ pub trait Handler {
     /// a stop past its grace period) really delivered.
     fn on_closing(&mut self, _conn: &mut Self::Conn, _sent: u64) {}
 
-    /// The connection is gone.
-    fn on_close(&mut self, conn: Self::Conn, reason: CloseReason);
+    /// The connection is gone. `worker` lets a service wake the connections that waited on
+    /// this one, or open a replacement.
+    fn on_close(&mut self, conn: Self::Conn, reason: CloseReason, worker: &mut Worker<'_>);
 
     /// The server has begun a graceful stop (see the module doc); called once for each
     /// connection open then, with [`Io::draining`] set. `None` lets the connection go on as it
@@ -165,8 +309,8 @@ pub trait Handler {
         None
     }
 
-    /// Called every [`crate::TICK`] or so (flush logs, refresh clocks).
-    fn on_tick(&mut self, _now: Instant) {}
+    /// Called every [`crate::TICK`] or so (flush logs, refresh clocks, retry what failed).
+    fn on_tick(&mut self, _now: Instant, _worker: &mut Worker<'_>) {}
 
     /// Called once when the worker stops.
     fn on_stop(&mut self) {}

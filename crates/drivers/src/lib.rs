@@ -45,7 +45,7 @@
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;
 //! use std::time::Duration;
-//! use fastpath_drivers::{bind_listeners, run, DriverConfig, Handler, Io, Model, Next, CloseReason, Opened};
+//! use fastpath_drivers::{bind_listeners, run, DriverConfig, Handler, Io, Model, Next, CloseReason, Opened, Worker};
 //!
 //! /// Greets, then echoes every byte back; a client silent for 10 s is closed.
 //! struct Echo;
@@ -64,7 +64,7 @@
 //!         if io.eof { Next::Close } else { Next::Read }
 //!     }
 //!     fn on_timeout(&mut self, _conn: &mut (), _io: &mut Io<'_>) -> Next { Next::Close }
-//!     fn on_close(&mut self, _conn: (), _reason: CloseReason) {}
+//!     fn on_close(&mut self, _conn: (), _reason: CloseReason, _worker: &mut Worker<'_>) {}
 //! }
 //!
 //! static STOP: AtomicBool = AtomicBool::new(false);
@@ -94,7 +94,7 @@ mod sys;
 mod upstream;
 
 pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
-pub use contract::{CloseReason, Handler, Io, Next, Opened, TICK};
+pub use contract::{CloseReason, ConnRef, Handler, Io, Next, Opened, Origin, Worker, TICK};
 pub use listener::{
     adopt_handed, bind_into_group, bind_listeners, bind_listeners_with, ListenOptions,
     ListenerFeatures, Listeners, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,

@@ -10,7 +10,7 @@ pub(crate) const GENERATION_BITS: u32 = 24;
 const GENERATION_MASK: u32 = (1 << GENERATION_BITS) - 1;
 
 /// A slot and the generation it had when the token was made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Token {
     pub(crate) index: usize,
     pub(crate) generation: u32,
@@ -56,6 +56,15 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
+    /// The token the next [`Slab::insert`] will return, for a value that must know its name
+    /// before it exists.
+    #[inline]
+    pub(crate) fn next_token(&self) -> Token {
+        let index = self.free.last().copied().unwrap_or(self.entries.len());
+        let generation = self.entries.get(index).map_or(0, |entry| entry.generation);
+        Token { index, generation }
+    }
+
     /// Puts `value` in a free slot (or a new one) and names it.
     #[inline]
     pub(crate) fn insert(&mut self, value: T) -> Token {

@@ -37,6 +37,12 @@ pub enum UpstreamAddr {
     Unix(PathBuf),
 }
 
+impl From<SocketAddr> for UpstreamAddr {
+    fn from(addr: SocketAddr) -> Self {
+        UpstreamAddr::Tcp(addr)
+    }
+}
+
 /// Where an upstream connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpstreamState {
@@ -622,8 +628,8 @@ fn still_open(fd: RawFd) -> bool {
     n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
 }
 
-/// Starts a non-blocking connect.
-fn start_connect(addr: &UpstreamAddr) -> io::Result<(OwnedFd, bool)> {
+/// Starts a non-blocking connect; true when it completed at once.
+pub(crate) fn start_connect(addr: &UpstreamAddr) -> io::Result<(OwnedFd, bool)> {
     let (domain, storage) = match addr {
         UpstreamAddr::Tcp(sa) => {
             let domain = if sa.is_ipv4() {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use fastpath_drivers::{
     bind_listeners_with, run, CloseReason, DriverConfig, Handler, Io, ListenOptions, Model, Next,
-    Opened, PercoreConfig, ThreadsConfig,
+    Opened, PercoreConfig, ThreadsConfig, Worker,
 };
 
 /// How long a client read or write may block before the test fails.
@@ -247,7 +247,7 @@ impl Handler for Echo {
         Next::Close
     }
 
-    fn on_close(&mut self, _conn: (), reason: CloseReason) {
+    fn on_close(&mut self, _conn: (), reason: CloseReason, _worker: &mut Worker<'_>) {
         self.log.closes.lock().unwrap().push(reason);
     }
 
@@ -319,7 +319,7 @@ impl Handler for Lines {
         Next::Close
     }
 
-    fn on_close(&mut self, _conn: (), reason: CloseReason) {
+    fn on_close(&mut self, _conn: (), reason: CloseReason, _worker: &mut Worker<'_>) {
         self.log.closes.lock().unwrap().push(reason);
     }
 
@@ -390,7 +390,13 @@ impl Handler for Greeter {
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> ((), Next) {
         self.log.opens.fetch_add(1, Ordering::SeqCst);
-        io.write(format!("hello from listener {}\n", opened.listener()).as_bytes());
+        io.write(
+            format!(
+                "hello from listener {}\n",
+                opened.listener().unwrap_or(usize::MAX)
+            )
+            .as_bytes(),
+        );
         *io.deadline = Some(io.now + self.silence);
         ((), Next::Read)
     }
@@ -413,7 +419,7 @@ impl Handler for Greeter {
         Next::Close
     }
 
-    fn on_close(&mut self, _conn: (), reason: CloseReason) {
+    fn on_close(&mut self, _conn: (), reason: CloseReason, _worker: &mut Worker<'_>) {
         self.log.closes.lock().unwrap().push(reason);
     }
 }
@@ -515,7 +521,7 @@ impl Handler for Ticker {
         Next::Read
     }
 
-    fn on_close(&mut self, _fired: usize, reason: CloseReason) {
+    fn on_close(&mut self, _fired: usize, reason: CloseReason, _worker: &mut Worker<'_>) {
         self.log.closes.lock().unwrap().push(reason);
     }
 }
@@ -904,7 +910,7 @@ impl Handler for Relay {
         Next::Close
     }
 
-    fn on_close(&mut self, _conn: RelayConn, _reason: CloseReason) {}
+    fn on_close(&mut self, _conn: RelayConn, _reason: CloseReason, _worker: &mut Worker<'_>) {}
 }
 
 fn relay_server(model: Model, upstream: UpstreamAddr) -> Server {
@@ -1017,7 +1023,7 @@ impl Handler for Busy {
         Next::Close
     }
 
-    fn on_close(&mut self, _conn: (), reason: CloseReason) {
+    fn on_close(&mut self, _conn: (), reason: CloseReason, _worker: &mut Worker<'_>) {
         self.log.closes.lock().unwrap().push(reason);
     }
 }
@@ -1171,7 +1177,7 @@ impl Handler for Joiner {
         Next::Close
     }
 
-    fn on_close(&mut self, _conn: JoinerConn, reason: CloseReason) {
+    fn on_close(&mut self, _conn: JoinerConn, reason: CloseReason, _worker: &mut Worker<'_>) {
         self.log.closes.lock().unwrap().push(reason);
     }
 }
@@ -1456,7 +1462,7 @@ impl Handler for Splicer {
         Next::Close
     }
 
-    fn on_close(&mut self, _conn: SplicerConn, _reason: CloseReason) {}
+    fn on_close(&mut self, _conn: SplicerConn, _reason: CloseReason, _worker: &mut Worker<'_>) {}
 }
 
 for_each_splicing_model!(body_splices_move_counted_bytes_both_ways, |model| {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::ContentCache;
-use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened};
+use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Worker};
 use fastpath_handover::{BackendState, ResponseCache, Routes};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
@@ -740,7 +740,7 @@ impl Handler for HttpHandler {
         };
         if let Some(metrics) = &self.metrics {
             metrics.opened();
-            conn.scrape = opened.listener() == metrics.all().listener();
+            conn.scrape = opened.listener() == Some(metrics.all().listener());
         }
         (conn, Next::Read)
     }
@@ -805,7 +805,7 @@ impl Handler for HttpHandler {
         self.settle(conn, sent, true);
     }
 
-    fn on_close(&mut self, mut conn: HttpConn, reason: CloseReason) {
+    fn on_close(&mut self, mut conn: HttpConn, reason: CloseReason, _worker: &mut Worker<'_>) {
         if let Some(sent) = conn.deferred.as_ref().and_then(|d| d.closing_sent) {
             self.settle_because(&mut conn, sent, true, Some(ended_because(reason)));
         }
@@ -829,7 +829,7 @@ impl Handler for HttpHandler {
         }
     }
 
-    fn on_tick(&mut self, _now: Instant) {
+    fn on_tick(&mut self, _now: Instant, _worker: &mut Worker<'_>) {
         self.clock.refresh();
         self.router.poll_changes();
         if let Some(metrics) = &self.metrics {

@@ -248,14 +248,37 @@ impl<'a, H: Handler> Worker<'a, H> {
         self.open(fd, opened);
         // Room for the client and its upstream, each with a few events.
         let mut events = new_events(8);
+        let mut client_gone = false;
         while self.slots.len() > 0 {
             if self.core.stop.load(Ordering::Relaxed) || self.drained() {
                 self.close_all(CloseReason::Shutdown);
                 break;
             }
             self.turn(&mut events, gate)?;
+            if !client_gone && self.slots.values().all(|slot| slot.link.outgoing) {
+                client_gone = true;
+                self.close_outgoing();
+            }
         }
         Ok(())
+    }
+
+    /// Here a worker serves one client at a time, so the outgoing connections its service
+    /// opened were that client's: once it is gone they are closed, after sending what they
+    /// hold.
+    fn close_outgoing(&mut self) {
+        for index in 0..self.slots.capacity() {
+            let Some(slot) = self.slots.at(index) else {
+                continue;
+            };
+            if matches!(
+                slot.link.state,
+                State::Reading | State::Draining | State::Waiting
+            ) && self.apply(index, Next::Close)
+            {
+                self.drive(index);
+            }
+        }
     }
 
     /// Runs the periodic work now: for a worker that was idle, whose clock and logs have not
@@ -263,7 +286,10 @@ impl<'a, H: Handler> Worker<'a, H> {
     pub(crate) fn tick(&mut self) {
         self.core.now = Instant::now();
         self.core.upstreams.sweep(self.core.now);
-        self.handler.on_tick(self.core.now);
+        let mut worker = crate::Worker {
+            requests: &mut self.core.requests,
+        };
+        self.handler.on_tick(self.core.now, &mut worker);
     }
 
     /// Closes every connection and tells the handler the worker stops.
@@ -315,8 +341,36 @@ impl<'a, H: Handler> Worker<'a, H> {
         for event in &events[..n] {
             self.dispatch(*event);
         }
+        self.run_requests();
         self.keep_time();
+        self.run_requests();
         Ok(())
+    }
+
+    /// Carries out what handlers asked of the worker ([`crate::Io::wake`],
+    /// [`crate::Io::connect`]), including what the calls made here ask in turn.
+    fn run_requests(&mut self) {
+        while !self.core.requests.is_empty() {
+            for outgoing in std::mem::take(&mut self.core.requests.outgoing) {
+                self.core.active.fetch_add(1, Ordering::Relaxed);
+                self.open(outgoing.fd, outgoing.opened);
+            }
+            let mut woken = std::mem::take(&mut self.core.requests.woken);
+            woken.sort_unstable_by_key(|token| token.index);
+            woken.dedup();
+            for token in woken.drain(..) {
+                let Some(slot) = self.slots.get_mut(token) else {
+                    continue;
+                };
+                if slot.link.take_wake() && self.call_and_apply(token.index, false) {
+                    self.drive(token.index);
+                }
+            }
+            if self.core.requests.woken.is_empty() {
+                // Kept for its allocation.
+                self.core.requests.woken = woken;
+            }
+        }
     }
 
     fn dispatch(&mut self, event: libc::epoll_event) {
@@ -415,6 +469,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             opened,
             UpstreamPort::new(true, true),
             &mut self.core,
+            self.slots.next_token(),
         );
         let deadline = link.deadline;
         let token = self.slots.insert(Slot {
@@ -510,6 +565,8 @@ impl<'a, H: Handler> Worker<'a, H> {
             match link.state {
                 // Handled before the upstream's service above.
                 State::Joined => return,
+                // Nothing is read until a wake.
+                State::Waiting => return,
                 State::Draining => {
                     if !link.output.is_empty() {
                         if !upstream_news {
@@ -749,6 +806,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         let link = &mut slot.link;
+        let reason = link.close_reason(reason);
         self.handler.on_closing(&mut slot.conn, link.output.sent());
         link.output.clear(&mut self.core.pool);
         let mut registry = EpollRegistry {
@@ -769,7 +827,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         // Closing the descriptor also removes it from the epoll set.
         drop(slot.link);
-        connection::closed(&mut self.handler, slot.conn, reason, self.core.active);
+        connection::closed(&mut self.handler, slot.conn, reason, &mut self.core);
     }
 }
 
@@ -813,7 +871,10 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
     }
 
     fn on_tick(&mut self, now: Instant) {
-        self.handler.on_tick(now);
+        let mut worker = crate::Worker {
+            requests: &mut self.core.requests,
+        };
+        self.handler.on_tick(now, &mut worker);
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use crate::buffers::BufferPool;
 use crate::common::AcceptPause;
+use crate::contract::Requests;
 use crate::slab::Token;
 use crate::upstream::{UpstreamPool, IDLE_UPSTREAMS_PER_KEY};
 use crate::{common, signals, DriverConfig, Handler, Listeners, TICK};
@@ -49,6 +50,9 @@ pub(crate) struct Core<'a> {
     pub(crate) draining: bool,
     /// When the grace period of a graceful stop is over.
     drain_deadline: Option<Instant>,
+    /// What handlers asked of the worker beyond their own connection ([`crate::Io::wake`],
+    /// [`crate::Io::connect`]), carried out by the loop after the events at hand.
+    pub(crate) requests: Requests,
 }
 
 impl<'a> Core<'a> {
@@ -65,6 +69,7 @@ impl<'a> Core<'a> {
             timers: BinaryHeap::new(),
             draining: false,
             drain_deadline: None,
+            requests: Requests::default(),
         }
     }
 

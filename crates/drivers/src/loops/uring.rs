@@ -256,7 +256,7 @@ fn wants_input<C>(c: &Conn<C>) -> bool {
         // that is connecting or takes no more: `holds_client_back`), the receive pauses once
         // some has piled up; only then, so that a request without a body costs no cancel.
         State::Reading if !c.ready_pending && !c.link.upstream.holds_client_back() => true,
-        State::Reading | State::Draining => c.link.input.len() < RECV_PAUSE,
+        State::Reading | State::Draining | State::Waiting => c.link.input.len() < RECV_PAUSE,
         // Joined connections are the joint's (checked above).
         State::Joined => false,
     }
@@ -492,10 +492,49 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.submit_and_wait(self.core.wake_at())?;
             self.core.now = Instant::now();
             self.reap();
+            self.run_requests();
             self.keep_time();
+            self.run_requests();
             self.flush_dirty();
         }
         Ok(())
+    }
+
+    /// Carries out what handlers asked of the worker ([`crate::Io::wake`],
+    /// [`crate::Io::connect`]), including what the calls made here ask in turn. A woken
+    /// connection whose output the kernel is reading is called once that send completes.
+    fn run_requests(&mut self) {
+        while !self.core.requests.is_empty() {
+            for outgoing in std::mem::take(&mut self.core.requests.outgoing) {
+                self.core.active.fetch_add(1, Ordering::Relaxed);
+                self.open_with(outgoing.fd, outgoing.opened);
+            }
+            let mut woken = std::mem::take(&mut self.core.requests.woken);
+            woken.sort_unstable_by_key(|token| token.index);
+            woken.dedup();
+            for token in woken.drain(..) {
+                let Some(c) = self
+                    .slots
+                    .get_mut(token)
+                    .and_then(|slot| slot.conn.as_mut())
+                else {
+                    continue;
+                };
+                if !c.link.take_wake() {
+                    continue;
+                }
+                if c.sending == Sending::Msg {
+                    c.ready_pending = true;
+                } else if !self.call_and_apply(token.index, false) {
+                    continue;
+                }
+                self.mark_dirty(token.index);
+            }
+            if self.core.requests.woken.is_empty() {
+                // Kept for its allocation.
+                self.core.requests.woken = woken;
+            }
+        }
     }
 
     /// Submits every prepared request and waits for at least one completion or `until`.
@@ -746,12 +785,17 @@ impl<'a, H: Handler> Worker<'a, H> {
     fn open(&mut self, fd: OwnedFd, listener: usize) {
         // Multishot accept reports no address; one getpeername per connection stands in.
         let peer = peer_addr(fd.as_raw_fd()).unwrap_or(UNKNOWN_PEER);
+        self.open_with(fd, Opened::new(peer, listener));
+    }
+
+    fn open_with(&mut self, fd: OwnedFd, opened: Opened) {
         let (link, conn, next) = connection::open(
             &mut self.handler,
             fd,
-            Opened::new(peer, listener),
+            opened,
             UpstreamPort::new(true, false),
             &mut self.core,
+            self.slots.next_token(),
         );
         let deadline = link.deadline;
         let token = self.slots.insert(Slot {
@@ -902,7 +946,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 match c.link.state {
                     State::Lingering => self.close(index, CloseReason::Done),
                     // Seen by the handler once the output has drained; a joint sees it itself.
-                    State::Closing | State::Draining | State::Joined => {}
+                    State::Closing | State::Draining | State::Joined | State::Waiting => {}
                     State::Reading => {
                         if self.ready(index) {
                             self.mark_dirty(index);
@@ -1170,7 +1214,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                             return;
                         }
                     }
-                    State::Closing | State::Lingering | State::Joined => {}
+                    State::Closing | State::Lingering | State::Joined | State::Waiting => {}
                 }
             }
         }
@@ -1223,7 +1267,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             c.link.output.release_if_empty(&mut self.core.pool);
             match c.link.state {
                 // A joined connection was handed to flush_joined above.
-                State::Reading | State::Lingering | State::Joined => break,
+                State::Reading | State::Lingering | State::Joined | State::Waiting => break,
                 State::Draining => {
                     c.link.state = State::Reading;
                     if !self.call_and_apply(index, false) {
@@ -1589,6 +1633,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         let Some(mut c) = slot.conn.take() else {
             return;
         };
+        let reason = c.link.close_reason(reason);
         // A send still in flight is counted as not sent: it is being cancelled.
         self.handler.on_closing(&mut c.conn, c.link.output.sent());
         if c.recv_armed && !c.recv_cancelled {
@@ -1620,7 +1665,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.core.now,
         );
         slot.retired_fd = Some(c.link.fd);
-        connection::closed(&mut self.handler, c.conn, reason, self.core.active);
+        connection::closed(&mut self.handler, c.conn, reason, &mut self.core);
         if slot.in_flight == 0 {
             self.free_slot(index);
         }
@@ -1734,7 +1779,10 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
     }
 
     fn on_tick(&mut self, now: Instant) {
-        self.handler.on_tick(now);
+        let mut worker = crate::Worker {
+            requests: &mut self.core.requests,
+        };
+        self.handler.on_tick(now, &mut worker);
     }
 }
 
