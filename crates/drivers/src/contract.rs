@@ -110,6 +110,18 @@ pub struct Io<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnRef(pub(crate) Token);
 
+impl ConnRef {
+    /// A name made up from numbers, for tests of code that keeps `ConnRef`s; it names no
+    /// connection a worker would wake unless one happens to have these numbers.
+    #[doc(hidden)]
+    pub fn from_raw(index: u32, generation: u32) -> Self {
+        ConnRef(Token {
+            index: index as usize,
+            generation,
+        })
+    }
+}
+
 /// What handlers asked of their worker during calls: connections to wake and outgoing
 /// connections to open. The loop carries them out once the current events are handled, so a
 /// burst of events that all write to one destination wakes it once.

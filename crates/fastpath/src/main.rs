@@ -7,6 +7,8 @@
 //! fastpath check --config FILE
 //! fastpath reload [--pid-file FILE | --config FILE] [--upgrade]
 //! fastpath bench [OPTIONS] URL...   (see fastpath-bench)
+//! fastpath echo [--listen ADDR:PORT] [--plain] [--model NAME] [--config FILE] ...
+//! fastpath forward --to ADDR:PORT,... [--listen ADDR:PORT] [--transport framed|unframed] ...
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -72,6 +74,10 @@ enum Command {
     },
     /// Load-test HTTP servers: closed loop, open loop by request or connection rate.
     Bench(Box<fastpath_bench::cli::BenchArgs>),
+    /// Echo service: after a 4-byte buffer size (unless --plain), every byte comes back.
+    Echo(fastpath_services::cli::EchoArgs),
+    /// Thrift forwarder: each `msg(key, payload)` goes to destination key mod N.
+    Forward(fastpath_services::cli::ForwardArgs),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +85,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check { config } => check(&config),
         Command::Bench(args) => fastpath_bench::cli::main(*args),
+        Command::Echo(args) => with_log(|| fastpath_services::cli::echo(args)),
+        Command::Forward(args) => with_log(|| fastpath_services::cli::forward(args)),
         Command::Serve {
             dir,
             listen,
@@ -94,6 +102,16 @@ fn main() -> ExitCode {
             upgrade,
         } => reload(pid_file, config, upgrade),
     }
+}
+
+/// Runs a service with the error log on stderr (level `info`, or `FASTPATH_LOG`).
+fn with_log(service: impl FnOnce() -> ExitCode) -> ExitCode {
+    let log = fastpath_server::config::LogConfig::default();
+    if let Err(e) = fastpath_server::init_error_log(&log) {
+        eprintln!("fastpath: cannot start the error log: {e}");
+        return ExitCode::FAILURE;
+    }
+    service()
 }
 
 /// `fastpath reload`: finds the server by its pid file and signals it.

@@ -15,6 +15,7 @@ mod cache;
 mod check;
 mod conditional;
 mod curl;
+mod framework;
 mod handover;
 mod handover_real;
 mod limits;

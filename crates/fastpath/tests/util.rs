@@ -156,6 +156,7 @@ impl Site {
             nofile: None,
             listening_in: None,
             run_as_root: true,
+            service: None,
         }
     }
 
@@ -200,9 +201,18 @@ pub struct ServerBuilder<'a> {
     nofile: Option<u64>,
     listening_in: Option<PathBuf>,
     run_as_root: bool,
+    /// A service to run (`echo`, `forward`) instead of `serve`.
+    service: Option<&'static str>,
 }
 
 impl ServerBuilder<'_> {
+    /// Runs `fastpath NAME` (a service: `echo`, `forward`) instead of `fastpath serve`; the
+    /// arguments given with [`ServerBuilder::arg`] follow.
+    pub fn service(mut self, name: &'static str) -> Self {
+        self.service = Some(name);
+        self
+    }
+
     /// Writes `text` as `BASE/fastpath.toml` and passes `--config` instead of a root.
     pub fn config(mut self, text: &str) -> Self {
         self.config = Some(self.site.config(text));
@@ -238,13 +248,15 @@ impl ServerBuilder<'_> {
 
     pub fn start(self) -> Server {
         let mut cmd = Command::new(BIN);
-        cmd.arg("serve");
-        match &self.config {
-            Some(path) => {
-                cmd.arg("--config").arg(path);
+        match (self.service, &self.config) {
+            (Some(service), _) => {
+                cmd.arg(service);
             }
-            None => {
-                cmd.arg(self.site.root());
+            (None, Some(path)) => {
+                cmd.arg("serve").arg("--config").arg(path);
+            }
+            (None, None) => {
+                cmd.arg("serve").arg(self.site.root());
             }
         }
         cmd.args(["--listen", "127.0.0.1:0", "--model", self.model]);

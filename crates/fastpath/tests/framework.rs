@@ -1,0 +1,340 @@
+//! The services built on the service API, `fastpath echo` and `fastpath forward`, on every
+//! model: the seed's protocols, backpressure, bad input, and interop with the official Apache
+//! Thrift library.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+fn echo(model: Model, args: &[&str]) -> (Site, Server) {
+    let site = Site::new();
+    let mut builder = site.server(model).service("echo");
+    for arg in args {
+        builder = builder.arg(arg);
+    }
+    let server = builder.start();
+    (site, server)
+}
+
+fn forward(model: Model, to: &[SocketAddr], args: &[&str]) -> (Site, Server) {
+    let site = Site::new();
+    let list: Vec<String> = to.iter().map(|a| a.to_string()).collect();
+    let mut builder = site
+        .server(model)
+        .service("forward")
+        .arg("--to")
+        .arg(&list.join(","));
+    for arg in args {
+        builder = builder.arg(arg);
+    }
+    let server = builder.start();
+    (site, server)
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream
+}
+
+/// Deterministic bytes, different for every (seed, index).
+fn pattern(seed: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i * 31 + seed * 7) % 251) as u8)
+        .collect()
+}
+
+httptest!(echo_returns_every_buffer_after_the_size_header, |model| {
+    let (_site, srv) = echo(model, &[]);
+    let mut clients: Vec<TcpStream> = (0..3).map(|_| connect(srv.addr())).collect();
+    for (i, client) in clients.iter_mut().enumerate() {
+        let size = [32usize, 1024, 16 * 1024][i];
+        client.write_all(&(size as u32).to_be_bytes()).unwrap();
+        for round in 0..50 {
+            let sent = pattern(round + i, size);
+            client.write_all(&sent).unwrap();
+            let mut got = vec![0; size];
+            client.read_exact(&mut got).unwrap();
+            assert_eq!(
+                got, sent,
+                "buffer {round} of {size} bytes came back altered"
+            );
+        }
+    }
+});
+
+httptest!(echo_plain_returns_bytes_from_the_first, |model| {
+    let (_site, srv) = echo(model, &["--plain"]);
+    let mut client = connect(srv.addr());
+    client.write_all(b"\x00\x00hello").unwrap();
+    let mut got = [0; 7];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"\x00\x00hello");
+});
+
+httptest!(echo_refuses_an_impossible_buffer_size, |model| {
+    let (_site, srv) = echo(model, &[]);
+    let mut client = connect(srv.addr());
+    client.write_all(&0u32.to_be_bytes()).unwrap();
+    let mut buf = [0; 16];
+    match client.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        other => panic!("expected the connection closed, got {other:?}"),
+    }
+    assert!(
+        srv.wait_stderr(IO_TIMEOUT, "buffer size 0 is not in 1..="),
+        "no log line naming the bad size"
+    );
+});
+
+httptest!(echo_to_a_client_that_never_reads_stays_bounded, |model| {
+    // A client that sends and never reads fills its own receive buffer, then the server's
+    // output limit, then the server stops reading it: what the client can push in is bounded
+    // by socket buffers and that limit, not by its patience.
+    let (_site, srv) = echo(model, &["--plain"]);
+    let client = connect(srv.addr());
+    client.set_nonblocking(true).unwrap();
+    let chunk = vec![7u8; 64 * 1024];
+    let mut pushed = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut stalled_since = None;
+    while Instant::now() < deadline {
+        match (&client).write(&chunk) {
+            Ok(n) => {
+                pushed += n;
+                stalled_since = None;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let since = *stalled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(500) {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    assert!(
+        stalled_since.is_some(),
+        "the server kept taking bytes from a client that reads none ({pushed} bytes)"
+    );
+    assert!(pushed < 48 << 20, "{pushed} bytes taken before the stall");
+});
+
+/// A TCP sink that records what arrives on every connection, in arrival order per
+/// connection.
+struct Sink {
+    addr: SocketAddr,
+    received: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Sink {
+    fn start() -> Sink {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let shared = received.clone();
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let shared = shared.clone();
+                thread::spawn(move || {
+                    let mut buf = [0; 65536];
+                    while let Ok(n) = conn.read(&mut buf) {
+                        if n == 0 {
+                            return;
+                        }
+                        shared.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                });
+            }
+        });
+        Sink { addr, received }
+    }
+
+    fn len(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+}
+
+/// A framed `msg(key, payload)` as the official library writes it (strict header, oneway).
+fn framed_msg(seq: i32, key: i32, payload: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&0x8001_0004u32.to_be_bytes());
+    body.extend_from_slice(&3u32.to_be_bytes());
+    body.extend_from_slice(b"msg");
+    body.extend_from_slice(&seq.to_be_bytes());
+    body.extend_from_slice(&[8, 0, 1]);
+    body.extend_from_slice(&key.to_be_bytes());
+    body.extend_from_slice(&[11, 0, 2]);
+    body.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    body.extend_from_slice(payload);
+    body.push(0);
+    let mut framed = (body.len() as u32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    framed
+}
+
+httptest!(forward_sends_each_message_to_key_mod_n, |model| {
+    let sinks = [Sink::start(), Sink::start(), Sink::start()];
+    let to: Vec<SocketAddr> = sinks.iter().map(|s| s.addr).collect();
+    let (_site, srv) = forward(model, &to, &[]);
+    let mut client = connect(srv.addr());
+    let mut expected = [Vec::new(), Vec::new(), Vec::new()];
+    for seq in 0..300 {
+        let key = seq - 150;
+        let msg = framed_msg(seq, key, &pattern(seq as usize, (seq as usize * 13) % 3000));
+        expected[key.rem_euclid(3) as usize].extend_from_slice(&msg);
+        client.write_all(&msg).unwrap();
+    }
+    let want: usize = expected.iter().map(Vec::len).sum();
+    let arrived = wait_for(Duration::from_secs(10), || {
+        (sinks.iter().map(Sink::len).sum::<usize>() >= want).then_some(())
+    });
+    assert!(arrived.is_some(), "not everything arrived");
+    for (i, sink) in sinks.iter().enumerate() {
+        assert!(
+            *sink.received.lock().unwrap() == expected[i],
+            "destination {i} got other bytes than the messages for it, in order"
+        );
+    }
+});
+
+httptest!(
+    forward_closes_a_client_that_sends_garbage_and_says_why,
+    |model| {
+        let sink = Sink::start();
+        let (_site, srv) = forward(model, &[sink.addr], &[]);
+        let mut client = connect(srv.addr());
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut buf = [0; 16];
+        match client.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+            other => panic!("expected the connection closed, got {other:?}"),
+        }
+        assert!(
+            srv.wait_stderr(IO_TIMEOUT, "over the limit"),
+            "no reason logged"
+        );
+        // A message for another method is refused too, and nothing reaches the destination.
+        let mut client = connect(srv.addr());
+        let mut other = framed_msg(1, 0, b"x");
+        other[12..15].copy_from_slice(b"get");
+        client.write_all(&other).unwrap();
+        let _ = client.read(&mut buf);
+        assert!(srv.wait_stderr(IO_TIMEOUT, "not the method msg"));
+        assert_eq!(sink.len(), 0);
+    }
+);
+
+httptest!(
+    forward_counts_what_an_unreachable_destination_misses,
+    |model| {
+        // A port nobody listens on: connecting is refused.
+        let down: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let up = Sink::start();
+        let (_site, srv) = forward(model, &[up.addr, down], &[]);
+        let mut client = connect(srv.addr());
+        for seq in 0..20 {
+            client.write_all(&framed_msg(seq, seq, b"payload")).unwrap();
+        }
+        assert!(
+            srv.wait_stderr(IO_TIMEOUT, "undelivered"),
+            "messages for the unreachable destination were not counted"
+        );
+        let per_message = framed_msg(0, 0, b"payload").len();
+        let ok = wait_for(IO_TIMEOUT, || (up.len() >= 10 * per_message).then_some(()));
+        assert!(
+            ok.is_some(),
+            "the reachable destination did not get its messages"
+        );
+    }
+);
+
+/// The thrift compiler's Python code for the forwarder IDL in `dir`, and a Python that has
+/// the thrift package; `None` after a visible skip.
+fn thrift_python(dir: &Path, test: &str) -> Option<String> {
+    let idl =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/thrift/forwarder.thrift");
+    match Command::new("thrift")
+        .args(["--gen", "py", "-out"])
+        .arg(dir)
+        .arg(&idl)
+        .status()
+    {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("thrift --gen py: {s}"),
+        Err(_) => {
+            skip(
+                test,
+                Missing::Installable,
+                "the thrift compiler is not installed (thrift-compiler)",
+            );
+            return None;
+        }
+    }
+    for python in ["python3", "/usr/bin/python3"] {
+        let ok = Command::new(python)
+            .args(["-c", "import thrift.server.TServer"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(python.to_owned());
+        }
+    }
+    skip(
+        test,
+        Missing::Installable,
+        "no python3 has the thrift package (python3-thrift)",
+    );
+    None
+}
+
+fn interop(model: Model, transport: &str) {
+    let gen = tempfile::tempdir().unwrap();
+    let Some(python) = thrift_python(gen.path(), "framework::forward_interop") else {
+        return;
+    };
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let to: Vec<SocketAddr> = ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
+        .collect();
+    let (_site, srv) = forward(model, &to, &["--transport", transport]);
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/framework/forward_interop.py");
+    let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(gen.path())
+        .arg(srv.addr().port().to_string())
+        .arg(list.join(","))
+        .args(["4", "400", transport])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+httptest!(forward_interop_with_apache_thrift_framed, |model| {
+    interop(model, "framed");
+});
+
+httptest!(forward_interop_with_apache_thrift_unframed, |model| {
+    interop(model, "unframed");
+});

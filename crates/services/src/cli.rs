@@ -1,0 +1,347 @@
+//! The command lines of `fastpath echo` and `fastpath forward`, and their configuration
+//! files: TOML with the same names as the options (`listen`, `model`, `workers`, ...);
+//! an option given on the command line wins over the file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use fastpath_sockets::thrift::{Limits, Transport};
+use fastpath_sockets::{serve, DriverConfig, ModelKind, ServiceOptions};
+use toml_edit::{DocumentMut, Item, Value};
+
+use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder};
+
+/// What both services take.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CommonArgs {
+    /// Address to listen on (repeat for several).
+    #[arg(long, short)]
+    listen: Vec<SocketAddr>,
+    /// Concurrency model: auto, epoll, uring, percore, threads or prefork.
+    #[arg(long)]
+    model: Option<String>,
+    /// Workers of the event-loop models; 0 means one per CPU.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Configuration file (TOML, keys named like these options).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Most connections open at once.
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Close a client silent this long (e.g. 60s).
+    #[arg(long, value_parser = parse_duration)]
+    idle_timeout: Option<Duration>,
+    /// Started as root, run as root rather than refuse.
+    #[arg(long)]
+    run_as_root: bool,
+}
+
+/// `fastpath echo`.
+#[derive(Args, Debug, Clone)]
+pub struct EchoArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Plain echo: no 4-byte buffer-size header first.
+    #[arg(long)]
+    plain: bool,
+}
+
+/// `fastpath forward`.
+#[derive(Args, Debug, Clone)]
+pub struct ForwardArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Destinations in key order: ADDR:PORT,ADDR:PORT,...
+    #[arg(long, value_delimiter = ',')]
+    to: Vec<SocketAddr>,
+    /// framed (4-byte length before each message) or unframed.
+    #[arg(long)]
+    transport: Option<String>,
+    /// Largest message a client may send (e.g. 16m).
+    #[arg(long, value_parser = parse_size)]
+    max_message: Option<u64>,
+    /// Bytes queued per destination and worker before clients wait (e.g. 1m).
+    #[arg(long, value_parser = parse_size)]
+    queue_limit: Option<u64>,
+}
+
+/// Settings read from a configuration file.
+#[derive(Default)]
+struct FileSettings {
+    listen: Vec<SocketAddr>,
+    model: Option<String>,
+    workers: Option<usize>,
+    max_connections: Option<usize>,
+    idle_timeout: Option<Duration>,
+    run_as_root: bool,
+    plain: bool,
+    to: Vec<SocketAddr>,
+    transport: Option<String>,
+    max_message: Option<u64>,
+    queue_limit: Option<u64>,
+}
+
+const COMMON_KEYS: &[&str] = &[
+    "listen",
+    "model",
+    "workers",
+    "max_connections",
+    "idle_timeout",
+    "run_as_root",
+];
+
+/// Reads `path`, accepting the common keys and `extra` ones; every error is one line.
+fn read_file(path: &Path, extra: &[&str]) -> Result<FileSettings, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let doc: DocumentMut = text.parse().map_err(|e| format!("not TOML: {e}"))?;
+    let mut settings = FileSettings::default();
+    for (key, item) in doc.iter() {
+        if !COMMON_KEYS.contains(&key) && !extra.contains(&key) {
+            let mut known: Vec<&str> = COMMON_KEYS.to_vec();
+            known.extend_from_slice(extra);
+            return Err(format!(
+                "unknown key `{key}` (expected one of {})",
+                known.join(", ")
+            ));
+        }
+        let bad = |what: &str| format!("`{key}` must be {what}");
+        let string = || item.as_str().ok_or_else(|| bad("a string"));
+        match key {
+            "listen" | "to" => {
+                let values: Vec<&Value> = match item {
+                    Item::Value(Value::Array(array)) => array.iter().collect(),
+                    Item::Value(value @ Value::String(_)) => vec![value],
+                    _ => return Err(bad("an address or a list of addresses")),
+                };
+                let mut addrs = Vec::new();
+                for value in values {
+                    let text = value.as_str().ok_or_else(|| bad("a list of strings"))?;
+                    addrs.push(
+                        text.parse()
+                            .map_err(|_| format!("`{key}`: `{text}` is not an ADDR:PORT"))?,
+                    );
+                }
+                if key == "listen" {
+                    settings.listen = addrs;
+                } else {
+                    settings.to = addrs;
+                }
+            }
+            "model" => settings.model = Some(string()?.to_string()),
+            "transport" => settings.transport = Some(string()?.to_string()),
+            "workers" | "max_connections" => {
+                let n = item
+                    .as_integer()
+                    .filter(|&n| n >= 0)
+                    .ok_or_else(|| bad("a whole number"))? as usize;
+                if key == "workers" {
+                    settings.workers = Some(n);
+                } else {
+                    settings.max_connections = Some(n);
+                }
+            }
+            "idle_timeout" => settings.idle_timeout = Some(parse_duration(string()?)?),
+            "max_message" => settings.max_message = Some(parse_size(string()?)?),
+            "queue_limit" => settings.queue_limit = Some(parse_size(string()?)?),
+            "run_as_root" | "plain" => {
+                let on = item.as_bool().ok_or_else(|| bad("true or false"))?;
+                if key == "plain" {
+                    settings.plain = on;
+                } else {
+                    settings.run_as_root = on;
+                }
+            }
+            _ => unreachable!("keys are checked above"),
+        }
+    }
+    Ok(settings)
+}
+
+/// Parses `64k`, `16m`, `1g` or a bare number of bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, scale) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1 << 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("`{s}` is not a size (e.g. 64k, 16m)"))
+}
+
+/// Parses `500ms`, `60s`, `2m` or a bare number of seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 500ms, 60s)"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("`{s}`: unknown unit (use ms, s or m)")),
+    }
+}
+
+/// The service options from the command line over the file; an error says what is wrong.
+fn options(
+    common: &CommonArgs,
+    file: &FileSettings,
+    default_port: u16,
+) -> Result<(ServiceOptions, Option<Duration>), String> {
+    let mut options = ServiceOptions::default();
+    options.listen = if !common.listen.is_empty() {
+        common.listen.clone()
+    } else if !file.listen.is_empty() {
+        file.listen.clone()
+    } else {
+        vec![SocketAddr::from(([127, 0, 0, 1], default_port))]
+    };
+    let model = common.model.clone().or(file.model.clone());
+    options.model = match model.as_deref() {
+        None | Some("auto") => {
+            if fastpath_sockets::uring_available().is_ok() {
+                ModelKind::Uring
+            } else {
+                ModelKind::Epoll
+            }
+        }
+        Some(name) => ModelKind::from_name(name).ok_or_else(|| {
+            let names: Vec<&str> = ModelKind::ALL.iter().map(|k| k.name()).collect();
+            format!(
+                "unknown model `{name}` (expected auto or one of {})",
+                names.join(", ")
+            )
+        })?,
+    };
+    options.workers = common.workers.or(file.workers).unwrap_or(0);
+    let mut driver = DriverConfig::default();
+    if let Some(max) = common.max_connections.or(file.max_connections) {
+        driver.max_connections = max;
+    }
+    options.driver = driver;
+    let run_as_root = common.run_as_root || file.run_as_root;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 && !run_as_root {
+        return Err(
+            "refusing to run as root: these services need no privileges (pass --run-as-root \
+             to run as root anyway)"
+                .to_string(),
+        );
+    }
+    Ok((options, common.idle_timeout.or(file.idle_timeout)))
+}
+
+fn load(common: &CommonArgs, extra: &[&str]) -> Result<FileSettings, String> {
+    match &common.config {
+        Some(path) => read_file(path, extra).map_err(|e| format!("{}: {e}", path.display())),
+        None => Ok(FileSettings::default()),
+    }
+}
+
+fn fail(why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("fastpath: {why}");
+    ExitCode::FAILURE
+}
+
+/// Runs `fastpath echo`.
+pub fn echo(args: EchoArgs) -> ExitCode {
+    let file = match load(&args.common, &["plain"]) {
+        Ok(file) => file,
+        Err(e) => return fail(e),
+    };
+    let (options, idle) = match options(&args.common, &file, 9000) {
+        Ok(options) => options,
+        Err(e) => return fail(e),
+    };
+    let mut config = EchoConfig {
+        plain: args.plain || file.plain,
+        ..EchoConfig::default()
+    };
+    if let Some(idle) = idle {
+        config.idle_timeout = idle;
+    }
+    match serve("echo", &options, |_| Echo::new(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+/// Runs `fastpath forward`.
+pub fn forward(args: ForwardArgs) -> ExitCode {
+    let extra = ["to", "transport", "max_message", "queue_limit"];
+    let file = match load(&args.common, &extra) {
+        Ok(file) => file,
+        Err(e) => return fail(e),
+    };
+    let (options, idle) = match options(&args.common, &file, 9100) {
+        Ok(options) => options,
+        Err(e) => return fail(e),
+    };
+    let mut config = ForwardConfig {
+        destinations: if args.to.is_empty() {
+            file.to.clone()
+        } else {
+            args.to.clone()
+        },
+        ..ForwardConfig::default()
+    };
+    if config.destinations.is_empty() {
+        return fail("forward: no destinations: give --to ADDR:PORT,ADDR:PORT,... (in key order)");
+    }
+    config.transport = match args.transport.as_deref().or(file.transport.as_deref()) {
+        None | Some("framed") => Transport::Framed,
+        Some("unframed") => Transport::Unframed,
+        Some(other) => {
+            return fail(format!(
+                "unknown transport `{other}` (expected framed or unframed)"
+            ))
+        }
+    };
+    if let Some(max) = args.max_message.or(file.max_message) {
+        config.limits = Limits {
+            max_message_bytes: max.min(i32::MAX as u64) as usize,
+            ..Limits::default()
+        };
+    }
+    if let Some(limit) = args.queue_limit.or(file.queue_limit) {
+        config.queue_limit = limit as usize;
+    }
+    if let Some(idle) = idle {
+        config.idle_timeout = idle;
+    }
+    let config = Arc::new(config);
+    let stats = Arc::new(ForwardStats::default());
+    let to: Vec<String> = config.destinations.iter().map(|a| a.to_string()).collect();
+    tracing::info!(
+        "forward: {} destination{}: {}",
+        to.len(),
+        if to.len() == 1 { "" } else { "s" },
+        to.join(", ")
+    );
+    let served = serve("forward", &options, |_| {
+        Forwarder::new(config.clone(), stats.clone())
+    });
+    tracing::info!(
+        "forward: {} messages forwarded, {} undelivered, {} clients closed for bad input",
+        stats.forwarded.load(Ordering::Relaxed),
+        stats.undelivered.load(Ordering::Relaxed),
+        stats.refused_clients.load(Ordering::Relaxed)
+    );
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}

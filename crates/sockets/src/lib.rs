@@ -1,0 +1,81 @@
+//! The service API of fastpath: what a TCP service other than the web server is written
+//! against, on the same engine and the same five concurrency models.
+//!
+//! It is Slick's klibevent, BufferedSocket and ThriftSocket, in user space. A service is a
+//! [`Handler`]: the driver calls it when a connection opens (accepted, or opened by the
+//! service itself with [`Io::connect`]), when input has arrived or output has drained, when
+//! the connection's deadline passes, and when the connection is gone. In each call the
+//! connection is seen through a [`BufferedSocket`] (peek, discard, read, write, write_all,
+//! bounded output) or a [`ThriftSocket`] (whole Thrift messages: next, discard, write,
+//! forward). Connections of one worker reach each other through [`ConnRef`]s: a call may
+//! wake another connection ([`Io::wake`]), which the driver then calls, and a [`Relay`]
+//! queues whole messages from many sources for many destinations with backpressure (a
+//! destination that takes no more makes its sources [`Next::Wait`]). Everything runs on one
+//! thread per worker, so a handler's state needs no lock; per-worker state is the handler
+//! itself, and state shared by the workers of a process is built once by
+//! [`run_service`]. The concurrency model is one value ([`ModelKind`]), and [`serve`] runs a
+//! service the way the shipped ones run (`fastpath echo`, `fastpath forward`): bound
+//! listeners, signals for a graceful stop, and the model.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use fastpath_sockets::{
+//!     serve, BufferedSocket, CloseReason, Handler, Io, ModelKind, Next, Opened, ServiceOptions,
+//!     Worker,
+//! };
+//!
+//! /// Upper-cases every line it gets; a client silent for 30 s is closed.
+//! struct Shout;
+//!
+//! impl Handler for Shout {
+//!     type Conn = ();
+//!
+//!     fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> ((), Next) {
+//!         *io.deadline = Some(io.now + Duration::from_secs(30));
+//!         ((), Next::Read)
+//!     }
+//!
+//!     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+//!         *io.deadline = Some(io.now + Duration::from_secs(30));
+//!         let mut sock = BufferedSocket::new(io);
+//!         while let Some(end) = sock.peek().iter().position(|&b| b == b'\n') {
+//!             let line = sock.peek()[..=end].to_ascii_uppercase();
+//!             sock.write_all(&line);
+//!             sock.discard(end + 1);
+//!         }
+//!         if sock.at_end() { Next::Close } else { sock.next() }
+//!     }
+//!
+//!     fn on_timeout(&mut self, _conn: &mut (), _io: &mut Io<'_>) -> Next {
+//!         Next::Close
+//!     }
+//!
+//!     fn on_close(&mut self, _conn: (), _reason: CloseReason, _worker: &mut Worker<'_>) {}
+//! }
+//!
+//! let options = ServiceOptions {
+//!     listen: vec!["127.0.0.1:7000".parse().unwrap()],
+//!     model: ModelKind::Epoll,
+//!     ..ServiceOptions::default()
+//! };
+//! serve("shout", &options, |_worker| Shout).unwrap();
+//! ```
+#![deny(missing_docs)]
+
+mod buffered;
+mod relay;
+mod service;
+mod thrift_socket;
+
+pub use buffered::{BufferedSocket, OUTPUT_LIMIT};
+pub use relay::{Posted, Relay, Undelivered};
+pub use service::{serve, ServiceOptions};
+pub use thrift_socket::ThriftSocket;
+
+pub use fastpath_drivers::{
+    run, run_service, uring_available, CloseReason, ConnRef, DriverConfig, Handler, Io, Model,
+    ModelKind, ModelSettings, Next, Opened, Origin, Process, UpstreamAddr, Worker, TICK,
+};
+
+/// The Thrift codec ThriftSocket reads and writes with.
+pub use fastpath_thrift as thrift;
