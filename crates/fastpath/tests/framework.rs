@@ -338,3 +338,112 @@ httptest!(forward_interop_with_apache_thrift_framed, |model| {
 httptest!(forward_interop_with_apache_thrift_unframed, |model| {
     interop(model, "unframed");
 });
+
+httptest!(
+    forward_makes_clients_wait_for_a_destination_that_stops_reading,
+    |model| {
+        // Destination 0 accepts and never reads; destination 1 is healthy. A client sending to 0
+        // is stopped once the queue and the socket buffers are full (bounded memory); another
+        // client, sending to 1, goes on meanwhile.
+        let stuck = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stuck_addr = stuck.local_addr().unwrap();
+        let held = thread::spawn(move || stuck.accept().map(|(conn, _)| conn));
+        let healthy = Sink::start();
+        let (_site, srv) = forward(
+            model,
+            &[stuck_addr, healthy.addr],
+            &["--queue-limit", "256k"],
+        );
+        let blocked = connect(srv.addr());
+        blocked.set_nonblocking(true).unwrap();
+        let msg = framed_msg(0, 0, &[b'p'; 4000]);
+        let mut pushed = 0usize;
+        let mut stalled_since = None;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            // Whole messages, one after the other, whatever each write takes.
+            let at = pushed % msg.len();
+            match (&blocked).write(&msg[at..]) {
+                Ok(n) => {
+                    pushed += n;
+                    stalled_since = None;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    let since = *stalled_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_millis(500) {
+                        break;
+                    }
+                    thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        assert!(
+            stalled_since.is_some(),
+            "never stalled after {pushed} bytes"
+        );
+        assert!(
+            pushed < 48 << 20,
+            "{pushed} bytes taken for a stuck destination"
+        );
+        let mut other = connect(srv.addr());
+        let to_healthy = framed_msg(1, 1, b"still flowing");
+        other.write_all(&to_healthy).unwrap();
+        let ok = wait_for(IO_TIMEOUT, || {
+            (healthy.len() >= to_healthy.len()).then_some(())
+        });
+        assert!(
+            ok.is_some(),
+            "a stuck destination held up another client's messages"
+        );
+        drop(held);
+    }
+);
+
+httptest!(forward_reconnects_a_destination_that_went_away, |model| {
+    // The destination closes its first connection after one message; later messages reach
+    // it over a new connection.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let msg = framed_msg(0, 0, b"first");
+    let first_len = msg.len();
+    let sink = thread::spawn(move || {
+        let (mut first, _) = listener.accept().unwrap();
+        let mut buf = vec![0; first_len];
+        first.read_exact(&mut buf).unwrap();
+        drop(first);
+        let (mut second, _) = listener.accept().unwrap();
+        second.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let mut rest = Vec::new();
+        let mut chunk = [0; 4096];
+        while let Ok(n) = second.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            rest.extend_from_slice(&chunk[..n]);
+            if rest.ends_with(b"last\0") {
+                break;
+            }
+        }
+        (buf, rest)
+    });
+    let (_site, srv) = forward(model, &[addr], &[]);
+    let mut client = connect(srv.addr());
+    client.write_all(&msg).unwrap();
+    // Time for the destination to close; a message sent into the closing connection may be
+    // lost (and is then counted): the test asks only that the last one arrives.
+    thread::sleep(Duration::from_millis(300));
+    let mut n = 0;
+    let last = framed_msg(9, 0, b"last");
+    while !sink.is_finished() && n < 20 {
+        client.write_all(&last).unwrap();
+        n += 1;
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (first, rest) = sink.join().unwrap();
+    assert_eq!(first, msg);
+    assert!(
+        rest.ends_with(&last),
+        "no message arrived over a second connection"
+    );
+});

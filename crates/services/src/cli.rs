@@ -201,14 +201,13 @@ fn options(
     file: &FileSettings,
     default_port: u16,
 ) -> Result<(ServiceOptions, Option<Duration>), String> {
-    let mut options = ServiceOptions::default();
-    options.listen = if !common.listen.is_empty() {
+    let mut options = ServiceOptions::listening(if !common.listen.is_empty() {
         common.listen.clone()
     } else if !file.listen.is_empty() {
         file.listen.clone()
     } else {
         vec![SocketAddr::from(([127, 0, 0, 1], default_port))]
-    };
+    });
     let model = common.model.clone().or(file.model.clone());
     options.model = match model.as_deref() {
         None | Some("auto") => {

@@ -13,11 +13,8 @@
 //!     ..ForwardConfig::default()
 //! });
 //! let stats = Arc::new(ForwardStats::default());
-//! let options = ServiceOptions {
-//!     listen: vec!["127.0.0.1:9100".parse().unwrap()],
-//!     model: ModelKind::Uring,
-//!     ..ServiceOptions::default()
-//! };
+//! let mut options = ServiceOptions::listening(vec!["127.0.0.1:9100".parse().unwrap()]);
+//! options.model = ModelKind::Uring;
 //! serve("forward", &options, |_worker| Forwarder::new(config.clone(), stats.clone())).unwrap();
 //! ```
 #![deny(missing_docs)]

@@ -17,11 +17,17 @@
 //! service the way the shipped ones run (`fastpath echo`, `fastpath forward`): bound
 //! listeners, signals for a graceful stop, and the model.
 //!
-//! ```no_run
+//! A whole service, run here on four of the models (the fifth, prefork, forks, which a test
+//! program with threads should not; the shipped services' tests run it on all five):
+//!
+//! ```
+//! use std::io::{BufRead, BufReader, Write};
+//! use std::net::TcpStream;
+//! use std::sync::atomic::{AtomicBool, Ordering};
 //! use std::time::Duration;
 //! use fastpath_sockets::{
-//!     serve, BufferedSocket, CloseReason, Handler, Io, ModelKind, Next, Opened, ServiceOptions,
-//!     Worker,
+//!     bind_listeners, run, uring_available, BufferedSocket, CloseReason, DriverConfig, Handler,
+//!     Io, ModelKind, ModelSettings, Next, Opened, Worker,
 //! };
 //!
 //! /// Upper-cases every line it gets; a client silent for 30 s is closed.
@@ -53,13 +59,29 @@
 //!     fn on_close(&mut self, _conn: (), _reason: CloseReason, _worker: &mut Worker<'_>) {}
 //! }
 //!
-//! let options = ServiceOptions {
-//!     listen: vec!["127.0.0.1:7000".parse().unwrap()],
-//!     model: ModelKind::Epoll,
-//!     ..ServiceOptions::default()
-//! };
-//! serve("shout", &options, |_worker| Shout).unwrap();
+//! for kind in [ModelKind::Epoll, ModelKind::Uring, ModelKind::Percore, ModelKind::Threads] {
+//!     if kind == ModelKind::Uring && uring_available().is_err() {
+//!         continue;
+//!     }
+//!     let model = kind.with(&ModelSettings::default());
+//!     let listeners = bind_listeners(&["127.0.0.1:0".parse().unwrap()], 2).unwrap();
+//!     let addr = listeners.local_addrs[0];
+//!     let stop = AtomicBool::new(false);
+//!     std::thread::scope(|scope| {
+//!         let server = scope.spawn(|| run(model, listeners, &DriverConfig::default(), |_| Shout, &stop));
+//!         let mut client = TcpStream::connect(addr).unwrap();
+//!         client.write_all(b"hello\nworld\n").unwrap();
+//!         let mut lines = BufReader::new(client).lines();
+//!         assert_eq!(lines.next().unwrap().unwrap(), "HELLO");
+//!         assert_eq!(lines.next().unwrap().unwrap(), "WORLD");
+//!         stop.store(true, Ordering::Relaxed);
+//!         server.join().unwrap().unwrap();
+//!     });
+//! }
 //! ```
+//!
+//! [`serve`] runs such a service as the binary runs its own: `serve("shout", &options, |_|
+//! Shout)` with `ServiceOptions::listening(addrs)`, until SIGTERM.
 #![deny(missing_docs)]
 
 mod buffered;
@@ -73,8 +95,9 @@ pub use service::{serve, ServiceOptions};
 pub use thrift_socket::ThriftSocket;
 
 pub use fastpath_drivers::{
-    run, run_service, uring_available, CloseReason, ConnRef, DriverConfig, Handler, Io, Model,
-    ModelKind, ModelSettings, Next, Opened, Origin, Process, UpstreamAddr, Worker, TICK,
+    bind_listeners, run, run_service, uring_available, CloseReason, ConnRef, DriverConfig, Handler,
+    Io, Listeners, Model, ModelKind, ModelSettings, Next, Opened, Origin, Process, UpstreamAddr,
+    Worker, TICK,
 };
 
 /// The Thrift codec ThriftSocket reads and writes with.

@@ -200,14 +200,27 @@ impl Relay {
     /// once the queue has drained to half its limit. Returns true when messages are left
     /// waiting for room (answer [`fastpath_drivers::Next::Drain`]).
     pub fn deliver(&mut self, route: usize, sock: &mut BufferedSocket<'_, '_>) -> bool {
+        let (sent, room) = (sock.sent(), sock.room());
+        self.hand_over(route, sent, room, |bytes| sock.write_all(bytes))
+    }
+
+    /// [`Relay::deliver`] for a connection that has sent `sent` bytes and has `room` left,
+    /// queueing with `write`.
+    fn hand_over(
+        &mut self,
+        route: usize,
+        sent: u64,
+        room: usize,
+        write: impl FnOnce(&[u8]),
+    ) -> bool {
         let r = &mut self.routes[route];
         r.woken = false;
-        r.confirm(sock.sent());
-        if !r.queue.is_empty() && !sock.is_full() {
+        r.confirm(sent);
+        if !r.queue.is_empty() && room > 0 {
             // All that waits goes when there is room, in one copy; otherwise what fits (a
             // message may be split between deliveries: the stream stays whole).
-            let take = r.queue.len().min(sock.room());
-            sock.write_all(&r.queue[..take]);
+            let take = r.queue.len().min(room);
+            write(&r.queue[..take]);
             r.queue.drain(..take);
             r.handed += take as u64;
         }
@@ -223,5 +236,97 @@ impl Relay {
         for conn in self.wakes.drain(..) {
             worker.wake(conn);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(n: u32) -> ConnRef {
+        ConnRef::from_raw(n, 0)
+    }
+
+    #[test]
+    fn a_destination_gets_whole_messages_in_order_and_wakes_once() {
+        let mut relay = Relay::new(1, 1 << 20);
+        let dest = conn(9);
+        relay.attach(0, dest);
+        relay.post(0, b"one", conn(1));
+        relay.post(0, b"two", conn(2));
+        assert_eq!(
+            relay.wakes,
+            vec![dest],
+            "woken once, by the attach, for both"
+        );
+        let mut out = Vec::new();
+        assert!(!relay.hand_over(0, 0, 100, |b| out.extend_from_slice(b)));
+        assert_eq!(out, b"onetwo");
+        relay.wakes.clear();
+        relay.post(0, b"three", conn(1));
+        relay.post(0, b"four", conn(2));
+        assert_eq!(relay.wakes, vec![dest], "woken once after its delivery");
+    }
+
+    #[test]
+    fn a_full_queue_makes_its_sources_wait_until_half_drained() {
+        let mut relay = Relay::new(1, 8);
+        let source = conn(1);
+        assert_eq!(relay.post(0, b"12345", source), Posted::Queued);
+        assert_eq!(relay.post(0, b"67890", source), Posted::Full);
+        relay.attach(0, conn(9));
+        relay.wakes.clear();
+        // Room for 4 bytes only: 6 stay, more than half the limit; the source still waits.
+        let mut out = Vec::new();
+        assert!(relay.hand_over(0, 0, 4, |b| out.extend_from_slice(b)));
+        assert!(relay.wakes.is_empty());
+        assert!(!relay.hand_over(0, 0, 100, |b| out.extend_from_slice(b)));
+        assert_eq!(relay.wakes, vec![source]);
+        assert_eq!(out, b"1234567890");
+    }
+
+    #[test]
+    fn a_dead_connection_counts_what_it_had_not_sent_and_never_tears_a_message() {
+        let mut relay = Relay::new(1, 1 << 20);
+        relay.attach(0, conn(9));
+        for m in [&b"aaaa"[..], b"bbbb", b"cccc", b"dddd"] {
+            relay.post(0, m, conn(1));
+        }
+        // 10 bytes handed (the third message in part), 6 taken by the kernel.
+        let mut out = Vec::new();
+        relay.hand_over(0, 0, 10, |b| out.extend_from_slice(b));
+        let lost = relay.detach(0, 6);
+        assert_eq!(
+            lost,
+            Undelivered {
+                messages: 2,
+                bytes: 4
+            },
+            "b cut short and c handed in part are lost"
+        );
+        // The next connection starts at a message boundary: d, whole.
+        relay.attach(0, conn(10));
+        let mut next = Vec::new();
+        relay.hand_over(0, 0, 100, |b| next.extend_from_slice(b));
+        assert_eq!(next, b"dddd");
+        assert_eq!(relay.detach(0, 4), Undelivered::default());
+    }
+
+    #[test]
+    fn an_unreachable_destination_gives_up_its_queue() {
+        let mut relay = Relay::new(2, 4);
+        let source = conn(1);
+        relay.post(1, b"xyz", source);
+        assert_eq!(relay.post(1, b"w", source), Posted::Full);
+        let dropped = relay.drop_queue(1);
+        assert_eq!(
+            dropped,
+            Undelivered {
+                messages: 2,
+                bytes: 4
+            }
+        );
+        assert_eq!(relay.wakes, vec![source], "the waiting source goes on");
+        assert_eq!(relay.queued(1), 0);
     }
 }

@@ -28,6 +28,17 @@ pub struct ServiceOptions {
     pub client_speaks_first: bool,
 }
 
+impl ServiceOptions {
+    /// Listening on `listen`, with the defaults for everything else (epoll, a worker per CPU);
+    /// set the other fields on the value.
+    pub fn listening(listen: Vec<SocketAddr>) -> Self {
+        ServiceOptions {
+            listen,
+            ..ServiceOptions::default()
+        }
+    }
+}
+
 impl Default for ServiceOptions {
     fn default() -> Self {
         ServiceOptions {
