@@ -1,8 +1,10 @@
 //! Integration tests: the load generator against small servers on 127.0.0.1 that answer
-//! well, refuse, reset, stall, cut bodies short or send garbage. One test binary; the
-//! modules group the tests by what they check.
+//! well, refuse, reset, stall, cut bodies short or send garbage, and the framework
+//! benchmark's peers against their protocols. One test binary; the modules group the tests
+//! by what they check.
 
 mod errors;
 mod load;
 mod output;
+mod peers;
 mod util;

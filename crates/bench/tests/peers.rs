@@ -1,0 +1,95 @@
+//! The framework benchmark's peers (bench/peers/framework: echo servers on libevent and tokio,
+//! forwarders on libevent and Apache Thrift C++) are built by their build.sh and checked
+//! against the echo and forwarder protocols by check.py, with messages encoded by the
+//! official Apache Thrift Python library. bench/framework.py measures fastpath against them,
+//! so a peer that breaks the protocol would make its figures meaningless.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Says this test cannot run here, as crates/fastpath/tests/util.rs `skip` does: on the
+/// terminal and in target/tmp/skipped-tests.txt, which .ci/run prints; under CI, which
+/// installs everything the peers need, it fails instead.
+fn skip(reason: &str) {
+    use std::io::Write as _;
+    if std::env::var_os("CI").is_some() {
+        panic!("framework peers: {reason}, and CI must run this test");
+    }
+    let line = format!("SKIPPED framework peers: {reason}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = file.write_all(line.as_bytes());
+    }
+}
+
+fn peers_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/peers/framework")
+}
+
+/// A Python that has the thrift package (Debian's python3-thrift is for /usr/bin/python3,
+/// which may not be the first python3 on the PATH).
+fn thrift_python() -> Option<&'static str> {
+    ["python3", "/usr/bin/python3"].into_iter().find(|python| {
+        Command::new(python)
+            .args(["-c", "import thrift.protocol.TBinaryProtocol"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    })
+}
+
+#[test]
+fn framework_peers_speak_the_protocols() {
+    let Some(python) = thrift_python() else {
+        skip("no python3 has the thrift package (python3-thrift)");
+        return;
+    };
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("framework-peers");
+    let build = Command::new("bash")
+        .arg(peers_dir().join("build.sh"))
+        .arg(&out)
+        .output()
+        .expect("run build.sh");
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    match build.status.code() {
+        Some(0) => {}
+        // build.sh names each missing package.
+        Some(3) => {
+            skip(stderr.trim());
+            return;
+        }
+        _ => panic!(
+            "build.sh failed ({}):\n{}{stderr}",
+            build.status,
+            String::from_utf8_lossy(&build.stdout)
+        ),
+    }
+    let check = Command::new(python)
+        .arg(peers_dir().join("check.py"))
+        .arg(&out)
+        .output()
+        .expect("run check.py");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(check.status.success(), "check.py:\n{report}");
+    // Every peer was checked: none left out by a mistake in the list.
+    for peer in [
+        "libevent_echo",
+        "tokio_echo",
+        "libevent_forward",
+        "thrift_forward",
+    ] {
+        assert!(
+            report.contains(&format!("ok   {peer}\n")),
+            "{peer} not checked:\n{report}"
+        );
+    }
+}
