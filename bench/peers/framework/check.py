@@ -8,7 +8,7 @@
     compiler into a temporary directory) reach destination key mod N (Euclidean, so negative
     keys too) byte for byte and in order; the destinations start after the forwarder, as in
     the benchmark; a malformed message closes its client (libevent_forward says why on
-    stderr) and the forwarder goes on serving others.
+    stderr) and the forwarder goes on serving others. Sequence ids are kept too.
 
 Usage: check.py BIN_DIR [--only NAME,...]. Prints one line per check; exit status 1 if any
 failed. Run by crates/bench/tests/peers.rs.
@@ -187,19 +187,28 @@ class Sinks:
 
 
 def thrift_encoder(tmp):
-    """A function (key, payload) -> the framed message the official library sends."""
+    """A function (key, payload, seqid) -> the framed message the official library sends
+    (its generated client always sends sequence id 0; a forwarder must keep any)."""
     gen = os.path.join(tmp, "gen-py")
     os.makedirs(gen, exist_ok=True)
     subprocess.run(["thrift", "--gen", "py", "-out", gen, IDL], check=True)
     sys.path.insert(0, gen)
     from forwarder import Forwarder
     from thrift.protocol import TBinaryProtocol
+    from thrift.Thrift import TMessageType
     from thrift.transport import TTransport
 
-    def encode(key, payload):
+    def encode(key, payload, seqid=0):
         buf = TTransport.TMemoryBuffer()
-        client = Forwarder.Client(TBinaryProtocol.TBinaryProtocol(TTransport.TFramedTransport(buf)))
-        client.msg(key, payload)
+        framed = TTransport.TFramedTransport(buf)
+        prot = TBinaryProtocol.TBinaryProtocol(framed)
+        if seqid == 0:
+            Forwarder.Client(prot).msg(key, payload)
+        else:
+            prot.writeMessageBegin("msg", TMessageType.ONEWAY, seqid)
+            Forwarder.msg_args(key=key, payload=payload).write(prot)
+            prot.writeMessageEnd()
+            framed.flush()
         return buf.getvalue()
 
     return encode
@@ -226,7 +235,9 @@ def check_forward(binary, tmp, encode, strict_stderr):
         for i, key in enumerate(keys * 3):
             size = sizes[i % len(sizes)]
             payload = bytes((i * 13 + j) % 256 for j in range(size)).decode("latin-1")
-            messages.append((key, encode(key, payload)))
+            # Sequence ids 0 (what the generated client sends) and others, negative included.
+            seqid = 0 if i % 2 else i * 1000003 - 2**30
+            messages.append((key, encode(key, payload, seqid)))
         expected = [bytearray() for _ in range(n)]
         for key, frame in messages:
             expected[key % n] += frame

@@ -9,6 +9,11 @@
 // with the first message for it (the destinations may start after the forwarder) and opened
 // again after it breaks; the message that met the break is reported on stderr and dropped.
 //
+// The forwarder's contract is to pass every message on byte for byte, and the generated client
+// always writes sequence id 0: so the processor notes each call's sequence id for the handler
+// and the client writes it back, with the generated argument struct (everything else is the
+// generated code's own path).
+//
 // Usage: thrift_forward PORT DEST_HOST:PORT [DEST_HOST:PORT...]   (listens on 127.0.0.1)
 
 #include <csignal>
@@ -37,16 +42,36 @@ using apache::thrift::transport::TTransportException;
 
 namespace {
 
+// ForwarderClient::send_msg with the sequence id given instead of 0.
+class SeqidClient : public ForwarderClient {
+public:
+  using ForwarderClient::ForwarderClient;
+
+  void send_msg(int32_t seqid, const int32_t key, const std::string& payload) {
+    oprot_->writeMessageBegin("msg", apache::thrift::protocol::T_ONEWAY, seqid);
+    Forwarder_msg_pargs args;
+    args.key = &key;
+    args.payload = &payload;
+    args.write(oprot_);
+    oprot_->writeMessageEnd();
+    oprot_->getTransport()->writeEnd();
+    oprot_->getTransport()->flush();
+  }
+};
+
 struct Destination {
   std::string host;
   int port;
   std::shared_ptr<TFramedTransport> transport;
-  std::unique_ptr<ForwarderClient> client;
+  std::unique_ptr<SeqidClient> client;
 };
 
 class ForwarderHandler : public ForwarderIf {
 public:
   explicit ForwarderHandler(std::vector<Destination> dests) : dests_(std::move(dests)) {}
+
+  // The sequence id of the call being handled (one I/O thread: no race).
+  int32_t seqid = 0;
 
   void msg(const int32_t key, const std::string& payload) override {
     const int64_t n = static_cast<int64_t>(dests_.size());
@@ -58,10 +83,10 @@ public:
         auto socket = std::make_shared<TSocket>(d.host, d.port);
         socket->setNoDelay(true);
         d.transport = std::make_shared<TFramedTransport>(socket);
-        d.client.reset(new ForwarderClient(std::make_shared<TBinaryProtocol>(d.transport)));
+        d.client.reset(new SeqidClient(std::make_shared<TBinaryProtocol>(d.transport)));
         d.transport->open();
       }
-      d.client->msg(key, payload);
+      d.client->send_msg(seqid, key, payload);
     } catch (const TTransportException& e) {
       std::cerr << "thrift_forward: destination " << d.host << ":" << d.port << ": "
                 << e.what() << "; message dropped" << std::endl;
@@ -78,6 +103,24 @@ public:
 
 private:
   std::vector<Destination> dests_;
+};
+
+// The generated processor, noting each call's sequence id for the handler.
+class SeqidProcessor : public ForwarderProcessor {
+public:
+  explicit SeqidProcessor(std::shared_ptr<ForwarderHandler> handler)
+    : ForwarderProcessor(handler), handler_(std::move(handler)) {}
+
+protected:
+  bool dispatchCall(apache::thrift::protocol::TProtocol* iprot,
+                    apache::thrift::protocol::TProtocol* oprot, const std::string& fname,
+                    int32_t seqid, void* callContext) override {
+    handler_->seqid = seqid;
+    return ForwarderProcessor::dispatchCall(iprot, oprot, fname, seqid, callContext);
+  }
+
+private:
+  std::shared_ptr<ForwarderHandler> handler_;
 };
 
 bool parse_port(const std::string& s, int* port) {
@@ -116,7 +159,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   auto handler = std::make_shared<ForwarderHandler>(std::move(dests));
-  auto processor = std::make_shared<ForwarderProcessor>(handler);
+  auto processor = std::make_shared<SeqidProcessor>(handler);
   auto socket = std::make_shared<TNonblockingServerSocket>("127.0.0.1", port);
   TNonblockingServer server(processor, std::make_shared<TBinaryProtocolFactory>(), socket);
   server.setNumIOThreads(1);
