@@ -10,6 +10,11 @@
  * are parsed; the payload is never copied into the program, the frame moves between
  * evbuffers. A malformed message closes its client with a line on stderr.
  *
+ * Clients are read with one read(2) of up to 64 KiB straight into their input evbuffer
+ * (evbuffer_reserve_space) per readable event: libevent 2.1's own buffered reads
+ * (bufferevents, evbuffer_read) take at most 4 KiB per call. Destinations are bufferevents,
+ * whose writes have no such limit.
+ *
  * Usage: libevent_forward PORT DEST [DEST...]   (listens on 127.0.0.1; DEST is HOST:PORT)
  *
  * Backpressure: when a destination has more than DEST_HIGH bytes waiting, no client is read
@@ -25,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -32,6 +38,7 @@
 #include <event2/listener.h>
 
 #define MAX_FRAME (16 * 1024 * 1024)
+#define READ_MAX (64 * 1024)
 #define DEST_HIGH (4 * 1024 * 1024)
 #define DEST_LOW (1024 * 1024)
 #define T_I32 8
@@ -47,7 +54,9 @@ struct dest {
 };
 
 struct client {
-    struct bufferevent *bev;
+    evutil_socket_t fd;
+    struct event *rd;
+    struct evbuffer *in;
     struct client *prev, *next;
     char peer[64];
 };
@@ -71,7 +80,9 @@ static void free_client(struct client *c) {
         clients = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    bufferevent_free(c->bev);
+    event_free(c->rd);
+    evbuffer_free(c->in);
+    evutil_closesocket(c->fd);
     free(c);
 }
 
@@ -82,14 +93,14 @@ static void set_blocked(struct dest *d, int over) {
     blocked += over ? 1 : -1;
     if (over && blocked == 1) {
         for (struct client *c = clients; c; c = c->next)
-            bufferevent_disable(c->bev, EV_READ);
+            event_del(c->rd);
     } else if (!over && blocked == 0) {
         /* Frames may be waiting in the input buffers already: forward them now, as no new
          * data may come to trigger a read callback. */
         struct client *c = clients;
         while (c) {
             struct client *next = c->next;
-            bufferevent_enable(c->bev, EV_READ);
+            event_add(c->rd, NULL);
             process(c);
             if (blocked)
                 break;
@@ -186,7 +197,7 @@ static const char *parse_key(const unsigned char *p, size_t have, uint32_t frame
 }
 
 static int forward_one(struct client *c) {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *in = c->in;
     size_t len = evbuffer_get_length(in);
     unsigned char lenbuf[4];
     if (len < 4)
@@ -238,20 +249,30 @@ static void process(struct client *c) {
     }
 }
 
-static void client_read(struct bufferevent *bev, void *arg) {
-    (void)bev;
-    process(arg);
-}
-
-static void client_event(struct bufferevent *bev, short what, void *arg) {
+static void client_readable(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
     struct client *c = arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        size_t left = evbuffer_get_length(bufferevent_get_input(bev));
-        if (left && !blocked)
+    struct evbuffer_iovec vec;
+    if (evbuffer_reserve_space(c->in, READ_MAX, &vec, 1) != 1) {
+        fprintf(stderr, "libevent_forward: out of memory\n");
+        free_client(c);
+        return;
+    }
+    ssize_t n = read(fd, vec.iov_base, vec.iov_len);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        /* Whole frames were forwarded as they came: what is left is a frame cut short. */
+        size_t left = evbuffer_get_length(c->in);
+        if (left)
             fprintf(stderr, "libevent_forward: client %s: closed inside a frame (%zu bytes)\n",
                     c->peer, left);
         free_client(c);
+        return;
     }
+    vec.iov_len = (size_t)n;
+    evbuffer_commit_space(c->in, &vec, 1);
+    process(c);
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -262,14 +283,21 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct client *c = calloc(1, sizeof *c);
-    struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!c || !bev) {
+    if (c) {
+        c->fd = fd;
+        c->in = evbuffer_new();
+        c->rd = event_new(base, fd, EV_READ | EV_PERSIST, client_readable, c);
+    }
+    if (!c || !c->in || !c->rd) {
         fprintf(stderr, "libevent_forward: out of memory\n");
-        free(c);
-        if (bev)
-            bufferevent_free(bev);
-        else
-            evutil_closesocket(fd);
+        if (c) {
+            if (c->in)
+                evbuffer_free(c->in);
+            if (c->rd)
+                event_free(c->rd);
+            free(c);
+        }
+        evutil_closesocket(fd);
         return;
     }
     if (sa->sa_family == AF_INET) {
@@ -280,13 +308,12 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     } else {
         snprintf(c->peer, sizeof c->peer, "fd %d", (int)fd);
     }
-    c->bev = bev;
     c->next = clients;
     if (clients)
         clients->prev = c;
     clients = c;
-    bufferevent_setcb(bev, client_read, NULL, client_event, c);
-    bufferevent_enable(bev, blocked ? EV_WRITE : EV_READ | EV_WRITE);
+    if (!blocked)
+        event_add(c->rd, NULL);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg) {
