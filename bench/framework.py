@@ -22,8 +22,9 @@ clients built in here instead (far slower: they check the peers and this script,
 figures say nothing about the servers).
 
 Usage: bench/framework.py [--quick] [--out FILE.md] [--json FILE] [--client fastpath|python]
-[--duration SECONDS] [--tables echo,forward] [--no-build]; FASTPATH_BIN selects the binary
-(otherwise target/release/fastpath, built first). Only the Python standard library is used.
+[--duration SECONDS] [--tables echo,forward] [--no-build] [--peers-only]; FASTPATH_BIN selects
+the binary (otherwise target/release/fastpath, built first). Only the Python standard library
+is used. crates/bench/tests/peers.rs runs `--quick --client python --peers-only`.
 """
 
 import argparse
@@ -37,6 +38,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -523,7 +525,8 @@ def versions(args):
     return {"kernel": platform.release(), "cpu": cpu, "cpus": os.cpu_count(),
             "libevent": out(["pkg-config", "--modversion", "libevent"]),
             "thrift": out(["thrift", "--version"]), "tokio": tokio,
-            "fastpath": out([args.fastpath, "--version"]), "client": args.client}
+            "fastpath": out([args.fastpath, "--version"]) if args.fastpath else "-",
+            "client": args.client}
 
 
 def main():
@@ -541,6 +544,9 @@ def main():
     ap.add_argument("--peers", default=os.path.join(REPO, "target", "peers"),
                     help="where build.sh puts the peers")
     ap.add_argument("--no-build", action="store_true", help="use the peers already built")
+    ap.add_argument("--peers-only", action="store_true",
+                    help="leave fastpath's rows out (with --client python, no fastpath binary "
+                    "is needed: the test of this script runs so)")
     ap.add_argument("--out", help="write the Markdown tables to this file too")
     ap.add_argument("--json", help="write every figure here (default: --out with .json, "
                     "else target/framework.json)")
@@ -556,31 +562,36 @@ def main():
     if subprocess.run(["taskset", "-c", str(CLIENT_CPU), "true"]).returncode != 0:
         raise SystemExit(f"taskset cannot pin to CPU {CLIENT_CPU}: two CPUs are needed")
 
-    args.fastpath = os.environ.get("FASTPATH_BIN") or os.path.join(REPO, "target/release/fastpath")
-    if not os.environ.get("FASTPATH_BIN"):
-        subprocess.run(["cargo", "build", "--release", "-p", "fastpath"], cwd=REPO, check=True)
+    args.fastpath = None
+    if not (args.peers_only and args.client == "python"):
+        args.fastpath = (os.environ.get("FASTPATH_BIN")
+                         or os.path.join(REPO, "target/release/fastpath"))
+        if not os.environ.get("FASTPATH_BIN"):
+            subprocess.run(["cargo", "build", "--release", "-p", "fastpath"], cwd=REPO,
+                           check=True)
     if not args.no_build:
         r = subprocess.run(["bash", os.path.join(PEERS_SRC, "build.sh"), args.peers])
         if r.returncode != 0:
             raise SystemExit("bench/peers/framework/build.sh failed (see above)")
-    args.root = root_flag(args.fastpath)
+    have = (lambda *words: has_subcommand(args.fastpath, *words)) if args.fastpath else (
+        lambda *words: False)
+    args.root = root_flag(args.fastpath) if args.fastpath else []
     args.fastpath_model = ["--model", args.model] if args.model else []
-    args.fastpath_echo = has_subcommand(args.fastpath, "echo")
-    args.fastpath_forward = has_subcommand(args.fastpath, "forward")
-    bench_modes = (has_subcommand(args.fastpath, "bench", "echo")
-                   and has_subcommand(args.fastpath, "bench", "thrift"))
+    args.fastpath_echo = not args.peers_only and have("echo")
+    args.fastpath_forward = not args.peers_only and have("forward")
+    bench_modes = have("bench", "echo") and have("bench", "thrift")
     if args.client is None:
         args.client = "fastpath" if bench_modes else "python"
     if args.client == "fastpath" and not bench_modes:
         raise SystemExit(f"{args.fastpath} has no `bench echo` / `bench thrift`: "
                          "use --client python")
     for sub, there in (("echo", args.fastpath_echo), ("forward", args.fastpath_forward)):
-        if not there:
+        if not there and not args.peers_only:
             log(f"{args.fastpath} has no `{sub}` subcommand: its rows are left out")
     log(f"load generator: {args.client}")
 
-    tmp = os.path.join(REPO, "target", "framework-tmp")
-    os.makedirs(tmp, exist_ok=True)
+    tmp_dir = tempfile.TemporaryDirectory(prefix="framework-")
+    tmp = tmp_dir.name
     started = datetime.datetime.now(datetime.timezone.utc)
     results = {"started": started.isoformat(timespec="seconds"), "versions": versions(args),
                "duration_s": args.duration, "quick": args.quick, "rows": []}
@@ -607,6 +618,7 @@ def main():
     with open(json_path, "w") as f:
         json.dump(results, f, indent=1)
     log(f"figures in {json_path}")
+    tmp_dir.cleanup()
     failed = [r for r in results["rows"] if "failed" in r]
     return 1 if failed else 0
 
