@@ -75,8 +75,12 @@ fn main() -> ExitCode {
                             let _ = serve(stream, plain).await;
                         });
                     }
-                    // EMFILE and the like: report, keep accepting.
-                    Err(e) => eprintln!("tokio_echo: accept: {e}"),
+                    // EMFILE and the like: report, and give connections time to close
+                    // instead of spinning on the error.
+                    Err(e) => {
+                        eprintln!("tokio_echo: accept: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
                 },
                 _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
             }
