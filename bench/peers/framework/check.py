@@ -8,7 +8,8 @@
     compiler into a temporary directory) reach destination key mod N (Euclidean, so negative
     keys too) byte for byte and in order; the destinations start after the forwarder, as in
     the benchmark; a malformed message closes its client (libevent_forward says why on
-    stderr) and the forwarder goes on serving others. Sequence ids are kept too.
+    stderr, precisely: each way a message can be wrong is tried) and the forwarder goes on
+    serving others. Sequence ids are kept too.
 
 Usage: check.py BIN_DIR [--only NAME,...]. Prints one line per check; exit status 1 if any
 failed. Run by crates/bench/tests/peers.rs.
@@ -221,6 +222,43 @@ def describe_mismatch(got, want):
     return f"byte {at} differs"
 
 
+def expect_closed(port, data, what):
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as bad:
+        bad.sendall(data)
+        try:
+            closed = bad.recv(1) == b""
+        except ConnectionResetError:
+            closed = True
+        except socket.timeout:
+            closed = False
+    if not closed:
+        raise CheckFailed(f"{what} did not close its client")
+
+
+def malformed_cases():
+    """(frame, what libevent_forward says about it) for each way a message can be wrong."""
+    def frame(body):
+        return struct.pack(">I", len(body)) + body
+
+    def head(name=b"msg", mtype=4):
+        return struct.pack(">II", 0x80010000 | mtype, len(name)) + name + b"\0\0\0\0"
+
+    key = b"\x08\x00\x01\0\0\0\1\0"
+    return [
+        (frame(b""), "frame too short for a message header"),
+        (frame(b"\x80\x01\x00\x04"), "frame too short for a message header"),
+        (struct.pack(">I", 0x7fffffff) + b"x" * 16, "frame larger than 16 MiB"),
+        (frame(b"\x00\x00\x00\x03msg\x04\0\0\0\0" + key),
+         "not a strict binary protocol message header"),
+        (frame(head(mtype=2) + key), "message type is neither call nor oneway"),
+        (frame(b"\x80\x01\x00\x04\xff\xff\xff\xff" + b"\0" * 12),
+         "method name length out of the frame"),
+        (frame(head() + b"\x08\x00"), "frame ends before the key"),
+        (frame(head(b"nope") + key), "method is not msg"),
+        (frame(head() + b"\x0b\x00\x02\0\0\0\0\0"), "first field is not 1: i32 key"),
+    ]
+
+
 def check_forward(binary, tmp, encode, strict_stderr):
     n = 3
     sinks = Sinks(n)
@@ -254,21 +292,20 @@ def check_forward(binary, tmp, encode, strict_stderr):
                 raise CheckFailed(f"destination {i}: {describe_mismatch(got[i], expected[i])}")
 
         # A malformed message: a frame with an unknown protocol version (0x8002) in its header.
-        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as bad:
-            body = (b"\x80\x02\x00\x04" + b"\x00\x00\x00\x03msg" + b"\x00" * 4
-                    + b"\x08\x00\x01" + b"\x00" * 5)
-            bad.sendall(struct.pack(">I", len(body)) + body)
-            bad.settimeout(TIMEOUT)
-            try:
-                closed = bad.recv(1) == b""
-            except ConnectionResetError:
-                closed = True
-            except socket.timeout:
-                closed = False
-            if not closed:
-                raise CheckFailed("a malformed message did not close its client")
-        if strict_stderr and "closing it" not in peer.stderr():
-            raise CheckFailed(f"nothing on stderr about the malformed message: {peer.stderr()!r}")
+        body = (b"\x80\x02\x00\x04" + b"\x00\x00\x00\x03msg" + b"\x00" * 4
+                + b"\x08\x00\x01" + b"\x00" * 5)
+        expect_closed(port, struct.pack(">I", len(body)) + body, "an unknown protocol version")
+        if strict_stderr:
+            if "not a strict binary protocol message header; closing it" not in peer.stderr():
+                raise CheckFailed(f"stderr does not say why it closed: {peer.stderr()!r}")
+            # Every other way a message can be wrong, each with its own message.
+            for data, says in malformed_cases():
+                expect_closed(port, data, f"a message where {says}")
+                deadline = time.time() + TIMEOUT
+                while f"{says}; closing it" not in peer.stderr() and time.time() < deadline:
+                    time.sleep(0.02)
+                if f"{says}; closing it" not in peer.stderr():
+                    raise CheckFailed(f"stderr does not say {says!r}: {peer.stderr()!r}")
         if not peer.alive():
             raise CheckFailed(f"exited after a malformed message: {peer.stderr()!r}")
 
