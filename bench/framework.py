@@ -605,6 +605,12 @@ def main():
         title = ("Echo (round trip per message)" if kind == "echo"
                  else "Thrift forwarder (oneway messages, delivered)")
         text.append(f"### {title}, {conns} connections\n\n" + markdown(kind, rows))
+    text.append("MB/s: payload bytes one way. CPU µs/msg, both cores: the busy time of CPUs "
+                f"{SERVER_CPU} and {CLIENT_CPU} from /proc/stat (load generator and kernel "
+                "included) per message; server: the server's own user+system time per message "
+                "(softirq work on its behalf may be missing); server core busy: CPU "
+                f"{SERVER_CPU} not idle. fastpath runs with --workers 1; tokio's runtime sees "
+                "one CPU, so one worker. The load average before each run is in the JSON.")
     if args.client == "python":
         text.append("Load generator: the built-in Python clients, far slower than the servers: "
                     "these figures check the setup, they do not compare the servers.")
