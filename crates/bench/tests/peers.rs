@@ -2,8 +2,8 @@
 //! forwarders on libevent and Apache Thrift C++) are built by their build.sh and checked
 //! against the echo and forwarder protocols by check.py, with messages encoded by the
 //! official Apache Thrift Python library. bench/framework.py measures fastpath against them,
-//! so a peer that breaks the protocol would make its figures meaningless; its smoke run with
-//! the built-in Python clients runs here too, so the script stays working.
+//! so a peer that breaks the protocol would make its figures meaningless (the script itself
+//! is run by crates/fastpath/tests/framework_bench.rs, which has the fastpath binary).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,11 +11,10 @@ use std::sync::OnceLock;
 
 /// Says this test cannot run here, as crates/fastpath/tests/util.rs `skip` does: on the
 /// terminal and in target/tmp/skipped-tests.txt, which .ci/run prints; under CI, which
-/// installs everything the peers need, it fails instead, unless what is missing is not
-/// `installable` (a second CPU).
-fn skip(reason: &str, installable: bool) {
+/// installs everything the peers need, it fails instead.
+fn skip(reason: &str) {
     use std::io::Write as _;
-    if installable && std::env::var_os("CI").is_some() {
+    if std::env::var_os("CI").is_some() {
         panic!("framework peers: {reason}, and CI must run this test");
     }
     let line = format!("SKIPPED framework peers: {reason}\n");
@@ -46,8 +45,8 @@ fn thrift_python() -> Option<&'static str> {
     })
 }
 
-/// The peers, built once for the tests here by build.sh; None (the skip said why) when a
-/// package they need is missing.
+/// The peers, built by build.sh; None (the skip said why) when a package they need is
+/// missing.
 fn peers() -> Option<&'static Path> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
@@ -72,7 +71,7 @@ fn peers() -> Option<&'static Path> {
     match built {
         Ok(out) => Some(out),
         Err(missing) => {
-            skip(missing, true);
+            skip(missing);
             None
         }
     }
@@ -81,7 +80,7 @@ fn peers() -> Option<&'static Path> {
 #[test]
 fn framework_peers_speak_the_protocols() {
     let Some(python) = thrift_python() else {
-        skip("no python3 has the thrift package (python3-thrift)", true);
+        skip("no python3 has the thrift package (python3-thrift)");
         return;
     };
     let Some(out) = peers() else { return };
@@ -107,59 +106,5 @@ fn framework_peers_speak_the_protocols() {
             report.contains(&format!("ok   {peer}\n")),
             "{peer} not checked:\n{report}"
         );
-    }
-}
-
-/// bench/framework.py --quick with its Python clients against the peers alone: every row of
-/// both tables is there, with messages counted and no errors.
-#[test]
-fn framework_script_runs_end_to_end() {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        skip(
-            "the benchmark pins server and client to CPUs 0 and 1",
-            false,
-        );
-        return;
-    }
-    let Some(out) = peers() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/framework.py");
-    let run = Command::new("python3")
-        .arg(&script)
-        .args([
-            "--quick",
-            "--client",
-            "python",
-            "--peers-only",
-            "--no-build",
-        ])
-        .arg("--peers")
-        .arg(out)
-        .arg("--out")
-        .arg(tmp.path().join("framework.md"))
-        .output()
-        .expect("run framework.py");
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert!(run.status.success(), "framework.py:\n{report}");
-    let json: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(tmp.path().join("framework.json")).expect("framework.json"),
-    )
-    .unwrap();
-    let rows = json["rows"].as_array().unwrap();
-    // Two sizes per table: echo on libevent and tokio, forwarding on libevent and Thrift C++.
-    assert_eq!(rows.len(), 8, "{report}");
-    for row in rows {
-        assert!(row.get("failed").is_none(), "{row}");
-        assert!(row["messages_per_sec"].as_f64().unwrap() > 0.0, "{row}");
-        assert_eq!(row["errors"].as_u64(), Some(0), "{row}");
-        assert!(row["cpu_us_per_msg_server"].as_f64().is_some(), "{row}");
-    }
-    let markdown = std::fs::read_to_string(tmp.path().join("framework.md")).unwrap();
-    for server in ["libevent", "tokio", "thrift C++"] {
-        assert!(markdown.contains(&format!("| {server} |")), "{markdown}");
     }
 }

@@ -16,6 +16,7 @@ mod check;
 mod conditional;
 mod curl;
 mod framework;
+mod framework_bench;
 mod handover;
 mod handover_real;
 mod limits;
