@@ -259,16 +259,24 @@ class Server:
         self.proc = subprocess.Popen(["taskset", "-c", str(SERVER_CPU)] + argv,
                                      stdout=subprocess.DEVNULL, stderr=self.err,
                                      start_new_session=True)
-        try:
-            wait_port(port)
-        except SystemExit:
-            self.stop()
-            raise RunFailed(f"{name} does not listen on {port}: {self.stderr()[-500:]}")
-        if self.proc.poll() is not None:
-            raise RunFailed(f"{name} exited: {self.stderr()[-500:]}")
+        # Short waits in a loop, so a server that exits at once (bad arguments) fails the
+        # run at once.
+        end = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                self.err.close()
+                raise RunFailed(f"{name} exited: {self.stderr()[-500:]}")
+            try:
+                wait_port(port, timeout=0.25)
+                break
+            except SystemExit:
+                if time.monotonic() > end:
+                    self.stop()
+                    raise RunFailed(f"{name} does not listen on {port}: {self.stderr()[-500:]}")
 
     def stderr(self):
-        self.err.flush()
+        if not self.err.closed:
+            self.err.flush()
         with open(self.err_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
 
@@ -482,7 +490,8 @@ def markdown(kind, rows):
         first = f"| {fmt_size(r['size'])} |" + (f" {r['sinks']} |" if kind == "forward" else "")
         if "failed" in r:
             cells = head.count("|") - 1 - (3 if kind == "forward" else 2)
-            lines.append(f"{first} {r['server']} | failed: {r['failed'][:120]} |"
+            why = " ".join(r["failed"].split())[:120].replace("|", "/")
+            lines.append(f"{first} {r['server']} | failed: {why} |"
                          + " |" * (cells - 1))
             continue
         cells = [r["server"], num(r.get("messages_per_sec")),
