@@ -73,23 +73,33 @@
 
 pub mod cli;
 mod docroot;
+mod echo;
 mod engine;
+pub mod fwdmsg;
 mod report;
 mod response;
 mod run;
 mod stats;
+mod streams;
 mod svg;
 mod sys;
 mod target;
+mod thrift;
 
 pub use docroot::{
     apply_manifest, file_size, make_docroot, mix_target, read_manifest, Entry, CLASS_SHARE,
     FILE_SHARE, MANIFEST,
 };
+pub use echo::{render_echo, run_echo, EchoConfig, EchoErrors, EchoReport};
 pub use report::{render, render_compare, render_sweep};
 pub use response::{ParseError, Reply, ResponseParser, MAX_HEAD};
 pub use run::{run, BenchError, Config, Load, Progress};
 pub use stats::{ErrorClass, Errors, Percentiles, Report, ReportMeta, Stats, StatusClasses};
+pub use streams::Tick;
 pub use svg::{latency_chart, sweep_chart};
 pub use sys::available_cpus;
 pub use target::{read_url_list, Expect, Request, Selection, Target, TargetError, Url};
+pub use thrift::{
+    render_sinks, render_thrift, run_sinks, run_thrift, SinkCounts, SinkReport, Sinks,
+    ThriftConfig, ThriftReport,
+};
