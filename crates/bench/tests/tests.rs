@@ -5,4 +5,5 @@
 mod errors;
 mod load;
 mod output;
+mod streams;
 mod util;
