@@ -407,7 +407,8 @@ impl<'a> Worker<'a> {
         }
         if flags & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0
         {
-            self.on_readable(idx);
+            let hangup = (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+            self.on_readable(idx, flags & hangup != 0);
         }
     }
 
@@ -436,7 +437,9 @@ impl<'a> Worker<'a> {
         true
     }
 
-    fn on_readable(&mut self, idx: usize) {
+    /// Reads until the socket is drained. `hangup`: the peer's FIN (or an error) came with
+    /// this edge, so read on to the end instead of trusting a short read.
+    fn on_readable(&mut self, idx: usize, hangup: bool) {
         let mut rbuf = std::mem::take(&mut self.rbuf);
         loop {
             let fd = self.conns[idx].fd;
@@ -447,7 +450,9 @@ impl<'a> Worker<'a> {
                     break;
                 }
                 Ok(n) => {
-                    if !self.on_data(idx, &rbuf[..n]) {
+                    // A short read emptied the socket (edge-triggered: new bytes bring a new
+                    // edge), so skip the read that would only say EAGAIN.
+                    if !self.on_data(idx, &rbuf[..n]) || (n < rbuf.len() && !hangup) {
                         break;
                     }
                 }
