@@ -53,6 +53,26 @@
 //! println!("{} replies/s, p99 {} µs, {} errors", report.rps, report.latency_us.p99, report.errors.total);
 //! ```
 //!
+//! Two more modes load the non-HTTP services, on the same kind of event loop:
+//! - **`echo`** ([`run_echo`]): Slick's echo benchmark. Each connection sends its message
+//!   size (a 4-byte header, unless plain), then a message, waits for the whole echo, checks
+//!   it byte for byte and sends the next. Per message: one `send`, one `read` and a share of
+//!   an `epoll_pwait2`, nothing allocated.
+//! - **`thrift`** ([`run_thrift`]): Slick's forwarder benchmark. The generator starts the
+//!   sinks itself, then streams oneway `msg` calls ([`fwdmsg`] says what they hold) to the
+//!   forwarder as fast as TCP takes them, a 64 KiB buffer of copied and stamped messages per
+//!   send. The sinks check every byte and the order per client; after the clients stop, the
+//!   run waits (bounded) for every message, so lost, duplicated, reordered, corrupt and
+//!   misrouted are exact and all zero in a good run. One-way latency comes from the send
+//!   time in each message (CLOCK_MONOTONIC, so a sink in another process reads it too); at
+//!   full speed it is mostly the depth of the socket buffers.
+//!
+//! ```text
+//! fastpath bench echo 127.0.0.1:9000 --size 32 -c 64 -d 10s --json echo.json
+//! fastpath bench thrift 127.0.0.1:9100 --sinks 127.0.0.1:9201,127.0.0.1:9202 --payload 1024 -c 32
+//! fastpath bench thrift-sink --listen 127.0.0.1:9201,127.0.0.1:9202
+//! ```
+//!
 //! `--json` prints one [`Report`] object for a run, `{"runs": [Report...]}` for
 //! `--compare`, and `{"sweep": {"mode": "rate"|"conn-rate", "points": [Report...]}}` for
 //! `--sweep` (each point names its target and `offered_rate`). Times are µs, as
