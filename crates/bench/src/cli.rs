@@ -455,19 +455,22 @@ fn stream_progress(
     let show = !quiet && std::io::stderr().is_terminal();
     let mut last = (Duration::ZERO, 0u64);
     show.then_some(move |elapsed: Duration, v: [u64; 3]| {
+        // The first figure gets a rate; an unnamed figure is left out.
         let dt = (elapsed - last.0).as_secs_f64().max(1e-9);
-        let rate = v[1].saturating_sub(last.1) as f64 / dt;
-        last = (elapsed, v[1]);
-        eprint!(
-            "\r\x1b[K[{label}] {:>4.0}s  {} {}  {} {} ({rate:.0}/s)  {} {}",
+        let rate = v[0].saturating_sub(last.1) as f64 / dt;
+        last = (elapsed, v[0]);
+        let mut line = format!(
+            "[{label}] {:>4.0}s  {} {} ({rate:.0}/s)",
             elapsed.as_secs_f64(),
             names[0],
-            v[0],
-            names[1],
-            v[1],
-            names[2],
-            v[2]
+            v[0]
         );
+        for (name, value) in names[1..].iter().zip(&v[1..]) {
+            if !name.is_empty() {
+                line.push_str(&format!("  {name} {value}"));
+            }
+        }
+        eprint!("\r\x1b[K{line}");
     })
 }
 
@@ -492,12 +495,8 @@ fn echo(
         timeout: a.timeout,
         stop,
     };
-    // Echo shows messages as its first two figures; the sample is (messages, errors, 0).
-    let mut line = stream_progress(a.quiet, "echo", ["", "messages", "errors"]);
-    let mut adapt = line
-        .as_mut()
-        .map(|f| move |t: Duration, v: [u64; 3]| f(t, [0, v[0], v[1]]));
-    let tick: Option<Tick<'_>> = adapt.as_mut().map(|f| f as Tick<'_>);
+    let mut line = stream_progress(a.quiet, "echo", ["messages", "errors", ""]);
+    let tick: Option<Tick<'_>> = line.as_mut().map(|f| f as Tick<'_>);
     let report = run_echo(&config, tick).map_err(|e| format!("echo {}: {e}", a.addr));
     clear_progress(a.quiet);
     let report = report?;
@@ -534,7 +533,7 @@ fn thrift(
         drain: a.drain,
         stop,
     };
-    let mut line = stream_progress(a.quiet, "thrift", ["sent", "arrived", "bad"]);
+    let mut line = stream_progress(a.quiet, "thrift", ["arrived", "sent", "bad"]);
     let tick: Option<Tick<'_>> = line.as_mut().map(|f| f as Tick<'_>);
     let report = run_thrift(&config, tick).map_err(|e| format!("thrift {}: {e}", a.forwarder));
     clear_progress(a.quiet);

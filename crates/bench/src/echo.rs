@@ -209,7 +209,7 @@ struct Worker<'a> {
     progress: &'a [AtomicU64; 2],
 }
 
-/// Runs the echo load; `tick` is called about once a second with (messages, errors).
+/// Runs the echo load; `tick` is called about once a second with (messages, errors, 0).
 pub fn run_echo(config: &EchoConfig, tick: Option<Tick<'_>>) -> io::Result<EchoReport> {
     if config.size == 0 || config.size > MAX_SIZE {
         return Err(io::Error::other(format!(

@@ -188,8 +188,8 @@ pub struct ThriftReport {
     pub clean: bool,
 }
 
-/// Runs the forwarder load; `tick` is called about once a second with (sent, delivered,
-/// errors).
+/// Runs the forwarder load; `tick` is called about once a second with the messages arrived
+/// at the sinks, sent, and arrived bad.
 pub fn run_thrift(config: &ThriftConfig, tick: Option<Tick<'_>>) -> io::Result<ThriftReport> {
     let n = config.sinks.len();
     if n == 0 {
@@ -235,7 +235,7 @@ pub fn run_thrift(config: &ThriftConfig, tick: Option<Tick<'_>>) -> io::Result<T
         let sample = || {
             let sent = sent_live.iter().map(|a| a.load(Ordering::Relaxed)).sum();
             let (arrived, bad) = sinks.live();
-            [sent, arrived, bad]
+            [arrived, sent, bad]
         };
         let clients = supervise(
             threads,
