@@ -120,6 +120,6 @@ pub use svg::{latency_chart, sweep_chart};
 pub use sys::available_cpus;
 pub use target::{read_url_list, Expect, Request, Selection, Target, TargetError, Url};
 pub use thrift::{
-    render_sinks, render_thrift, run_sinks, run_thrift, SinkCounts, SinkReport, Sinks,
-    ThriftConfig, ThriftReport,
+    render_sinks, render_thrift, run_sinks, run_thrift, SinkCounts, SinkReport, ThriftConfig,
+    ThriftReport,
 };

@@ -615,7 +615,7 @@ impl<'a> Client<'a> {
 // ---- sinks -----------------------------------------------------------------------------
 
 /// Listening sockets of the sinks, bound before the clients start, and their live counters.
-pub struct Sinks {
+pub(crate) struct Sinks {
     listeners: Vec<TcpListener>,
     addrs: Vec<SocketAddr>,
     transport: Transport,
@@ -686,7 +686,7 @@ enum Read {
 
 impl Sinks {
     /// Listens on every address (destination `i` on `addrs[i]`).
-    pub fn bind(addrs: &[SocketAddr], transport: Transport) -> io::Result<Sinks> {
+    pub(crate) fn bind(addrs: &[SocketAddr], transport: Transport) -> io::Result<Sinks> {
         let mut listeners = Vec::new();
         for a in addrs {
             let l = TcpListener::bind(a)
