@@ -507,6 +507,9 @@ fn echo(
     if let Some(path) = &a.json {
         write_json(&report, path, out)?;
     }
+    if report.messages == 0 && report.errors.total == 0 {
+        return Err("no echo came back within the run".into());
+    }
     if !report.clean() {
         return Err(format!(
             "{} errors ({} mismatched echoes, {} connections failed)",

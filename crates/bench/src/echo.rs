@@ -158,9 +158,11 @@ pub struct EchoReport {
 }
 
 impl EchoReport {
-    /// True if nothing failed.
+    /// True if echoes came back and nothing failed. A run with no echo at all is not
+    /// clean even without errors (a server that never answers within the duration, which
+    /// is shorter than the timeout).
     pub fn clean(&self) -> bool {
-        self.errors.total == 0
+        self.errors.total == 0 && self.messages > 0
     }
 }
 

@@ -176,6 +176,13 @@ fn echo_command_line_text_json_and_exit() {
     assert!(err.contains("1 mismatched"), "{err}");
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["errors"]["mismatch"], 1);
+    // A server that swallows the first 4 bytes of a plain stream never completes an echo:
+    // no error within a run shorter than the timeout, but the command still fails.
+    let argv = [
+        "bench", "echo", &a, "--size", "64", "--plain", "-c", "1", "-d", "200ms", "-q",
+    ];
+    let err = execute(&parse_args(argv).unwrap(), &mut Vec::new()).unwrap_err();
+    assert_eq!(err, "no echo came back within the run");
     // Bad sizes are refused with a reason.
     let argv = ["bench", "echo", &a, "--size", "0", "-d", "1s"];
     let err = execute(&parse_args(argv).unwrap(), &mut Vec::new()).unwrap_err();
