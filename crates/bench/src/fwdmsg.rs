@@ -16,6 +16,9 @@
 //! every byte, whatever process sent it: the frame, the header (the Thrift sequence id is
 //! the slot), the key, the payload and the STOP byte.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use fastpath_thrift::{encode_forwarder_msg, Transport};
 
 /// Bytes of the stamp at the start of every payload.
@@ -163,16 +166,55 @@ pub enum Verdict {
     Misrouted,
 }
 
+/// Largest ring a checker builds to compare messages against: beyond it (huge payloads),
+/// it computes the pattern instead.
+const MAX_CHECK_RING: usize = 64 << 20;
+
+/// The messages a checker compares against: the ring for the payload length last seen,
+/// shared by the checkers of one thread.
+#[derive(Debug)]
+struct Expected {
+    layout: Layout,
+    dests: usize,
+    /// Payload length the ring is built for (`usize::MAX`: none yet).
+    payload: usize,
+    ring: Vec<u8>,
+    /// Scratch prefix for the computed check.
+    prefix: Vec<u8>,
+}
+
+impl Expected {
+    /// Whether `wire` is, apart from the stamp, the message of `slot`.
+    fn matches(&mut self, wire: &[u8], slot: usize) -> bool {
+        let p = self.layout.prefix_len();
+        let payload = wire.len() - p - 1;
+        if payload != self.payload && ring_len(self.dests) * wire.len() <= MAX_CHECK_RING {
+            // Built once per payload length: a run uses one.
+            self.ring = self.layout.ring(self.dests, payload);
+            self.payload = payload;
+        }
+        if payload == self.payload {
+            // Two memcmp: about ten times faster than computing the pattern.
+            let msg = &self.ring[slot * wire.len()..(slot + 1) * wire.len()];
+            return wire[..p] == msg[..p] && wire[p + STAMP..] == msg[p + STAMP..];
+        }
+        let key = key_of(slot, self.dests);
+        self.layout.patch(&mut self.prefix, wire.len(), slot, key);
+        wire[..p] == self.prefix[..]
+            && wire[wire.len() - 1] == 0
+            && is_pattern(slot as u64, &wire[p + STAMP..wire.len() - 1])
+    }
+}
+
 /// The checks of one sink: which destination it is, and the last sequence number seen from
 /// each client.
 #[derive(Debug, Clone)]
 pub struct Checker {
-    layout: Layout,
+    expected: Rc<RefCell<Expected>>,
     dests: usize,
     index: usize,
     /// Per client: 1 + the highest sequence number received, 0 for none.
     next: Vec<u64>,
-    prefix: Vec<u8>,
 }
 
 impl Checker {
@@ -181,17 +223,34 @@ impl Checker {
         let layout = Layout::new(transport);
         let prefix = layout.template.clone();
         Checker {
-            layout,
+            expected: Rc::new(RefCell::new(Expected {
+                layout,
+                dests,
+                payload: usize::MAX,
+                ring: Vec::new(),
+                prefix,
+            })),
             dests,
             index,
             next: Vec::new(),
-            prefix,
+        }
+    }
+
+    /// The checker of destination `index`, sharing `other`'s expected messages (one copy
+    /// per thread instead of one per sink).
+    pub fn sharing(other: &Checker, index: usize) -> Checker {
+        Checker {
+            expected: other.expected.clone(),
+            dests: other.dests,
+            index,
+            next: Vec::new(),
         }
     }
 
     /// Checks one whole message as delimited on the wire (frame header included).
     pub fn check(&mut self, wire: &[u8]) -> Verdict {
-        let p = self.layout.prefix_len();
+        let mut expected = self.expected.borrow_mut();
+        let p = expected.layout.prefix_len();
         if wire.len() < p + STAMP + 1 {
             return Verdict::Corrupt;
         }
@@ -201,12 +260,7 @@ impl Checker {
         let sent_ns = u64::from_be_bytes(stamp[12..20].try_into().unwrap_or_default());
         let slot = (seq % ring_len(self.dests) as u64) as usize;
         let key = key_of(slot, self.dests);
-        self.layout.patch(&mut self.prefix, wire.len(), slot, key);
-        if client >= MAX_CLIENTS
-            || wire[..p] != self.prefix[..]
-            || wire[wire.len() - 1] != 0
-            || !is_pattern(slot as u64, &wire[p + STAMP..wire.len() - 1])
-        {
+        if client >= MAX_CLIENTS || !expected.matches(wire, slot) {
             return Verdict::Corrupt;
         }
         if key.rem_euclid(self.dests as i32) as usize != self.index {
@@ -306,7 +360,7 @@ mod tests {
                 for i in 0..msg.len() {
                     let mut bad = msg.clone();
                     bad[i] ^= 0x40;
-                    let v = Checker::new(transport, n, dest).check(&bad);
+                    let v = Checker::sharing(&checkers[dest], dest).check(&bad);
                     // A flipped stamp byte still names a message, but then not this one's
                     // pattern, slot or key, unless it only moved the send time.
                     let in_time = (layout.prefix_len() + 12..layout.prefix_len() + 20).contains(&i);
@@ -320,6 +374,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn huge_payloads_are_checked_without_a_ring() {
+        // 256 slots of this would be 77 MB: the checker computes the pattern instead.
+        let payload = 300_000;
+        let slot = 5;
+        let mut body = vec![0u8; payload];
+        body[4..12].copy_from_slice(&(slot as u64).to_be_bytes());
+        body[12..20].copy_from_slice(&7u64.to_be_bytes());
+        fill_pattern(slot as u64, &mut body[STAMP..]);
+        let mut msg = Vec::new();
+        encode_forwarder_msg(
+            &mut msg,
+            Transport::Framed,
+            true,
+            slot as i32,
+            key_of(slot, 1),
+            &body,
+        );
+        let mut c = Checker::new(Transport::Framed, 1, 0);
+        assert_eq!(
+            c.check(&msg),
+            Verdict::Delivered {
+                sent_ns: 7,
+                payload
+            }
+        );
+        assert!(c.expected.borrow().ring.is_empty());
+        let mut bad = msg.clone();
+        bad[200_000] ^= 1;
+        assert_eq!(
+            Checker::new(Transport::Framed, 1, 0).check(&bad),
+            Verdict::Corrupt
+        );
+        let last = msg.len() - 1;
+        msg[last] = 1; // not STOP
+        assert_eq!(
+            Checker::new(Transport::Framed, 1, 0).check(&msg),
+            Verdict::Corrupt
+        );
     }
 
     #[test]

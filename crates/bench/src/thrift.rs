@@ -744,11 +744,9 @@ impl Sinks {
                 libc::EPOLLIN as u32,
             )?;
         }
+        let first = Checker::new(self.transport, n, 0);
         let mut checkers: Vec<Option<Checker>> = (0..n)
-            .map(|s| {
-                mine.contains(&s)
-                    .then(|| Checker::new(self.transport, n, s))
-            })
+            .map(|s| mine.contains(&s).then(|| Checker::sharing(&first, s)))
             .collect();
         let decoder = Decoder::new(self.transport, Limits::default());
         let mut out = SinkOutcome::new(&self.addrs);
