@@ -164,6 +164,9 @@ pub struct ThriftReport {
     pub corrupt: u64,
     /// See [`SinkCounts`].
     pub misrouted: u64,
+    /// Everything that went wrong, one number (0 in a good run): lost, duplicated,
+    /// reordered, corrupt and misrouted messages, and failed client connections.
+    pub errors: u64,
     /// Messages delivered inside the sending window, per second.
     pub delivered_per_s: f64,
     /// Their payload bytes per second.
@@ -319,6 +322,7 @@ pub fn run_thrift(config: &ThriftConfig, tick: Option<Tick<'_>>) -> io::Result<T
         reordered: sum(|s| s.reordered),
         corrupt: sum(|s| s.corrupt),
         misrouted: sum(|s| s.misrouted),
+        errors: 0,
         delivered_per_s: sink_out.in_window as f64 / duration_s,
         payload_bytes_per_s: (sink_out.in_window * config.payload as u64) as f64 / duration_s,
         latency_us: Percentiles::from_histogram(&sink_out.latency),
@@ -335,11 +339,13 @@ pub fn run_thrift(config: &ThriftConfig, tick: Option<Tick<'_>>) -> io::Result<T
         sink_cpu_s: sink_out.cpu.as_secs_f64(),
         clean: false,
     };
-    report.clean = report.sent > 0
-        && report.lost == 0
-        && report.duplicated + report.reordered + report.corrupt + report.misrouted == 0
-        && report.conns_failed == 0
-        && report.delivered == report.sent;
+    report.errors = report.lost
+        + report.duplicated
+        + report.reordered
+        + report.corrupt
+        + report.misrouted
+        + report.conns_failed;
+    report.clean = report.sent > 0 && report.errors == 0 && report.delivered == report.sent;
     Ok(report)
 }
 

@@ -348,7 +348,7 @@ fn thrift_detects_a_duplicated_message() {
     );
     let r = run_thrift(&thrift_config(fwd, sinks, 64), None).unwrap();
     assert!(!r.clean);
-    assert_eq!((r.lost, r.duplicated), (0, 1), "{r:#?}");
+    assert_eq!((r.lost, r.duplicated, r.errors), (0, 1, 1), "{r:#?}");
     assert_eq!(r.delivered, r.sent);
 }
 
@@ -380,6 +380,7 @@ fn thrift_command_line_and_refusals() {
     assert_eq!(v["mode"], "thrift");
     assert_eq!(v["clean"], true);
     assert_eq!(v["lost"], 0);
+    assert_eq!(v["errors"], 0);
     assert_eq!(v["sinks"].as_array().unwrap().len(), 2);
     assert!(v["latency_us"]["p99"].as_f64().unwrap() > 0.0);
     // A payload too small for the stamp, and a sink address already taken.
