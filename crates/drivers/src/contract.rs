@@ -129,11 +129,25 @@ impl ConnRef {
 pub(crate) struct Requests {
     pub(crate) woken: Vec<Token>,
     pub(crate) outgoing: Vec<Outgoing>,
+    /// Kept for its allocation: the wakes already taken in [`Requests::take_woken`].
+    seen: std::collections::HashSet<Token>,
 }
 
 impl Requests {
     pub(crate) fn is_empty(&self) -> bool {
         self.woken.is_empty() && self.outgoing.is_empty()
+    }
+
+    /// The connections woken since the last time, each once, in the order they were first
+    /// woken: a relay wakes its waiting sources longest-waiting first, and that order is what
+    /// keeps one source from starving the others.
+    pub(crate) fn take_woken(&mut self) -> Vec<Token> {
+        let mut woken = std::mem::take(&mut self.woken);
+        if woken.len() > 1 {
+            self.seen.clear();
+            woken.retain(|token| self.seen.insert(*token));
+        }
+        woken
     }
 }
 

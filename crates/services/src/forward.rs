@@ -54,6 +54,11 @@ pub struct ForwardStats {
     pub refused_clients: AtomicU64,
 }
 
+/// Bytes of messages one client may forward in one call before the others get a turn: under
+/// load, a client woken when a queue has room would otherwise take all of it, again and again,
+/// while the clients behind it starve.
+const TURN_BYTES: usize = 64 * 1024;
+
 /// Where a destination's connection stands, per worker.
 #[derive(Debug, Clone, Copy, Default)]
 struct Destination {
@@ -158,10 +163,16 @@ impl Forwarder {
         let now = io.now;
         let routes = self.destinations.len() as i64;
         let mut full = false;
+        let mut turn_over = false;
+        let mut taken = 0;
         let mut bad = None;
         let decoder = self.decoder;
         let mut sock = ThriftSocket::new(BufferedSocket::new(io), &decoder);
         loop {
+            if taken >= TURN_BYTES {
+                turn_over = true;
+                break;
+            }
             let route = match sock.next() {
                 Ok(Some(message)) => match ForwarderMsg::from_message(&message) {
                     Ok(args) => (args.key as i64).rem_euclid(routes) as usize,
@@ -186,7 +197,10 @@ impl Forwarder {
                 continue;
             }
             self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-            if sock.forward(&mut self.relay, route) == Some(Posted::Full) {
+            let before = sock.buffered().peek().len();
+            let posted = sock.forward(&mut self.relay, route);
+            taken += before - sock.buffered().peek().len();
+            if posted == Some(Posted::Full) {
                 full = true;
                 break;
             }
@@ -199,6 +213,12 @@ impl Forwarder {
             return Next::Abort;
         }
         if full {
+            return Next::Wait;
+        }
+        if turn_over {
+            // The rest after the others' turn: woken again in the worker's next round.
+            let me = sock.me();
+            sock.wake(me);
             return Next::Wait;
         }
         if sock.at_end() {

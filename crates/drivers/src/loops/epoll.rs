@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::buffers::{BufferPool, Flush, FlushError};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
-use crate::loops::{Core, Env, EventLoop, Timekeeping};
+use crate::loops::{Core, Env, EventLoop, Timekeeping, WAKE_ROUNDS};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
@@ -313,7 +313,8 @@ impl<'a, H: Handler> Worker<'a, H> {
             .options
             .busy_poll
             .is_some_and(|spin| self.core.now.duration_since(self.last_event) < spin);
-        let timeout = if spinning {
+        // Wakes left for the next round: look at the kernel without waiting.
+        let timeout = if spinning || !self.core.requests.is_empty() {
             0
         } else {
             // Rounded up: a wait that ends before the deadline only costs another turn.
@@ -350,14 +351,15 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Carries out what handlers asked of the worker ([`crate::Io::wake`],
     /// [`crate::Io::connect`]), including what the calls made here ask in turn.
     fn run_requests(&mut self) {
-        while !self.core.requests.is_empty() {
+        for _ in 0..WAKE_ROUNDS {
+            if self.core.requests.is_empty() {
+                break;
+            }
             for outgoing in std::mem::take(&mut self.core.requests.outgoing) {
                 self.core.active.fetch_add(1, Ordering::Relaxed);
                 self.open(outgoing.fd, outgoing.opened);
             }
-            let mut woken = std::mem::take(&mut self.core.requests.woken);
-            woken.sort_unstable_by_key(|token| token.index);
-            woken.dedup();
+            let mut woken = self.core.requests.take_woken();
             for token in woken.drain(..) {
                 let Some(slot) = self.slots.get_mut(token) else {
                     continue;

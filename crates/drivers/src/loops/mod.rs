@@ -29,6 +29,11 @@ pub(crate) struct Env<'a> {
     pub(crate) stop: &'a AtomicBool,
 }
 
+/// Rounds of wakes ([`crate::Io::wake`]) carried out before the loop looks at the kernel
+/// again: wakes that wake others are followed a few steps, while a connection that keeps
+/// waking itself (a service taking its turn in parts) cannot keep the loop from its events.
+pub(crate) const WAKE_ROUNDS: usize = 4;
+
 /// What every loop's worker keeps besides its connections and its kernel interface.
 pub(crate) struct Core<'a> {
     pub(crate) config: &'a DriverConfig,

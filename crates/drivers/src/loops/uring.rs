@@ -73,7 +73,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
-use crate::loops::{Core, Env, EventLoop, Timekeeping};
+use crate::loops::{Core, Env, EventLoop, Timekeeping, WAKE_ROUNDS};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::peer_addr;
@@ -504,14 +504,15 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// [`crate::Io::connect`]), including what the calls made here ask in turn. A woken
     /// connection whose output the kernel is reading is called once that send completes.
     fn run_requests(&mut self) {
-        while !self.core.requests.is_empty() {
+        for _ in 0..WAKE_ROUNDS {
+            if self.core.requests.is_empty() {
+                break;
+            }
             for outgoing in std::mem::take(&mut self.core.requests.outgoing) {
                 self.core.active.fetch_add(1, Ordering::Relaxed);
                 self.open_with(outgoing.fd, outgoing.opened);
             }
-            let mut woken = std::mem::take(&mut self.core.requests.woken);
-            woken.sort_unstable_by_key(|token| token.index);
-            woken.dedup();
+            let mut woken = self.core.requests.take_woken();
             for token in woken.drain(..) {
                 let Some(c) = self
                     .slots
@@ -540,6 +541,16 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Submits every prepared request and waits for at least one completion or `until`.
     fn submit_and_wait(&mut self, until: Instant) -> io::Result<()> {
         self.push_sqes()?;
+        if !self.core.requests.is_empty() {
+            // Wakes left for the next round: take what has completed without waiting.
+            return match self.ring.submit() {
+                Ok(_) => Ok(()),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+        }
         let wait = until
             .saturating_duration_since(Instant::now())
             .max(Duration::from_micros(100));
