@@ -6,9 +6,13 @@
 //! deadline passes ([`Handler::on_timeout`]) and when the connection is gone
 //! ([`Handler::on_close`]). Each call sees the connection through an [`Io`]: the [`Input`]
 //! received and not yet consumed, the [`Output`] to queue inline bytes, shared buffers or file
-//! ranges in (sent with sendfile), the deadline, and an [`UpstreamPort`] for an outgoing
+//! ranges in (sent with sendfile), the deadline, and an [`UpstreamPort`] for a backend
 //! connection on the same loop. It answers with a [`Next`] that says what the connection waits
-//! for. The HTTP server is one such handler; every model runs the same handler code, so a
+//! for. Connections of a worker reach each other: a call may wake another connection
+//! ([`Io::wake`], by the [`ConnRef`] it kept from [`Io::me`]), a connection may wait for such a
+//! wake instead of input ([`Next::Wait`]), and a service may open outgoing connections
+//! ([`Io::connect`]) that are then served like accepted ones; the service API in
+//! `fastpath-sockets` builds on these. The HTTP server is one such handler; every model runs the same handler code, so a
 //! model is chosen by configuration without touching the protocol.
 //!
 //! The layout of the crate follows that split:
