@@ -1,5 +1,7 @@
-//! One worker's cache of whole backend responses, as TUX kept the output of
-//! its user-space modules: bytes ready to send, looked up by request.
+//! A cache of whole backend responses, as TUX kept the output of its
+//! user-space modules: bytes ready to send, looked up by request. One
+//! [`ResponseCache`] is single-threaded; [`super::SharedCache`] makes one
+//! for all the workers of a process out of several.
 //!
 //! A kept response is stored in two shared parts, the head without its
 //! closing blank line and the body, so the one field that changes from hit to
@@ -88,11 +90,12 @@ pub struct Hit {
     pub age: u64,
 }
 
-/// Per-worker cache of whole backend responses (head and body, ready to
-/// send), least recently used first out, bounded in memory and in the size of
-/// the largest response kept. Entries expire at the time given when inserted.
+/// A cache of whole backend responses (head and body, ready to send), least
+/// recently used first out, bounded in memory and in the size of the largest
+/// response kept. Entries expire at the time given when inserted. It is one
+/// shard of a [`super::SharedCache`].
 ///
-/// A hit takes no lock and copies nothing: the caller gets shared references
+/// A hit copies nothing: the caller gets shared references
 /// to the bytes, which stay valid while it sends them even if the entry is
 /// evicted meanwhile, and the current age to put between them.
 pub struct ResponseCache {
@@ -156,7 +159,15 @@ impl ResponseCache {
     /// that would not fit even in an empty cache, is not kept; any older entry
     /// under `key` is dropped all the same, since the backend has just said
     /// something newer.
+    ///
+    /// An entry fetched by a request sent after `since` is newer than this
+    /// response and stays: two fetches of one page that overlap (workers that
+    /// missed together) end in the cache keeping the later version, so no
+    /// client is served one older than a version already served.
     pub fn insert(&mut self, key: &[u8], capture: Capture, since: Instant, expires: Instant) {
+        if self.entries.peek(key).is_some_and(|e| e.since > since) {
+            return;
+        }
         self.remove(key);
         if capture.size() > self.max_response {
             return;
@@ -561,6 +572,22 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!(c.memory(), size(20) + 4 + ENTRY_OVERHEAD);
         assert!(c.get(b"long", t0).is_some());
+    }
+
+    #[test]
+    fn a_later_fetch_is_never_replaced_by_an_earlier_one() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(10);
+        let later = t0 + Duration::from_secs(60);
+        let mut c = ResponseCache::new(1 << 20, 1 << 10);
+        // The fetch sent at t1 ended first; the one sent at t0 ends after it.
+        c.insert(b"k", response(10, 2), t1, later);
+        c.insert(b"k", response(10, 1), t0, later);
+        assert_eq!(c.get(b"k", t1).unwrap().body[0], 2);
+        assert_eq!(c.memory(), cost(10));
+        // A fetch sent later still replaces it.
+        c.insert(b"k", response(10, 3), t1 + Duration::from_millis(1), later);
+        assert_eq!(c.get(b"k", t1).unwrap().body[0], 3);
     }
 
     #[test]

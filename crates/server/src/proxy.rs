@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
-use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture};
+use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture, Fill};
 use fastpath_http::{
     BodyForwarding, BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser,
     Version,
@@ -288,6 +288,9 @@ pub(crate) struct CacheSlot {
     /// When the captured response expires, and whether it varies on Accept-Encoding.
     pub expires: Option<Instant>,
     pub vary: bool,
+    /// This request's claim on the page's fetch, which others wait for: dropped with the
+    /// slot if the exchange is cut short, so the next request claims it.
+    pub fill: Option<Fill>,
 }
 
 /// The pool key of a backend address: backend and address index.
