@@ -18,9 +18,7 @@
 //! parked by the caller, which looks again on a timer, so an event loop serves
 //! its other connections meanwhile.
 
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -77,7 +75,6 @@ struct Shard {
 /// module doc). The memory budget is the whole cache's, divided among shards.
 pub struct SharedCache {
     shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
     max_response: usize,
     /// When the cache was made, and when the next sweep of expired entries is due, in
     /// milliseconds since: the workers share the sweeping.
@@ -133,7 +130,6 @@ impl SharedCache {
                     })
                 })
                 .collect(),
-            hasher: RandomState::new(),
             max_response,
             born: Instant::now(),
             next_sweep: AtomicU64::new(SWEEP_EVERY.as_millis() as u64),
@@ -141,10 +137,26 @@ impl SharedCache {
     }
 
     /// The shard of a page: every variant of it lives in the same one, so a
-    /// lookup of both its keys takes one lock.
+    /// lookup of both its keys takes one lock. Chosen from the lengths and
+    /// the last eight bytes of the host and the target, where the pages of a
+    /// site differ most (the file, the query), and not from all of them: a
+    /// hash of the whole key cost as much again as the rest of a lookup.
+    /// Pages that share a shard only take turns for its lock (and an attacker
+    /// who makes them do so gains nothing more: each shard's map has its own
+    /// keyed hash).
     fn shard_of(&self, host: &[u8], target: &[u8]) -> usize {
-        let hash = self.hasher.hash_one((host, target));
-        (hash as usize) & (self.shards.len() - 1)
+        if self.shards.len() == 1 {
+            return 0;
+        }
+        let tail = |part: &[u8]| {
+            let last = &part[part.len().saturating_sub(8)..];
+            let word = last.iter().fold(0u64, |w, &b| (w << 8) | u64::from(b));
+            word ^ ((part.len() as u64) << 56)
+        };
+        let hash = (tail(target).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ tail(host))
+            .wrapping_mul(0x517c_c1b7_2722_0a95);
+        // The top bits are the best mixed (they depend on every bit below).
+        (hash >> (64 - self.shards.len().trailing_zeros())) as usize
     }
 
     fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
@@ -543,6 +555,23 @@ mod tests {
         let (evictions, memory, entries) = cache.figures();
         assert!(memory <= 64 << 10, "{memory}");
         assert!(evictions > 0 && entries > 100, "{evictions} {entries}");
+    }
+
+    #[test]
+    fn pages_spread_over_the_shards() {
+        let cache = SharedCache::new(32 << 20, 1 << 20);
+        let mut counts = [0usize; MAX_SHARDS];
+        for i in 0..1600 {
+            counts[cache.shard_of(b"example.com", format!("/app/page/{i}").as_bytes())] += 1;
+            counts[cache.shard_of(b"example.com", format!("/app/list?page={i}").as_bytes())] += 1;
+        }
+        assert!(counts.iter().all(|&n| n > 100 && n < 300), "{counts:?}");
+        // Virtual hosts with the same paths spread too.
+        let mut counts = [0usize; MAX_SHARDS];
+        for i in 0..1600 {
+            counts[cache.shard_of(format!("site{i}.test").as_bytes(), b"/")] += 1;
+        }
+        assert!(counts.iter().all(|&n| n > 50 && n < 150), "{counts:?}");
     }
 
     #[test]
