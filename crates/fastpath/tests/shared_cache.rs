@@ -15,7 +15,8 @@ use crate::util::*;
 /// Answers `GET /PATH` with a body naming how many requests for PATH it has seen, so each
 /// fetch is a version of its own, and with freshness by path: `/page` max-age=60, `/short`
 /// max-age=1, `/flip` max-age=1 the first time and `no-store` after, `/slow` max-age=60
-/// after 300 ms, `/slow-no-store` no-store after 100 ms.
+/// after 300 ms, `/slow-no-store` no-store after 100 ms, `/slow-body` a no-store head at once
+/// and its body a second later.
 fn versions(stream: TcpStream, log: &BackendLog) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
@@ -39,6 +40,22 @@ fn versions(stream: TcpStream, log: &BackendLog) {
         match path.as_str() {
             "/app/slow" => std::thread::sleep(Duration::from_millis(300)),
             "/app/slow-no-store" => std::thread::sleep(Duration::from_millis(100)),
+            "/app/slow-body" => {
+                // The head at once, saying nothing is to be kept; the body a second later.
+                let body = "slow body\n";
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                if writer.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                if writer.write_all(body.as_bytes()).is_err() {
+                    return;
+                }
+                continue;
+            }
             _ => {}
         }
         let body = format!("{path} version {n}\n");
@@ -247,3 +264,33 @@ httptest!(expiry_and_no_store_still_invalidate, |model| {
     let took = began.elapsed();
     assert!(took < Duration::from_millis(1500), "took {took:?}");
 });
+
+httptest!(
+    waiters_go_as_soon_as_the_head_says_nothing_is_kept,
+    |model| {
+        let backend = Backend::start(versions);
+        let site = Site::new();
+        let srv = Arc::new(serve(model, &backend, &site));
+        // 20 clients at once; the first fetch's head says no-store at once, its body takes a
+        // second: the others go to the backend on that head, not after that body.
+        let clients = 20;
+        let start = Arc::new(Barrier::new(clients));
+        let began = Instant::now();
+        let threads: Vec<_> = (0..clients)
+            .map(|i| {
+                let (srv, start) = (srv.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let r = ask(&srv, "/app/slow-body", i);
+                    assert_eq!(r.text(), "slow body\n");
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let took = began.elapsed();
+        assert_eq!(fetches(&backend, "/app/slow-body"), clients);
+        assert!(took < Duration::from_millis(1800), "took {took:?}");
+    }
+);

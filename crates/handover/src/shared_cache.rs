@@ -351,9 +351,10 @@ impl Fill {
         std::mem::forget(self);
     }
 
-    /// The fetch ended whole with a response that may not be kept: requests for
-    /// the page that meet from now on go to the backend side by side for
-    /// [`PASS_FOR`] (if any waited for this one), rather than one at a time.
+    /// The fetch's response may not be kept (its head said so, or it grew too
+    /// large): the claim ends at once, and requests for the page that meet from
+    /// `now` on go to the backend side by side for [`PASS_FOR`] (if any waited
+    /// for this one), rather than one at a time.
     pub fn pass(self, now: Instant) {
         self.end(Some(now + PASS_FOR));
     }

@@ -863,6 +863,13 @@ impl Exchange {
                 // The cache keeps its own copy of the head, from the parsed one.
                 slot.capture = Capture::new(&head, self.client_version);
             }
+            if slot.capture.is_none() {
+                // Nothing will be kept: requests waiting for this fetch go to the backend
+                // now, not when this body has been relayed.
+                if let Some(fill) = slot.fill.take() {
+                    fill.pass(slot.since);
+                }
+            }
         }
         if !matches!(self.body, RequestBody::None | RequestBody::Whole(_)) {
             // The backend answered before taking the whole request body (say, 401 to an
@@ -958,8 +965,11 @@ impl Exchange {
         } else {
             let capture = self.cache.as_mut().and_then(|c| {
                 if c.capture.as_ref().is_some_and(|b| b.size() > c.max) {
-                    // Too large to keep: stop copying it.
+                    // Too large to keep: stop copying it, and let those waiting for it go.
                     c.capture = None;
+                    if let Some(fill) = c.fill.take() {
+                        fill.pass(c.since);
+                    }
                 }
                 c.capture.as_mut()
             });
