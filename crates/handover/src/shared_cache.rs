@@ -274,7 +274,7 @@ impl SharedCache {
         removed
     }
 
-    /// [`SharedCache::remove_expired`] if no worker has done it for [`SWEEP_EVERY`]: every
+    /// [`SharedCache::remove_expired`] if no worker has done it for a second: every
     /// worker may call it on its timer, and one of them walks the cache each time.
     pub fn sweep(&self, now: Instant) {
         let at = now.saturating_duration_since(self.born).as_millis() as u64;

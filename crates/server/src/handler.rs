@@ -78,7 +78,7 @@ pub(crate) struct HttpHandler {
     access_log: Option<AccessLogBuffer>,
     /// Decides what each request gets.
     router: Router,
-    /// This worker's backends and their response cache.
+    /// This worker's backends, and the response cache of the process.
     backends: Backends,
     /// Parsers not lent to any connection, boxed as connections hold them, so lending one
     /// moves a pointer rather than the parser.
