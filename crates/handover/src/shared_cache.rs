@@ -25,8 +25,10 @@ use std::time::{Duration, Instant};
 
 use super::response_cache::{cache_key, Capture, Hit, ResponseCache};
 
-/// The most shards a cache is split into: many more than the workers of a
-/// machine with a few dozen cores, so two workers rarely want the same one.
+/// The most shards a cache is split into: a hit holds its shard for tens of
+/// nanoseconds, so workers of a machine with a few dozen cores rarely want
+/// the same one at once; more would split the memory budget finer (each shard
+/// evicts on its own).
 pub const MAX_SHARDS: usize = 16;
 
 /// How long a request waits for a fetch of the same page another one claimed
@@ -177,7 +179,6 @@ impl SharedCache {
     /// request first waited, or `now`, and a request that has waited
     /// [`FILL_WAIT`] since is sent on without a claim. Without it, a miss is a
     /// [`Found::Miss`].
-    #[allow(clippy::too_many_arguments)]
     pub fn find(
         self: &Arc<Self>,
         key: &mut Vec<u8>,
