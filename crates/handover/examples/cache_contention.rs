@@ -119,7 +119,7 @@ fn main() {
                     &mut key,
                     (b"h", targets[i].as_bytes(), None),
                     now,
-                    |_| true,
+                    (|_: &fastpath_handover::Hit| true, false),
                     Some(now),
                 );
                 assert!(matches!(found, Found::Hit(_)));

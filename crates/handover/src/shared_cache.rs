@@ -172,7 +172,8 @@ impl SharedCache {
     /// Looks up the page `target` of `host` at `now`: under the key without
     /// `Accept-Encoding` first, then (for a response that varies on it) with
     /// `accept_encoding`. A hit `usable` refuses (a chunked body for an HTTP/1.0
-    /// client) is passed over. `key` is scratch space for the keys.
+    /// client) is passed over; a hit has its validators only if `validators`
+    /// (see [`ResponseCache::lookup`]). `key` is scratch space for the keys.
     ///
     /// With `claim` set (a GET that could fill the cache), a miss claims the
     /// fetch or is told to wait for one under way; `claim` is then when the
@@ -184,7 +185,7 @@ impl SharedCache {
         key: &mut Vec<u8>,
         (host, target, accept_encoding): (&[u8], &[u8], Option<&[u8]>),
         now: Instant,
-        usable: impl Fn(&Hit) -> bool,
+        (usable, validators): (impl Fn(&Hit) -> bool, bool),
         claim: Option<Instant>,
     ) -> Found {
         let index = self.shard_of(host, target);
@@ -192,7 +193,7 @@ impl SharedCache {
         let mut stored = false;
         for with_encoding in [None, accept_encoding] {
             cache_key(key, host, target, with_encoding);
-            if let Some(hit) = shard.cache.get(key, now) {
+            if let Some(hit) = shard.cache.lookup(key, now, validators) {
                 if usable(&hit) {
                     return Found::Hit(hit);
                 }
@@ -421,24 +422,24 @@ mod tests {
         let t0 = Instant::now();
         let mut key = Vec::new();
         let any = |_: &Hit| true;
-        let Found::Fill(fill) = cache.find(&mut key, PAGE, t0, any, Some(t0)) else {
+        let Found::Fill(fill) = cache.find(&mut key, PAGE, t0, (any, false), Some(t0)) else {
             panic!("the first miss does not claim the fetch");
         };
         for _ in 0..20 {
             assert!(matches!(
-                cache.find(&mut key, PAGE, t0, any, Some(t0)),
+                cache.find(&mut key, PAGE, t0, (any, false), Some(t0)),
                 Found::Wait
             ));
         }
         // A HEAD (no claim) never waits.
         assert!(matches!(
-            cache.find(&mut key, PAGE, t0, any, None),
+            cache.find(&mut key, PAGE, t0, (any, false), None),
             Found::Miss
         ));
         // Another page is not held up.
         let other = (&b"h"[..], &b"/q"[..], None);
         assert!(matches!(
-            cache.find(&mut key, other, t0, any, Some(t0)),
+            cache.find(&mut key, other, t0, (any, false), Some(t0)),
             Found::Fill(_)
         ));
         fill.keep(
@@ -448,7 +449,10 @@ mod tests {
             t0,
             t0 + Duration::from_secs(60),
         );
-        assert_eq!(body(cache.find(&mut key, PAGE, t0, any, Some(t0))), "v1");
+        assert_eq!(
+            body(cache.find(&mut key, PAGE, t0, (any, false), Some(t0))),
+            "v1"
+        );
     }
 
     #[test]
@@ -457,27 +461,27 @@ mod tests {
         let t0 = Instant::now();
         let mut key = Vec::new();
         let any = |_: &Hit| true;
-        let first = cache.find(&mut key, PAGE, t0, any, Some(t0));
+        let first = cache.find(&mut key, PAGE, t0, (any, false), Some(t0));
         assert!(matches!(first, Found::Fill(_)));
         drop(first);
-        let Found::Fill(second) = cache.find(&mut key, PAGE, t0, any, Some(t0)) else {
+        let Found::Fill(second) = cache.find(&mut key, PAGE, t0, (any, false), Some(t0)) else {
             panic!("a given-up claim still holds");
         };
         assert!(matches!(
-            cache.find(&mut key, PAGE, t0, any, Some(t0)),
+            cache.find(&mut key, PAGE, t0, (any, false), Some(t0)),
             Found::Wait
         ));
         // Unkept after others waited: they go side by side for a while.
         second.pass(t0);
         for _ in 0..3 {
             assert!(matches!(
-                cache.find(&mut key, PAGE, t0, any, Some(t0)),
+                cache.find(&mut key, PAGE, t0, (any, false), Some(t0)),
                 Found::Miss
             ));
         }
         let after = t0 + PASS_FOR;
         assert!(matches!(
-            cache.find(&mut key, PAGE, after, any, Some(after)),
+            cache.find(&mut key, PAGE, after, (any, false), Some(after)),
             Found::Fill(_)
         ));
     }
@@ -488,26 +492,26 @@ mod tests {
         let t0 = Instant::now();
         let mut key = Vec::new();
         let any = |_: &Hit| true;
-        let first = cache.find(&mut key, PAGE, t0, any, Some(t0));
+        let first = cache.find(&mut key, PAGE, t0, (any, false), Some(t0));
         let almost = t0 + FILL_WAIT - Duration::from_millis(1);
         assert!(matches!(
-            cache.find(&mut key, PAGE, almost, any, Some(t0)),
+            cache.find(&mut key, PAGE, almost, (any, false), Some(t0)),
             Found::Wait
         ));
         // A claim that old no longer holds anyone back.
         let late = t0 + FILL_WAIT;
-        let Found::Fill(second) = cache.find(&mut key, PAGE, late, any, Some(late)) else {
+        let Found::Fill(second) = cache.find(&mut key, PAGE, late, (any, false), Some(late)) else {
             panic!("a lapsed claim still holds");
         };
         // The first fetch ending late does not end the claim that replaced it.
         drop(first);
         assert!(matches!(
-            cache.find(&mut key, PAGE, late, any, Some(late)),
+            cache.find(&mut key, PAGE, late, (any, false), Some(late)),
             Found::Wait
         ));
         // A request that has waited FILL_WAIT goes on its own, whoever holds the claim.
         assert!(matches!(
-            cache.find(&mut key, PAGE, late, any, Some(t0)),
+            cache.find(&mut key, PAGE, late, (any, false), Some(t0)),
             Found::Miss
         ));
         drop(second);
@@ -528,7 +532,7 @@ mod tests {
         );
         let none = |_: &Hit| false;
         assert!(matches!(
-            cache.find(&mut key, PAGE, t0, none, Some(t0)),
+            cache.find(&mut key, PAGE, t0, (none, false), Some(t0)),
             Found::Miss
         ));
         assert_eq!(cache.figures().2, 1);
@@ -583,7 +587,9 @@ mod tests {
         let filler = Arc::clone(&cache);
         std::thread::spawn(move || {
             let mut key = Vec::new();
-            let Found::Fill(fill) = filler.find(&mut key, PAGE, t0, |_| true, Some(t0)) else {
+            let Found::Fill(fill) =
+                filler.find(&mut key, PAGE, t0, (|_: &Hit| true, false), Some(t0))
+            else {
                 panic!("no claim");
             };
             fill.keep(
@@ -598,7 +604,7 @@ mod tests {
         .unwrap();
         let mut key = Vec::new();
         assert_eq!(
-            body(cache.find(&mut key, PAGE, t0, |_| true, Some(t0))),
+            body(cache.find(&mut key, PAGE, t0, (|_: &Hit| true, false), Some(t0))),
             "v1"
         );
     }

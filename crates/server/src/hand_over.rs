@@ -335,10 +335,16 @@ impl Backends {
         // sent the backend's answer, dechunked.
         let usable =
             |hit: &fastpath_handover::Hit| !hit.chunked || answer.version == Version::Http11;
-        let hit = match self
-            .cache
-            .find(&mut self.cache_key, page, sink.now, usable, claim)
-        {
+        // Validators are looked at only for a conditional request.
+        let conditional = request.header("if-none-match").is_some()
+            || request.header("if-modified-since").is_some();
+        let hit = match self.cache.find(
+            &mut self.cache_key,
+            page,
+            sink.now,
+            (usable, conditional),
+            claim,
+        ) {
             Found::Hit(hit) => hit,
             other => return Err(other),
         };
