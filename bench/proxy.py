@@ -10,6 +10,8 @@ One run, on this machine's two cores:
   * for each proxy: replies/s, p50 and p99 latency, the proxy's own CPU time per request
     (user+sys of its whole process tree from /proc, over the measured run), and CPU 0's
     busy time per request (network work the kernel does while the proxy sleeps included);
+  * the same for fastpath with its backend response cache on, asking for a copy of the file
+    the backend marks `Cache-Control: max-age=600`: the CPU per request of a cache hit;
   * then the isolation check: fastpath's static requests/s alone, and again while 64
     connections wait on a backend that takes a second to answer each request.
 
@@ -42,7 +44,8 @@ NGINX_BACKEND = """daemon off; master_process off; worker_processes 1; pid {work
 error_log {work}/backend.err warn; worker_rlimit_nofile 20000;
 events {{ worker_connections 8192; }}
 http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
-  open_file_cache max=100; server {{ listen 127.0.0.1:{port} backlog=4096; root {root}; }} }}
+  open_file_cache max=100; server {{ listen 127.0.0.1:{port} backlog=4096; root {root};
+    location /app/cached/ {{ expires 600s; }} }} }}
 """
 
 NGINX_PROXY = """daemon off; master_process off; worker_processes 1; pid {work}/proxy.pid;
@@ -63,7 +66,7 @@ access = "off"
 name = "app"
 addresses = "127.0.0.1:{backend}"
 max_connections = 1024
-cache = false
+cache = {cache}
 [[route]]
 backend = "app"
 prefix = "/app/"
@@ -183,9 +186,12 @@ def main():
     work = tempfile.mkdtemp(prefix="fastpath-proxy.")
     os.chmod(work, 0o755)
     root = os.path.join(work, "www")
-    os.makedirs(os.path.join(root, "app"))
+    os.makedirs(os.path.join(root, "app", "cached"))
     with open(os.path.join(root, "app", "1k.bin"), "wb") as f:
         f.write(os.urandom(1024))
+    # The same answer marked cacheable (Cache-Control: max-age=600), for the rows where
+    # fastpath answers from its backend response cache.
+    shutil.copy(os.path.join(root, "app", "1k.bin"), os.path.join(root, "app", "cached", "1k.bin"))
     with open(os.path.join(root, "static.bin"), "wb") as f:
         f.write(os.urandom(1024))
     procs = []
@@ -206,7 +212,10 @@ def main():
 
         start(["nginx", "-c", write("backend.conf", NGINX_BACKEND.format(
             work=work, port=PORTS["backend"], root=root))], 1, PORTS["backend"])
-        config = write("fastpath.toml", FASTPATH_PROXY.format(root=root, backend=PORTS["backend"]))
+        config = write("fastpath.toml", FASTPATH_PROXY.format(
+            root=root, backend=PORTS["backend"], cache="false"))
+        cached_config = write("cached.toml", FASTPATH_PROXY.format(
+            root=root, backend=PORTS["backend"], cache="true"))
         # Every proxy runs at once on CPU 0 (an idle one costs nothing), and the rounds take
         # them in turn, so a drift of the machine over the run touches all of them alike.
         targets = {}
@@ -222,6 +231,20 @@ def main():
                               "--listen", f"127.0.0.1:{port}"] + root_flag(base_bin), 0, port)
                 targets[f"fastpath (base) {model}"] = (
                     base.pid, f"http://127.0.0.1:{port}/app/1k.bin")
+        # Answers from the backend response cache: every request after the first is a hit.
+        for i, model in enumerate(models):
+            port = PORTS["fastpath"] + 30 + i
+            fp = start([binary, "serve", "--config", cached_config, "--model", model,
+                        "--listen", f"127.0.0.1:{port}"] + root_flag(binary), 0, port)
+            targets[f"fastpath {model}, cache hits"] = (
+                fp.pid, f"http://127.0.0.1:{port}/app/cached/1k.bin")
+            if args.baseline_bin:
+                port += len(models)
+                base_bin = os.path.abspath(args.baseline_bin)
+                base = start([base_bin, "serve", "--config", cached_config, "--model", model,
+                              "--listen", f"127.0.0.1:{port}"] + root_flag(base_bin), 0, port)
+                targets[f"fastpath (base) {model}, cache hits"] = (
+                    base.pid, f"http://127.0.0.1:{port}/app/cached/1k.bin")
         ng = start(["nginx", "-c", write("proxy.conf", NGINX_PROXY.format(
             work=work, port=PORTS["nginx"], backend=PORTS["backend"]))], 0, PORTS["nginx"])
         targets["nginx"] = (ng.pid, f"http://127.0.0.1:{PORTS['nginx']}/app/1k.bin")
@@ -234,7 +257,8 @@ def main():
         # Isolation: static speed alone, then with 64 requests parked on a slow backend.
         threading.Thread(target=slow_backend, args=(PORTS["slow"], stop), daemon=True).start()
         wait_port(PORTS["slow"])
-        iso_conf = write("iso.toml", FASTPATH_PROXY.format(root=root, backend=PORTS["slow"]))
+        iso_conf = write("iso.toml", FASTPATH_PROXY.format(
+            root=root, backend=PORTS["slow"], cache="false"))
         iso = start([binary, "serve", "--config", iso_conf, "--listen", "127.0.0.1:18255"]
                     + root_flag(binary), 0, 18255)
         alone = measure(binary, iso.pid, "http://127.0.0.1:18255/static.bin", args.duration)
@@ -257,7 +281,8 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     n = results["nginx"]
-    best = min((k for k in results if k != "nginx" and "(base)" not in k),
+    best = min((k for k in results
+                if k != "nginx" and "(base)" not in k and "cache hits" not in k),
                key=lambda k: results[k]["cpu_us"])
     f = results[best]
     lines = [
@@ -269,7 +294,9 @@ def main():
         "`fastpath bench -c 64` on CPU 1. Process CPU is the proxy's own user+sys per request; "
         "core CPU is everything that kept CPU 0 from idling, per request (from /proc/stat's "
         "idle time), which also counts the kernel's network work done for the proxy while "
-        "it slept.",
+        "it slept. The cache-hit rows ask fastpath, with `cache = true`, for the same file "
+        "marked `Cache-Control: max-age=600` by the backend: every answer but the first comes "
+        "from its backend response cache (nginx's row is proxied, without `proxy_cache`).",
         "",
         "| proxy | replies/s | p50 | p99 | process CPU µs/request | ÷ nginx | core CPU µs/request "
         "| ÷ nginx | errors |",

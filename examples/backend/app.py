@@ -6,7 +6,8 @@ application (see examples/demo.toml). It answers:
   /app/hello            a dynamic HTML page (time, client address as the backend sees it)
   /app/echo             the request as the backend received it, as JSON (method, path,
                         query, headers, body length): what the integration tests check
-  /app/cached           a page marked `Cache-Control: public, max-age=60`
+  /app/cached?ms=N      a page marked `Cache-Control: public, max-age=60`, made in N
+                        milliseconds (0 if not given), naming when it was made
   /app/slow?ms=N        answers after N milliseconds
   /app/big?n=N          N bytes of body, streamed in chunks (no Content-Length)
   /app/status?code=N    an empty answer with that status
@@ -60,6 +61,7 @@ def application(environ, start_response):
                                   ("Content-Length", str(len(answer)))])
         return [answer]
     if path == "/app/cached":
+        time.sleep(int(query.get("ms", "0")) / 1000)
         body = f"cached at {time.time()}\n".encode()
         start_response("200 OK", [("Content-Type", "text/plain"),
                                   ("Cache-Control", "public, max-age=60"),

@@ -251,7 +251,13 @@ fn check_says_what_a_model_does_differently() {
         (
             "root = \"root\"\nmodel = \"threads\"\n[threads]\nthreads = 64\nmax_active = 2\n"
                 .to_owned(),
-            "keeps its caches per thread: each of up to 64",
+            "keeps its content cache per thread: each of up to 64",
+        ),
+        (
+            "root = \"root\"\nmodel = \"prefork\"\n[prefork]\nmax_children = 8\n[handover]\ncache_memory = \"8m\"\n"
+                .to_owned(),
+            "and of [handover] cache_memory (1048576 bytes); a backend response cached by one \
+             is not seen by the others",
         ),
         (
             format!("{uring_route}prefix = \"/app/\"\n"),

@@ -77,7 +77,7 @@ impl Backend {
 }
 
 /// Reads one request head; None at the end of the stream.
-fn read_head(reader: &mut impl BufRead) -> Option<(String, Vec<(String, String)>)> {
+pub(crate) fn read_head(reader: &mut impl BufRead) -> Option<(String, Vec<(String, String)>)> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
@@ -106,7 +106,7 @@ fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
 }
 
 /// Reads the body the head announces (Content-Length or chunked, decoded).
-fn read_body(reader: &mut impl BufRead, headers: &[(String, String)]) -> Vec<u8> {
+pub(crate) fn read_body(reader: &mut impl BufRead, headers: &[(String, String)]) -> Vec<u8> {
     if let Some(n) = header(headers, "content-length") {
         let mut body = vec![0u8; n.parse().unwrap()];
         reader.read_exact(&mut body).unwrap();
@@ -862,8 +862,8 @@ httptest!(
             &config(&backend, "prefix = \"/app/\"", "workers = 1"),
         );
         let count = || backend.log.requests.lock().unwrap().len();
-        // One connection, so every request meets the same worker and its cache (each
-        // thread or process of some models has its own).
+        // One connection, so every request meets the same worker (each prefork child has a
+        // cache of its own).
         let mut conn = srv.connect();
         let mut get_with =
             |path: &str, fields: &[(&str, &str)]| conn.exchange(req("GET", path, fields));
@@ -988,23 +988,22 @@ httptest!(
             } else if raw.contains("HTTP/1.0") {
                 assert!(r.connection_has("keep-alive"), "request {i}:\n{r}");
             }
-            // With one worker every answer after the first comes from its cache.
-            let one_cache = matches!(model, "epoll" | "uring");
+            // One cache for the process: every answer after the first comes from it.
+            let one_cache = model != "prefork";
             if i > 0 && one_cache && r.header("age").is_none() {
                 panic!("request {i} not answered from the cache:\n{r}");
             }
             cached += usize::from(r.header("age").is_some());
             bodies.push(r.body);
         }
-        // Each worker, thread or process keeps a cache of its own: with one worker the
-        // page is fetched once; the pool models may meet a cold one, which fetches anew.
+        // The workers of a process share one cache, so the page is fetched once; a prefork
+        // child keeps its own and may meet a cold one, which fetches anew.
         match model {
-            "epoll" | "uring" => {
+            "prefork" => assert_eq!(cached + count(), requests.len()),
+            _ => {
                 assert_eq!(count(), 1);
                 assert!(bodies.iter().all(|b| b == &bodies[0]), "{bodies:?}");
             }
-            // Every answer came from the backend or from a cache, never from elsewhere.
-            _ => assert_eq!(cached + count(), requests.len()),
         }
     }
 );

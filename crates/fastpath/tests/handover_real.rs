@@ -131,6 +131,55 @@ httptest!(gunicorn_serves_the_dynamic_pages, |model| {
     srv.get("/app/status?code=503").assert_status(503);
 });
 
+httptest!(
+    gunicorns_cacheable_page_is_fetched_once_by_all_workers,
+    |model| {
+        // The case: the default configuration with two workers, curl-like clients on a
+        // new connection each (HTTP/1.0 or `Connection: close`), a page gunicorn marks
+        // `public, max-age=60` and stamps with the time it was made: every client gets the
+        // one version, made once. A prefork child keeps its own cache: only what each answer is
+        // is checked there.
+        let Some(backend) = gunicorn() else { return };
+        let site = Site::new();
+        site.file("index.html", "static\n");
+        let srv =
+            Arc::new(site.serve_config(model, &format!("workers = 2\n{}", config(backend.addr))));
+        let ask = |srv: &Server, path: &str, i: usize| {
+            let raw = if i.is_multiple_of(2) {
+                format!("GET {path} HTTP/1.0\r\nHost: demo\r\n\r\n")
+            } else {
+                format!("GET {path} HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
+            };
+            let r = srv.connect().exchange(raw);
+            r.assert_status(200);
+            assert!(r.text().starts_with("cached at "), "{r}");
+            r.text()
+        };
+        let mut made: Vec<String> = (0..30).map(|i| ask(&srv, "/app/cached", i)).collect();
+        made.dedup();
+        if model != "prefork" {
+            assert_eq!(made.len(), 1, "versions seen: {made:?}");
+        }
+        // 20 clients at once ask for a page gunicorn takes 300 ms to make: one fetch.
+        let barrier = Arc::new(std::sync::Barrier::new(20));
+        let threads: Vec<_> = (0..20)
+            .map(|i| {
+                let (srv, barrier) = (srv.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    ask(&srv, "/app/cached?ms=300", i)
+                })
+            })
+            .collect();
+        let mut made: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        made.sort();
+        made.dedup();
+        if model != "prefork" {
+            assert_eq!(made.len(), 1, "versions seen: {made:?}");
+        }
+    }
+);
+
 /// A configuration handing `/app/` to gunicorn with both kinds of buffering on or off.
 fn buffering_config(addr: SocketAddr, buffering: bool) -> String {
     format!(

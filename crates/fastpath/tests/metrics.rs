@@ -344,6 +344,48 @@ fn cache_evictions_and_hits_are_counted() {
     assert!(settled.is_some(), "expected {expect:?} in:\n{last}");
 }
 
+httptest!(the_shared_response_cache_is_counted_once, |model| {
+    // Two workers share one response cache: a page fetched once, its entry and memory
+    // counted once over the workers' series; hits and misses are each worker's own.
+    if model == "prefork" {
+        // Each child has a cache of its own (docs/models.md).
+        return;
+    }
+    let site = Site::new();
+    site.file("index.html", "hello\n");
+    let srv = site.serve_config(
+        model,
+        &config(cacheable_backend(), dead_address(), "workers = 2"),
+    );
+    let metrics = metrics_addr(&srv);
+    for _ in 0..20 {
+        let r = Conn::open(srv.addr()).exchange(req("GET", "/app/1", &[("Connection", "close")]));
+        r.assert_ok(200, "ok\n");
+    }
+    let expect = [
+        ("fastpath_response_cache_hits_total", 19.0),
+        ("fastpath_response_cache_misses_total", 1.0),
+        ("fastpath_response_cache_entries", 1.0),
+        ("fastpath_backend_requests_total", 1.0),
+    ];
+    let mut last = String::new();
+    let settled = wait_for(Duration::from_secs(5), || {
+        last = scrape(metrics).text();
+        expect
+            .iter()
+            .all(|(name, want)| sum(&last, name, &[]) == *want)
+            .then_some(())
+    });
+    assert!(settled.is_some(), "expected {expect:?} in:\n{last}");
+    // The memory is on one worker's series.
+    let memory: Vec<&str> = last
+        .lines()
+        .filter(|l| l.starts_with("fastpath_response_cache_memory_bytes{"))
+        .filter(|l| !l.ends_with(" 0"))
+        .collect();
+    assert_eq!(memory.len(), 1, "{last}");
+});
+
 #[test]
 fn metrics_address_taken_by_the_site_is_refused() {
     let site = Site::new();

@@ -29,6 +29,7 @@ mod precompressed;
 mod privileges;
 mod ranges;
 mod reload;
+mod shared_cache;
 mod shutdown;
 mod systemd;
 mod vhosts;

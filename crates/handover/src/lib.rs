@@ -25,11 +25,14 @@
 //!   function of its inputs (times are passed in as
 //!   [`Instant`](std::time::Instant)s), so it is tested without sockets or
 //!   clocks.
-//! * **Per worker, shared nothing.** [`BackendState`] and [`ResponseCache`]
-//!   belong to one worker thread: no locks on the request path. A worker learns
-//!   that an address is down from its own failures; connection limits and cache
-//!   memory are the whole server's figures divided among workers by the caller
-//!   ([`BackendConfig::per_worker_connections`]).
+//! * **Per worker where it can be, shared where users see it.** [`BackendState`]
+//!   belongs to one worker thread: no locks on the request path. A worker learns
+//!   that an address is down from its own failures; connection limits are the
+//!   whole server's figures divided among workers by the caller
+//!   ([`BackendConfig::per_worker_connections`]). The response cache is one per
+//!   process ([`SharedCache`]), sharded so that no lock covers all of it: a page
+//!   is fetched once and every client sees the same version, whatever worker
+//!   it lands on.
 //! * **Rules before files, fallback after.** [`Routes::classify`] runs before
 //!   any file system lookup, so a `.php` request never touches the disk of the
 //!   static path; [`Routes::fallback`] runs only after the static lookup found
@@ -77,11 +80,13 @@ mod backend;
 mod cacheable;
 mod response_cache;
 mod routes;
+mod shared_cache;
 
 pub use backend::BackendState;
 pub use cacheable::{cache_lifetime, vary_accept_encoding, CACHEABLE_STATUSES, MAX_LIFETIME};
 pub use response_cache::{cache_key, Capture, Hit, ResponseCache, Validators, MAX_AGE};
 pub use routes::{RouteRequest, RouteRule, Routes};
+pub use shared_cache::{Fill, Found, SharedCache, FILL_WAIT, MAX_SHARDS, PASS_FOR};
 
 /// Longest Unix socket path, in bytes: `sun_path` holds 108 bytes including
 /// the terminating NUL.

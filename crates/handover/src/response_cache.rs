@@ -1,5 +1,7 @@
-//! One worker's cache of whole backend responses, as TUX kept the output of
-//! its user-space modules: bytes ready to send, looked up by request.
+//! A cache of whole backend responses, as TUX kept the output of its
+//! user-space modules: bytes ready to send, looked up by request. One
+//! [`ResponseCache`] is single-threaded; [`super::SharedCache`] makes one
+//! for all the workers of a process out of several.
 //!
 //! A kept response is stored in two shared parts, the head without its
 //! closing blank line and the body, so the one field that changes from hit to
@@ -9,7 +11,7 @@
 //! bytes again.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use fastpath_http::{
     write_not_modified_head, write_stored_response_head, BodyRelay, HopByHop, ResponseHead, Version,
@@ -25,6 +27,12 @@ const ENTRY_OVERHEAD: usize = 128;
 /// The largest `Age` sent: RFC 9111 §1.2.2 has a cache send 2^31 when an age
 /// would be larger than it can represent.
 pub const MAX_AGE: u64 = 1 << 31;
+
+/// How often at most a hit moves its entry to the front of the LRU order:
+/// moving it writes to the list's links, which workers that share the cache
+/// and hit the same page would pass between their cores on every hit. An
+/// entry hit within the last second is recent enough.
+const PROMOTE_EVERY: Duration = Duration::from_secs(1);
 
 /// Builds the cache key of a request into `out` (cleared first): the host name
 /// (empty when the request named none), the request target as sent, and, for
@@ -63,6 +71,8 @@ struct Entry {
     since: Instant,
     expires: Instant,
     memory: usize,
+    /// When a hit last moved the entry to the front, if one has.
+    promoted: Option<Instant>,
 }
 
 /// A response found in the cache, to be sent as `head`, then an `Age: {age}`
@@ -88,11 +98,12 @@ pub struct Hit {
     pub age: u64,
 }
 
-/// Per-worker cache of whole backend responses (head and body, ready to
-/// send), least recently used first out, bounded in memory and in the size of
-/// the largest response kept. Entries expire at the time given when inserted.
+/// A cache of whole backend responses (head and body, ready to send), least
+/// recently used first out, bounded in memory and in the size of the largest
+/// response kept. Entries expire at the time given when inserted. It is one
+/// shard of a [`super::SharedCache`].
 ///
-/// A hit takes no lock and copies nothing: the caller gets shared references
+/// A hit copies nothing: the caller gets shared references
 /// to the bytes, which stay valid while it sends them even if the entry is
 /// evicted meanwhile, and the current age to put between them.
 pub struct ResponseCache {
@@ -118,25 +129,47 @@ impl ResponseCache {
     }
 
     /// The response stored under `key` if it has not expired at `now`; an
-    /// expired one is dropped. A hit makes the entry the most recently used.
+    /// expired one is dropped. A hit makes the entry the most recently used
+    /// (if another hit has not in the last second).
     pub fn get(&mut self, key: &[u8], now: Instant) -> Option<Hit> {
-        let entry = self.entries.get(key)?;
-        if now < entry.expires {
-            // Whole seconds, rounded down: an entry is fresh only while its age is
-            // below the lifetime it was given, so it never shows an Age as large
-            // as its max-age.
-            let resident = now.saturating_duration_since(entry.since).as_secs();
-            return Some(Hit {
-                head: Arc::clone(&entry.head),
-                body: Arc::clone(&entry.body),
-                chunked: entry.chunked,
-                status: entry.status,
-                validators: entry.validators.clone(),
-                age: entry.initial_age.saturating_add(resident).min(MAX_AGE),
-            });
+        self.lookup(key, now, true)
+    }
+
+    /// [`ResponseCache::get`], with the entry's validators only if
+    /// `validators` (a conditional request): each part of a hit that is
+    /// shared costs a reference count that other workers may be changing.
+    pub fn lookup(&mut self, key: &[u8], now: Instant, validators: bool) -> Option<Hit> {
+        let entry = self.entries.peek_mut(key)?;
+        if now >= entry.expires {
+            self.remove(key);
+            return None;
         }
-        self.remove(key);
-        None
+        let promote = entry
+            .promoted
+            .is_none_or(|at| now.saturating_duration_since(at) >= PROMOTE_EVERY);
+        if promote {
+            entry.promoted = Some(now);
+        }
+        // Whole seconds, rounded down: an entry is fresh only while its age is
+        // below the lifetime it was given, so it never shows an Age as large
+        // as its max-age.
+        let resident = now.saturating_duration_since(entry.since).as_secs();
+        let hit = Hit {
+            head: Arc::clone(&entry.head),
+            body: Arc::clone(&entry.body),
+            chunked: entry.chunked,
+            status: entry.status,
+            validators: if validators {
+                entry.validators.clone()
+            } else {
+                None
+            },
+            age: entry.initial_age.saturating_add(resident).min(MAX_AGE),
+        };
+        if promote {
+            self.entries.promote(key);
+        }
+        Some(hit)
     }
 
     /// Keeps the captured response under `key` until `expires`, replacing
@@ -156,7 +189,15 @@ impl ResponseCache {
     /// that would not fit even in an empty cache, is not kept; any older entry
     /// under `key` is dropped all the same, since the backend has just said
     /// something newer.
+    ///
+    /// An entry fetched by a request sent after `since` is newer than this
+    /// response and stays: two fetches of one page that overlap (workers that
+    /// missed together) end in the cache keeping the later version, so no
+    /// client is served one older than a version already served.
     pub fn insert(&mut self, key: &[u8], capture: Capture, since: Instant, expires: Instant) {
+        if self.entries.peek(key).is_some_and(|e| e.since > since) {
+            return;
+        }
         self.remove(key);
         if capture.size() > self.max_response {
             return;
@@ -193,6 +234,7 @@ impl ResponseCache {
                 since,
                 expires,
                 memory,
+                promoted: None,
             },
         );
     }
@@ -523,6 +565,35 @@ mod tests {
     }
 
     #[test]
+    fn a_hit_moves_its_entry_to_the_front_once_a_second() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(60);
+        let mut c = ResponseCache::new(2 * cost(100), 1000);
+        c.insert(b"a", response(100, 1), t0, later);
+        c.insert(b"b", response(100, 2), t0, later);
+        // The first hit on "a" moves it ahead of "b"...
+        assert!(c.get(b"a", t0).is_some());
+        assert!(c.get(b"b", t0).is_some());
+        // ...and b's first hit moves it ahead again; a's second hit within the second does
+        // not, so "a" goes first.
+        assert!(c.get(b"a", t0 + Duration::from_millis(999)).is_some());
+        c.insert(b"c", response(100, 3), t0, later);
+        assert!(c.get(b"a", t0).is_none());
+        assert!(c.get(b"b", t0).is_some());
+        // A second later a hit moves it again.
+        assert!(c.get(b"c", t0).is_some());
+        assert!(c.get(b"b", t0 + Duration::from_secs(1)).is_some());
+        c.insert(b"d", response(100, 4), t0, later);
+        assert!(c.get(b"c", t0).is_none());
+        assert!(c.get(b"b", t0).is_some());
+        // Validators come only when asked for.
+        let v = b"HTTP/1.1 200 OK\r\nETag: \"x\"\r\nContent-Length: 0\r\n\r\n";
+        c.insert(b"v", capture(v), t0, later);
+        assert!(c.lookup(b"v", t0, false).unwrap().validators.is_none());
+        assert!(c.lookup(b"v", t0, true).unwrap().validators.is_some());
+    }
+
+    #[test]
     fn oversized_responses_are_refused() {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(60);
@@ -561,6 +632,22 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!(c.memory(), size(20) + 4 + ENTRY_OVERHEAD);
         assert!(c.get(b"long", t0).is_some());
+    }
+
+    #[test]
+    fn a_later_fetch_is_never_replaced_by_an_earlier_one() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(10);
+        let later = t0 + Duration::from_secs(60);
+        let mut c = ResponseCache::new(1 << 20, 1 << 10);
+        // The fetch sent at t1 ended first; the one sent at t0 ends after it.
+        c.insert(b"k", response(10, 2), t1, later);
+        c.insert(b"k", response(10, 1), t0, later);
+        assert_eq!(c.get(b"k", t1).unwrap().body[0], 2);
+        assert_eq!(c.memory(), cost(10));
+        // A fetch sent later still replaces it.
+        c.insert(b"k", response(10, 3), t1 + Duration::from_millis(1), later);
+        assert_eq!(c.get(b"k", t1).unwrap().body[0], 3);
     }
 
     #[test]

@@ -376,16 +376,25 @@ impl Config {
             ));
         }
         // The models whose handlers are many small pools rather than a few workers.
-        if matches!(kind, ModelKind::Threads | ModelKind::Prefork)
-            && (self.cache.enabled || !self.routes.is_empty())
-        {
-            let layout = self.driver_model().layout(self.workers);
-            let (holder, count) = (layout.holder, layout.handlers);
+        let layout = self.driver_model().layout(self.workers);
+        let (holder, count) = (layout.holder, layout.handlers);
+        if kind == ModelKind::Threads && self.cache.enabled {
+            notes.push(format!(
+                "model \"{name}\" keeps its content cache per {holder}: each of up to {count} \
+                 gets 1/{count} of [cache] max_memory ({} bytes); the backend response cache \
+                 is one for all of them",
+                self.cache.max_memory / count as u64
+            ));
+        }
+        if kind == ModelKind::Prefork && (self.cache.enabled || !self.routes.is_empty()) {
             notes.push(format!(
                 "model \"{name}\" keeps its caches per {holder}: each of up to {count} gets \
-                 1/{count} of [cache] max_memory ({} bytes) and of [handover] cache_memory, \
-                 and a response cached by one is not seen by the others",
-                self.cache.max_memory / count as u64
+                 1/{count} of [cache] max_memory ({} bytes) and of [handover] cache_memory \
+                 ({} bytes); a backend response cached by one is not seen by the others, so a \
+                 page may be fetched once per child, and a client may be sent an older \
+                 version of it by another child than the one it was sent last",
+                self.cache.max_memory / count as u64,
+                self.handover.cache_memory / count
             ));
         }
         notes

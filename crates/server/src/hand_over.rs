@@ -3,14 +3,13 @@
 //! an upstream connection), and what is kept when an exchange ends.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fastpath_content::CacheStats;
 use fastpath_drivers::{BufferPool, Output, UpstreamPort};
-use fastpath_handover::{
-    cache_key, redirect_location, BackendState, HandoverMethod, ResponseCache,
-};
+use fastpath_handover::{redirect_location, BackendState, Found, HandoverMethod, SharedCache};
 use fastpath_http::{
     only_chunked, write_age_and_end, BodyForwarding, BodyFraming, Limits, Metadata, Request,
     ResponseParser, Version,
@@ -26,15 +25,23 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Backend response parsers a worker keeps for reuse.
 const MAX_POOLED_PARSERS: usize = 1024;
+/// How soon a request waiting for another's fetch of the same page looks again at first,
+/// and at most: it looks again after as long as it has waited so far, within these bounds.
+const FILL_POLL_FIRST: Duration = Duration::from_millis(1);
+const FILL_POLL_MAX: Duration = Duration::from_millis(50);
 
 /// One worker's backends: its view of each, the responses they allowed it to keep, and the
 /// parsers its exchanges borrow.
 pub(crate) struct Backends {
     /// Health and open connections of each backend, by index.
     pub(crate) states: Vec<BackendState>,
-    /// Backend responses that said they may be kept (TUX-style), and a reused key buffer.
-    cache: ResponseCache,
+    /// Backend responses that said they may be kept (TUX-style), the process's, and a reused
+    /// key buffer.
+    cache: Arc<SharedCache>,
     cache_key: Vec<u8>,
+    /// The worker whose metrics carry the shared cache's figures (`usize::MAX` until one
+    /// has used the cache): one per process, so that sums over workers are the process's.
+    reporter: Arc<AtomicUsize>,
     /// Backend response parsers not lent to any exchange.
     #[allow(clippy::vec_box)]
     parsers: Vec<Box<ResponseParser>>,
@@ -88,12 +95,15 @@ pub(crate) enum HandOver {
     /// The request was refused before its body was read (status, body bytes): the
     /// connection closes after the answer.
     Refused(u16, u64),
+    /// Another request is fetching the same page for the cache: hand this one over again
+    /// at the instant given, unanswered meanwhile.
+    Wait(Instant),
 }
 
 impl Backends {
     pub(crate) fn new(
         states: Vec<BackendState>,
-        cache: ResponseCache,
+        (cache, reporter): (Arc<SharedCache>, Arc<AtomicUsize>),
         limits: Limits,
         metrics: Option<WorkerMetrics>,
     ) -> Self {
@@ -101,6 +111,7 @@ impl Backends {
             states,
             cache,
             cache_key: Vec::with_capacity(256),
+            reporter,
             parsers: Vec::new(),
             limits,
             cache_hits: 0,
@@ -109,26 +120,53 @@ impl Backends {
         }
     }
 
-    /// The response cache's hits, misses and evictions, memory and entries.
-    pub(crate) fn cache_figures(&self) -> (CacheStats, usize, usize) {
+    /// Publishes this worker's hits and misses in the response cache, and the shared
+    /// cache's evictions, memory and entries on the series of one worker of the process
+    /// (the first to use the cache), so that sums over workers are the process's figures;
+    /// and sweeps the cache's expired entries when it is this worker's turn.
+    pub(crate) fn tick_cache(&self, now: Instant, metrics: Option<&WorkerMetrics>) {
+        self.cache.sweep(now);
+        let Some(metrics) = metrics else { return };
+        let me = metrics.worker();
+        let used = self.cache_hits + self.cache_misses > 0;
+        let reporter = match self.reporter.load(Ordering::Relaxed) {
+            usize::MAX if used => self
+                .reporter
+                .compare_exchange(usize::MAX, me, Ordering::Relaxed, Ordering::Relaxed)
+                .unwrap_or_else(|current| current),
+            current => current,
+        };
         let stats = CacheStats {
             hits: self.cache_hits,
             misses: self.cache_misses,
-            evictions: self.cache.evictions(),
+            evictions: 0,
         };
-        (stats, self.cache.memory(), self.cache.len())
+        if reporter == me {
+            let (evictions, memory, entries) = self.cache.figures();
+            let stats = CacheStats { evictions, ..stats };
+            metrics.response_cache(stats, memory, entries);
+            return;
+        }
+        metrics.response_cache(stats, 0, 0);
+        if used && reporter != usize::MAX {
+            // The reporter may be idle and not ticking (a pool thread): figures it would
+            // publish are published for it.
+            let (evictions, memory, entries) = self.cache.figures();
+            metrics.response_cache_of(reporter, evictions, memory, entries);
+        }
     }
 
     /// Hands `incoming` over to `backend` by `method`: answers it (a redirect, a cached
-    /// response, or an error when no connection can be had; `date` is for those) or starts
-    /// an exchange.
+    /// response, or an error when no connection can be had; `date` is for those), starts
+    /// an exchange, or has it wait for another request's fetch of the same page. `waiting`
+    /// is when a request that waited first did.
     pub(crate) fn hand_over(
         &mut self,
         (backend, method): (usize, HandoverMethod),
         incoming: &Incoming<'_>,
         answer: Answer,
         sink: &mut Sink<'_>,
-        date: &[u8],
+        (date, waiting): (&[u8], Option<Instant>),
     ) -> HandOver {
         let request = incoming.request;
         let config = self.states[backend].config();
@@ -171,10 +209,26 @@ impl Backends {
         // cached GET (RFC 9111 §4).
         let cache_usable = !bridge && cache_on && request.header("authorization").is_none();
         let cacheable_request = cache_usable && request.method == "GET";
+        let mut fill = None;
         if cacheable_request || (cache_usable && answer.head) {
-            if let Some(answered) = self.answer_from_cache(request, answer, sink) {
-                self.cache_hits += 1;
-                return answered;
+            // A GET that misses claims the page's fetch, or waits for the one under way.
+            let claim = cacheable_request.then(|| waiting.unwrap_or(sink.now));
+            match self.answer_from_cache(request, answer, sink, claim) {
+                Ok(answered) => {
+                    self.cache_hits += 1;
+                    return answered;
+                }
+                Err(Found::Wait) => {
+                    // Looked at again soon, then less often: a fetch that is quick is met
+                    // quickly, a slow one does not cost many lookups.
+                    let waited = sink
+                        .now
+                        .saturating_duration_since(waiting.unwrap_or(sink.now));
+                    let again = waited.clamp(FILL_POLL_FIRST, FILL_POLL_MAX);
+                    return HandOver::Wait(sink.now + again);
+                }
+                Err(Found::Fill(claim)) => fill = Some(claim),
+                Err(_) => {}
             }
             self.cache_misses += 1;
         }
@@ -187,6 +241,7 @@ impl Backends {
             since: sink.now,
             expires: None,
             vary: false,
+            fill,
         });
         let mut staged = Vec::with_capacity(incoming.raw_head.len() + 256);
         if bridge {
@@ -260,55 +315,61 @@ impl Backends {
     }
 
     /// Answers a GET or HEAD from a kept response, if one is fresh: under the key without
-    /// `Accept-Encoding` first, then (for a response that varies on it) with it.
+    /// `Accept-Encoding` first, then (for a response that varies on it) with it. Otherwise
+    /// says what the lookup found: with `claim` (see [`SharedCache::find`]), a claim on the
+    /// page's fetch or a wait for another's.
     fn answer_from_cache(
         &mut self,
         request: &Request<'_>,
         answer: Answer,
         sink: &mut Sink<'_>,
-    ) -> Option<HandOver> {
+        claim: Option<Instant>,
+    ) -> Result<HandOver, Found> {
         let head = answer.head;
-        let host = request.host.unwrap_or("").as_bytes();
-        let accept_encoding = request.header("accept-encoding");
-        for with_encoding in [None, accept_encoding] {
-            cache_key(
-                &mut self.cache_key,
-                host,
-                request.target.as_bytes(),
-                with_encoding,
-            );
-            // A body kept chunked can go as it is to an HTTP/1.1 client only; an HTTP/1.0
-            // one is sent the backend's answer, dechunked.
-            let hit = self.cache.get(&self.cache_key, sink.now);
-            if let Some(hit) = hit.filter(|h| !h.chunked || answer.version == Version::Http11) {
-                // Only the Age field is written per hit; the head and body are shared. A
-                // conditional request its validators satisfy gets 304 (RFC 9111 §4.3.2).
-                let not_modified = hit.validators.as_ref().filter(|v| {
-                    v.not_modified(
-                        request.header("if-none-match"),
-                        request.header("if-modified-since"),
-                    )
-                });
-                let (status, start, body) = match not_modified {
-                    Some(v) => (304, Arc::clone(&v.not_modified), None),
-                    None if head => (hit.status, hit.head, None),
-                    None => (hit.status, hit.head, Some(hit.body)),
-                };
-                sink.output.push_shared(start);
-                sink.output.write_with(sink.pool, |out| {
-                    write_age_and_end(hit.age, answer.version, answer.close, out)
-                });
-                let body_len = body.as_ref().map_or(0, |b| b.len() as u64);
-                if let Some(body) = body {
-                    sink.output.push_shared(body);
-                }
-                return Some(HandOver::Answered(status, body_len));
-            }
-            if accept_encoding.is_none() {
-                break;
-            }
+        let page = (
+            request.host.unwrap_or("").as_bytes(),
+            request.target.as_bytes(),
+            request.header("accept-encoding"),
+        );
+        // A body kept chunked can go as it is to an HTTP/1.1 client only; an HTTP/1.0 one is
+        // sent the backend's answer, dechunked.
+        let usable =
+            |hit: &fastpath_handover::Hit| !hit.chunked || answer.version == Version::Http11;
+        // Validators are looked at only for a conditional request.
+        let conditional = request.header("if-none-match").is_some()
+            || request.header("if-modified-since").is_some();
+        let hit = match self.cache.find(
+            &mut self.cache_key,
+            page,
+            sink.now,
+            (usable, conditional),
+            claim,
+        ) {
+            Found::Hit(hit) => hit,
+            other => return Err(other),
+        };
+        // Only the Age field is written per hit; the head and body are shared. A conditional
+        // request its validators satisfy gets 304 (RFC 9111 §4.3.2).
+        let not_modified = hit.validators.as_ref().filter(|v| {
+            v.not_modified(
+                request.header("if-none-match"),
+                request.header("if-modified-since"),
+            )
+        });
+        let (status, start, body) = match not_modified {
+            Some(v) => (304, Arc::clone(&v.not_modified), None),
+            None if head => (hit.status, hit.head, None),
+            None => (hit.status, hit.head, Some(hit.body)),
+        };
+        sink.output.push_shared(start);
+        sink.output.write_with(sink.pool, |out| {
+            write_age_and_end(hit.age, answer.version, answer.close, out)
+        });
+        let body_len = body.as_ref().map_or(0, |b| b.len() as u64);
+        if let Some(body) = body {
+            sink.output.push_shared(body);
         }
-        None
+        Ok(HandOver::Answered(status, body_len))
     }
 
     /// Takes back what an ended exchange borrowed, and keeps its response if it was
@@ -319,18 +380,29 @@ impl Backends {
         cache: Option<CacheSlot>,
         complete: bool,
     ) {
-        if let (Some(slot), true) = (cache, complete) {
+        if let (Some(mut slot), true) = (cache, complete) {
+            let fill = slot.fill.take();
             if let (Some(capture), Some(expires)) = (slot.capture, slot.expires) {
                 let encoding = if slot.vary {
                     slot.accept_encoding.as_deref()
                 } else {
                     None
                 };
-                cache_key(&mut self.cache_key, &slot.host, &slot.target, encoding);
-                self.cache
-                    .insert(&self.cache_key, capture, slot.since, expires);
+                match fill {
+                    Some(fill) => {
+                        fill.keep(&mut self.cache_key, encoding, capture, slot.since, expires)
+                    }
+                    None => {
+                        let page = (&slot.host[..], &slot.target[..], encoding);
+                        self.cache
+                            .insert(&mut self.cache_key, page, capture, slot.since, expires);
+                    }
+                }
+            } else if let Some(fill) = fill {
+                fill.pass(Instant::now());
             }
         }
+        // A claim of an exchange cut short goes with its slot, dropped here.
         if self.parsers.len() < MAX_POOLED_PARSERS {
             self.parsers.push(parser);
         }

@@ -8,12 +8,13 @@
 //! (`hand_over`, `proxy`).
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::ContentCache;
 use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Worker};
-use fastpath_handover::{BackendState, ResponseCache, Routes};
+use fastpath_handover::{BackendState, Routes, SharedCache};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
 use crate::access_log::{request_line, AccessLogBuffer, Entry};
@@ -77,7 +78,7 @@ pub(crate) struct HttpHandler {
     access_log: Option<AccessLogBuffer>,
     /// Decides what each request gets.
     router: Router,
-    /// This worker's backends and their response cache.
+    /// This worker's backends, and the response cache of the process.
     backends: Backends,
     /// Parsers not lent to any connection, boxed as connections hold them, so lending one
     /// moves a pointer rather than the parser.
@@ -99,6 +100,10 @@ enum Phase {
     DiscardChunked(Box<ChunkedDecoder>, u64),
     /// Relaying a request to a backend and its response back.
     Proxy(Box<Exchange>),
+    /// The request at the head of the input waits, unread, for another request's fetch of
+    /// the same page to fill the response cache: handed over again at `again` (its
+    /// deadline), having first waited at `since`.
+    AwaitFill { since: Instant, again: Instant },
 }
 
 /// Everything the server keeps for one connection.
@@ -157,7 +162,7 @@ impl HttpHandler {
         cache: ContentCache,
         routes: Arc<Routes>,
         backends: Vec<BackendState>,
-        response_cache: ResponseCache,
+        response_cache: (Arc<SharedCache>, Arc<AtomicUsize>),
         metrics: Option<WorkerMetrics>,
     ) -> Self {
         HttpHandler {
@@ -189,6 +194,8 @@ impl HttpHandler {
         if conn.deferred.is_some() {
             self.settle(conn, io.output.sent(), false);
         }
+        // When the request at the head of the input first waited for another's fetch.
+        let mut waiting = None;
         loop {
             // An exchange buffering its response goes on reading the backend meanwhile, so
             // the backend connection is free as soon as the backend is done.
@@ -199,6 +206,14 @@ impl HttpHandler {
             }
             match &mut conn.phase {
                 Phase::Head => {}
+                &mut Phase::AwaitFill { since, again } => {
+                    if io.now < again {
+                        *io.deadline = Some(again);
+                        return Next::Read;
+                    }
+                    waiting = Some(since);
+                    conn.phase = Phase::Head;
+                }
                 Phase::Proxy(exchange) => {
                     let progress = exchange.step(&mut self.backends.states, io);
                     match self.finish_exchange(conn, io, progress) {
@@ -305,10 +320,18 @@ impl HttpHandler {
                     };
                     let draining = io.draining;
                     let scrape = conn.scrape;
-                    let served = (requests, scrape);
+                    let served = (requests, scrape, waiting.take());
                     self.respond(peer, served, &request, raw_head, &mut sink, draining)
                 }
             };
+            if let Phase::AwaitFill { .. } = outcome.discard {
+                // Parked unread: the same request is parsed again when its turn comes.
+                if let Some(parser) = conn.parser.as_mut() {
+                    parser.reset();
+                }
+                conn.phase = outcome.discard;
+                continue;
+            }
             if let Some(deferred) = outcome.deferred {
                 // Cannot happen (see DEFER_LOG_OVER); an entry is never lost if it does.
                 self.settle(conn, io.output.sent(), true);
@@ -337,7 +360,7 @@ impl HttpHandler {
     fn respond(
         &mut self,
         peer: SocketAddr,
-        (served, scrape): (u64, bool),
+        (served, scrape, waiting): (u64, bool, Option<Instant>),
         request: &Request<'_>,
         raw_head: &[u8],
         sink: &mut Sink<'_>,
@@ -397,7 +420,24 @@ impl HttpHandler {
                     client_close: relay_close,
                 };
                 let to = (backend, method);
-                match self.backends.hand_over(to, &incoming, answer, sink, date) {
+                let now = sink.now;
+                match self
+                    .backends
+                    .hand_over(to, &incoming, answer, sink, (date, waiting))
+                {
+                    HandOver::Wait(again) => {
+                        // Nothing is answered or logged yet.
+                        return Outcome {
+                            head_len: 0,
+                            close: false,
+                            body_pending: false,
+                            discard: Phase::AwaitFill {
+                                since: waiting.unwrap_or(now),
+                                again,
+                            },
+                            deferred: None,
+                        };
+                    }
                     HandOver::Started(exchange) => {
                         // Logged when the exchange ends; the body goes to the backend.
                         return Outcome {
@@ -750,6 +790,9 @@ impl Handler for HttpHandler {
     }
 
     fn on_timeout(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        if let Phase::AwaitFill { .. } = conn.phase {
+            return self.process(conn, io);
+        }
         if let Phase::Proxy(exchange) = &mut conn.phase {
             let progress = exchange.timed_out(&mut self.backends.states, io);
             return match self.finish_exchange(conn, io, progress) {
@@ -829,15 +872,14 @@ impl Handler for HttpHandler {
         }
     }
 
-    fn on_tick(&mut self, _now: Instant, _worker: &mut Worker<'_>) {
+    fn on_tick(&mut self, now: Instant, _worker: &mut Worker<'_>) {
         self.clock.refresh();
         self.router.poll_changes();
         if let Some(metrics) = &self.metrics {
             let cache = self.router.cache();
             metrics.content_cache(cache.stats(), cache.memory(), cache.len());
-            let (stats, memory, entries) = self.backends.cache_figures();
-            metrics.response_cache(stats, memory, entries);
         }
+        self.backends.tick_cache(now, self.metrics.as_ref());
         if let Some(log) = self.access_log.as_mut() {
             log.flush();
         }

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
 use fastpath_drivers::{bind_listeners, DriverConfig, Listeners, Process};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
-use fastpath_handover::{BackendConfig, BackendState, ResponseCache, Routes};
+use fastpath_handover::{BackendConfig, BackendState, Routes, SharedCache};
 
 pub use access_log::AccessLog;
 pub use error_log::init_error_log;
@@ -182,8 +182,11 @@ struct Shared {
     backends: Vec<Arc<BackendConfig>>,
     access_log: AccessLog,
     cache_limits: CacheLimits,
-    response_cache_memory: usize,
-    response_cache_max: usize,
+    /// The backend response cache, one for the process: all the workers of the threaded
+    /// models share it; a prefork child has its own.
+    response_cache: Arc<SharedCache>,
+    /// The worker whose metrics carry the response cache's figures, once one has used it.
+    reporter: Arc<std::sync::atomic::AtomicUsize>,
     handlers: usize,
     metrics: Option<Arc<Metrics>>,
 }
@@ -222,8 +225,16 @@ impl Shared {
                 max_file_size: config.cache.max_file_size,
                 max_open_files: config.cache.max_open_files / handlers,
             },
-            response_cache_memory: config.handover.cache_memory / handlers,
-            response_cache_max: config.handover.cache_max_response,
+            // Whole for the process; a prefork child's is its share of the children's.
+            response_cache: Arc::new(SharedCache::new(
+                if single_threaded {
+                    config.handover.cache_memory / handlers
+                } else {
+                    config.handover.cache_memory
+                },
+                config.handover.cache_max_response,
+            )),
+            reporter: Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
             handlers,
             metrics,
         })
@@ -242,7 +253,7 @@ impl Shared {
             ContentCache::new(self.cache_limits),
             self.routes.clone(),
             backends,
-            ResponseCache::new(self.response_cache_memory, self.response_cache_max),
+            (self.response_cache.clone(), self.reporter.clone()),
             self.metrics.as_ref().map(|m| m.for_worker(worker)),
         )
     }

@@ -496,6 +496,29 @@ impl WorkerMetrics {
     pub(crate) fn response_cache(&self, stats: CacheStats, memory: usize, entries: usize) {
         publish(&self.block().response, stats, memory, entries);
     }
+
+    /// Publishes the evictions, memory and entries of the response cache the process's
+    /// workers share on the series of `worker`, the one that carries them.
+    pub(crate) fn response_cache_of(
+        &self,
+        worker: usize,
+        evictions: u64,
+        memory: usize,
+        entries: usize,
+    ) {
+        let block = &self
+            .metrics
+            .worker(worker.min(self.metrics.workers - 1))
+            .response;
+        block.evictions.store(evictions, Relaxed);
+        block.memory.store(memory as u64, Relaxed);
+        block.entries.store(entries as u64, Relaxed);
+    }
+
+    /// The index of the worker these counters are.
+    pub(crate) fn worker(&self) -> usize {
+        self.worker
+    }
 }
 
 fn publish(block: &CacheBlock, stats: CacheStats, memory: usize, entries: usize) {

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
-use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture};
+use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture, Fill};
 use fastpath_http::{
     BodyForwarding, BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser,
     Version,
@@ -288,6 +288,9 @@ pub(crate) struct CacheSlot {
     /// When the captured response expires, and whether it varies on Accept-Encoding.
     pub expires: Option<Instant>,
     pub vary: bool,
+    /// This request's claim on the page's fetch, which others wait for: dropped with the
+    /// slot if the exchange is cut short, so the next request claims it.
+    pub fill: Option<Fill>,
 }
 
 /// The pool key of a backend address: backend and address index.
@@ -860,6 +863,13 @@ impl Exchange {
                 // The cache keeps its own copy of the head, from the parsed one.
                 slot.capture = Capture::new(&head, self.client_version);
             }
+            if slot.capture.is_none() {
+                // Nothing will be kept: requests waiting for this fetch go to the backend
+                // now, not when this body has been relayed.
+                if let Some(fill) = slot.fill.take() {
+                    fill.pass(slot.since);
+                }
+            }
         }
         if !matches!(self.body, RequestBody::None | RequestBody::Whole(_)) {
             // The backend answered before taking the whole request body (say, 401 to an
@@ -955,8 +965,11 @@ impl Exchange {
         } else {
             let capture = self.cache.as_mut().and_then(|c| {
                 if c.capture.as_ref().is_some_and(|b| b.size() > c.max) {
-                    // Too large to keep: stop copying it.
+                    // Too large to keep: stop copying it, and let those waiting for it go.
                     c.capture = None;
+                    if let Some(fill) = c.fill.take() {
+                        fill.pass(c.since);
+                    }
                 }
                 c.capture.as_mut()
             });
