@@ -156,6 +156,131 @@ fn the_prefork_pool_grows_with_load_and_shrinks_when_idle() {
     srv.get("/a.txt").assert_ok(200, "hello");
 }
 
+/// `n` clients that each connect and send part of a request head, then wait: each holds a
+/// prefork child until the header timeout (10 s) or until it is dropped.
+fn slow_clients(srv: &Server, n: usize) -> Vec<Conn> {
+    (0..n)
+        .map(|_| {
+            let mut conn = srv.connect();
+            conn.send("GET /a.txt HTTP/1.1\r\nHost: localhost\r\n");
+            conn
+        })
+        .collect()
+}
+
+/// Samples how many children `parent` has until `done` is set; returns the most seen.
+fn most_children(parent: u32, done: &std::sync::atomic::AtomicBool) -> usize {
+    let mut most = 0;
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        most = most.max(children(parent).len());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    most.max(children(parent).len())
+}
+
+/// The bound on serving a request behind slow clients: generous for a loaded 2-core machine
+/// and a debug build (about 12 ms with 50 slow clients and 50 ms with 200 measured here), far
+/// below what it took when the pool grew by 1, 2, 4... children per 100 ms round (1.1 s with
+/// 50, 4.1 s with 200).
+const SERVED_WITHIN: Duration = Duration::from_millis(300);
+
+/// With the default pool (5 children, at most 256), `n` slow clients connect at once, each
+/// holding a child with a partial head; a normal request that follows must be answered
+/// within [`SERVED_WITHIN`], the pool must stay within its maximum, and shrink back to the
+/// spare range once the slow clients leave.
+fn a_request_is_served_at_once_behind_slow_clients(n: usize) {
+    let site = site();
+    let srv = site.serve_config("prefork", "root = \"root\"\n");
+    srv.get("/a.txt").assert_ok(200, "hello");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (took, most, slow) = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| most_children(srv.pid(), &done));
+        let slow = slow_clients(&srv, n);
+        let started = std::time::Instant::now();
+        let mut conn = srv.connect();
+        conn.send(req("GET", "/a.txt", &[]));
+        // Read without panicking, so the sampler is stopped whatever comes.
+        let response = conn.try_read_response("GET");
+        let took = started.elapsed();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (took, sampler.join().unwrap(), (slow, response))
+    });
+    let (slow, response) = slow;
+    match response {
+        Ok(Some(response)) => response.assert_ok(200, "hello"),
+        other => panic!("no answer behind {n} slow clients: {other:?}"),
+    };
+    assert!(
+        took < SERVED_WITHIN,
+        "a request behind {n} slow clients took {took:?}\n{}",
+        srv.report()
+    );
+    assert!(most <= 256, "{most} children, at most 256 allowed");
+    assert!(
+        most > n,
+        "{most} children for {n} slow clients and one more"
+    );
+    // The slow clients are still held, and new requests are still served at once.
+    srv.get("/a.txt").assert_ok(200, "hello");
+    drop(slow);
+    // Idle children beyond max_spare (10) are retired.
+    let shrunk = wait_for(Duration::from_secs(10), || {
+        let count = children(srv.pid()).len();
+        (count <= 10).then_some(count)
+    });
+    assert!(
+        shrunk.is_some(),
+        "still {} children after the slow clients left",
+        children(srv.pid()).len()
+    );
+    srv.get("/a.txt").assert_ok(200, "hello");
+}
+
+#[test]
+fn a_request_is_served_at_once_behind_50_slow_clients() {
+    a_request_is_served_at_once_behind_slow_clients(50);
+}
+
+#[test]
+fn a_request_is_served_at_once_behind_200_slow_clients() {
+    a_request_is_served_at_once_behind_slow_clients(200);
+}
+
+#[test]
+fn slow_clients_never_grow_the_prefork_pool_past_its_maximum() {
+    let site = site();
+    let srv = site.serve_config(
+        "prefork",
+        "root = \"root\"\n[prefork]\nstart = 2\nmin_spare = 2\nmax_spare = 4\nmax_children = 20\n",
+    );
+    srv.get("/a.txt").assert_ok(200, "hello");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (most, slow, mut waiting) = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| most_children(srv.pid(), &done));
+        let slow = slow_clients(&srv, 50);
+        // Every child is held: a request waits in the backlog...
+        let mut waiting = srv.connect();
+        waiting.send(req("GET", "/a.txt", &[]));
+        std::thread::sleep(Duration::from_millis(500));
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (sampler.join().unwrap(), slow, waiting)
+    });
+    assert_eq!(most, 20, "the pool grows to its maximum and no further");
+    // ... until the slow clients leave and free their children.
+    drop(slow);
+    waiting.read_response().assert_ok(200, "hello");
+    drop(waiting);
+    let shrunk = wait_for(Duration::from_secs(10), || {
+        let count = children(srv.pid()).len();
+        (count <= 4).then_some(count)
+    });
+    assert!(
+        shrunk.is_some(),
+        "still {} children after the slow clients left",
+        children(srv.pid()).len()
+    );
+}
+
 #[test]
 fn the_prefork_parent_takes_its_children_along_when_it_stops() {
     let site = site();
