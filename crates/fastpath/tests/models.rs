@@ -143,7 +143,7 @@ fn the_prefork_pool_grows_with_load_and_shrinks_when_idle() {
     let grown = children(srv.pid()).len();
     assert!(grown >= 10, "{grown} children for 10 connections");
     drop(held);
-    // Idle children beyond max_spare are retired, one per round.
+    // Idle children beyond max_spare are retired, a quarter of the excess per round.
     let shrunk = wait_for(Duration::from_secs(10), || {
         let n = children(srv.pid()).len();
         (n <= 3).then_some(n)
