@@ -8,12 +8,12 @@
 //! - a child ended (SIGCHLD): it is reaped, and replaced at once if it crashed or served its
 //!   `max_connections_per_child`;
 //! - a child took a connection and saw no other child idle or starting ([`WAKE_SIGNAL`], sent
-//!   by that child): the pool grows at once, by one batch ([`ChildPool::grow`]) sized to the
+//!   by that child): the pool grows at once, by one batch (`ChildPool::grow`) sized to the
 //!   connections already waiting in the listen backlog plus `min_spare`, up to
 //!   `max_children`;
-//! - every [`MAINTENANCE_INTERVAL`]: the pool grows by the same batch while fewer than
+//! - every `MAINTENANCE_INTERVAL` (100 ms): the pool grows by the same batch while fewer than
 //!   `min_spare` are idle, and while more than `max_spare` are, a quarter of the idle children
-//!   beyond `max_spare` are retired ([`retirements`]).
+//!   beyond `max_spare` are retired (`retirements`).
 //!
 //! A child counts as busy from the moment it accepts its connection, whether it is still
 //! waiting for the request head or not: the "waited too long for a head" threshold is zero.
