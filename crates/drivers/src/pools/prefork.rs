@@ -751,3 +751,47 @@ impl ChildPool<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    /// `waiting_connections` of `socket` once it equals `n`, or what it is after a second
+    /// (the handshake is finished by the kernel, a moment after `connect` returns at worst).
+    fn waiting_once(socket: &OwnedFd, n: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let waiting = waiting_connections(std::slice::from_ref(socket));
+            if waiting == n || Instant::now() > deadline {
+                return waiting;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn waiting_connections_is_the_accept_queue() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let socket = OwnedFd::from(listener.try_clone().unwrap());
+        assert_eq!(waiting_once(&socket, 0), 0);
+        let _clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        assert_eq!(waiting_once(&socket, 3), 3);
+        let _taken = listener.accept().unwrap();
+        assert_eq!(waiting_once(&socket, 2), 2);
+        // A connected socket is no listener: it has no accept queue to count.
+        let connected = OwnedFd::from(TcpStream::connect(addr).unwrap());
+        assert_eq!(waiting_connections(&[connected]), 0);
+    }
+
+    #[test]
+    fn retirements_take_a_quarter_of_the_excess() {
+        assert_eq!(retirements(0, 10), 0);
+        assert_eq!(retirements(10, 10), 0);
+        assert_eq!(retirements(11, 10), 1);
+        assert_eq!(retirements(14, 10), 1);
+        assert_eq!(retirements(15, 10), 2);
+        assert_eq!(retirements(210, 10), 50);
+    }
+}
