@@ -441,7 +441,7 @@ fn wait_for_signal(set: &libc::sigset_t, until: Instant) {
 
 /// How many idle children one maintenance round retires: a quarter of those beyond
 /// `max_spare`, at least one. The pool so shrinks back to the spare range within about two
-/// seconds after any burst (200 extra children take 19 rounds), while a load that comes back
+/// seconds after any burst (200 extra children take 16 rounds), while a load that comes back
 /// within a few rounds still finds most of the children it had, instead of paying for their
 /// forks again. (Apache retires one a second: 200 extra children linger for minutes.)
 fn retirements(idle: usize, max_spare: usize) -> usize {
