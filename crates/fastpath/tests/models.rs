@@ -143,7 +143,7 @@ fn the_prefork_pool_grows_with_load_and_shrinks_when_idle() {
     let grown = children(srv.pid()).len();
     assert!(grown >= 10, "{grown} children for 10 connections");
     drop(held);
-    // Idle children beyond max_spare are retired, one per round.
+    // Idle children beyond max_spare are retired, a quarter of the excess per round.
     let shrunk = wait_for(Duration::from_secs(10), || {
         let n = children(srv.pid()).len();
         (n <= 3).then_some(n)
@@ -154,6 +154,135 @@ fn the_prefork_pool_grows_with_load_and_shrinks_when_idle() {
         children(srv.pid()).len()
     );
     srv.get("/a.txt").assert_ok(200, "hello");
+}
+
+/// `n` clients that each connect and send part of a request head, then wait: each holds a
+/// prefork child until the header timeout (10 s) or until it is dropped.
+fn slow_clients(srv: &Server, n: usize) -> Vec<Conn> {
+    (0..n)
+        .map(|_| {
+            let mut conn = srv.connect();
+            conn.send("GET /a.txt HTTP/1.1\r\nHost: localhost\r\n");
+            conn
+        })
+        .collect()
+}
+
+/// Runs `f` while another thread samples how many children `parent` has; returns what `f`
+/// returns and the most children seen.
+fn with_most_children<T>(parent: u32, f: impl FnOnce() -> T) -> (T, usize) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Stops the sampler when `f` returns or panics, so a failing test ends.
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let mut most = 0;
+            while !done.load(Ordering::Relaxed) {
+                most = most.max(children(parent).len());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            most.max(children(parent).len())
+        });
+        let result = {
+            let _stop = Stop(&done);
+            f()
+        };
+        (result, sampler.join().unwrap())
+    })
+}
+
+/// The bound on serving a request behind slow clients: generous for a loaded 2-core machine
+/// and a debug build (about 12 ms with 50 slow clients and 50 ms with 200 measured here), far
+/// below what it took when the pool grew by 1, 2, 4... children per 100 ms round (1.1 s with
+/// 50, 4.1 s with 200).
+const SERVED_WITHIN: Duration = Duration::from_millis(300);
+
+/// With the default pool (5 children, at most 256), `n` slow clients connect at once, each
+/// holding a child with a partial head; a normal request that follows must be answered
+/// within [`SERVED_WITHIN`], the pool must stay within its maximum, and shrink back to the
+/// spare range once the slow clients leave.
+fn a_request_is_served_at_once_behind_slow_clients(n: usize) {
+    let site = site();
+    let srv = site.serve_config("prefork", "root = \"root\"\n");
+    srv.get("/a.txt").assert_ok(200, "hello");
+    let ((slow, took), most) = with_most_children(srv.pid(), || {
+        let slow = slow_clients(&srv, n);
+        let started = std::time::Instant::now();
+        srv.get("/a.txt").assert_ok(200, "hello");
+        (slow, started.elapsed())
+    });
+    assert!(
+        took < SERVED_WITHIN,
+        "a request behind {n} slow clients took {took:?}\n{}",
+        srv.report()
+    );
+    assert!(most <= 256, "{most} children, at most 256 allowed");
+    assert!(
+        most > n,
+        "{most} children for {n} slow clients and one more"
+    );
+    // The slow clients are still held, and new requests are still served at once.
+    srv.get("/a.txt").assert_ok(200, "hello");
+    drop(slow);
+    // Idle children beyond max_spare (10) are retired.
+    let shrunk = wait_for(Duration::from_secs(10), || {
+        let count = children(srv.pid()).len();
+        (count <= 10).then_some(count)
+    });
+    assert!(
+        shrunk.is_some(),
+        "still {} children after the slow clients left",
+        children(srv.pid()).len()
+    );
+    srv.get("/a.txt").assert_ok(200, "hello");
+}
+
+#[test]
+fn a_request_is_served_at_once_behind_50_slow_clients() {
+    a_request_is_served_at_once_behind_slow_clients(50);
+}
+
+#[test]
+fn a_request_is_served_at_once_behind_200_slow_clients() {
+    a_request_is_served_at_once_behind_slow_clients(200);
+}
+
+#[test]
+fn slow_clients_never_grow_the_prefork_pool_past_its_maximum() {
+    let site = site();
+    let srv = site.serve_config(
+        "prefork",
+        "root = \"root\"\n[prefork]\nstart = 2\nmin_spare = 2\nmax_spare = 4\nmax_children = 20\n",
+    );
+    srv.get("/a.txt").assert_ok(200, "hello");
+    let ((slow, mut waiting), most) = with_most_children(srv.pid(), || {
+        let slow = slow_clients(&srv, 50);
+        // Every child is held: a request waits in the backlog...
+        let mut waiting = srv.connect();
+        waiting.send(req("GET", "/a.txt", &[]));
+        std::thread::sleep(Duration::from_millis(500));
+        (slow, waiting)
+    });
+    assert_eq!(most, 20, "the pool grows to its maximum and no further");
+    // ... until the slow clients leave and free their children.
+    drop(slow);
+    waiting.read_response().assert_ok(200, "hello");
+    drop(waiting);
+    let shrunk = wait_for(Duration::from_secs(10), || {
+        let count = children(srv.pid()).len();
+        (count <= 4).then_some(count)
+    });
+    assert!(
+        shrunk.is_some(),
+        "still {} children after the slow clients left",
+        children(srv.pid()).len()
+    );
 }
 
 #[test]

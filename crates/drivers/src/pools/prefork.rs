@@ -2,12 +2,29 @@
 //! child processes, each serving one connection at a time.
 //!
 //! The parent binds the listeners, forks the children and then only keeps the pool at the
-//! right size: woken by SIGCHLD, it reaps children that ended and replaces at once one that
-//! crashed or served its `max_connections_per_child`; every 100 ms it also forks more
-//! when fewer than `min_spare` are idle (doubling the number forked per round while the
-//! shortage lasts, up to [`MAX_SPAWN_RATE`], as Apache's prefork MPM does) and retires one
-//! idle child per round while more than `max_spare` are. Children report whether they are idle
-//! or busy on a scoreboard in shared memory, one word each, which the parent reads.
+//! right size. Children report whether they are idle or busy on a scoreboard in shared
+//! memory, one word each, which the parent reads. The parent sleeps until one of three things:
+//!
+//! - a child ended (SIGCHLD): it is reaped, and replaced at once if it crashed or served its
+//!   `max_connections_per_child`;
+//! - a child took a connection and saw no other child idle or starting ([`WAKE_SIGNAL`], sent
+//!   by that child): the pool grows at once, by one batch (`ChildPool::grow`) sized to the
+//!   connections already waiting in the listen backlog plus `min_spare`, up to
+//!   `max_children`;
+//! - every `MAINTENANCE_INTERVAL` (100 ms): the pool grows by the same batch while fewer than
+//!   `min_spare` are idle, and while more than `max_spare` are, a quarter of the idle children
+//!   beyond `max_spare` are retired (`retirements`).
+//!
+//! A child counts as busy from the moment it accepts its connection, whether it is still
+//! waiting for the request head or not: the "waited too long for a head" threshold is zero.
+//! A child serves its connection until it closes, so a child waiting for a head, however
+//! briefly, can take no one else; any threshold would only hold the pool back by that long
+//! behind a slow client, and a fast client's connection needs the child for its whole life
+//! as much as a slow one's. Apache's prefork MPM counts a child reading a request as busy too
+//! (only starting and ready children are idle in its `perform_idle_server_maintenance`); where
+//! it is slow is the rate it grows at: one child in the first second without an idle one,
+//! then 2, 4, ... up to 32 a second, so 50 clients that hold a child each keep a new request
+//! waiting for seconds. Here one batch takes them all.
 //!
 //! A crash costs the connection of the child that crashed and nothing else: every other
 //! connection lives in another process. The price is a process (and its own caches) per
@@ -32,10 +49,14 @@ use crate::loops::Env;
 use crate::sys::{self, syscall};
 use crate::{signals, DriverConfig, Handler, Listeners, Opened};
 
-/// How often the parent looks at the pool.
+/// How often the parent looks at the pool when no child asks it to.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(100);
-/// Most children forked in one maintenance round (Apache's limit too).
-pub const MAX_SPAWN_RATE: usize = 32;
+/// The signal a child sends the parent when it takes a connection and no other child is idle
+/// or starting: the parent waits for it with SIGCHLD. SIGURG because nothing else here uses
+/// it (no socket asks for out-of-band notice) and its default action is to ignore it, so a
+/// late one that reaches some other process after the parent is gone does no harm; being a
+/// standard signal, several sent before the parent wakes are one wake.
+pub const WAKE_SIGNAL: libc::c_int = libc::SIGURG;
 /// How long an idle child waits for a connection before it looks at its scoreboard word and
 /// the stop flag again; bounds how long retiring an idle child takes.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
@@ -146,6 +167,22 @@ impl Scoreboard {
         // SAFETY: in bounds of the mapping, 4-byte aligned, which lives as long as self.
         unsafe { &*((self.base as *const u8).add(WORDS_OFFSET) as *const AtomicU32).add(slot) }
     }
+
+    /// Whether a child other than the one in `slot` (which has just turned busy) is idle or
+    /// starting, so it will take the next connection. Two children turning busy at once
+    /// both see the other's word as busy at worst (the fence orders each one's store before
+    /// its loads), so the last free child never goes unnoticed; at worst both wake the
+    /// parent, which costs one look at the scoreboard.
+    fn any_available(&self, slot: usize) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        (0..self.len).any(|other| {
+            other != slot
+                && matches!(
+                    self.word(other).load(Ordering::SeqCst),
+                    state::IDLE | state::STARTING
+                )
+        })
+    }
 }
 
 impl Drop for Scoreboard {
@@ -166,6 +203,8 @@ pub struct Child<'a> {
     config: &'a DriverConfig,
     prefork: PreforkConfig,
     stop: &'a AtomicBool,
+    /// The parent's process id, to wake it.
+    parent: libc::pid_t,
 }
 
 impl Child<'_> {
@@ -245,6 +284,12 @@ impl Child<'_> {
                 let Some((fd, peer)) = accept(self.listeners[listener].as_raw_fd()) else {
                     continue;
                 };
+                // This child is busy from now until the connection closes: if it was the last
+                // one free, the pool must grow now, not at the parent's next round.
+                if !self.scoreboard.any_available(self.slot) {
+                    // SAFETY: signalling the parent, whose pid was taken before the fork.
+                    unsafe { libc::kill(self.parent, WAKE_SIGNAL) };
+                }
                 if !common::admit_with(active, self.config.max_connections, &fd, &refusal) {
                     break;
                 }
@@ -319,18 +364,24 @@ pub fn run(
         parent: std::process::id(),
         failed_starts: 0,
     };
-    // The parent waits for SIGCHLD rather than sleeping, so a child that ends is replaced at
-    // once; children unblock it again (see `become_child`).
-    let child_ended = sigchld_set();
+    // The parent waits for SIGCHLD and WAKE_SIGNAL rather than sleeping, so a child that ends
+    // is replaced, and a pool with no idle child grown, at once; children unblock them again
+    // (see `become_child`).
+    let wake_set = parent_signals();
     // SAFETY: changes this (only) thread's signal mask.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &child_ended, std::ptr::null_mut()) };
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &wake_set, std::ptr::null_mut()) };
+    // Each child would otherwise detect the CPU's features itself on its first search for a
+    // byte (memchr asks std, which runs cpuid: a trap to the hypervisor on a virtual machine,
+    // 13% of the CPU time of 200 children starting here). Detected once in the parent, the
+    // answer is inherited with its memory.
+    #[cfg(target_arch = "x86_64")]
+    let _ = std::is_x86_feature_detected!("avx2");
     pool.spawn(prefork.start, child_main);
-    let mut spawn_rate = 1;
     let mut next_maintenance = Instant::now() + MAINTENANCE_INTERVAL;
     let mut reopen = signals::reopen_generation();
     while !stop.load(Ordering::Relaxed) && !signals::draining() {
         crate::liveness::beat();
-        wait_for_child(&child_ended, next_maintenance);
+        wait_for_signal(&wake_set, next_maintenance);
         let ended = pool.reap();
         if stop.load(Ordering::Relaxed) || signals::draining() {
             break;
@@ -349,21 +400,17 @@ pub fn run(
         if ended > 0 {
             pool.spawn(ended, child_main);
         }
+        // Whatever woke the parent, a pool short of idle children grows now: a child that
+        // found none free has asked for it, and the periodic round is only the safety net.
+        let (idle, alive) = pool.count();
+        if idle < prefork.min_spare && alive < prefork.max_children {
+            pool.grow(idle, alive, child_main);
+        }
         if Instant::now() < next_maintenance {
             continue;
         }
         next_maintenance = Instant::now() + MAINTENANCE_INTERVAL;
-        let (idle, alive) = pool.count();
-        if idle < prefork.min_spare && alive < prefork.max_children {
-            let wanted = (prefork.min_spare - idle).min(spawn_rate);
-            pool.spawn(wanted, child_main);
-            spawn_rate = (spawn_rate * 2).min(MAX_SPAWN_RATE);
-        } else {
-            spawn_rate = 1;
-            if idle > prefork.max_spare {
-                pool.retire_one();
-            }
-        }
+        pool.retire(retirements(idle, prefork.max_spare));
     }
     if !stop.load(Ordering::Relaxed) {
         crate::liveness::beat();
@@ -373,20 +420,21 @@ pub fn run(
     Ok(())
 }
 
-/// The signal set holding SIGCHLD.
-fn sigchld_set() -> libc::sigset_t {
+/// The signals the parent waits for: SIGCHLD and [`WAKE_SIGNAL`].
+fn parent_signals() -> libc::sigset_t {
     // SAFETY: sigemptyset initialises the set before sigaddset reads it.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigaddset(&mut set, WAKE_SIGNAL);
         set
     }
 }
 
-/// Waits until a child ends (SIGCHLD, blocked in the parent), another signal arrives, or
-/// `until`.
-fn wait_for_child(child_ended: &libc::sigset_t, until: Instant) {
+/// Waits until a child ends or asks for more children (both signals blocked in the parent),
+/// another signal arrives, or `until`.
+fn wait_for_signal(set: &libc::sigset_t, until: Instant) {
     let wait = until.saturating_duration_since(Instant::now());
     let timeout = libc::timespec {
         tv_sec: wait.as_secs() as libc::time_t,
@@ -394,7 +442,42 @@ fn wait_for_child(child_ended: &libc::sigset_t, until: Instant) {
     };
     // SAFETY: a blocked signal is taken from the pending set; nothing is written through the
     // null info pointer.
-    unsafe { libc::sigtimedwait(child_ended, std::ptr::null_mut(), &timeout) };
+    unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
+}
+
+/// How many idle children one maintenance round retires: a quarter of those beyond
+/// `max_spare`, at least one. The pool so shrinks back to the spare range within about two
+/// seconds after any burst (200 extra children take 16 rounds), while a load that comes back
+/// within a few rounds still finds most of the children it had, instead of paying for their
+/// forks again. (Apache retires one a second: 200 extra children linger for minutes.)
+fn retirements(idle: usize, max_spare: usize) -> usize {
+    idle.saturating_sub(max_spare).div_ceil(4)
+}
+
+/// Connections waiting in the accept queues of `sockets`: established, not yet taken by a
+/// child. For a listening socket Linux reports its accept queue's length as `tcpi_unacked`
+/// (what `ss` shows as Recv-Q); a socket it cannot be read for counts none.
+fn waiting_connections(sockets: &[OwnedFd]) -> usize {
+    // `tcpi_state` of a listening socket (TCP_LISTEN in Linux's include/net/tcp_states.h).
+    const TCP_LISTEN: u8 = 10;
+    sockets
+        .iter()
+        .map(|socket| {
+            // SAFETY: tcp_info is plain data, zeroes are a valid value.
+            let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+            match syscall!(getsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len
+            )) {
+                Ok(_) if info.tcpi_state == TCP_LISTEN => info.tcpi_unacked as usize,
+                _ => 0,
+            }
+        })
+        .sum()
 }
 
 /// The parent's view of its children.
@@ -470,8 +553,8 @@ impl ChildPool<'_> {
     fn become_child(&self, slot: usize, child_main: &dyn Fn(Child<'_>) -> io::Result<()>) -> ! {
         // SAFETY: plain system calls in the child.
         unsafe {
-            // The parent blocks SIGCHLD to wait for it; a child has no use for that.
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &sigchld_set(), std::ptr::null_mut());
+            // The parent blocks its signals to wait for them; a child has no use for that.
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &parent_signals(), std::ptr::null_mut());
             // A parent that dies without stopping its children (killed) takes them along;
             // SIGTERM, so they finish their connection first (a graceful stop, unbounded by
             // the parent's wait but by their own grace period).
@@ -488,6 +571,7 @@ impl ChildPool<'_> {
             config: self.config,
             prefork: self.prefork,
             stop: self.stop,
+            parent: self.parent as libc::pid_t,
         };
         let status = match child_main(child) {
             Ok(()) => 0,
@@ -546,9 +630,30 @@ impl ChildPool<'_> {
         }
     }
 
-    /// Asks one idle child (the highest slot, so low slots stay busy and warm) to exit.
-    fn retire_one(&self) {
+    /// Forks one batch: enough children for the connections waiting in the listen backlog
+    /// (none of the `idle` children will be free for them once they take the first ones) and
+    /// `min_spare` idle ones after that, up to `max_children` in all. One batch, not
+    /// Apache's doubling once a second: clients that hold a child each (slow clients, idle
+    /// keep-alive connections) are all served within one round of forks.
+    fn grow(
+        &mut self,
+        idle: usize,
+        alive: usize,
+        child_main: &dyn Fn(Child<'_>) -> io::Result<()>,
+    ) {
+        let wanted = (waiting_connections(&self.sockets) + self.prefork.min_spare)
+            .saturating_sub(idle)
+            .min(self.prefork.max_children - alive);
+        self.spawn(wanted, child_main);
+    }
+
+    /// Asks up to `n` idle children (the highest slots, so low slots stay busy and warm) to
+    /// exit.
+    fn retire(&self, mut n: usize) {
         for slot in (0..self.pids.len()).rev() {
+            if n == 0 {
+                return;
+            }
             if self.pids[slot].is_some()
                 && self
                     .scoreboard
@@ -561,7 +666,7 @@ impl ChildPool<'_> {
                     )
                     .is_ok()
             {
-                return;
+                n -= 1;
             }
         }
     }
@@ -650,5 +755,49 @@ impl ChildPool<'_> {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    /// `waiting_connections` of `socket` once it equals `n`, or what it is after a second
+    /// (the handshake is finished by the kernel, a moment after `connect` returns at worst).
+    fn waiting_once(socket: &OwnedFd, n: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let waiting = waiting_connections(std::slice::from_ref(socket));
+            if waiting == n || Instant::now() > deadline {
+                return waiting;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn waiting_connections_is_the_accept_queue() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let socket = OwnedFd::from(listener.try_clone().unwrap());
+        assert_eq!(waiting_once(&socket, 0), 0);
+        let _clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        assert_eq!(waiting_once(&socket, 3), 3);
+        let _taken = listener.accept().unwrap();
+        assert_eq!(waiting_once(&socket, 2), 2);
+        // A connected socket is no listener: it has no accept queue to count.
+        let connected = OwnedFd::from(TcpStream::connect(addr).unwrap());
+        assert_eq!(waiting_connections(&[connected]), 0);
+    }
+
+    #[test]
+    fn retirements_take_a_quarter_of_the_excess() {
+        assert_eq!(retirements(0, 10), 0);
+        assert_eq!(retirements(10, 10), 0);
+        assert_eq!(retirements(11, 10), 1);
+        assert_eq!(retirements(14, 10), 1);
+        assert_eq!(retirements(15, 10), 2);
+        assert_eq!(retirements(210, 10), 50);
     }
 }
