@@ -73,7 +73,14 @@ pub struct Input {
     start: usize,
     /// A byte has arrived at some time.
     received: bool,
+    /// The last read filled all the space it was offered: the peer sends in bulk.
+    bulk: bool,
 }
+
+/// How far the input buffer of a connection whose reads keep filling it grows: a peer that
+/// streams (pipelined requests, a stream of messages) is read in a quarter as many calls as
+/// with [`BUFFER_SIZE`], while a connection of single requests keeps the small buffer.
+const BULK_READ: usize = 64 * 1024;
 
 impl Input {
     /// The unconsumed bytes.
@@ -120,9 +127,13 @@ impl Input {
             self.buf.drain(..self.start);
             self.start = 0;
         }
+        if self.bulk && self.buf.capacity() < BULK_READ {
+            self.buf.reserve(BULK_READ - self.buf.len());
+        }
         let want = (self.buf.capacity() - self.buf.len()).max(BUFFER_SIZE / 4);
         let n = crate::sys::read_into(fd, &mut self.buf, want)?;
         self.received |= n > 0;
+        self.bulk = n == want;
         Ok((n, n == want))
     }
 
@@ -244,6 +255,33 @@ impl Output {
             }
         }
         result
+    }
+
+    /// Queues all of `data`, leaving it empty. With nothing else queued, `data`'s allocation
+    /// itself becomes the output and `data` gets the output's empty buffer (from `pool` if it
+    /// had none): a large batch is queued without a copy. Otherwise its bytes are copied.
+    pub fn append_vec(&mut self, pool: &mut BufferPool, data: &mut Vec<u8>) {
+        if data.is_empty() {
+            return;
+        }
+        if !self.segments.is_empty() || data.len() < BUFFER_SIZE / 4 {
+            self.write_with(pool, |buf| buf.extend_from_slice(data));
+            data.clear();
+            return;
+        }
+        if self.segments.capacity() == 0 {
+            self.segments = pool.take_queue();
+        }
+        std::mem::swap(&mut self.buf, data);
+        if data.capacity() == 0 {
+            *data = pool.take();
+        }
+        data.clear();
+        self.sent = 0;
+        let len = self.buf.len();
+        self.pending += len as u64;
+        self.queued += len as u64;
+        self.segments.push_back(Segment::Inline { end: len });
     }
 
     /// Queues a buffer shared with a cache.

@@ -167,44 +167,62 @@ impl Forwarder {
         let mut taken = 0;
         let mut bad = None;
         let decoder = self.decoder;
+        let (transport, limits) = (decoder.transport(), *decoder.limits());
+        let mut forwarded = 0;
         let mut sock = ThriftSocket::new(BufferedSocket::new(io), &decoder);
         loop {
             if taken >= TURN_BYTES {
                 turn_over = true;
                 break;
             }
-            let route = match sock.next() {
-                Ok(Some(message)) => match ForwarderMsg::from_message(&message) {
-                    Ok(args) => (args.key as i64).rem_euclid(routes) as usize,
+            // The usual shape is read in place (every byte checked); anything else goes
+            // through the full decoder, which reads it or says what is wrong.
+            let canonical =
+                ForwarderMsg::peek_canonical(sock.buffered().peek(), transport, &limits);
+            let (key, len, decoded) = match canonical {
+                Some((key, len)) => (key, len, false),
+                None => match sock.next() {
+                    Ok(Some(message)) => match ForwarderMsg::from_message(&message) {
+                        Ok(args) => (args.key, message.wire_len(), true),
+                        Err(e) => {
+                            bad = Some(e.to_string());
+                            break;
+                        }
+                    },
+                    Ok(None) => break,
                     Err(e) => {
                         bad = Some(e.to_string());
                         break;
                     }
                 },
-                Ok(None) => break,
-                Err(e) => {
-                    bad = Some(e.to_string());
-                    break;
-                }
             };
+            let route = (key as i64).rem_euclid(routes) as usize;
             if !self.reach(route, now, &mut sock.buffered().worker()) {
-                sock.discard();
+                sock.buffered().discard(len);
                 let lost = Undelivered {
                     messages: 1,
-                    bytes: 0,
+                    bytes: len as u64,
                 };
                 self.give_up(route, lost, "it cannot be reached");
                 continue;
             }
-            self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-            let before = sock.buffered().peek().len();
-            let posted = sock.forward(&mut self.relay, route);
-            taken += before - sock.buffered().peek().len();
+            forwarded += 1;
+            taken += len;
+            let posted = if decoded {
+                sock.forward(&mut self.relay, route)
+            } else {
+                let sock = sock.buffered();
+                let me = sock.me();
+                let posted = self.relay.post(route, &sock.peek()[..len], me);
+                sock.discard(len);
+                Some(posted)
+            };
             if posted == Some(Posted::Full) {
                 full = true;
                 break;
             }
         }
+        self.stats.forwarded.fetch_add(forwarded, Ordering::Relaxed);
         let sock = sock.buffered();
         self.relay.wake(&mut sock.worker());
         if let Some(reason) = bad {

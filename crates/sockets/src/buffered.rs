@@ -98,6 +98,13 @@ impl<'s, 'io> BufferedSocket<'s, 'io> {
         n
     }
 
+    /// Queues all of `data`, whole, and leaves it empty; a large batch queued while nothing
+    /// else is moves into the output without a copy (see `Output::append_vec`).
+    pub fn write_vec(&mut self, data: &mut Vec<u8>) {
+        let io = &mut *self.io;
+        io.output.append_vec(io.pool, data);
+    }
+
     /// Queues bytes written by `write` straight into the output buffer, whole.
     pub fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
         self.io.write_with(write)

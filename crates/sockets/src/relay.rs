@@ -201,17 +201,24 @@ impl Relay {
     /// waiting for room (answer [`fastpath_drivers::Next::Drain`]).
     pub fn deliver(&mut self, route: usize, sock: &mut BufferedSocket<'_, '_>) -> bool {
         let (sent, room) = (sock.sent(), sock.room());
-        self.hand_over(route, sent, room, |bytes| sock.write_all(bytes))
+        self.hand_over(route, sent, room, |queue, take| {
+            if take == queue.len() {
+                sock.write_vec(queue);
+            } else {
+                sock.write_all(&queue[..take]);
+                queue.drain(..take);
+            }
+        })
     }
 
-    /// [`Relay::deliver`] for a connection that has sent `sent` bytes and has `room` left,
-    /// queueing with `write`.
+    /// [`Relay::deliver`] for a connection that has sent `sent` bytes and has `room` left:
+    /// `write(queue, n)` queues the first `n` bytes of the queue and removes them from it.
     fn hand_over(
         &mut self,
         route: usize,
         sent: u64,
         room: usize,
-        write: impl FnOnce(&[u8]),
+        write: impl FnOnce(&mut Vec<u8>, usize),
     ) -> bool {
         let r = &mut self.routes[route];
         r.woken = false;
@@ -220,8 +227,7 @@ impl Relay {
             // All that waits goes when there is room, in one copy; otherwise what fits (a
             // message may be split between deliveries: the stream stays whole).
             let take = r.queue.len().min(room);
-            write(&r.queue[..take]);
-            r.queue.drain(..take);
+            write(&mut r.queue, take);
             r.handed += take as u64;
         }
         if r.queue.len() <= self.limit / 2 {
@@ -260,7 +266,7 @@ mod tests {
             "woken once, by the attach, for both"
         );
         let mut out = Vec::new();
-        assert!(!relay.hand_over(0, 0, 100, |b| out.extend_from_slice(b)));
+        assert!(!relay.hand_over(0, 0, 100, |q, n| out.extend(q.drain(..n))));
         assert_eq!(out, b"onetwo");
         relay.wakes.clear();
         relay.post(0, b"three", conn(1));
@@ -278,9 +284,9 @@ mod tests {
         relay.wakes.clear();
         // Room for 4 bytes only: 6 stay, more than half the limit; the source still waits.
         let mut out = Vec::new();
-        assert!(relay.hand_over(0, 0, 4, |b| out.extend_from_slice(b)));
+        assert!(relay.hand_over(0, 0, 4, |q, n| out.extend(q.drain(..n))));
         assert!(relay.wakes.is_empty());
-        assert!(!relay.hand_over(0, 0, 100, |b| out.extend_from_slice(b)));
+        assert!(!relay.hand_over(0, 0, 100, |q, n| out.extend(q.drain(..n))));
         assert_eq!(relay.wakes, vec![source]);
         assert_eq!(out, b"1234567890");
     }
@@ -294,7 +300,7 @@ mod tests {
         }
         // 10 bytes handed (the third message in part), 6 taken by the kernel.
         let mut out = Vec::new();
-        relay.hand_over(0, 0, 10, |b| out.extend_from_slice(b));
+        relay.hand_over(0, 0, 10, |q, n| out.extend(q.drain(..n)));
         let lost = relay.detach(0, 6);
         assert_eq!(
             lost,
@@ -307,7 +313,7 @@ mod tests {
         // The next connection starts at a message boundary: d, whole.
         relay.attach(0, conn(10));
         let mut next = Vec::new();
-        relay.hand_over(0, 0, 100, |b| next.extend_from_slice(b));
+        relay.hand_over(0, 0, 100, |q, n| next.extend(q.drain(..n)));
         assert_eq!(next, b"dddd");
         assert_eq!(relay.detach(0, 4), Undelivered::default());
     }

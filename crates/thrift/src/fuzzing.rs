@@ -72,6 +72,14 @@ pub fn message(data: &[u8]) {
 
 fn check(d: Decoder, data: &[u8]) {
     let full = d.decode(data);
+    // The forwarder's fast path accepts nothing the decoder would not read the same way.
+    if let Some((key, len)) = crate::ForwarderMsg::peek_canonical(data, d.transport(), d.limits()) {
+        let Ok(Decoded::Message(m)) = &full else {
+            panic!("peek_canonical took input the decoder refuses: {full:?}");
+        };
+        let args = crate::ForwarderMsg::from_message(m).expect("a msg call");
+        assert_eq!((args.key, m.wire_len()), (key, len));
+    }
     let cuts = [0, 1, 3, 4, 5, 8, 9, 12, 13, 17, 31];
     match full {
         Ok(Decoded::Message(m)) => {

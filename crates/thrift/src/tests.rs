@@ -470,3 +470,44 @@ fn random_bytes_never_panic() {
         crate::fuzzing::message(&buf);
     }
 }
+
+/// The forwarder's fast path never accepts what the full decoder would refuse or read
+/// differently: for canonical messages, every prefix, and every one-byte change of them.
+#[test]
+fn peek_canonical_agrees_with_the_decoder() {
+    let limits = Limits::default();
+    for transport in [Transport::Framed, Transport::Unframed] {
+        let decoder = Decoder::new(transport, limits);
+        for (key, payload) in [
+            (7, &b""[..]),
+            (-3, b"hello"),
+            (i32::MIN, &[0xffu8; 300][..]),
+        ] {
+            let mut wire = Vec::new();
+            let len = encode_forwarder_msg(&mut wire, transport, true, 5, key, payload);
+            assert_eq!(
+                ForwarderMsg::peek_canonical(&wire, transport, &limits),
+                Some((key, len))
+            );
+            for cut in 0..wire.len() {
+                assert_eq!(
+                    ForwarderMsg::peek_canonical(&wire[..cut], transport, &limits),
+                    None
+                );
+            }
+            for at in 0..wire.len() {
+                for flip in [0x01u8, 0x80, 0xff] {
+                    let mut bad = wire.clone();
+                    bad[at] ^= flip;
+                    if let Some((k, n)) = ForwarderMsg::peek_canonical(&bad, transport, &limits) {
+                        let Ok(Decoded::Message(m)) = decoder.decode(&bad) else {
+                            panic!("fast path took what the decoder refuses (byte {at})");
+                        };
+                        let args = ForwarderMsg::from_message(&m).expect("a msg call");
+                        assert_eq!((args.key, m.wire_len()), (k, n), "byte {at}");
+                    }
+                }
+            }
+        }
+    }
+}

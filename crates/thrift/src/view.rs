@@ -406,6 +406,55 @@ impl<'a> ForwarderMsg<'a> {
     /// The method name.
     pub const METHOD: &'static str = "msg";
 
+    /// The key and wire length of the `msg` call at the start of `buf`, if it is whole and
+    /// laid out exactly as Apache Thrift's libraries write one: a strict oneway (or call)
+    /// header named `msg`, field 1 an i32, field 2 a string (no longer than
+    /// `limits.max_string_bytes`), then the end of the struct, framed (the frame ending
+    /// right there) if `transport` says so, no longer than `limits.max_message_bytes`.
+    /// Every byte of such a message is checked here, so it needs no other decoding to be
+    /// forwarded; `None` for anything else (another shape, a message still arriving, bad
+    /// input), which the full [`crate::Decoder`] then reads or refuses with its reason.
+    #[inline]
+    pub fn peek_canonical(
+        buf: &[u8],
+        transport: crate::Transport,
+        limits: &crate::Limits,
+    ) -> Option<(i32, usize)> {
+        let (start, frame) = match transport {
+            crate::Transport::Framed => {
+                let len = u32::from_be_bytes(*buf.first_chunk::<4>()?) as usize;
+                (4, Some(len))
+            }
+            crate::Transport::Unframed => (0, None),
+        };
+        // Header: version word with type, name length 3, "msg", sequence id; field 1 i32.
+        const FIXED: usize = 4 + 4 + 3 + 4 + 3 + 4 + 3 + 4;
+        let m = buf.get(start..start + FIXED)?;
+        let word = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
+        if word != 0x8001_0004 && word != 0x8001_0001 {
+            return None;
+        }
+        if m[4..11] != [0, 0, 0, 3, b'm', b's', b'g'] || m[15..18] != [8, 0, 1] {
+            return None;
+        }
+        let key = i32::from_be_bytes([m[18], m[19], m[20], m[21]]);
+        if m[22..25] != [11, 0, 2] {
+            return None;
+        }
+        let payload = u32::from_be_bytes([m[25], m[26], m[27], m[28]]) as usize;
+        if payload > limits.max_string_bytes || payload > i32::MAX as usize {
+            return None;
+        }
+        let body = FIXED + payload + 1;
+        if body > limits.max_message_bytes || frame.is_some_and(|len| len != body) {
+            return None;
+        }
+        if *buf.get(start + body - 1)? != 0 {
+            return None;
+        }
+        Some((key, start + body))
+    }
+
     /// Reads the arguments of a `msg` call (oneway, or call from an old
     /// client); unknown fields are skipped, as Thrift does.
     pub fn from_message(m: &Message<'a>) -> Result<Self, ArgsError> {
