@@ -2,6 +2,7 @@
 //! the progress line and the outputs. The `fastpath` binary only forwards to [`main`].
 
 use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,13 +10,18 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+use fastpath_thrift::Transport;
+
 use crate::docroot::{apply_manifest, make_docroot, mix_target, read_manifest, MANIFEST};
+use crate::echo::{render_echo, run_echo, EchoConfig};
 use crate::report::{render, render_compare, render_sweep};
 use crate::run::{run, Config, Load, Progress};
 use crate::stats::Report;
+use crate::streams::{write_json, Tick};
 use crate::svg::{latency_chart, sweep_chart};
 use crate::sys::stop_on_interrupt;
 use crate::target::{read_url_list, Target, Url};
+use crate::thrift::{render_sinks, render_thrift, run_sinks, run_thrift, ThriftConfig};
 
 /// Arguments of `fastpath bench`.
 #[derive(Args, Debug, Clone)]
@@ -122,6 +128,15 @@ pub struct BenchArgs {
 
 #[derive(Subcommand, Debug, Clone)]
 enum BenchCommand {
+    /// Load an echo server: each connection sends a message, waits for its echo, checks it
+    /// and sends the next (Slick's echo benchmark).
+    Echo(EchoArgs),
+    /// Load a Thrift forwarder: start sinks on --sinks, stream oneway `msg` calls through
+    /// the forwarder to them, and check that every one arrives once, in order, intact.
+    Thrift(ThriftArgs),
+    /// Only the sinks of `thrift`: listen, count and check what arrives, print a summary on
+    /// SIGINT or SIGTERM.
+    ThriftSink(SinkArgs),
     /// Write the SPECweb96 file set and its manifest into DIR.
     MakeDocroot {
         /// Directory to fill (created if missing).
@@ -130,6 +145,119 @@ enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         dirs: usize,
     },
+}
+
+/// Arguments of `fastpath bench echo`.
+#[derive(Args, Debug, Clone)]
+struct EchoArgs {
+    /// The echo server, ADDR:PORT.
+    addr: SocketAddr,
+    /// Bytes per message.
+    #[arg(long, value_name = "BYTES")]
+    size: usize,
+    /// Connections, each with one message in flight.
+    #[arg(short = 'c', long, default_value_t = 16, value_name = "N")]
+    connections: usize,
+    /// Length of the run (e.g. 10s, 500ms).
+    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_duration, value_name = "TIME")]
+    duration: Duration,
+    /// Worker threads (default: the CPUs in this process's affinity mask).
+    #[arg(short = 't', long, value_name = "N")]
+    threads: Option<usize>,
+    /// No 4-byte size header before the messages: plain echo.
+    #[arg(long)]
+    plain: bool,
+    /// Longest wait for a connection or an echo.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "TIME")]
+    timeout: Duration,
+    /// Also write every figure as JSON to FILE (`-`: stdout, instead of the summary).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No progress line.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// Arguments of `fastpath bench thrift`.
+#[derive(Args, Debug, Clone)]
+struct ThriftArgs {
+    /// The forwarder under test, ADDR:PORT (started with `--to` the same list as --sinks).
+    forwarder: SocketAddr,
+    /// Addresses the sinks listen on, destination 0 first: the forwarder's `--to`.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required = true,
+        value_name = "ADDR,ADDR,..."
+    )]
+    sinks: Vec<SocketAddr>,
+    /// Payload bytes per message (at least 20: client id, sequence number, send time).
+    #[arg(long, value_name = "BYTES")]
+    payload: usize,
+    /// Client connections to the forwarder.
+    #[arg(short = 'c', long, default_value_t = 16, value_name = "N")]
+    connections: usize,
+    /// How long the clients send (e.g. 10s, 500ms).
+    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_duration, value_name = "TIME")]
+    duration: Duration,
+    /// Client threads (default: the CPUs in this process's affinity mask).
+    #[arg(short = 't', long, value_name = "N")]
+    threads: Option<usize>,
+    /// Sink threads (default: as many as client threads, at most one per sink).
+    #[arg(long, value_name = "N")]
+    sink_threads: Option<usize>,
+    /// How messages are delimited.
+    #[arg(long, value_enum, default_value = "framed")]
+    transport: TransportArg,
+    /// Longest wait, after sending stops, for every message to arrive.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "TIME")]
+    drain: Duration,
+    /// Also write every figure as JSON to FILE (`-`: stdout, instead of the summary).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No progress line.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// Arguments of `fastpath bench thrift-sink`.
+#[derive(Args, Debug, Clone)]
+struct SinkArgs {
+    /// Addresses to listen on, destination 0 first.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required = true,
+        value_name = "ADDR,ADDR,..."
+    )]
+    listen: Vec<SocketAddr>,
+    /// How messages are delimited.
+    #[arg(long, value_enum, default_value = "framed")]
+    transport: TransportArg,
+    /// Sink threads (default: one per CPU, at most one per sink).
+    #[arg(short = 't', long, value_name = "N")]
+    threads: Option<usize>,
+    /// Also write the counts as JSON to FILE (`-`: stdout, instead of the summary).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// Thrift transports for `--transport`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum TransportArg {
+    /// Each message after its 4-byte big-endian length.
+    Framed,
+    /// Messages back to back.
+    Unframed,
+}
+
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Transport {
+        match t {
+            TransportArg::Framed => Transport::Framed,
+            TransportArg::Unframed => Transport::Unframed,
+        }
+    }
 }
 
 /// File-size mixes for `--mix`.
@@ -206,6 +334,12 @@ fn execute_until(
     out: &mut dyn Write,
     stop: Option<&'static AtomicBool>,
 ) -> Result<(), String> {
+    match &args.command {
+        Some(BenchCommand::Echo(a)) => return echo(a, out, stop),
+        Some(BenchCommand::Thrift(a)) => return thrift(a, out, stop),
+        Some(BenchCommand::ThriftSink(a)) => return thrift_sink(a, out, stop),
+        _ => {}
+    }
     if let Some(BenchCommand::MakeDocroot { dir, dirs }) = &args.command {
         let entries =
             make_docroot(dir, *dirs).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
@@ -310,6 +444,151 @@ fn execute_until(
         &reports,
         out,
     )
+}
+
+/// The progress line of the stream modes, on stderr when it is a terminal and not `-q`.
+fn stream_progress(
+    quiet: bool,
+    label: &'static str,
+    names: [&'static str; 3],
+) -> Option<impl FnMut(Duration, [u64; 3])> {
+    let show = !quiet && std::io::stderr().is_terminal();
+    let mut last = (Duration::ZERO, 0u64);
+    show.then_some(move |elapsed: Duration, v: [u64; 3]| {
+        // The first figure gets a rate; an unnamed figure is left out.
+        let dt = (elapsed - last.0).as_secs_f64().max(1e-9);
+        let rate = v[0].saturating_sub(last.1) as f64 / dt;
+        last = (elapsed, v[0]);
+        let mut line = format!(
+            "[{label}] {:>4.0}s  {} {} ({rate:.0}/s)",
+            elapsed.as_secs_f64(),
+            names[0],
+            v[0]
+        );
+        for (name, value) in names[1..].iter().zip(&v[1..]) {
+            if !name.is_empty() {
+                line.push_str(&format!("  {name} {value}"));
+            }
+        }
+        eprint!("\r\x1b[K{line}");
+    })
+}
+
+fn clear_progress(quiet: bool) {
+    if !quiet && std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[K");
+    }
+}
+
+fn echo(
+    a: &EchoArgs,
+    out: &mut dyn Write,
+    stop: Option<&'static AtomicBool>,
+) -> Result<(), String> {
+    let config = EchoConfig {
+        addr: a.addr,
+        size: a.size,
+        connections: a.connections,
+        duration: a.duration,
+        threads: a.threads.unwrap_or(0),
+        plain: a.plain,
+        timeout: a.timeout,
+        stop,
+    };
+    let mut line = stream_progress(a.quiet, "echo", ["messages", "errors", ""]);
+    let tick: Option<Tick<'_>> = line.as_mut().map(|f| f as Tick<'_>);
+    let report = run_echo(&config, tick).map_err(|e| format!("echo {}: {e}", a.addr));
+    clear_progress(a.quiet);
+    let report = report?;
+    if a.json.as_deref() != Some(std::path::Path::new("-")) {
+        out.write_all(render_echo(&report).as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    if let Some(path) = &a.json {
+        write_json(&report, path, out)?;
+    }
+    if report.messages == 0 && report.errors.total == 0 {
+        return Err("no echo came back within the run".into());
+    }
+    if !report.clean() {
+        return Err(format!(
+            "{} errors ({} mismatched echoes, {} connections failed)",
+            report.errors.total, report.errors.mismatch, report.conns_failed
+        ));
+    }
+    Ok(())
+}
+
+fn thrift(
+    a: &ThriftArgs,
+    out: &mut dyn Write,
+    stop: Option<&'static AtomicBool>,
+) -> Result<(), String> {
+    let config = ThriftConfig {
+        forwarder: a.forwarder,
+        sinks: a.sinks.clone(),
+        payload: a.payload,
+        connections: a.connections,
+        duration: a.duration,
+        threads: a.threads.unwrap_or(0),
+        sink_threads: a.sink_threads.unwrap_or(0),
+        transport: a.transport.into(),
+        drain: a.drain,
+        stop,
+    };
+    let mut line = stream_progress(a.quiet, "thrift", ["arrived", "sent", "bad"]);
+    let tick: Option<Tick<'_>> = line.as_mut().map(|f| f as Tick<'_>);
+    let report = run_thrift(&config, tick).map_err(|e| format!("thrift {}: {e}", a.forwarder));
+    clear_progress(a.quiet);
+    let report = report?;
+    if a.json.as_deref() != Some(std::path::Path::new("-")) {
+        out.write_all(render_thrift(&report).as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    if let Some(path) = &a.json {
+        write_json(&report, path, out)?;
+    }
+    if !report.clean {
+        return Err(format!(
+            "not every message arrived once, in order, intact: lost {}, duplicated {}, reordered {}, corrupt {}, misrouted {}, failed connections {}",
+            report.lost, report.duplicated, report.reordered, report.corrupt, report.misrouted, report.conns_failed
+        ));
+    }
+    Ok(())
+}
+
+fn thrift_sink(
+    a: &SinkArgs,
+    out: &mut dyn Write,
+    stop: Option<&'static AtomicBool>,
+) -> Result<(), String> {
+    // Runs until a signal; without one (embedded use), until the process ends.
+    static NEVER: AtomicBool = AtomicBool::new(false);
+    let stop = stop
+        .map(|_| crate::sys::stop_on_terminate())
+        .unwrap_or(&NEVER);
+    let addrs: Vec<String> = a.listen.iter().map(|a| a.to_string()).collect();
+    let report = run_sinks(
+        &a.listen,
+        a.transport.into(),
+        a.threads.unwrap_or(0),
+        stop,
+        || {
+            eprintln!(
+                "fastpath bench thrift-sink: listening on {}",
+                addrs.join(",")
+            );
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    if a.json.as_deref() != Some(std::path::Path::new("-")) {
+        out.write_all(render_sinks(&report).as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    if let Some(path) = &a.json {
+        write_json(&report, path, out)?;
+    }
+    Ok(())
 }
 
 fn write_outputs(

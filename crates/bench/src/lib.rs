@@ -53,6 +53,26 @@
 //! println!("{} replies/s, p99 {} µs, {} errors", report.rps, report.latency_us.p99, report.errors.total);
 //! ```
 //!
+//! Two more modes load the non-HTTP services, on the same kind of event loop:
+//! - **`echo`** ([`run_echo`]): Slick's echo benchmark. Each connection sends its message
+//!   size (a 4-byte header, unless plain), then a message, waits for the whole echo, checks
+//!   it byte for byte and sends the next. Per message: one `send`, one `read` and a share of
+//!   an `epoll_pwait2`, nothing allocated.
+//! - **`thrift`** ([`run_thrift`]): Slick's forwarder benchmark. The generator starts the
+//!   sinks itself, then streams oneway `msg` calls ([`fwdmsg`] says what they hold) to the
+//!   forwarder as fast as TCP takes them, a 64 KiB buffer of copied and stamped messages per
+//!   send. The sinks check every byte and the order per client; after the clients stop, the
+//!   run waits (bounded) for every message, so lost, duplicated, reordered, corrupt and
+//!   misrouted are exact and all zero in a good run. One-way latency comes from the send
+//!   time in each message (CLOCK_MONOTONIC, so a sink in another process reads it too); at
+//!   full speed it is mostly the depth of the socket buffers.
+//!
+//! ```text
+//! fastpath bench echo 127.0.0.1:9000 --size 32 -c 64 -d 10s --json echo.json
+//! fastpath bench thrift 127.0.0.1:9100 --sinks 127.0.0.1:9201,127.0.0.1:9202 --payload 1024 -c 32
+//! fastpath bench thrift-sink --listen 127.0.0.1:9201,127.0.0.1:9202
+//! ```
+//!
 //! `--json` prints one [`Report`] object for a run, `{"runs": [Report...]}` for
 //! `--compare`, and `{"sweep": {"mode": "rate"|"conn-rate", "points": [Report...]}}` for
 //! `--sweep` (each point names its target and `offered_rate`). Times are µs, as
@@ -73,23 +93,33 @@
 
 pub mod cli;
 mod docroot;
+mod echo;
 mod engine;
+pub mod fwdmsg;
 mod report;
 mod response;
 mod run;
 mod stats;
+mod streams;
 mod svg;
 mod sys;
 mod target;
+mod thrift;
 
 pub use docroot::{
     apply_manifest, file_size, make_docroot, mix_target, read_manifest, Entry, CLASS_SHARE,
     FILE_SHARE, MANIFEST,
 };
+pub use echo::{render_echo, run_echo, EchoConfig, EchoErrors, EchoReport};
 pub use report::{render, render_compare, render_sweep};
 pub use response::{ParseError, Reply, ResponseParser, MAX_HEAD};
 pub use run::{run, BenchError, Config, Load, Progress};
 pub use stats::{ErrorClass, Errors, Percentiles, Report, ReportMeta, Stats, StatusClasses};
+pub use streams::Tick;
 pub use svg::{latency_chart, sweep_chart};
 pub use sys::available_cpus;
 pub use target::{read_url_list, Expect, Request, Selection, Target, TargetError, Url};
+pub use thrift::{
+    render_sinks, render_thrift, run_sinks, run_thrift, SinkCounts, SinkReport, ThriftConfig,
+    ThriftReport,
+};

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use crate::stats::Report;
 
 /// Formats a count of bytes with a decimal unit.
-fn bytes(n: f64) -> String {
+pub(crate) fn bytes(n: f64) -> String {
     const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
     let mut v = n;
     let mut unit = 0;

@@ -84,7 +84,7 @@ const HIST_MAX_NS: u64 = 3_600_000_000_000;
 /// Significant figures kept by the histograms: 0.1% resolution.
 const HIST_SIGFIG: u8 = 3;
 
-fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_NS, HIST_SIGFIG).expect("valid histogram bounds")
 }
 

@@ -209,3 +209,26 @@ pub fn stop_on_interrupt() -> &'static AtomicBool {
     }
     &INTERRUPTED
 }
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the machine, so a
+/// timestamp written by the generator can be read by a sink in another process.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // CLOCK_MONOTONIC cannot fail on Linux; a zero timestamp would only spoil a latency.
+    let _ = syscall!(clock_gettime(libc::CLOCK_MONOTONIC, &mut ts));
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Makes SIGINT and SIGTERM end a run that has no end of its own (the standalone sinks),
+/// so it prints what it counted; returns the flag they set.
+pub fn stop_on_terminate() -> &'static AtomicBool {
+    let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+    &INTERRUPTED
+}

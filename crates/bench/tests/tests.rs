@@ -7,4 +7,5 @@ mod errors;
 mod load;
 mod output;
 mod peers;
+mod streams;
 mod util;

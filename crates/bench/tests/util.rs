@@ -289,3 +289,27 @@ pub fn check_invariants(r: &Report) {
         assert!(r.rps > 0.0 && r.bytes_per_s > 0.0);
     }
 }
+
+/// A free port on 127.0.0.1: bound, then released (for servers the code under test starts).
+pub fn free_addr() -> SocketAddr {
+    Server::closed_port()
+}
+
+/// Says that the calling test cannot run here (a tool is missing), where it shows: on the
+/// terminal past the harness's capture, and in `target/tmp/skipped-tests.txt`, which
+/// `.ci/run` prints. Under CI, which installs every tool, it fails instead.
+pub fn skip(test: &str, reason: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {reason}, and CI must run this test");
+    }
+    let line = format!("SKIPPED {test}: {reason}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = file.write_all(line.as_bytes());
+    }
+}

@@ -10,6 +10,7 @@ mod util;
 
 mod bad_input;
 mod basic;
+mod bench_streams;
 mod bodies;
 mod cache;
 mod check;
