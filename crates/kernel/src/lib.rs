@@ -116,7 +116,9 @@ pub struct EchoPath {
     #[cfg(kernel_path)]
     _loaded: imp::Loaded,
     map_fd: RawFd,
+    state_fd: RawFd,
     capacity: u32,
+    max_held: u32,
 }
 
 impl fmt::Debug for EchoPath {
@@ -129,20 +131,23 @@ impl fmt::Debug for EchoPath {
 }
 
 impl EchoPath {
-    /// Loads the echo program and its map of `capacity` sockets.
-    pub fn load(capacity: u32) -> Result<EchoPath, Unavailable> {
+    /// Loads the echo program and its map of `capacity` sockets, each of which may have up
+    /// to `max_held` bytes waiting in the kernel beyond its send buffer.
+    pub fn load(capacity: u32, max_held: u32) -> Result<EchoPath, Unavailable> {
         #[cfg(kernel_path)]
         {
-            let loaded = imp::load(capacity)?;
+            let loaded = imp::load(capacity, max_held)?;
             Ok(EchoPath {
                 map_fd: loaded.map_fd(),
+                state_fd: loaded.state_fd(),
                 _loaded: loaded,
                 capacity,
+                max_held,
             })
         }
         #[cfg(not(kernel_path))]
         {
-            let _ = capacity;
+            let _ = (capacity, max_held);
             Err(Unavailable::NotBuilt)
         }
     }
@@ -158,7 +163,7 @@ impl EchoPath {
     /// socket leaves the map when it is closed;
     /// bytes the kernel had taken but not yet sent then are dropped, so a caller closes only
     /// once [`echo_flushed`] says all were sent.
-    pub fn take_over(&self, socket: BorrowedFd<'_>) -> Result<(), TakeOverError> {
+    pub fn take_over(&self, socket: BorrowedFd<'_>) -> Result<Taken, TakeOverError> {
         let cookie = socket_cookie(socket).map_err(TakeOverError::Io)?;
         let fd = socket.as_raw_fd() as u64;
         match map_update(self.map_fd, &cookie, &fd, BPF_NOEXIST) {
@@ -179,7 +184,7 @@ impl EchoPath {
                         std::mem::size_of::<libc::c_int>() as libc::socklen_t,
                     )
                 };
-                Ok(())
+                Ok(Taken(cookie))
             }
             Err(e) if e.raw_os_error() == Some(libc::E2BIG) => Err(TakeOverError::Full),
             Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => Err(TakeOverError::Full),
@@ -188,15 +193,53 @@ impl EchoPath {
     }
 }
 
+/// A socket the kernel has taken over: its cookie, the key of its entries in the maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken(u64);
+
+impl EchoPath {
+    /// Whether the kernel gave up on `taken` because its peer sent more than
+    /// [`EchoPath::max_held`] bytes beyond what its send buffer took (a peer that does not
+    /// read its echo): what arrived since was dropped, so the connection must be reset.
+    pub fn overflowed(&self, taken: Taken) -> bool {
+        let mut state = EchoState::default();
+        map_lookup(self.state_fd, &taken.0, &mut state).is_ok() && state.overflow != 0
+    }
+
+    /// Forgets `taken`'s count, once its connection is closed (the socket leaves the sockhash
+    /// by itself).
+    pub fn release(&self, taken: Taken) {
+        let _ = map_delete(self.state_fd, &taken.0);
+    }
+
+    /// Bytes the kernel holds at most for one socket beyond its send buffer.
+    pub fn max_held(&self) -> u32 {
+        self.max_held
+    }
+}
+
+/// `struct echo_state` of echo.bpf.c.
+#[repr(C)]
+#[derive(Default)]
+struct EchoState {
+    redirected: u64,
+    base_seq: u32,
+    overflow: u32,
+}
+
 /// Loads the echo path for `mode`, and logs in one line whether the kernel path is on and, if
 /// not, why. `Ok(None)`: user space (off, or auto where it cannot be had); `Err`: `mode` is
 /// [`Mode::On`] and it cannot be had, the start must fail with this reason.
-pub fn echo_path(mode: Mode, capacity: u32) -> Result<Option<Arc<EchoPath>>, String> {
+pub fn echo_path(
+    mode: Mode,
+    capacity: u32,
+    max_held: u32,
+) -> Result<Option<Arc<EchoPath>>, String> {
     if mode == Mode::Off {
         tracing::info!("kernel path: off (kernel_path = \"off\")");
         return Ok(None);
     }
-    match EchoPath::load(capacity) {
+    match EchoPath::load(capacity, max_held) {
         Ok(path) => {
             tracing::info!(
                 "kernel path: on (echo: sk_skb stream verdict redirecting each socket to \
@@ -243,12 +286,10 @@ pub fn since_last_input(socket: BorrowedFd<'_>) -> io::Result<std::time::Duratio
 #[repr(C)]
 #[derive(Default)]
 struct TcpInfo {
-    _head: [u8; 8],
-    _rto_to_rcv_ssthresh: [u32; 7],
-    _lost_retrans_fackets: [u32; 4],
-    _last_data_sent: u32,
+    _state_to_flags: [u8; 8],
+    _rto_to_last_ack_sent: [u32; 11],
     tcpi_last_data_recv: u32,
-    _last_ack_sent_to_total_retrans: [u32; 15],
+    _last_ack_recv_to_total_retrans: [u32; 12],
     _pacing_rate: u64,
     _max_pacing_rate: u64,
     tcpi_bytes_acked: u64,
@@ -298,7 +339,9 @@ fn socket_cookie(socket: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(cookie)
 }
 
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_NOEXIST: u64 = 1;
 
 /// `union bpf_attr` for the map element commands.
@@ -311,21 +354,21 @@ struct MapElemAttr {
     flags: u64,
 }
 
-/// BPF_MAP_UPDATE_ELEM straight through the system call: it needs only the map's descriptor,
-/// so workers insert without sharing a lock.
-fn map_update<K, V>(map_fd: RawFd, key: &K, value: &V, flags: u64) -> io::Result<()> {
+/// A map element command straight through the system call: it needs only the map's
+/// descriptor, so workers use the maps without sharing a lock.
+fn map_elem(cmd: libc::c_long, map_fd: RawFd, key: u64, value: u64, flags: u64) -> io::Result<()> {
     let attr = MapElemAttr {
         map_fd: map_fd as u32,
         _pad: 0,
-        key: key as *const K as u64,
-        value: value as *const V as u64,
+        key,
+        value,
         flags,
     };
-    // SAFETY: attr points at valid key and value for the duration of the call.
+    // SAFETY: the caller's key and value pointers are valid for the duration of the call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
-            BPF_MAP_UPDATE_ELEM,
+            cmd,
             &attr as *const MapElemAttr,
             std::mem::size_of::<MapElemAttr>() as u32,
         )
@@ -334,6 +377,30 @@ fn map_update<K, V>(map_fd: RawFd, key: &K, value: &V, flags: u64) -> io::Result
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+fn map_update<K, V>(map_fd: RawFd, key: &K, value: &V, flags: u64) -> io::Result<()> {
+    map_elem(
+        BPF_MAP_UPDATE_ELEM,
+        map_fd,
+        key as *const K as u64,
+        value as *const V as u64,
+        flags,
+    )
+}
+
+fn map_lookup<K, V>(map_fd: RawFd, key: &K, value: &mut V) -> io::Result<()> {
+    map_elem(
+        BPF_MAP_LOOKUP_ELEM,
+        map_fd,
+        key as *const K as u64,
+        value as *mut V as u64,
+        0,
+    )
+}
+
+fn map_delete<K>(map_fd: RawFd, key: &K) -> io::Result<()> {
+    map_elem(BPF_MAP_DELETE_ELEM, map_fd, key as *const K as u64, 0, 0)
 }
 
 const BPF_PROG_ATTACH: libc::c_long = 8;
@@ -392,6 +459,7 @@ mod imp {
     pub(super) struct Loaded {
         _ebpf: Ebpf,
         map: MapData,
+        state: MapData,
     }
 
     // SAFETY: nothing here is touched after loading but the map's descriptor, which any
@@ -402,6 +470,10 @@ mod imp {
     impl Loaded {
         pub(super) fn map_fd(&self) -> RawFd {
             self.map.fd().as_fd().as_raw_fd()
+        }
+
+        pub(super) fn state_fd(&self) -> RawFd {
+            self.state.fd().as_fd().as_raw_fd()
         }
     }
 
@@ -438,9 +510,11 @@ mod imp {
         }
     }
 
-    pub(super) fn load(capacity: u32) -> Result<Loaded, Unavailable> {
+    pub(super) fn load(capacity: u32, max_held: u32) -> Result<Loaded, Unavailable> {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("echo_socks", capacity)
+            .map_max_entries("echo_state", capacity)
+            .override_global("max_held", &max_held, true)
             .load(ECHO)
             .map_err(|e| match e {
                 EbpfError::MapError(MapError::CreateError { name, io_error }) => {
@@ -455,6 +529,11 @@ mod imp {
         // socket's cookie.
         let Map::SockHash(map) = map else {
             return Err(Unavailable::Failed("`echo_socks` is not a sockhash".into()));
+        };
+        let Some(Map::LruHashMap(state)) = ebpf.take_map("echo_state") else {
+            return Err(Unavailable::Failed(
+                "the echo object has no LRU hash `echo_state`".into(),
+            ));
         };
         let program: &mut SkSkb = ebpf
             .program_mut("echo_verdict")
@@ -475,6 +554,10 @@ mod imp {
             BPF_SK_SKB_STREAM_VERDICT,
         )
         .map_err(|e| io_reason(&e, "attaching echo_verdict to the sockhash"))?;
-        Ok(Loaded { _ebpf: ebpf, map })
+        Ok(Loaded {
+            _ebpf: ebpf,
+            map,
+            state,
+        })
     }
 }

@@ -305,7 +305,10 @@ pub fn echo(args: EchoArgs) -> ExitCode {
     if sockets == 0 {
         return fail("--kernel-sockets must be at least 1");
     }
-    let kernel = match fastpath_kernel::echo_path(mode, sockets) {
+    // What the kernel may hold for a client beyond its send buffer: as much as user space
+    // queues for one.
+    let max_held = config.output_limit.min(u32::MAX as usize) as u32;
+    let kernel = match fastpath_kernel::echo_path(mode, sockets, max_held) {
         Ok(kernel) => kernel,
         Err(e) => return fail(e),
     };

@@ -4,12 +4,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastpath_kernel::{EchoPath, TakeOverError};
+use fastpath_kernel::{EchoPath, TakeOverError, Taken};
 use fastpath_sockets::{BufferedSocket, CloseReason, Handler, Io, Next, Opened, Worker};
 
 /// How often a connection whose peer has finished checks whether the kernel has sent back
 /// all of its bytes before it is closed.
 const FLUSH_CHECK: Duration = Duration::from_millis(5);
+
+/// How often a connection in the kernel checks whether the kernel gave up on it (a peer
+/// that does not read its echo, see [`EchoPath::overflowed`]).
+const OVERFLOW_CHECK: Duration = Duration::from_millis(250);
 
 /// How the echo service behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +91,8 @@ pub struct EchoConn {
     peer: SocketAddr,
     buffer: Option<u32>,
     path: Path,
+    /// The kernel's name for the socket, once it has taken it over.
+    taken: Option<Taken>,
 }
 
 impl Echo {
@@ -111,7 +117,11 @@ impl Echo {
             return;
         }
         match kernel.take_over(io.socket()) {
-            Ok(()) => conn.path = Path::Kernel,
+            Ok(taken) => {
+                conn.path = Path::Kernel;
+                conn.taken = Some(taken);
+                self.arm(io);
+            }
             Err(TakeOverError::Full) => {
                 tracing::debug!(
                     "echo: client {}: the kernel path is full ({} sockets); echoing in user space",
@@ -130,9 +140,34 @@ impl Echo {
         }
     }
 
+    /// The deadline of a connection in the kernel: its next overflow check.
+    fn arm(&self, io: &mut Io<'_>) {
+        *io.deadline = Some(io.now + OVERFLOW_CHECK.min(self.config.idle_timeout));
+    }
+
+    /// Whether the kernel gave up on the connection; logs why.
+    fn overflowed(&self, conn: &EchoConn) -> bool {
+        let (Some(kernel), Some(taken)) = (&self.kernel, conn.taken) else {
+            return false;
+        };
+        if !kernel.overflowed(taken) {
+            return false;
+        }
+        tracing::warn!(
+            "echo: client {}: does not read its echo (more than {} bytes held in the kernel); \
+             resetting",
+            conn.peer,
+            kernel.max_held()
+        );
+        true
+    }
+
     /// For a connection in the kernel whose peer has finished: close once the kernel has sent
     /// back every byte; until then check again shortly.
     fn finish(&self, conn: &mut EchoConn, io: &mut Io<'_>) -> Next {
+        if self.overflowed(conn) {
+            return Next::Abort;
+        }
         let socket = io.socket();
         let (Ok(received), Ok(written)) = (
             fastpath_kernel::bytes_received(socket),
@@ -184,6 +219,7 @@ impl Handler for Echo {
             } else {
                 Path::User
             },
+            taken: None,
         };
         if conn.buffer.is_some() && conn.path == Path::ToKernel {
             self.try_take_over(&mut conn, io);
@@ -192,7 +228,11 @@ impl Handler for Echo {
     }
 
     fn on_ready(&mut self, conn: &mut EchoConn, io: &mut Io<'_>) -> Next {
-        *io.deadline = Some(io.now + self.config.idle_timeout);
+        match conn.path {
+            Path::Kernel => self.arm(io),
+            Path::Flushing { .. } => {}
+            Path::User | Path::ToKernel => *io.deadline = Some(io.now + self.config.idle_timeout),
+        }
         let mut sock = BufferedSocket::with_limit(io, self.config.output_limit);
         if conn.buffer.is_none() {
             let Some(header) = sock.peek().first_chunk::<4>() else {
@@ -238,10 +278,11 @@ impl Handler for Echo {
     fn on_timeout(&mut self, conn: &mut EchoConn, io: &mut Io<'_>) -> Next {
         match conn.path {
             Path::Flushing { .. } => self.finish(conn, io),
+            Path::Kernel if self.overflowed(conn) => Next::Abort,
             // User space sees none of the bytes: the socket says when the peer last sent.
             Path::Kernel => match fastpath_kernel::since_last_input(io.socket()) {
                 Ok(quiet) if quiet < self.config.idle_timeout => {
-                    *io.deadline = Some(io.now + (self.config.idle_timeout - quiet));
+                    self.arm(io);
                     Next::Read
                 }
                 _ => Next::Close,
@@ -265,5 +306,9 @@ impl Handler for Echo {
         Some(Next::Close)
     }
 
-    fn on_close(&mut self, _conn: EchoConn, _reason: CloseReason, _worker: &mut Worker<'_>) {}
+    fn on_close(&mut self, conn: EchoConn, _reason: CloseReason, _worker: &mut Worker<'_>) {
+        if let (Some(kernel), Some(taken)) = (&self.kernel, conn.taken) {
+            kernel.release(taken);
+        }
+    }
 }
