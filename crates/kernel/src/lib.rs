@@ -163,16 +163,31 @@ impl EchoPath {
     /// socket leaves the map when it is closed;
     /// bytes the kernel had taken but not yet sent then are dropped, so a caller closes only
     /// once [`echo_flushed`] says all were sent.
-    pub fn take_over(&self, socket: BorrowedFd<'_>) -> Result<Taken, TakeOverError> {
+    ///
+    /// The kernel cannot stop reading a socket in its map (the receive window stays open), so
+    /// it holds what the send buffer has not taken yet: up to `limit` bytes (at least
+    /// [`EchoPath::max_held`]), past which it drops and marks the socket
+    /// ([`EchoPath::overflowed`]) for the caller to reset.
+    ///
+    /// Nothing may wait unread in the socket: the kernel (6.x) runs the verdict over whole
+    /// skbs from the receive queue, so the part of one that user space had already read
+    /// would be echoed twice. The caller checks (`FIONREAD`, [`unread`]) first; bytes that
+    /// arrive after that come in whole skbs, which are safe.
+    pub fn take_over(&self, socket: BorrowedFd<'_>, limit: u32) -> Result<Taken, TakeOverError> {
         let cookie = socket_cookie(socket).map_err(TakeOverError::Io)?;
+        let state = EchoState {
+            limit: limit.max(self.max_held),
+            ..EchoState::default()
+        };
+        map_update(self.state_fd, &cookie, &state, 0).map_err(TakeOverError::Io)?;
         let fd = socket.as_raw_fd() as u64;
         match map_update(self.map_fd, &cookie, &fd, BPF_NOEXIST) {
             Ok(()) => {
-                // Bytes that arrived before the program was attached to this socket wait in
-                // its receive queue until the next arrival runs the verdict over them. Setting
-                // SO_RCVLOWAT runs the socket's data-ready callback now (tcp_set_rcvlowat), so
-                // the kernel sends them back at once, in order, and user space never reads
-                // them.
+                // Bytes that arrived between the caller's check and the program's attachment
+                // wait in the receive queue until the next arrival runs the verdict over them.
+                // Setting SO_RCVLOWAT runs the socket's data-ready callback now
+                // (tcp_set_rcvlowat), so the kernel sends them back at once, in order, and
+                // user space never reads them.
                 let one: libc::c_int = 1;
                 // SAFETY: SO_RCVLOWAT reads one int.
                 unsafe {
@@ -186,9 +201,13 @@ impl EchoPath {
                 };
                 Ok(Taken(cookie))
             }
-            Err(e) if e.raw_os_error() == Some(libc::E2BIG) => Err(TakeOverError::Full),
-            Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => Err(TakeOverError::Full),
-            Err(e) => Err(TakeOverError::Io(e)),
+            Err(e) => {
+                let _ = map_delete(self.state_fd, &cookie);
+                match e.raw_os_error() {
+                    Some(libc::E2BIG) | Some(libc::ENOMEM) => Err(TakeOverError::Full),
+                    _ => Err(TakeOverError::Io(e)),
+                }
+            }
         }
     }
 }
@@ -198,12 +217,12 @@ impl EchoPath {
 pub struct Taken(u64);
 
 impl EchoPath {
-    /// Whether the kernel gave up on `taken` because its peer sent more than
-    /// [`EchoPath::max_held`] bytes beyond what its send buffer took (a peer that does not
-    /// read its echo): what arrived since was dropped, so the connection must be reset.
+    /// Whether the kernel gave up on `taken` because its peer sent more than its limit
+    /// ([`EchoPath::take_over`]) beyond what its send buffer took (a peer that does not read
+    /// its echo): what arrived since was dropped, so the connection must be reset.
     pub fn overflowed(&self, taken: Taken) -> bool {
         let mut state = EchoState::default();
-        map_lookup(self.state_fd, &taken.0, &mut state).is_ok() && state.overflow != 0
+        map_lookup(self.state_fd, &taken.0, &mut state).is_ok() && state.state == ECHO_OVERFLOW
     }
 
     /// Forgets `taken`'s count, once its connection is closed (the socket leaves the sockhash
@@ -212,7 +231,7 @@ impl EchoPath {
         let _ = map_delete(self.state_fd, &taken.0);
     }
 
-    /// Bytes the kernel holds at most for one socket beyond its send buffer.
+    /// Bytes the kernel holds at least, for any socket, beyond its send buffer.
     pub fn max_held(&self) -> u32 {
         self.max_held
     }
@@ -224,16 +243,23 @@ impl EchoPath {
 struct EchoState {
     redirected: u64,
     base_seq: u32,
-    overflow: u32,
+    limit: u32,
+    state: u32,
+    pad: u32,
 }
+
+const ECHO_OVERFLOW: u32 = 2;
 
 /// Loads the echo path for `mode`, and logs in one line whether the kernel path is on and, if
 /// not, why. `Ok(None)`: user space (off, or auto where it cannot be had); `Err`: `mode` is
 /// [`Mode::On`] and it cannot be had, the start must fail with this reason.
+///
+/// `scope` says which connections will use it, for the log line.
 pub fn echo_path(
     mode: Mode,
     capacity: u32,
     max_held: u32,
+    scope: &str,
 ) -> Result<Option<Arc<EchoPath>>, String> {
     if mode == Mode::Off {
         tracing::info!("kernel path: off (kernel_path = \"off\")");
@@ -242,8 +268,8 @@ pub fn echo_path(
     match EchoPath::load(capacity, max_held) {
         Ok(path) => {
             tracing::info!(
-                "kernel path: on (echo: sk_skb stream verdict redirecting each socket to \
-                 itself, sockhash of {capacity} sockets; kernel_path = \"{}\")",
+                "kernel path: on for {scope} (echo: sk_skb stream verdict redirecting each \
+                 socket to itself, sockhash of {capacity} sockets; kernel_path = \"{}\")",
                 mode.name()
             );
             Ok(Some(Arc::new(path)))
@@ -267,6 +293,16 @@ pub fn bytes_written(socket: BorrowedFd<'_>) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(info.tcpi_bytes_acked + outq.max(0) as u64)
+}
+
+/// Bytes waiting unread in `socket` (FIONREAD).
+pub fn unread(socket: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::FIONREAD, &mut n) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as usize)
 }
 
 /// Bytes received on `socket` since it opened (TCP_INFO).

@@ -15,7 +15,7 @@ use fastpath_sockets::thrift::{Limits, Transport};
 use fastpath_sockets::{serve, DriverConfig, ModelKind, ServiceOptions};
 use toml_edit::{DocumentMut, Item, Value};
 
-use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder};
+use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder, AUTO_KERNEL_FROM};
 
 /// What both services take.
 #[derive(Args, Debug, Clone, Default)]
@@ -308,12 +308,28 @@ pub fn echo(args: EchoArgs) -> ExitCode {
     // What the kernel may hold for a client beyond its send buffer: as much as user space
     // queues for one.
     let max_held = config.output_limit.min(u32::MAX as usize) as u32;
-    let kernel = match fastpath_kernel::echo_path(mode, sockets, max_held) {
-        Ok(kernel) => kernel,
-        Err(e) => return fail(e),
+    // auto: only where it wins (the buffer sizes measured in BENCHMARKS.md).
+    let (from, scope) = match mode {
+        KernelMode::Auto => (
+            AUTO_KERNEL_FROM,
+            format!("buffers of {AUTO_KERNEL_FROM} bytes and more, where it wins"),
+        ),
+        _ => (0, "every connection".to_string()),
+    };
+    let kernel = if mode == KernelMode::Auto && config.plain {
+        tracing::info!(
+            "kernel path: off (kernel_path = \"auto\": plain echo announces no buffer size, \
+             so nothing tells where it would win)"
+        );
+        None
+    } else {
+        match fastpath_kernel::echo_path(mode, sockets, max_held, &scope) {
+            Ok(kernel) => kernel,
+            Err(e) => return fail(e),
+        }
     };
     match serve("echo", &options, |_| {
-        Echo::with_kernel(config, kernel.clone())
+        Echo::with_kernel(config, kernel.clone(), from)
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),

@@ -10,8 +10,9 @@
 // receive window stays open (the skbs have left the receive queue). A peer that sends and
 // never reads its echo would make that queue grow for as long as it sends. So the program
 // counts, per socket, what it has redirected and compares it with what has reached the
-// socket's send queue (tcp_sock.write_seq, read through BTF): past `max_held` bytes in
-// between, the socket is marked overflowed and what arrives is dropped. User space sees
+// socket's send queue (tcp_sock.write_seq, read through BTF): past the socket's limit (its
+// announced buffer size and some, set by user space) in between, the socket is marked
+// overflowed and what arrives is dropped. User space sees
 // the mark and resets the connection (the peer is told; nothing is silently lost on a
 // connection that goes on).
 
@@ -28,9 +29,17 @@ struct echo_state {
     __u64 redirected;
     // write_seq when the first byte was redirected.
     __u32 base_seq;
-    // Set once more than max_held bytes were waiting: user space resets the connection.
-    __u32 overflow;
+    // Bytes the kernel may hold for this socket beyond its send buffer; 0 for max_held.
+    __u32 limit;
+    // ECHO_FRESH until the first byte, then ECHO_COUNTING, or ECHO_OVERFLOW once more than
+    // `limit` bytes were waiting: user space then resets the connection.
+    __u32 state;
+    __u32 pad;
 };
+
+#define ECHO_FRESH 0
+#define ECHO_COUNTING 1
+#define ECHO_OVERFLOW 2
 
 struct {
     __uint(type, BPF_MAP_TYPE_SOCKHASH);
@@ -51,7 +60,7 @@ struct {
     __type(value, struct echo_state);
 } echo_state SEC(".maps");
 
-// Bytes the kernel may hold for one socket beyond its send buffer; set at load time.
+// Bytes the kernel may hold for a socket that user space gave no limit; set at load time.
 volatile const __u32 max_held = 1 << 20;
 
 SEC("sk_skb/stream_verdict")
@@ -61,7 +70,7 @@ int echo_verdict(struct __sk_buff *skb)
     struct bpf_sock *sk = skb->sk;
     struct tcp_sock *tp;
     struct echo_state *st;
-    __u32 written, held;
+    __u32 written, held, limit;
 
     if (!sk)
         return SK_DROP;
@@ -70,18 +79,26 @@ int echo_verdict(struct __sk_buff *skb)
         return SK_DROP;
     st = bpf_map_lookup_elem(&echo_state, &cookie);
     if (!st) {
-        struct echo_state init = { .redirected = 0, .base_seq = tp->write_seq, .overflow = 0 };
+        // User space puts an entry in when it hands the socket over; one evicted since
+        // (LRU) is made afresh.
+        struct echo_state init = { .limit = max_held };
 
         bpf_map_update_elem(&echo_state, &cookie, &init, BPF_NOEXIST);
         st = bpf_map_lookup_elem(&echo_state, &cookie);
         if (!st)
             return bpf_sk_redirect_hash(skb, &echo_socks, &cookie, 0);
     }
+    if (st->state == ECHO_FRESH) {
+        st->base_seq = tp->write_seq;
+        st->redirected = 0;
+        st->state = ECHO_COUNTING;
+    }
+    limit = st->limit ? st->limit : max_held;
     // Sequence arithmetic: what was redirected and has not reached the send queue.
     written = tp->write_seq - st->base_seq;
     held = (__u32)st->redirected - written;
-    if (st->overflow || held + skb->len > max_held) {
-        st->overflow = 1;
+    if (st->state == ECHO_OVERFLOW || held + skb->len > limit) {
+        st->state = ECHO_OVERFLOW;
         return SK_DROP;
     }
     // One socket's skbs are handled one at a time (under its lock): no atomics needed.
