@@ -4,7 +4,9 @@ one run, against real peers built by bench/peers/framework/build.sh.
 
   * Echo, buffer sizes 32 B .. 16 KiB: `fastpath echo` against an echo server on libevent
     2.1 (C, single-threaded: the seed's user-space baseline) and one on tokio (multi-thread
-    runtime, one worker per core it may use).
+    runtime, one worker per core it may use). With a binary that has the kernel path and
+    run as root, two fastpath rows: `fastpath echo` (--kernel-path off) and
+    `fastpath-kernel` (--kernel-path on: the echo done by a BPF sockmap program).
   * Forwarder, payloads 32 B .. 4 KiB, 2 and 4 destinations: `fastpath forward` against a
     forwarder on libevent (the seed's baseline) and one on Apache Thrift's C++ library
     (TNonblockingServer, framed, its handler forwarding through generated clients).
@@ -22,7 +24,8 @@ clients built in here instead (far slower: they check the peers and this script,
 figures say nothing about the servers).
 
 Usage: bench/framework.py [--quick] [--out FILE.md] [--json FILE] [--client fastpath|python]
-[--duration SECONDS] [--tables echo,forward] [--no-build] [--peers-only]; FASTPATH_BIN selects
+[--duration SECONDS] [--tables echo,forward] [--echo-sizes 32,64,...] [--servers NAME,...]
+[--no-build] [--peers-only]; FASTPATH_BIN selects
 the binary (otherwise target/release/fastpath, built first). Only the Python standard library
 is used. crates/bench/tests/peers.rs runs `--quick --client python --peers-only`.
 """
@@ -385,6 +388,17 @@ def has_subcommand(binary, *words):
         return False
 
 
+def bpf_capable():
+    """Whether this process (and so the servers it starts) may load BPF sockmap programs."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    has = lambda bit: caps & (1 << bit) != 0  # noqa: E731
+    return has(12) and (has(39) or has(21))  # CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN
+
+
 def has_option(binary, words, option):
     """Whether `binary WORDS --help` lists `option`."""
     r = subprocess.run([binary, *words, "--help"], capture_output=True, text=True)
@@ -605,9 +619,9 @@ def main():
     args.fastpath_model = ["--model", args.model] if args.model else []
     args.fastpath_echo = not args.peers_only and have("echo")
     args.fastpath_forward = not args.peers_only and have("forward")
-    # The in-kernel echo (fastpath-kernel row): a binary that has --kernel-path, run as root
-    # (loading BPF programs needs CAP_BPF and CAP_NET_ADMIN).
-    args.fastpath_kernel = (args.fastpath_echo and os.geteuid() == 0
+    # The in-kernel echo (fastpath-kernel row): a binary that has --kernel-path, and the
+    # capabilities to load BPF programs (CAP_BPF or CAP_SYS_ADMIN, and CAP_NET_ADMIN).
+    args.fastpath_kernel = (args.fastpath_echo and bpf_capable()
                             and has_option(args.fastpath, ["echo"], "--kernel-path"))
     bench_modes = have("bench", "echo") and have("bench", "thrift")
     if args.client is None:

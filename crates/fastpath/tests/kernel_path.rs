@@ -21,15 +21,7 @@ const ON: &[&str] = &["--kernel-path", "on"];
 /// Whether this process may load BPF sockmap programs (CAP_BPF or CAP_SYS_ADMIN, and
 /// CAP_NET_ADMIN); skips `test` visibly if not. CI runs as root, which may.
 fn bpf_allowed(test: &str) -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
-    let has = |bit: u32| caps & (1 << bit) != 0;
-    // CAP_NET_ADMIN 12, CAP_SYS_ADMIN 21, CAP_BPF 39.
-    if has(12) && (has(39) || has(21)) {
+    if bpf_capable() {
         return true;
     }
     skip(
@@ -38,6 +30,19 @@ fn bpf_allowed(test: &str) -> bool {
         "no CAP_BPF/CAP_NET_ADMIN to load BPF programs",
     );
     false
+}
+
+/// Whether this process (and the servers it starts) may load BPF sockmap programs.
+pub(crate) fn bpf_capable() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |bit: u32| caps & (1 << bit) != 0;
+    // CAP_NET_ADMIN 12, CAP_SYS_ADMIN 21, CAP_BPF 39.
+    has(12) && (has(39) || has(21))
 }
 
 /// The bpftool binary, or a visible skip.

@@ -597,3 +597,38 @@ mod imp {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_by_name() {
+        for mode in [Mode::Auto, Mode::On, Mode::Off] {
+            assert_eq!(mode.name().parse::<Mode>(), Ok(mode));
+        }
+        assert_eq!(
+            "yes".parse::<Mode>(),
+            Err("unknown kernel path `yes` (expected auto, on or off)".to_string())
+        );
+    }
+
+    #[test]
+    fn tcp_info_reads_the_byte_counts() {
+        // A connected pair on loopback: what one side sent is what the other received.
+        use std::io::{Read, Write};
+        use std::os::fd::AsFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        client.write_all(&[7; 1000]).unwrap();
+        let mut buf = [0; 1000];
+        server.read_exact(&mut buf).unwrap();
+        assert_eq!(bytes_received(server.as_fd()).unwrap(), 1000);
+        assert_eq!(unread(server.as_fd()).unwrap(), 0);
+        server.write_all(&[8; 300]).unwrap();
+        client.read_exact(&mut buf[..300]).unwrap();
+        assert_eq!(bytes_written(server.as_fd()).unwrap(), 300);
+        assert!(since_last_input(server.as_fd()).unwrap() < std::time::Duration::from_secs(5));
+    }
+}
