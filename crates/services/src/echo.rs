@@ -285,9 +285,8 @@ impl Handler for Echo {
         sock.send_back(room);
         let finished = sock.at_end() && sock.peek().is_empty();
         match conn.path {
-            Path::Kernel | Path::Flushing { .. } if finished && sock.queued() == 0 => {
-                self.finish(conn, sock.io())
-            }
+            // Output still queued here is sent while the connection waits (Next::Wait).
+            Path::Kernel | Path::Flushing { .. } if finished => self.finish(conn, sock.io()),
             _ if finished => Next::Close,
             Path::ToKernel => {
                 self.try_take_over(conn, sock.io());
