@@ -158,11 +158,10 @@ impl EchoPath {
     }
 
     /// Puts `socket` (a connected TCP socket) in the map: from now on what arrives on it is
-    /// sent back by the kernel, and so is what was waiting unread in it. The caller must have
-    /// sent everything it read from the socket before, or the echo could overtake it. The
-    /// socket leaves the map when it is closed;
+    /// sent back by the kernel. The caller must have sent everything it read from the socket
+    /// before, or the echo could overtake it. The socket leaves the map when it is closed;
     /// bytes the kernel had taken but not yet sent then are dropped, so a caller closes only
-    /// once [`echo_flushed`] says all were sent.
+    /// once [`bytes_written`] has caught up with [`bytes_received`].
     ///
     /// The kernel cannot stop reading a socket in its map (the receive window stays open), so
     /// it holds what the send buffer has not taken yet: up to `limit` bytes (at least
