@@ -4,7 +4,9 @@ one run, against real peers built by bench/peers/framework/build.sh.
 
   * Echo, buffer sizes 32 B .. 16 KiB: `fastpath echo` against an echo server on libevent
     2.1 (C, single-threaded: the seed's user-space baseline) and one on tokio (multi-thread
-    runtime, one worker per core it may use).
+    runtime, one worker per core it may use). With a binary that has the kernel path and
+    run as root, two fastpath rows: `fastpath echo` (--kernel-path off) and
+    `fastpath-kernel` (--kernel-path on: the echo done by a BPF sockmap program).
   * Forwarder, payloads 32 B .. 4 KiB, 2 and 4 destinations: `fastpath forward` against a
     forwarder on libevent (the seed's baseline) and one on Apache Thrift's C++ library
     (TNonblockingServer, framed, its handler forwarding through generated clients).
@@ -22,7 +24,8 @@ clients built in here instead (far slower: they check the peers and this script,
 figures say nothing about the servers).
 
 Usage: bench/framework.py [--quick] [--out FILE.md] [--json FILE] [--client fastpath|python]
-[--duration SECONDS] [--tables echo,forward] [--no-build] [--peers-only]; FASTPATH_BIN selects
+[--duration SECONDS] [--tables echo,forward] [--echo-sizes 32,64,...] [--servers NAME,...]
+[--no-build] [--peers-only]; FASTPATH_BIN selects
 the binary (otherwise target/release/fastpath, built first). Only the Python standard library
 is used. crates/bench/tests/peers.rs runs `--quick --client python --peers-only`.
 """
@@ -385,6 +388,23 @@ def has_subcommand(binary, *words):
         return False
 
 
+def bpf_capable():
+    """Whether this process (and so the servers it starts) may load BPF sockmap programs."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    has = lambda bit: caps & (1 << bit) != 0  # noqa: E731
+    return has(12) and (has(39) or has(21))  # CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN
+
+
+def has_option(binary, words, option):
+    """Whether `binary WORDS --help` lists `option`."""
+    r = subprocess.run([binary, *words, "--help"], capture_output=True, text=True)
+    return r.returncode == 0 and option in r.stdout
+
+
 def client_argv(args, kind, target, size, conns, json_path, sinks=None):
     dur = f"{int(args.duration * 1000)}ms"
     if args.client == "fastpath":
@@ -406,12 +426,18 @@ def echo_servers(args):
     """(name, argv builder taking a port), for the servers that are there."""
     servers = []
     if args.fastpath_echo:
+        # With the kernel path in the binary, user space and kernel are two rows of one run.
+        off = ["--kernel-path", "off"] if args.fastpath_kernel else []
         servers.append(("fastpath echo", lambda p: [
             args.fastpath, "echo", "--listen", f"127.0.0.1:{p}", "--workers", "1",
-            *args.fastpath_model, *args.root]))
+            *off, *args.fastpath_model, *args.root]))
+    if args.fastpath_kernel:
+        servers.append(("fastpath-kernel", lambda p: [
+            args.fastpath, "echo", "--listen", f"127.0.0.1:{p}", "--workers", "1",
+            "--kernel-path", "on", *args.fastpath_model, *args.root]))
     servers.append(("libevent", lambda p: [os.path.join(args.peers, "libevent_echo"), str(p)]))
     servers.append(("tokio", lambda p: [os.path.join(args.peers, "tokio_echo"), str(p)]))
-    return servers
+    return [s for s in servers if not args.servers or s[0] in args.servers]
 
 
 def forward_servers(args):
@@ -424,13 +450,13 @@ def forward_servers(args):
         os.path.join(args.peers, "libevent_forward"), str(p), *to]))
     servers.append(("thrift C++", lambda p, to: [
         os.path.join(args.peers, "thrift_forward"), str(p), *to]))
-    return servers
+    return [s for s in servers if not args.servers or s[0] in args.servers]
 
 
 def run_table(args, kind, tmp):
     rows = []
     if kind == "echo":
-        sizes = QUICK_ECHO_SIZES if args.quick else ECHO_SIZES
+        sizes = args.echo_sizes or (QUICK_ECHO_SIZES if args.quick else ECHO_SIZES)
         configs = [(size, None) for size in sizes]
         servers = echo_servers(args)
         conns = args.echo_conns
@@ -550,6 +576,9 @@ def main():
     ap.add_argument("--echo-conns", type=int, default=16)
     ap.add_argument("--forward-conns", type=int, default=8)
     ap.add_argument("--model", help="fastpath's --model (default: its own default)")
+    ap.add_argument("--echo-sizes", help="echo buffer sizes, e.g. 32,64,4096 (default: all)")
+    ap.add_argument("--servers", help="only these rows, by name, e.g. 'fastpath echo,"
+                    "fastpath-kernel' (default: every server that is there)")
     ap.add_argument("--peers", default=os.path.join(REPO, "target", "peers"),
                     help="where build.sh puts the peers")
     ap.add_argument("--no-build", action="store_true", help="use the peers already built")
@@ -562,6 +591,8 @@ def main():
     args = ap.parse_args()
     args.duration = args.duration or (0.5 if args.quick else 5.0)
     args.sinks = [int(s) for s in (args.sinks or ("2" if args.quick else "2,4")).split(",")]
+    args.echo_sizes = [int(s) for s in args.echo_sizes.split(",")] if args.echo_sizes else None
+    args.servers = [s.strip() for s in args.servers.split(",")] if args.servers else None
     tables = [t for t in args.tables.split(",") if t]
     for t in tables:
         if t not in ("echo", "forward"):
@@ -588,6 +619,10 @@ def main():
     args.fastpath_model = ["--model", args.model] if args.model else []
     args.fastpath_echo = not args.peers_only and have("echo")
     args.fastpath_forward = not args.peers_only and have("forward")
+    # The in-kernel echo (fastpath-kernel row): a binary that has --kernel-path, and the
+    # capabilities to load BPF programs (CAP_BPF or CAP_SYS_ADMIN, and CAP_NET_ADMIN).
+    args.fastpath_kernel = (args.fastpath_echo and bpf_capable()
+                            and has_option(args.fastpath, ["echo"], "--kernel-path"))
     bench_modes = have("bench", "echo") and have("bench", "thrift")
     if args.client is None:
         args.client = "fastpath" if bench_modes else "python"

@@ -103,6 +103,7 @@ impl Link {
         let now = core.now;
         Io {
             me,
+            fd: self.fd.as_raw_fd(),
             requests: &mut core.requests,
             pool: &mut core.pool,
             input: &mut self.input,

@@ -19,7 +19,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
@@ -100,6 +100,8 @@ pub struct Io<'a> {
     pub draining: bool,
     /// This connection's name in its worker.
     pub(crate) me: Token,
+    /// The connection's socket, lent for the call ([`Io::socket`]).
+    pub(crate) fd: RawFd,
     /// What the handler asks of the worker beyond this connection, carried out after the call.
     pub(crate) requests: &'a mut Requests,
 }
@@ -168,6 +170,14 @@ impl Io<'_> {
     /// Queues inline bytes produced by `write`.
     pub fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
         self.output.write_with(self.pool, write)
+    }
+
+    /// The connection's socket, for socket options and for handing its bytes to the kernel
+    /// (a sockmap). The driver keeps owning it: reading, writing or closing it behind the
+    /// driver's back breaks the connection.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        // SAFETY: the driver keeps the descriptor open for as long as this call lasts.
+        unsafe { BorrowedFd::borrow_raw(self.fd) }
     }
 
     /// This connection's name, to wake it from another connection's call.

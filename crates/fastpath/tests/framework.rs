@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-fn echo(model: Model, args: &[&str]) -> (Site, Server) {
+pub(crate) fn echo(model: Model, args: &[&str]) -> (Site, Server) {
     let site = Site::new();
     let mut builder = site.server(model).service("echo");
     for arg in args {
@@ -36,7 +36,7 @@ fn forward(model: Model, to: &[SocketAddr], args: &[&str]) -> (Site, Server) {
     (site, server)
 }
 
-fn connect(addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
     stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
@@ -44,14 +44,34 @@ fn connect(addr: SocketAddr) -> TcpStream {
 }
 
 /// Deterministic bytes, different for every (seed, index).
-fn pattern(seed: usize, len: usize) -> Vec<u8> {
+pub(crate) fn pattern(seed: usize, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| ((i * 31 + seed * 7) % 251) as u8)
         .collect()
 }
 
 httptest!(echo_returns_every_buffer_after_the_size_header, |model| {
-    let (_site, srv) = echo(model, &[]);
+    echo_returns_every_buffer(model, &[]);
+});
+
+httptest!(echo_plain_returns_bytes_from_the_first, |model| {
+    echo_plain_returns_bytes(model, &[]);
+});
+
+httptest!(echo_refuses_an_impossible_buffer_size, |model| {
+    echo_refuses_a_bad_size(model, &[]);
+});
+
+httptest!(echo_to_a_client_that_never_reads_stays_bounded, |model| {
+    echo_stays_bounded(model, &[]);
+});
+
+// The echo tests' bodies, shared with the kernel path's tests (kernel_path.rs), which run
+// them with `--kernel-path on`: `extra` are more arguments for the server.
+
+/// Three clients with buffers of 32 B, 1 KiB and 16 KiB, 50 rounds each.
+pub(crate) fn echo_returns_every_buffer(model: Model, extra: &[&str]) {
+    let (_site, srv) = echo(model, extra);
     let mut clients: Vec<TcpStream> = (0..3).map(|_| connect(srv.addr())).collect();
     for (i, client) in clients.iter_mut().enumerate() {
         let size = [32usize, 1024, 16 * 1024][i];
@@ -61,25 +81,30 @@ httptest!(echo_returns_every_buffer_after_the_size_header, |model| {
             client.write_all(&sent).unwrap();
             let mut got = vec![0; size];
             client.read_exact(&mut got).unwrap();
-            assert_eq!(
-                got, sent,
-                "buffer {round} of {size} bytes came back altered"
-            );
+            if let Some(at) = (0..size).find(|&k| got[k] != sent[k]) {
+                let seed = (0..60).find(|&s| pattern(s, size)[at..] == got[at..]);
+                panic!(
+                    "buffer {round} of {size} bytes came back altered from byte {at} \
+                     (the rest is buffer {seed:?}'s)"
+                );
+            }
         }
     }
-});
+}
 
-httptest!(echo_plain_returns_bytes_from_the_first, |model| {
-    let (_site, srv) = echo(model, &["--plain"]);
+pub(crate) fn echo_plain_returns_bytes(model: Model, extra: &[&str]) {
+    let mut args = vec!["--plain"];
+    args.extend_from_slice(extra);
+    let (_site, srv) = echo(model, &args);
     let mut client = connect(srv.addr());
     client.write_all(b"\x00\x00hello").unwrap();
     let mut got = [0; 7];
     client.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"\x00\x00hello");
-});
+}
 
-httptest!(echo_refuses_an_impossible_buffer_size, |model| {
-    let (_site, srv) = echo(model, &[]);
+pub(crate) fn echo_refuses_a_bad_size(model: Model, extra: &[&str]) {
+    let (_site, srv) = echo(model, extra);
     let mut client = connect(srv.addr());
     client.write_all(&0u32.to_be_bytes()).unwrap();
     let mut buf = [0; 16];
@@ -92,13 +117,15 @@ httptest!(echo_refuses_an_impossible_buffer_size, |model| {
         srv.wait_stderr(IO_TIMEOUT, "buffer size 0 is not in 1..="),
         "no log line naming the bad size"
     );
-});
+}
 
-httptest!(echo_to_a_client_that_never_reads_stays_bounded, |model| {
+pub(crate) fn echo_stays_bounded(model: Model, extra: &[&str]) {
     // A client that sends and never reads fills its own receive buffer, then the server's
     // output limit, then the server stops reading it: what the client can push in is bounded
     // by socket buffers and that limit, not by its patience.
-    let (_site, srv) = echo(model, &["--plain"]);
+    let mut args = vec!["--plain"];
+    args.extend_from_slice(extra);
+    let (_site, srv) = echo(model, &args);
     let client = connect(srv.addr());
     client.set_nonblocking(true).unwrap();
     let chunk = vec![7u8; 64 * 1024];
@@ -126,7 +153,7 @@ httptest!(echo_to_a_client_that_never_reads_stays_bounded, |model| {
         "the server kept taking bytes from a client that reads none ({pushed} bytes)"
     );
     assert!(pushed < 48 << 20, "{pushed} bytes taken before the stall");
-});
+}
 
 /// A TCP sink that records what arrives on every connection, in arrival order per
 /// connection.

@@ -62,8 +62,10 @@ fn framework_benchmark_quick_run() {
     )
     .unwrap();
     let rows = json["rows"].as_array().unwrap();
-    // Two sizes per table, three servers each: fastpath and two peers.
-    assert_eq!(rows.len(), 12, "{report}");
+    // Two sizes per table, three servers each: fastpath and two peers; and the in-kernel
+    // echo's row where BPF programs may be loaded.
+    let kernel = crate::kernel_path::bpf_capable();
+    assert_eq!(rows.len(), if kernel { 14 } else { 12 }, "{report}");
     for row in rows {
         assert!(row.get("failed").is_none(), "{row}");
         assert!(row["messages_per_sec"].as_f64().unwrap() > 0.0, "{row}");
@@ -80,4 +82,9 @@ fn framework_benchmark_quick_run() {
     ] {
         assert!(markdown.contains(&format!("| {server} |")), "{markdown}");
     }
+    assert_eq!(
+        markdown.contains("| fastpath-kernel |"),
+        kernel,
+        "{markdown}"
+    );
 }

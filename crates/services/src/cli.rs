@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use fastpath_kernel::Mode as KernelMode;
 use fastpath_sockets::thrift::{Limits, Transport};
 use fastpath_sockets::{serve, DriverConfig, ModelKind, ServiceOptions};
 use toml_edit::{DocumentMut, Item, Value};
 
-use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder};
+use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder, AUTO_KERNEL_FROM};
 
 /// What both services take.
 #[derive(Args, Debug, Clone, Default)]
@@ -50,6 +51,16 @@ pub struct EchoArgs {
     /// Plain echo: no 4-byte buffer-size header first.
     #[arg(long)]
     plain: bool,
+    /// Echo in the kernel (a BPF sockmap program): auto, on or off.
+    #[arg(long, value_parser = parse_kernel_path)]
+    kernel_path: Option<KernelMode>,
+    /// Sockets the kernel path holds at once; past it connections are echoed in user space.
+    #[arg(long)]
+    kernel_sockets: Option<u32>,
+}
+
+fn parse_kernel_path(s: &str) -> Result<KernelMode, String> {
+    s.parse()
 }
 
 /// `fastpath forward`.
@@ -81,6 +92,8 @@ struct FileSettings {
     idle_timeout: Option<Duration>,
     run_as_root: bool,
     plain: bool,
+    kernel_path: Option<KernelMode>,
+    kernel_sockets: Option<u32>,
     to: Vec<SocketAddr>,
     transport: Option<String>,
     max_message: Option<u64>,
@@ -134,6 +147,15 @@ fn read_file(path: &Path, extra: &[&str]) -> Result<FileSettings, String> {
                 }
             }
             "model" => settings.model = Some(string()?.to_string()),
+            "kernel_path" => settings.kernel_path = Some(string()?.parse()?),
+            "kernel_sockets" => {
+                let n = item
+                    .as_integer()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| bad("a whole number from 1"))?;
+                settings.kernel_sockets = Some(n);
+            }
             "transport" => settings.transport = Some(string()?.to_string()),
             "workers" | "max_connections" => {
                 let n = item
@@ -255,9 +277,12 @@ fn fail(why: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Sockets the echo's kernel path holds by default.
+const DEFAULT_KERNEL_SOCKETS: u32 = 65536;
+
 /// Runs `fastpath echo`.
 pub fn echo(args: EchoArgs) -> ExitCode {
-    let file = match load(&args.common, &["plain"]) {
+    let file = match load(&args.common, &["plain", "kernel_path", "kernel_sockets"]) {
         Ok(file) => file,
         Err(e) => return fail(e),
     };
@@ -272,7 +297,40 @@ pub fn echo(args: EchoArgs) -> ExitCode {
     if let Some(idle) = idle {
         config.idle_timeout = idle;
     }
-    match serve("echo", &options, |_| Echo::new(config)) {
+    let mode = args.kernel_path.or(file.kernel_path).unwrap_or_default();
+    let sockets = args
+        .kernel_sockets
+        .or(file.kernel_sockets)
+        .unwrap_or(DEFAULT_KERNEL_SOCKETS);
+    if sockets == 0 {
+        return fail("--kernel-sockets must be at least 1");
+    }
+    // What the kernel may hold for a client beyond its send buffer: as much as user space
+    // queues for one.
+    let max_held = config.output_limit.min(u32::MAX as usize) as u32;
+    // auto: only where it wins (the buffer sizes measured in BENCHMARKS.md).
+    let (from, scope) = match mode {
+        KernelMode::Auto => (
+            AUTO_KERNEL_FROM,
+            format!("buffers of {AUTO_KERNEL_FROM} bytes and more, where it wins"),
+        ),
+        _ => (0, "every connection".to_string()),
+    };
+    let kernel = if mode == KernelMode::Auto && config.plain {
+        tracing::info!(
+            "kernel path: off (kernel_path = \"auto\": plain echo announces no buffer size, \
+             so nothing tells where it would win)"
+        );
+        None
+    } else {
+        match fastpath_kernel::echo_path(mode, sockets, max_held, &scope) {
+            Ok(kernel) => kernel,
+            Err(e) => return fail(e),
+        }
+    };
+    match serve("echo", &options, |_| {
+        Echo::with_kernel(config, kernel.clone(), from)
+    }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }

@@ -23,5 +23,5 @@ pub mod cli;
 mod echo;
 mod forward;
 
-pub use echo::{Echo, EchoConfig, EchoConn};
+pub use echo::{Echo, EchoConfig, EchoConn, AUTO_KERNEL_FROM};
 pub use forward::{ForwardConfig, ForwardConn, ForwardStats, Forwarder};
