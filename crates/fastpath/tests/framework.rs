@@ -127,32 +127,74 @@ pub(crate) fn echo_stays_bounded(model: Model, extra: &[&str]) {
     args.extend_from_slice(extra);
     let (_site, srv) = echo(model, &args);
     let client = connect(srv.addr());
-    client.set_nonblocking(true).unwrap();
-    let chunk = vec![7u8; 64 * 1024];
-    let mut pushed = 0usize;
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let pushed = push_until_stalled(
+        &client,
+        &[7u8; 64 * 1024],
+        Duration::from_secs(3),
+        Duration::from_millis(500),
+    );
+    assert!(pushed.error.is_none(), "write: {:?}", pushed.error);
+    assert!(
+        pushed.stalled,
+        "the server kept taking bytes from a client that reads none ({} bytes)",
+        pushed.bytes
+    );
+    assert!(
+        pushed.bytes < 48 << 20,
+        "{} bytes taken before the stall",
+        pushed.bytes
+    );
+}
+
+/// What a client that sends and never reads managed to push.
+pub struct Pushed {
+    /// Bytes the kernel took.
+    pub bytes: usize,
+    /// The writes stalled for `stall` (rather than the time running out first).
+    pub stalled: bool,
+    /// The write error that ended it, if one did.
+    pub error: Option<std::io::Error>,
+}
+
+/// Writes `message` again and again on the non-blocking `stream`, whole messages one after
+/// the other whatever each write takes, for at most `within`, until the writes have stalled
+/// for `stall` or one fails.
+pub fn push_until_stalled(
+    stream: &TcpStream,
+    message: &[u8],
+    within: Duration,
+    stall: Duration,
+) -> Pushed {
+    stream.set_nonblocking(true).unwrap();
+    let mut pushed = Pushed {
+        bytes: 0,
+        stalled: false,
+        error: None,
+    };
     let mut stalled_since = None;
+    let deadline = Instant::now() + within;
     while Instant::now() < deadline {
-        match (&client).write(&chunk) {
+        let at = pushed.bytes % message.len();
+        match (&*stream).write(&message[at..]) {
             Ok(n) => {
-                pushed += n;
+                pushed.bytes += n;
                 stalled_since = None;
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 let since = *stalled_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_millis(500) {
+                if since.elapsed() > stall {
+                    pushed.stalled = true;
                     break;
                 }
-                thread::sleep(Duration::from_millis(10));
+                thread::sleep(Duration::from_millis(5));
             }
-            Err(e) => panic!("write: {e}"),
+            Err(e) => {
+                pushed.error = Some(e);
+                break;
+            }
         }
     }
-    assert!(
-        stalled_since.is_some(),
-        "the server kept taking bytes from a client that reads none ({pushed} bytes)"
-    );
-    assert!(pushed < 48 << 20, "{pushed} bytes taken before the stall");
+    pushed
 }
 
 /// A TCP sink that records what arrives on every connection, in arrival order per
@@ -382,36 +424,19 @@ httptest!(
             &["--queue-limit", "256k"],
         );
         let blocked = connect(srv.addr());
-        blocked.set_nonblocking(true).unwrap();
         let msg = framed_msg(0, 0, &[b'p'; 4000]);
-        let mut pushed = 0usize;
-        let mut stalled_since = None;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            // Whole messages, one after the other, whatever each write takes.
-            let at = pushed % msg.len();
-            match (&blocked).write(&msg[at..]) {
-                Ok(n) => {
-                    pushed += n;
-                    stalled_since = None;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let since = *stalled_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > Duration::from_millis(500) {
-                        break;
-                    }
-                    thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => panic!("write: {e}"),
-            }
-        }
-        assert!(
-            stalled_since.is_some(),
-            "never stalled after {pushed} bytes"
+        let pushed = push_until_stalled(
+            &blocked,
+            &msg,
+            Duration::from_secs(5),
+            Duration::from_millis(500),
         );
+        assert!(pushed.error.is_none(), "write: {:?}", pushed.error);
+        assert!(pushed.stalled, "never stalled after {} bytes", pushed.bytes);
         assert!(
-            pushed < 48 << 20,
-            "{pushed} bytes taken for a stuck destination"
+            pushed.bytes < 48 << 20,
+            "{} bytes taken for a stuck destination",
+            pushed.bytes
         );
         let mut other = connect(srv.addr());
         let to_healthy = framed_msg(1, 1, b"still flowing");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::framework::{
     connect, echo, echo_plain_returns_bytes, echo_refuses_a_bad_size, echo_returns_every_buffer,
-    pattern,
+    pattern, push_until_stalled,
 };
 use crate::util::*;
 
@@ -185,28 +185,13 @@ httptest!(
         }
         let (_site, srv) = echo(model, &["--plain", "--kernel-path", "on"]);
         let client = connect(srv.addr());
-        client.set_nonblocking(true).unwrap();
-        let chunk = vec![7u8; 64 * 1024];
-        let mut pushed = 0usize;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut stalled_since = None;
-        let mut ended = None;
-        while Instant::now() < deadline && ended.is_none() {
-            match (&client).write(&chunk) {
-                Ok(n) => {
-                    pushed += n;
-                    stalled_since = None;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let since = *stalled_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > Duration::from_secs(1) {
-                        break;
-                    }
-                    thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => ended = Some(e),
-            }
-        }
+        let pushed = push_until_stalled(
+            &client,
+            &[7u8; 64 * 1024],
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        );
+        let (ended, stalled, pushed) = (pushed.error, pushed.stalled, pushed.bytes);
         match ended {
             Some(e) => {
                 assert!(
@@ -223,7 +208,7 @@ httptest!(
             // it, and stalls it as it does without the kernel path.
             None => {
                 assert!(
-                    stalled_since.is_some(),
+                    stalled,
                     "the server kept taking bytes from a client that reads none:\n{}",
                     srv.stderr()
                 );

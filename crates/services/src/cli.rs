@@ -272,6 +272,17 @@ fn load(common: &CommonArgs, extra: &[&str]) -> Result<FileSettings, String> {
     }
 }
 
+/// The file's settings, and the service options from the command line over them.
+fn settings(
+    common: &CommonArgs,
+    extra: &[&str],
+    default_port: u16,
+) -> Result<(FileSettings, ServiceOptions, Option<Duration>), String> {
+    let file = load(common, extra)?;
+    let (options, idle) = options(common, &file, default_port)?;
+    Ok((file, options, idle))
+}
+
 fn fail(why: impl std::fmt::Display) -> ExitCode {
     eprintln!("fastpath: {why}");
     ExitCode::FAILURE
@@ -282,12 +293,12 @@ const DEFAULT_KERNEL_SOCKETS: u32 = 65536;
 
 /// Runs `fastpath echo`.
 pub fn echo(args: EchoArgs) -> ExitCode {
-    let file = match load(&args.common, &["plain", "kernel_path", "kernel_sockets"]) {
-        Ok(file) => file,
-        Err(e) => return fail(e),
-    };
-    let (options, idle) = match options(&args.common, &file, 9000) {
-        Ok(options) => options,
+    let (file, options, idle) = match settings(
+        &args.common,
+        &["plain", "kernel_path", "kernel_sockets"],
+        9000,
+    ) {
+        Ok(settings) => settings,
         Err(e) => return fail(e),
     };
     let mut config = EchoConfig {
@@ -339,12 +350,8 @@ pub fn echo(args: EchoArgs) -> ExitCode {
 /// Runs `fastpath forward`.
 pub fn forward(args: ForwardArgs) -> ExitCode {
     let extra = ["to", "transport", "max_message", "queue_limit"];
-    let file = match load(&args.common, &extra) {
-        Ok(file) => file,
-        Err(e) => return fail(e),
-    };
-    let (options, idle) = match options(&args.common, &file, 9100) {
-        Ok(options) => options,
+    let (file, options, idle) = match settings(&args.common, &extra, 9100) {
+        Ok(settings) => settings,
         Err(e) => return fail(e),
     };
     let mut config = ForwardConfig {

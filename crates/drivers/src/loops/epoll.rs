@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use crate::buffers::{BufferPool, Flush, FlushError};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
-use crate::loops::{Core, Env, EventLoop, Timekeeping, WAKE_ROUNDS};
+use crate::contract::Outgoing;
+use crate::loops::{Core, Env, EventLoop, Timekeeping};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::{self, syscall};
@@ -346,33 +347,6 @@ impl<'a, H: Handler> Worker<'a, H> {
         self.keep_time();
         self.run_requests();
         Ok(())
-    }
-
-    /// Carries out what handlers asked of the worker ([`crate::Io::wake`],
-    /// [`crate::Io::connect`]), including what the calls made here ask in turn.
-    fn run_requests(&mut self) {
-        for _ in 0..WAKE_ROUNDS {
-            if self.core.requests.is_empty() {
-                break;
-            }
-            for outgoing in std::mem::take(&mut self.core.requests.outgoing) {
-                self.core.active.fetch_add(1, Ordering::Relaxed);
-                self.open(outgoing.fd, outgoing.opened);
-            }
-            let mut woken = self.core.requests.take_woken();
-            for token in woken.drain(..) {
-                let Some(slot) = self.slots.get_mut(token) else {
-                    continue;
-                };
-                if slot.link.take_wake() && self.call_and_apply(token.index, false) {
-                    self.drive(token.index);
-                }
-            }
-            if self.core.requests.woken.is_empty() {
-                // Kept for its allocation.
-                self.core.requests.woken = woken;
-            }
-        }
     }
 
     fn dispatch(&mut self, event: libc::epoll_event) {
@@ -877,6 +851,18 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
             requests: &mut self.core.requests,
         };
         self.handler.on_tick(now, &mut worker);
+    }
+    fn open_outgoing(&mut self, outgoing: Outgoing) {
+        self.open(outgoing.fd, outgoing.opened);
+    }
+
+    fn wake(&mut self, token: Token) {
+        let Some(slot) = self.slots.get_mut(token) else {
+            return;
+        };
+        if slot.link.take_wake() && self.call_and_apply(token.index, false) {
+            self.drive(token.index);
+        }
     }
 }
 

@@ -10,12 +10,12 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crate::buffers::BufferPool;
 use crate::common::AcceptPause;
-use crate::contract::Requests;
+use crate::contract::{Outgoing, Requests};
 use crate::slab::Token;
 use crate::upstream::{UpstreamPool, IDLE_UPSTREAMS_PER_KEY};
 use crate::{common, signals, DriverConfig, Handler, Listeners, TICK};
@@ -187,6 +187,36 @@ pub(crate) trait Timekeeping<'a> {
     /// Tells every connection that the worker drains.
     fn tell_drain(&mut self);
     fn on_tick(&mut self, now: Instant);
+
+    /// Opens a connection the handler started with [`crate::Io::connect`].
+    fn open_outgoing(&mut self, outgoing: Outgoing);
+    /// Calls the handler for a connection another one woke ([`crate::Io::wake`]), if it
+    /// still waits on its peer or on a wake.
+    fn wake(&mut self, token: Token);
+
+    /// Carries out what handlers asked of the worker ([`crate::Io::wake`],
+    /// [`crate::Io::connect`]), including what the calls made here ask in turn, for a few
+    /// rounds ([`WAKE_ROUNDS`]); what is left waits for the loop's next turn, which then
+    /// does not block.
+    fn run_requests(&mut self) {
+        for _ in 0..WAKE_ROUNDS {
+            if self.core().requests.is_empty() {
+                break;
+            }
+            for outgoing in std::mem::take(&mut self.core().requests.outgoing) {
+                self.core().active.fetch_add(1, Ordering::Relaxed);
+                self.open_outgoing(outgoing);
+            }
+            let mut woken = self.core().requests.take_woken();
+            for token in woken.drain(..) {
+                self.wake(token);
+            }
+            if self.core().requests.woken.is_empty() {
+                // Kept for its allocation.
+                self.core().requests.woken = woken;
+            }
+        }
+    }
 
     /// Does the time-driven work that has come due by `core().now`.
     fn keep_time(&mut self) {

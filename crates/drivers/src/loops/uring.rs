@@ -73,7 +73,8 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Expiry, Link, State};
-use crate::loops::{Core, Env, EventLoop, Timekeeping, WAKE_ROUNDS};
+use crate::contract::Outgoing;
+use crate::loops::{Core, Env, EventLoop, Timekeeping};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side};
 use crate::sys::peer_addr;
@@ -498,44 +499,6 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.flush_dirty();
         }
         Ok(())
-    }
-
-    /// Carries out what handlers asked of the worker ([`crate::Io::wake`],
-    /// [`crate::Io::connect`]), including what the calls made here ask in turn. A woken
-    /// connection whose output the kernel is reading is called once that send completes.
-    fn run_requests(&mut self) {
-        for _ in 0..WAKE_ROUNDS {
-            if self.core.requests.is_empty() {
-                break;
-            }
-            for outgoing in std::mem::take(&mut self.core.requests.outgoing) {
-                self.core.active.fetch_add(1, Ordering::Relaxed);
-                self.open_with(outgoing.fd, outgoing.opened);
-            }
-            let mut woken = self.core.requests.take_woken();
-            for token in woken.drain(..) {
-                let Some(c) = self
-                    .slots
-                    .get_mut(token)
-                    .and_then(|slot| slot.conn.as_mut())
-                else {
-                    continue;
-                };
-                if !c.link.take_wake() {
-                    continue;
-                }
-                if c.sending == Sending::Msg {
-                    c.ready_pending = true;
-                } else if !self.call_and_apply(token.index, false) {
-                    continue;
-                }
-                self.mark_dirty(token.index);
-            }
-            if self.core.requests.woken.is_empty() {
-                // Kept for its allocation.
-                self.core.requests.woken = woken;
-            }
-        }
     }
 
     /// Submits every prepared request and waits for at least one completion or `until`.
@@ -1794,6 +1757,30 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
             requests: &mut self.core.requests,
         };
         self.handler.on_tick(now, &mut worker);
+    }
+    fn open_outgoing(&mut self, outgoing: Outgoing) {
+        self.open_with(outgoing.fd, outgoing.opened);
+    }
+
+    /// A woken connection whose output the kernel is reading is called once that send
+    /// completes.
+    fn wake(&mut self, token: Token) {
+        let Some(c) = self
+            .slots
+            .get_mut(token)
+            .and_then(|slot| slot.conn.as_mut())
+        else {
+            return;
+        };
+        if !c.link.take_wake() {
+            return;
+        }
+        if c.sending == Sending::Msg {
+            c.ready_pending = true;
+        } else if !self.call_and_apply(token.index, false) {
+            return;
+        }
+        self.mark_dirty(token.index);
     }
 }
 
