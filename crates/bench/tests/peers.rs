@@ -9,40 +9,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// Says this test cannot run here, as crates/fastpath/tests/util.rs `skip` does: on the
-/// terminal and in target/tmp/skipped-tests.txt, which .ci/run prints; under CI, which
-/// installs everything the peers need, it fails instead.
+/// Says this test cannot run here (see `fastpath_testkit::skip`).
 fn skip(reason: &str) {
-    use std::io::Write as _;
-    if std::env::var_os("CI").is_some() {
-        panic!("framework peers: {reason}, and CI must run this test");
-    }
-    let line = format!("SKIPPED framework peers: {reason}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
-    if let Ok(mut file) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = file.write_all(line.as_bytes());
-    }
+    fastpath_testkit::skip(
+        "framework peers",
+        fastpath_testkit::Missing::Installable,
+        reason,
+    );
 }
 
 fn peers_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/peers/framework")
-}
-
-/// A Python that has the thrift package (Debian's python3-thrift is for /usr/bin/python3,
-/// which may not be the first python3 on the PATH).
-fn thrift_python() -> Option<&'static str> {
-    ["python3", "/usr/bin/python3"].into_iter().find(|python| {
-        Command::new(python)
-            .args(["-c", "import thrift.protocol.TBinaryProtocol"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    })
 }
 
 /// The peers, built by build.sh; None (the skip said why) when a package they need is
@@ -79,7 +56,7 @@ fn peers() -> Option<&'static Path> {
 
 #[test]
 fn framework_peers_speak_the_protocols() {
-    let Some(python) = thrift_python() else {
+    let Some(python) = fastpath_testkit::thrift_python() else {
         skip("no python3 has the thrift package (python3-thrift)");
         return;
     };

@@ -16,7 +16,7 @@ use fastpath_bench::fwdmsg::{key_of, ring_len, STAMP};
 use fastpath_bench::{run_echo, run_sinks, run_thrift, EchoConfig, ThriftConfig};
 use fastpath_thrift::Transport;
 
-use crate::util::{free_addr, skip};
+use crate::util::free_addr;
 
 // ---- echo ------------------------------------------------------------------------------
 
@@ -440,17 +440,6 @@ fn thrift_sinks_alone_count_until_stopped() {
 
 // ---- the official library reads what the generator sends -----------------------------
 
-/// A Python with Apache Thrift's library (Debian's python3-thrift is for /usr/bin/python3,
-/// which may not be the first python3 on the PATH).
-fn thrift_python() -> Option<&'static str> {
-    ["python3", "/usr/bin/python3"].into_iter().find(|p| {
-        Command::new(p)
-            .args(["-c", "import thrift.protocol.TBinaryProtocol"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-}
-
 const DECODE_PY: &str = r#"
 import sys, json
 sys.path.insert(0, sys.argv[1])
@@ -517,28 +506,13 @@ fn root() -> PathBuf {
 #[test]
 fn thrift_messages_decode_with_apache_thrift() {
     let test = "thrift messages decode with apache thrift";
-    let Some(python) = thrift_python() else {
-        skip(test, "no python3 has the thrift package (python3-thrift)");
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
     let gen = dir.path().join("gen");
     std::fs::create_dir(&gen).unwrap();
-    match Command::new("thrift")
-        .args(["--gen", "py", "-out"])
-        .arg(&gen)
-        .arg(root().join("examples/thrift/forwarder.thrift"))
-        .status()
-    {
-        Ok(s) => assert!(s.success(), "thrift --gen py: {s}"),
-        Err(_) => {
-            skip(
-                test,
-                "the thrift compiler is not installed (thrift-compiler)",
-            );
-            return;
-        }
-    }
+    let idl = root().join("examples/thrift/forwarder.thrift");
+    let Some(python) = fastpath_testkit::thrift_py(test, &[idl.as_path()], &gen) else {
+        return;
+    };
     let script = dir.path().join("decode.py");
     std::fs::write(&script, DECODE_PY).unwrap();
     for (transport, name) in [

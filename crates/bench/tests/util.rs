@@ -294,22 +294,3 @@ pub fn check_invariants(r: &Report) {
 pub fn free_addr() -> SocketAddr {
     Server::closed_port()
 }
-
-/// Says that the calling test cannot run here (a tool is missing), where it shows: on the
-/// terminal past the harness's capture, and in `target/tmp/skipped-tests.txt`, which
-/// `.ci/run` prints. Under CI, which installs every tool, it fails instead.
-pub fn skip(test: &str, reason: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {reason}, and CI must run this test");
-    }
-    let line = format!("SKIPPED {test}: {reason}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
-    if let Ok(mut file) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = file.write_all(line.as_bytes());
-    }
-}

@@ -4,7 +4,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -330,48 +330,13 @@ httptest!(
     }
 );
 
-/// The thrift compiler's Python code for the forwarder IDL in `dir`, and a Python that has
-/// the thrift package; `None` after a visible skip.
-fn thrift_python(dir: &Path, test: &str) -> Option<String> {
-    let idl =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/thrift/forwarder.thrift");
-    match Command::new("thrift")
-        .args(["--gen", "py", "-out"])
-        .arg(dir)
-        .arg(&idl)
-        .status()
-    {
-        Ok(s) if s.success() => {}
-        Ok(s) => panic!("thrift --gen py: {s}"),
-        Err(_) => {
-            skip(
-                test,
-                Missing::Installable,
-                "the thrift compiler is not installed (thrift-compiler)",
-            );
-            return None;
-        }
-    }
-    for python in ["python3", "/usr/bin/python3"] {
-        let ok = Command::new(python)
-            .args(["-c", "import thrift.server.TServer"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Some(python.to_owned());
-        }
-    }
-    skip(
-        test,
-        Missing::Installable,
-        "no python3 has the thrift package (python3-thrift)",
-    );
-    None
-}
-
 fn interop(model: Model, transport: &str) {
     let gen = tempfile::tempdir().unwrap();
-    let Some(python) = thrift_python(gen.path(), "framework::forward_interop") else {
+    let idl =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/thrift/forwarder.thrift");
+    let Some(python) =
+        fastpath_testkit::thrift_py("framework::forward_interop", &[idl.as_path()], gen.path())
+    else {
         return;
     };
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -383,7 +348,7 @@ fn interop(model: Model, transport: &str) {
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/framework/forward_interop.py");
     let list: Vec<String> = ports.iter().map(u16::to_string).collect();
-    let out = Command::new(&python)
+    let out = Command::new(python)
         .arg(&script)
         .arg(gen.path())
         .arg(srv.addr().port().to_string())

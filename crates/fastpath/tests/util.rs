@@ -1110,37 +1110,8 @@ pub fn raise_nofile() -> u64 {
     lim.rlim_cur as u64
 }
 
-/// Why a test could not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Missing {
-    /// A program or package that `.ci/run` installs (or a limit it raises): under CI
-    /// (the `CI` variable set), its absence fails the test instead of skipping it.
-    Installable,
-    /// Something of the machine no install provides (a kernel feature, a privilege).
-    Environment,
-}
-
-/// Says that the calling test cannot run here, where it shows: on the terminal past the test
-/// harness's output capture (a skipped test is otherwise reported `ok` like a passed one), and
-/// as a line in `target/tmp/skipped-tests.txt`, which `.ci/run` prints. Panics instead under
-/// CI when what is missing is [`Missing::Installable`]: CI installs it, so a skip there means
-/// a broken install.
-pub fn skip(test: &str, missing: Missing, reason: &str) {
-    use std::io::Write as _;
-    if missing == Missing::Installable && std::env::var_os("CI").is_some() {
-        panic!("{test}: {reason}, and CI must run this test");
-    }
-    let line = format!("SKIPPED {test}: {reason}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
-    if let Ok(mut file) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = file.write_all(line.as_bytes());
-    }
-}
+/// Visible skips, shared with the other crates' tests.
+pub use fastpath_testkit::{skip, Missing};
 
 /// Runs `curl` with `args`; `None` (after saying so) if curl is not installed.
 pub fn curl(args: &[&str]) -> Option<Output> {

@@ -12,61 +12,17 @@ use fastpath_thrift::{
     Transport, Value,
 };
 
-/// Says this test cannot run here, as crates/fastpath/tests/util.rs `skip`
-/// does: on the terminal and in target/tmp/skipped-tests.txt, which .ci/run
-/// prints; under CI, which installs thrift, it fails instead.
-fn skip(reason: &str) {
-    use std::io::Write as _;
-    if std::env::var_os("CI").is_some() {
-        panic!("thrift interop: {reason}, and CI must run this test");
-    }
-    let line = format!("SKIPPED thrift interop: {reason}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
-    if let Ok(mut file) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = file.write_all(line.as_bytes());
-    }
-}
-
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The thrift compiler and a Python that has the thrift package (Debian's
-/// python3-thrift is for /usr/bin/python3, which may not be the first
-/// python3 on the PATH), with the IDLs compiled into `dir`.
+/// The thrift compiler's Python code for the IDLs in `dir`, and a Python that has
+/// the thrift package; `None` after a visible skip.
 fn setup(dir: &Path) -> Option<String> {
-    for idl in ["alltypes.thrift", "forwarder.thrift"] {
-        let status = Command::new("thrift")
-            .args(["--gen", "py", "-out"])
-            .arg(dir)
-            .arg(root().join("examples/thrift").join(idl))
-            .status();
-        match status {
-            Ok(s) if s.success() => {}
-            Ok(s) => panic!("thrift --gen py {idl}: {s}"),
-            Err(_) => {
-                skip("the thrift compiler is not installed (thrift-compiler)");
-                return None;
-            }
-        }
-    }
-    for python in ["python3", "/usr/bin/python3"] {
-        let ok = Command::new(python)
-            .args(["-c", "import thrift.protocol.TBinaryProtocol"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if ok {
-            return Some(python.to_owned());
-        }
-    }
-    skip("no python3 has the thrift package (python3-thrift)");
-    None
+    let idls =
+        ["alltypes.thrift", "forwarder.thrift"].map(|idl| root().join("examples/thrift").join(idl));
+    let idls: Vec<&Path> = idls.iter().map(PathBuf::as_path).collect();
+    fastpath_testkit::thrift_py("thrift interop", &idls, dir).map(str::to_owned)
 }
 
 fn python(python: &str, gen: &Path, mode: &str, dir: &Path) {
