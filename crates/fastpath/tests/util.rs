@@ -340,6 +340,7 @@ impl ServerBuilder<'_> {
         }
 
         let mut server = Server {
+            group: child.id() as libc::pid_t,
             child: Some(child),
             addr: "127.0.0.1:0".parse().unwrap(),
             cmdline,
@@ -413,6 +414,9 @@ fn listening_addr(line: &str) -> Option<SocketAddr> {
 /// A running `fastpath serve`, killed on drop.
 pub struct Server {
     child: Option<Child>,
+    /// The process group the server leads: what a reload starts joins it, and it outlives
+    /// the first process, so it is what is killed at the end.
+    group: libc::pid_t,
     addr: SocketAddr,
     cmdline: String,
     stdout: Arc<Mutex<Vec<u8>>>,
@@ -423,9 +427,11 @@ pub struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // The whole group, even once the first process has stopped: a server a reload or an
+        // upgrade started lives on in it.
+        // SAFETY: plain kill(2) on the process group our child leads.
+        let rc = unsafe { libc::kill(-self.group, libc::SIGKILL) };
         if let Some(mut child) = self.child.take() {
-            // SAFETY: plain kill(2) on the process group our child leads.
-            let rc = unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
             if rc != 0 {
                 let _ = child.kill();
             }
