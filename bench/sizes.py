@@ -180,6 +180,16 @@ def run_client(ctx, server, path, duration, tag):
     return n, secs, problems
 
 
+def tree_sys_seconds(pid):
+    """System (kernel) time of the server's tree: stime and cstime of every process."""
+    total = 0
+    for p in suite.process_tree(pid, models.children_of):
+        f = suite.stat_fields(p)
+        if f:
+            total += int(f[12]) + int(f[14])
+    return total / suite.CLK_TCK
+
+
 def measure(ctx, server, path):
     """One size against a running server: a warm-up run (not counted), then the measured
     run with the server's CPU time read around it."""
@@ -187,11 +197,14 @@ def measure(ctx, server, path):
         run_client(ctx, server, path, ctx.args.warmup, f"{path.strip('/').replace('/', '.')}"
                    ".warmup")
     cpu0 = suite.tree_cpu_seconds(server.pid, models.children_of)
+    sys0 = tree_sys_seconds(server.pid)
     n, secs, problems = run_client(ctx, server, path, ctx.args.duration,
                                    path.strip("/").replace("/", "."))
     cpu1 = suite.tree_cpu_seconds(server.pid, models.children_of)
+    sys1 = tree_sys_seconds(server.pid)
     return {"rps": n / secs if secs else 0.0, "requests": n,
             "cpu_us": (cpu1 - cpu0) * 1e6 / n if n else None,
+            "kernel": (sys1 - sys0) / (cpu1 - cpu0) if cpu1 > cpu0 else None,
             "cpu_util": (cpu1 - cpu0) / secs if secs else 0.0, "problems": problems}
 
 
@@ -324,6 +337,16 @@ def report(ctx, results, sizes_kib, started, load_start, load_end):
     for kib in sizes_kib:
         cells = [f"{results[n]['sizes'][kib]['rps']:,.0f}" if kib in results[n]["sizes"]
                  else "–" for n in ran]
+        lines.append(f"| {size_label(kib)} | " + " | ".join(cells) + " |")
+    lines += ["", "Kernel share of the server's CPU time (stime ÷ utime + stime), same runs "
+              "(over loopback the kernel's share includes TCP receive work done for the "
+              "client in the server's context):", ""]
+    lines.append("| file | " + " | ".join(LABEL[n] for n in ran) + " |")
+    lines.append("|---|" + "--:|" * len(ran))
+    for kib in sizes_kib:
+        cells = [f"{results[n]['sizes'][kib]['kernel']:.0%}"
+                 if results[n]["sizes"].get(kib, {}).get("kernel") is not None else "–"
+                 for n in ran]
         lines.append(f"| {size_label(kib)} | " + " | ".join(cells) + " |")
     cross = crossover(results, sizes_kib)
     if COPY in ran and SENDFILE in ran:
