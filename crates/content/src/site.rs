@@ -116,7 +116,8 @@ impl Site {
     }
 
     /// Like [`Site::serve`], but keeps what a path resolves to in `cache` (with the
-    /// content of files up to the cache's `max_file_size`) until the watch reports a
+    /// content of files up to [`ContentCache::in_memory_limit`],
+    /// and the open descriptor of larger ones) until the watch reports a
     /// change under the root, so a hit costs no system call at all.
     pub fn serve_cached(&self, cache: &mut ContentCache, req: &StaticRequest<'_>) -> Reply {
         let Some(watch) = &self.watch else {
