@@ -52,8 +52,9 @@ def one_run(size, sends, zerocopy):
     pid = os.fork()
     if pid == 0:
         receiver(ls)
+    addr = ls.getsockname()
     ls.close()
-    sock = socket.create_connection(ls.getsockname())
+    sock = socket.create_connection(addr)
     flags = 0
     if zerocopy:
         sock.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
