@@ -362,6 +362,57 @@ mod tests {
     }
 
     #[test]
+    fn copy_below_splits_memory_from_descriptors_within_max_file_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, size) in [
+            ("small", 999),
+            ("edge", 1000),
+            ("mid", 5000),
+            ("big", 20_000),
+        ] {
+            std::fs::write(dir.path().join(name), vec![b'z'; size]).unwrap();
+        }
+        let site = watched(dir.path(), SiteOptions::default());
+        let in_memory = |limits: CacheLimits, path: &str| {
+            let mut cache = ContentCache::new(limits);
+            let reply = site.serve_cached(&mut cache, &get(path));
+            assert!(
+                reply.fields.is_some(),
+                "{path}: cached replies have prebuilt fields"
+            );
+            assert_eq!(
+                bytes(&site, &mut cache, path).1.len(),
+                reply.content_length as usize
+            );
+            matches!(reply.body, Body::Memory { .. })
+        };
+        let split = CacheLimits {
+            copy_below: 1000,
+            max_file_size: 10_000,
+            ..CacheLimits::default()
+        };
+        assert!(in_memory(split, "/small"));
+        assert!(
+            !in_memory(split, "/edge"),
+            "copy_below itself goes with sendfile"
+        );
+        assert!(!in_memory(split, "/mid"));
+        // max_file_size stays the bound when copy_below is above it.
+        let bounded = CacheLimits {
+            copy_below: 1 << 20,
+            max_file_size: 10_000,
+            ..CacheLimits::default()
+        };
+        assert!(in_memory(bounded, "/mid"));
+        assert!(!in_memory(bounded, "/big"));
+        let none = CacheLimits {
+            copy_below: 0,
+            ..CacheLimits::default()
+        };
+        assert!(!in_memory(none, "/small"));
+    }
+
+    #[test]
     fn an_unwatched_site_caches_nothing() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), "a").unwrap();
