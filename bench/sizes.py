@@ -19,8 +19,8 @@ and the table gives the crossover: the smallest size from which sendfile costs l
 server CPU per request than the copy, at that size and every larger one measured.
 
 Usage: bench/sizes.py [--quick] [--servers LIST] [--sizes LIST] [--duration S]
-                      [--rounds N] [--warmup S] [--client wrk|fastpath] [--no-write]
-                      [--keep] [--port-base N]
+                      [--rounds N] [--warmup S] [--model NAME] [--client wrk|fastpath]
+                      [--no-write] [--keep] [--port-base N]
 
 Results: printed, put between the sizes:begin/sizes:end markers of BENCHMARKS.md, and
 the chart in bench/results/sizes.svg (unless --no-write). FASTPATH_BIN selects the fastpath
@@ -92,7 +92,7 @@ class Server(suite.Server):
 
     def prepare(self):
         if self.name in CACHE_KEYS:
-            cmd, test, version = self.prepare_fastpath(None, self.ctx.fastpath_bin)
+            cmd, test, version = self.prepare_fastpath(self.ctx.model, self.ctx.fastpath_bin)
             conf = cmd[cmd.index("--config") + 1]
             if CACHE_KEYS[self.name]:
                 with open(conf, "a") as f:
@@ -118,7 +118,7 @@ class Context(suite.Processes):
     def __init__(self, args):
         self.args = args
         self.port_base = args.port_base
-        self.model = None
+        self.model = args.model
         self.work = args.work
         os.makedirs(os.path.join(self.work, "logs"), exist_ok=True)
         self.root = os.path.join(self.work, "www")
@@ -406,6 +406,8 @@ def parse_args(argv):
     ap.add_argument("--rounds", type=int, default=None,
                     help="rounds over every size and server; each figure is the median "
                          "(default 2, quick 1)")
+    ap.add_argument("--model", default=None,
+                    help="fastpath concurrency model (--model) of the three fastpath servers")
     ap.add_argument("--client", choices=["wrk", "fastpath"], default="wrk")
     ap.add_argument("--port-base", type=int, default=18280,
                     help="servers listen on 127.0.0.1:PORT_BASE+1..6")
