@@ -29,5 +29,6 @@ mod privileges;
 mod ranges;
 mod reload;
 mod shutdown;
+mod sizes_bench;
 mod systemd;
 mod vhosts;
