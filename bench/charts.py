@@ -5,6 +5,8 @@ in any browser and diff as text. The look follows `fastpath bench --svg`.
 - latency_chart: latency percentiles of one workload, one bar per server.
 - overload_chart: the connection-rate sweep, one line per server: goodput,
   errors and p99 latency against the offered rate.
+- size_chart: the file-size sweep (bench/sizes.py), one line per server: CPU time
+  per request against the file size.
 """
 
 import math
@@ -269,5 +271,47 @@ def overload_chart(title, subtitle, series, x_max):
           "p99 (log scale)", x_title, y, time_label)
     lines(y, "p99_us", positive_only=True)
     x_ticks(bottom)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def size_label(n):
+    return f"{trim(n / 2**20)} MiB" if n >= 2**20 else f"{trim(n / 1024)} KiB"
+
+
+def size_chart(title, subtitle, series):
+    """series: [(server name, [(file size in bytes, server CPU µs per request)...])]: one
+    line per server against the file size, both axes on a log scale."""
+    width, height = 800.0, 520.0
+    left, right, top, bottom = 100.0, width - 30.0, 130.0, height - 60.0
+    out = [header(width, height).rstrip("\n")]
+    out.append(f'<text x="{left:.1f}" y="24" {FAMILY} font-size="14" '
+               f'font-weight="bold">{escape(title)}</text>')
+    subtitle_lines(out, left, subtitle)
+    legend(out, [s[0] for s in series], left, 88)
+    sizes = sorted({s for _, pts in series for s, _ in pts}) or [1024, 2**20]
+    values = [v for _, pts in series for _, v in pts] or [1, 100]
+    lo, hi = math.log2(sizes[0]), math.log2(sizes[-1])
+    hi = hi if hi > lo else lo + 1
+
+    def x(size):
+        return left + (right - left) * (math.log2(size) - lo) / (hi - lo)
+
+    y = Log(min(values), max(values), bottom, top)
+    frame(out, left, right, top, bottom, "", "server CPU per request (log scale)",
+          "file size (log scale)", y, time_label)
+    for size in sizes:
+        if size & (size - 1) == 0:  # powers of two only, so labels do not collide
+            out.append(f'<line x1="{x(size):.1f}" y1="{bottom:.1f}" x2="{x(size):.1f}" '
+                       f'y2="{bottom + 4:.1f}" stroke="#333"/>')
+            out.append(f'<text x="{x(size):.1f}" y="{bottom + 18:.1f}" {FONT} '
+                       f'text-anchor="middle">{size_label(size)}</text>')
+    for i, (name, pts) in enumerate(series):
+        path = " ".join(f"{'M' if j == 0 else 'L'}{x(s):.1f},{y.px(v):.1f}"
+                        for j, (s, v) in enumerate(pts))
+        out.append(f'<path d="{path}" fill="none" stroke="{color(i)}" stroke-width="2"/>')
+        for s, v in pts:
+            out.append(f'<circle cx="{x(s):.1f}" cy="{y.px(v):.1f}" r="3" fill="{color(i)}">'
+                       f'<title>{escape(name)}, {size_label(s)}: {v:.2f} µs</title></circle>')
     out.append("</svg>")
     return "\n".join(out) + "\n"

@@ -12,24 +12,33 @@ use crate::resource::Resolved;
 /// Bookkeeping bytes counted per entry besides its key and content.
 const ENTRY_OVERHEAD: usize = 160;
 
+/// The size from which a cached file is sent with sendfile from a kept descriptor instead
+/// of copied from memory: the crossover measured by bench/sizes.py (docs/performance.md).
+pub const DEFAULT_COPY_BELOW: u64 = 8 * 1024;
+
 /// Bounds of one worker's cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheLimits {
     /// Memory for entries (file contents, headers, keys), in bytes.
     pub max_memory: usize,
-    /// Files up to this size are kept in memory whole and sent from there; larger ones
-    /// are kept as open descriptors and sent with sendfile.
+    /// The most memory one file may take: files up to this size may be kept in memory
+    /// whole; larger ones are kept as open descriptors and sent with sendfile.
     pub max_file_size: u64,
+    /// Files smaller than this (and within `max_file_size`) are kept in memory and copied
+    /// into the socket; from this size on, sending from a kept descriptor with sendfile
+    /// costs less CPU than the copy (see docs/performance.md).
+    pub copy_below: u64,
     /// Descriptors kept open for large files.
     pub max_open_files: usize,
 }
 
 impl Default for CacheLimits {
-    /// 64 MiB, 64 KiB files, 1,024 descriptors.
+    /// 64 MiB, 64 KiB files, copied below [`DEFAULT_COPY_BELOW`], 1,024 descriptors.
     fn default() -> Self {
         CacheLimits {
             max_memory: 64 * 1024 * 1024,
             max_file_size: 64 * 1024,
+            copy_below: DEFAULT_COPY_BELOW,
             max_open_files: 1024,
         }
     }
@@ -83,9 +92,12 @@ impl ContentCache {
         self.stats
     }
 
-    /// The largest file kept in memory.
-    pub fn max_file_size(&self) -> u64 {
-        self.limits.max_file_size
+    /// The largest file kept in memory: within the memory bound and below the size from
+    /// which sendfile costs less than the copy.
+    pub fn in_memory_limit(&self) -> u64 {
+        self.limits
+            .max_file_size
+            .min(self.limits.copy_below.saturating_sub(1))
     }
 
     /// Number of entries.
@@ -336,6 +348,7 @@ mod tests {
         let mut cache = ContentCache::new(CacheLimits {
             max_memory: 10_000,
             max_file_size: 2000,
+            copy_below: 4000,
             max_open_files: 3,
         });
         for i in 0..50 {
@@ -346,6 +359,57 @@ mod tests {
         }
         // The most recent entries survived.
         assert!(cache.len() >= 3);
+    }
+
+    #[test]
+    fn copy_below_splits_memory_from_descriptors_within_max_file_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, size) in [
+            ("small", 999),
+            ("edge", 1000),
+            ("mid", 5000),
+            ("big", 20_000),
+        ] {
+            std::fs::write(dir.path().join(name), vec![b'z'; size]).unwrap();
+        }
+        let site = watched(dir.path(), SiteOptions::default());
+        let in_memory = |limits: CacheLimits, path: &str| {
+            let mut cache = ContentCache::new(limits);
+            let reply = site.serve_cached(&mut cache, &get(path));
+            assert!(
+                reply.fields.is_some(),
+                "{path}: cached replies have prebuilt fields"
+            );
+            assert_eq!(
+                bytes(&site, &mut cache, path).1.len(),
+                reply.content_length as usize
+            );
+            matches!(reply.body, Body::Memory { .. })
+        };
+        let split = CacheLimits {
+            copy_below: 1000,
+            max_file_size: 10_000,
+            ..CacheLimits::default()
+        };
+        assert!(in_memory(split, "/small"));
+        assert!(
+            !in_memory(split, "/edge"),
+            "copy_below itself goes with sendfile"
+        );
+        assert!(!in_memory(split, "/mid"));
+        // max_file_size stays the bound when copy_below is above it.
+        let bounded = CacheLimits {
+            copy_below: 1 << 20,
+            max_file_size: 10_000,
+            ..CacheLimits::default()
+        };
+        assert!(in_memory(bounded, "/mid"));
+        assert!(!in_memory(bounded, "/big"));
+        let none = CacheLimits {
+            copy_below: 0,
+            ..CacheLimits::default()
+        };
+        assert!(!in_memory(none, "/small"));
     }
 
     #[test]

@@ -63,7 +63,7 @@ mod resource;
 mod site;
 mod watch;
 
-pub use cache::{CacheLimits, CacheStats, ContentCache};
+pub use cache::{CacheLimits, CacheStats, ContentCache, DEFAULT_COPY_BELOW};
 pub use ranges::{MAX_MULTIPART_RANGES, MERGE_GAP};
 pub use site::Site;
 

@@ -111,12 +111,13 @@ impl Site {
     /// Decides the reply to a GET or HEAD request, looking at the file system
     /// afresh. Never panics.
     pub fn serve(&self, req: &StaticRequest<'_>) -> Reply {
-        let resolved = self.resolve(req.path, 0);
+        let resolved = self.resolve(req.path, None);
         respond(&resolved, req)
     }
 
     /// Like [`Site::serve`], but keeps what a path resolves to in `cache` (with the
-    /// content of files up to the cache's `max_file_size`) until the watch reports a
+    /// content of files up to [`ContentCache::in_memory_limit`],
+    /// and the open descriptor of larger ones) until the watch reports a
     /// change under the root, so a hit costs no system call at all.
     pub fn serve_cached(&self, cache: &mut ContentCache, req: &StaticRequest<'_>) -> Reply {
         let Some(watch) = &self.watch else {
@@ -128,14 +129,15 @@ impl Site {
         if let Some(resolved) = cache.get(self.id, req.path, generation) {
             return respond(resolved, req);
         }
-        let resolved = self.resolve(req.path, cache.max_file_size());
+        let resolved = self.resolve(req.path, Some(cache.in_memory_limit()));
         let reply = respond(&resolved, req);
         cache.insert(self.id, req.path, generation, resolved);
         reply
     }
 
-    /// Maps a path to what it names; `in_memory` is the largest file read into memory.
-    pub(crate) fn resolve(&self, path: &[u8], in_memory: u64) -> Resolved {
+    /// Maps a path to what it names. `in_memory` is `None` for an answer used once, else
+    /// the entry is for the cache, with files up to that size read into memory.
+    pub(crate) fn resolve(&self, path: &[u8], in_memory: Option<u64>) -> Resolved {
         // The server promises these; re-checking is cheap insurance.
         if path.first() != Some(&b'/') || path.contains(&0) {
             return Resolved::Status(404);
@@ -186,7 +188,8 @@ impl Site {
     }
 
     /// A resource for the regular file `rel`, with its precompressed siblings.
-    fn resource(&self, rel: &[u8], file: File, meta: Metadata, in_memory: u64) -> Resolved {
+    fn resource(&self, rel: &[u8], file: File, meta: Metadata, cached: Option<u64>) -> Resolved {
+        let in_memory = cached.unwrap_or(0);
         let name = rel.rsplit(|&b| b == b'/').next().unwrap_or_default();
         let content_type = content_type_for(name);
         let identity = match Representation::new(file, meta, None, in_memory) {
@@ -217,7 +220,7 @@ impl Site {
                 }
             }
         }
-        if in_memory > 0 {
+        if cached.is_some() {
             // Only cached resources are answered often enough to pay for this.
             resource.prebuild_fields();
         }

@@ -60,6 +60,22 @@ httptest!(changes_are_served_once_settled, |model| {
 });
 
 httptest!(replacing_files_under_load_never_tears_a_response, |model| {
+    never_torn(model, "");
+});
+
+httptest!(
+    replacing_files_never_tears_a_response_copied_or_sent_with_sendfile,
+    |model| {
+        // Every version from memory (copied into the socket), then every version from a
+        // kept descriptor (sendfile); the default splits them at copy_below.
+        never_torn(model, "max_file_size = \"1MiB\"\ncopy_below = \"1MiB\"\n");
+        never_torn(model, "copy_below = \"0\"\n");
+    }
+);
+
+/// Readers on four connections check every response of a file replaced as fast as possible
+/// (with `cache` as the `[cache]` table) against the versions it had: none may mix two.
+fn never_torn(model: Model, cache: &str) {
     // Versions of different lengths, small (kept in memory) and large (sent with
     // sendfile), each made of one repeated byte so a mix is easy to see.
     let versions: Vec<Vec<u8>> = vec![
@@ -68,12 +84,15 @@ httptest!(replacing_files_under_load_never_tears_a_response, |model| {
         vec![b'c'; 90_000],
         vec![b'd'; 300_000],
         vec![b'e'; 10],
+        vec![b'f'; 20_000],
     ];
     let site = Site::new();
     site.file("f.bin", &versions[0]);
     let srv = site
         .server(model)
-        .config("root = \"root\"\n[log]\naccess = \"off\"\n")
+        .config(&format!(
+            "root = \"root\"\n[log]\naccess = \"off\"\n[cache]\n{cache}"
+        ))
         .start();
     let addr = srv.addr();
     let stop = Arc::new(AtomicBool::new(false));
@@ -124,7 +143,56 @@ httptest!(replacing_files_under_load_never_tears_a_response, |model| {
     // Once settled, the last version is what everyone gets.
     let last = &versions[(replaced - 1) % versions.len()];
     eventually(&srv, "/f.bin", 200, last);
-});
+}
+
+httptest!(
+    files_on_both_sides_of_copy_below_are_served_byte_for_byte,
+    |model| {
+        // copy_below = 16 KiB: files below it are copied from memory, the others go with
+        // sendfile from a kept descriptor, and max_file_size (64 KiB) bounds the memory. Each
+        // file is distinct bytes, so a misplaced or repeated chunk shows.
+        let sizes = [1, 4095, 16383, 16384, 16385, 65535, 65536, 65537, 200_000];
+        let body = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
+                .collect()
+        };
+        let site = Site::new();
+        for n in sizes {
+            site.file(&format!("f{n}"), body(n));
+        }
+        let srv = site
+            .server(model)
+            .config("root = \"root\"\n[log]\naccess = \"off\"\n[cache]\ncopy_below = \"16KiB\"\n")
+            .start();
+        // Twice on one connection: the first answer resolves and caches, the second is a hit.
+        let mut conn = Conn::open(srv.addr());
+        for round in 0..2 {
+            for n in sizes {
+                let want = body(n);
+                let r = conn.exchange(format!("GET /f{n} HTTP/1.1\r\nHost: t\r\n\r\n"));
+                assert_eq!(r.status, 200, "round {round}, {n} B: {r}");
+                assert_eq!(r.expect_header("Content-Length"), n.to_string());
+                assert!(r.body == want, "round {round}: {n} B file served wrong");
+                // A range across the middle, from memory or from the descriptor alike.
+                let (from, to) = (n / 3, n - n / 3);
+                if to > from {
+                    let r = conn.exchange(format!(
+                        "GET /f{n} HTTP/1.1\r\nHost: t\r\nRange: bytes={from}-{}\r\n\r\n",
+                        to - 1
+                    ));
+                    assert_eq!(r.status, 206, "round {round}, {n} B: {r}");
+                    assert!(
+                        r.body == want[from..to],
+                        "round {round}: range of {n} B wrong"
+                    );
+                }
+                let r = conn.exchange(format!("HEAD /f{n} HTTP/1.1\r\nHost: t\r\n\r\n"));
+                assert_eq!(r.expect_header("Content-Length"), n.to_string());
+            }
+        }
+    }
+);
 
 httptest!(
     a_file_that_shrinks_while_sent_ends_the_connection,

@@ -32,5 +32,6 @@ mod ranges;
 mod reload;
 mod shared_cache;
 mod shutdown;
+mod sizes_bench;
 mod systemd;
 mod vhosts;

@@ -141,8 +141,11 @@ pub struct CacheConfig {
     pub enabled: bool,
     /// Memory for cached entries, all workers together; default 64 MiB.
     pub max_memory: u64,
-    /// Files up to this size are kept in memory whole; default 64 KiB.
+    /// Files up to this size may be kept in memory whole; default 64 KiB.
     pub max_file_size: u64,
+    /// Files smaller than this (and within `max_file_size`) are copied from memory into
+    /// the socket; larger ones are sent with sendfile from a kept descriptor.
+    pub copy_below: u64,
     /// Descriptors of larger files kept open, all workers together; default 1024.
     pub max_open_files: usize,
 }
@@ -153,6 +156,7 @@ impl Default for CacheConfig {
             enabled: true,
             max_memory: 64 * 1024 * 1024,
             max_file_size: 64 * 1024,
+            copy_below: fastpath_content::DEFAULT_COPY_BELOW,
             max_open_files: 1024,
         }
     }

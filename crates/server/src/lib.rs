@@ -223,6 +223,7 @@ impl Shared {
             cache_limits: CacheLimits {
                 max_memory: (config.cache.max_memory / handlers as u64) as usize,
                 max_file_size: config.cache.max_file_size,
+                copy_below: config.cache.copy_below,
                 max_open_files: config.cache.max_open_files / handlers,
             },
             // Whole for the process; a prefork child's is its share of the children's.

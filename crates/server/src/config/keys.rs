@@ -198,8 +198,10 @@ pub(super) const CACHE: TableSpec<CacheConfig> = TableSpec { place: "in [cache]"
     key("enabled", "true", Bool(|c, b| c.enabled = b)),
     // Memory for cached entries, all workers together.
     key("max_memory", "\"64MiB\"", Size(0, |c, n| c.max_memory = n)),
-    // Files up to this size are kept in memory whole.
+    // Files up to this size may be kept in memory whole.
     key("max_file_size", "\"64KiB\"", Size(0, |c, n| c.max_file_size = n)),
+    // Smaller files are copied from memory; larger ones go with sendfile.
+    key("copy_below", "\"8KiB\"", Size(0, |c, n| c.copy_below = n)),
     // Descriptors of larger files kept open, all workers together.
     key("max_open_files", "1024", Count(0, 1 << 20, |c, n| c.max_open_files = to_usize(n))),
 ]};

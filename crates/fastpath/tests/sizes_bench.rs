@@ -1,0 +1,55 @@
+//! bench/sizes.py, the file-size sweep, end to end in a short form: the three fastpath
+//! servers (every file copied, every file with sendfile, the default split) on two sizes,
+//! with `fastpath bench` as the client. The figures mean nothing here (a debug build on a
+//! busy machine); that the script runs, checks every file and writes its tables does.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::util::{free_port, skip, Missing, BIN};
+
+const TEST: &str = "size sweep";
+
+#[test]
+fn size_sweep_short_run() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        skip(
+            TEST,
+            Missing::Environment,
+            "the sweep pins the servers and the load generator to CPUs 0 and 1",
+        );
+        return;
+    }
+    let repo = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let run = Command::new("python3")
+        .arg(repo.join("bench/sizes.py"))
+        .args([
+            "--quick",
+            "--no-write",
+            "--client",
+            "fastpath",
+            "--sizes",
+            "4,16",
+        ])
+        .args(["--servers", "fastpath-copy,fastpath-sendfile,fastpath"])
+        .args(["--port-base", &free_port().to_string()])
+        .env("FASTPATH_BIN", BIN)
+        .output()
+        .expect("run sizes.py");
+    let out = String::from_utf8_lossy(&run.stdout);
+    let report = format!("{out}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "sizes.py:\n{report}");
+    assert!(
+        out.contains("| file | fastpath, copy | fastpath, sendfile | fastpath |"),
+        "{report}"
+    );
+    for row in ["| 4 KiB | ", "| 16 KiB | "] {
+        assert_eq!(
+            out.matches(row).count(),
+            3,
+            "CPU, req/s, kernel share: {report}"
+        );
+    }
+    assert!(out.contains("\nCrossover: "), "{report}");
+    assert!(!out.contains('⚠') && !out.contains("Problems"), "{report}");
+}
