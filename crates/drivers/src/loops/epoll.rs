@@ -287,10 +287,8 @@ impl<'a, H: Handler> Worker<'a, H> {
     pub(crate) fn tick(&mut self) {
         self.core.now = Instant::now();
         self.core.upstreams.sweep(self.core.now);
-        let mut worker = crate::Worker {
-            requests: &mut self.core.requests,
-        };
-        self.handler.on_tick(self.core.now, &mut worker);
+        let now = self.core.now;
+        crate::loops::tick_handler(&mut self.handler, &mut self.core, now);
     }
 
     /// Closes every connection and tells the handler the worker stops.
@@ -847,11 +845,9 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
     }
 
     fn on_tick(&mut self, now: Instant) {
-        let mut worker = crate::Worker {
-            requests: &mut self.core.requests,
-        };
-        self.handler.on_tick(now, &mut worker);
+        crate::loops::tick_handler(&mut self.handler, &mut self.core, now);
     }
+
     fn open_outgoing(&mut self, outgoing: Outgoing) {
         self.open(outgoing.fd, outgoing.opened);
     }

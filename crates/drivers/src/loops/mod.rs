@@ -34,6 +34,14 @@ pub(crate) struct Env<'a> {
 /// waking itself (a service taking its turn in parts) cannot keep the loop from its events.
 pub(crate) const WAKE_ROUNDS: usize = 4;
 
+/// Runs the handler's [`Handler::on_tick`] with the worker's requests at hand.
+pub(crate) fn tick_handler<H: Handler>(handler: &mut H, core: &mut Core<'_>, now: Instant) {
+    let mut worker = crate::Worker {
+        requests: &mut core.requests,
+    };
+    handler.on_tick(now, &mut worker);
+}
+
 /// What every loop's worker keeps besides its connections and its kernel interface.
 pub(crate) struct Core<'a> {
     pub(crate) config: &'a DriverConfig,

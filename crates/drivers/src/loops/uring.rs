@@ -1753,11 +1753,9 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
     }
 
     fn on_tick(&mut self, now: Instant) {
-        let mut worker = crate::Worker {
-            requests: &mut self.core.requests,
-        };
-        self.handler.on_tick(now, &mut worker);
+        crate::loops::tick_handler(&mut self.handler, &mut self.core, now);
     }
+
     fn open_outgoing(&mut self, outgoing: Outgoing) {
         self.open_with(outgoing.fd, outgoing.opened);
     }
