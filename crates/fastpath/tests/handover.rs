@@ -1854,10 +1854,21 @@ fn big_then_mark(stream: TcpStream, log: &BackendLog) {
     }
 }
 
+/// The largest size TCP autotuning gives a socket buffer (`net.ipv4.tcp_rmem` or `tcp_wmem`,
+/// their third field), or 6 MiB if it cannot be read.
+fn tcp_buffer_max(name: &str) -> usize {
+    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+        .ok()
+        .and_then(|text| text.split_whitespace().nth(2)?.parse().ok())
+        .unwrap_or(6 << 20)
+}
+
 httptest!(a_slow_reader_holds_the_backend_only_unbuffered, |model| {
     // More than every socket buffer on the way can hold, so that unbuffered the backend
-    // cannot finish before the client reads.
-    let n = 32 << 20;
+    // cannot finish before the client reads: the backend's send buffer, fastpath's receive
+    // and send buffers and the client's receive buffer, each as large as TCP autotuning may
+    // grow it here (tcp_rmem's maximum is 32 MiB on some machines), twice over.
+    let n = (2 * 2 * (tcp_buffer_max("tcp_rmem") + tcp_buffer_max("tcp_wmem"))).max(32 << 20);
     // Buffered; unbuffered; and buffered with a temporary file too small for the answer,
     // which then goes at the client's pace past it.
     let setups = [
