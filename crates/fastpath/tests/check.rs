@@ -273,6 +273,33 @@ fn check_says_what_a_model_does_differently() {
             show(&out)
         );
     }
+    // More preforked children than inotify instances a user may have: said once, here.
+    let limit: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .expect("inotify's instance limit")
+        .trim()
+        .parse()
+        .unwrap();
+    // (A machine allowing more instances than a pool may have children has nothing to say.)
+    let children = limit + 1;
+    let out = check(&site.config(&format!(
+        "root = \"root\"\nmodel = \"prefork\"\n[prefork]\nmax_children = {children}\n"
+    )));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        children > 65_536 // the most children a pool may have
+            || stdout.contains(&format!("each of up to {children} children watches"))
+            && stdout.contains(&format!("this system allows {limit} per user")),
+        "{}",
+        show(&out)
+    );
+    let out = check(&site.config(&format!(
+        "root = \"root\"\nmodel = \"prefork\"\n[prefork]\nmax_children = {limit}\n"
+    )));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("inotify"),
+        "{}",
+        show(&out)
+    );
     // Bridging is the same on io_uring: nothing to note.
     let out = check(&site.config(&format!(
         "{uring_route}prefix = \"/ws/\"\nmethod = \"bridge\"\n"

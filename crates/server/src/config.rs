@@ -401,6 +401,23 @@ impl Config {
                 self.handover.cache_memory / count
             ));
         }
+        // Each child watches the roots with an inotify instance of its own; past the per-user
+        // limit a child caches nothing. Said once here rather than by every child.
+        let inotify_limit = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+            .ok()
+            .and_then(|text| text.trim().parse::<usize>().ok());
+        if let Some(limit) = inotify_limit
+            .filter(|&limit| kind == ModelKind::Prefork && self.cache.enabled && count > limit)
+        {
+            notes.push(format!(
+                "model \"{name}\": each of up to {count} children watches the document roots \
+                 with an inotify instance of its own, and this system allows {limit} per user \
+                 (fs.inotify.max_user_instances): children past that serve without a content \
+                 cache; raise it (`sysctl fs.inotify.max_user_instances={}`) or lower [prefork] \
+                 max_children",
+                (count + 64).next_power_of_two()
+            ));
+        }
         notes
     }
 

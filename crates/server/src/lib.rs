@@ -135,10 +135,17 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
             }
             _ => "",
         };
-        tracing::warn!(
+        // A preforked child at the instance limit was announced once at start (a model note):
+        // the many children past it would otherwise each say it again.
+        let message = format!(
             "cannot watch {} for changes ({e}){hint}; its files will not be cached",
             host.root.display()
         );
+        if watch == Watching::Ticks && e.raw_os_error() == Some(libc::EMFILE) {
+            tracing::debug!("{message}");
+        } else {
+            tracing::warn!("{message}");
+        }
     }
     Ok(site)
 }
