@@ -480,6 +480,31 @@ fn clear_progress(quiet: bool) {
     }
 }
 
+/// Runs a stream mode (`run`) with its progress line (quiet, label, figure names), then writes
+/// its report: as text unless `--json -` asked for JSON on stdout instead, and as JSON where
+/// `--json` says.
+fn run_stream<R: serde::Serialize>(
+    (quiet, label, names): (bool, &'static str, [&'static str; 3]),
+    json: Option<&std::path::Path>,
+    out: &mut dyn Write,
+    run: impl FnOnce(Option<Tick<'_>>) -> Result<R, String>,
+    render: impl Fn(&R) -> String,
+) -> Result<R, String> {
+    let mut line = stream_progress(quiet, label, names);
+    let tick: Option<Tick<'_>> = line.as_mut().map(|f| f as Tick<'_>);
+    let report = run(tick);
+    clear_progress(quiet);
+    let report = report?;
+    if json != Some(std::path::Path::new("-")) {
+        out.write_all(render(&report).as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    if let Some(path) = json {
+        write_json(&report, path, out)?;
+    }
+    Ok(report)
+}
+
 fn echo(
     a: &EchoArgs,
     out: &mut dyn Write,
@@ -495,18 +520,13 @@ fn echo(
         timeout: a.timeout,
         stop,
     };
-    let mut line = stream_progress(a.quiet, "echo", ["messages", "errors", ""]);
-    let tick: Option<Tick<'_>> = line.as_mut().map(|f| f as Tick<'_>);
-    let report = run_echo(&config, tick).map_err(|e| format!("echo {}: {e}", a.addr));
-    clear_progress(a.quiet);
-    let report = report?;
-    if a.json.as_deref() != Some(std::path::Path::new("-")) {
-        out.write_all(render_echo(&report).as_bytes())
-            .map_err(|e| e.to_string())?;
-    }
-    if let Some(path) = &a.json {
-        write_json(&report, path, out)?;
-    }
+    let report = run_stream(
+        (a.quiet, "echo", ["messages", "errors", ""]),
+        a.json.as_deref(),
+        out,
+        |tick| run_echo(&config, tick).map_err(|e| format!("echo {}: {e}", a.addr)),
+        render_echo,
+    )?;
     if report.messages == 0 && report.errors.total == 0 {
         return Err("no echo came back within the run".into());
     }
@@ -536,18 +556,13 @@ fn thrift(
         drain: a.drain,
         stop,
     };
-    let mut line = stream_progress(a.quiet, "thrift", ["arrived", "sent", "bad"]);
-    let tick: Option<Tick<'_>> = line.as_mut().map(|f| f as Tick<'_>);
-    let report = run_thrift(&config, tick).map_err(|e| format!("thrift {}: {e}", a.forwarder));
-    clear_progress(a.quiet);
-    let report = report?;
-    if a.json.as_deref() != Some(std::path::Path::new("-")) {
-        out.write_all(render_thrift(&report).as_bytes())
-            .map_err(|e| e.to_string())?;
-    }
-    if let Some(path) = &a.json {
-        write_json(&report, path, out)?;
-    }
+    let report = run_stream(
+        (a.quiet, "thrift", ["arrived", "sent", "bad"]),
+        a.json.as_deref(),
+        out,
+        |tick| run_thrift(&config, tick).map_err(|e| format!("thrift {}: {e}", a.forwarder)),
+        render_thrift,
+    )?;
     if !report.clean {
         return Err(format!(
             "not every message arrived once, in order, intact: lost {}, duplicated {}, reordered {}, corrupt {}, misrouted {}, failed connections {}",
