@@ -65,6 +65,8 @@ struct Destination {
     connecting: bool,
     /// Unreachable until then: its messages are given up meanwhile.
     down_until: Option<Instant>,
+    /// Messages given up in the call under way, counted and logged once at its end.
+    unreachable: Undelivered,
 }
 
 /// One worker of the forwarder: every message from any client goes, byte for byte as it
@@ -169,6 +171,7 @@ impl Forwarder {
         let decoder = self.decoder;
         let (transport, limits) = (decoder.transport(), *decoder.limits());
         let mut forwarded = 0;
+        let mut gave_up = false;
         let mut sock = ThriftSocket::new(BufferedSocket::new(io), &decoder);
         loop {
             if taken >= TURN_BYTES {
@@ -199,11 +202,10 @@ impl Forwarder {
             let route = (key as i64).rem_euclid(routes) as usize;
             if !self.reach(route, now, &mut sock.buffered().worker()) {
                 sock.buffered().discard(len);
-                let lost = Undelivered {
-                    messages: 1,
-                    bytes: len as u64,
-                };
-                self.give_up(route, lost, "it cannot be reached");
+                let lost = &mut self.destinations[route].unreachable;
+                lost.messages += 1;
+                lost.bytes += len as u64;
+                gave_up = true;
                 continue;
             }
             forwarded += 1;
@@ -223,6 +225,13 @@ impl Forwarder {
             }
         }
         self.stats.forwarded.fetch_add(forwarded, Ordering::Relaxed);
+        if gave_up {
+            // One line per destination and read, not one per message.
+            for route in 0..self.destinations.len() {
+                let lost = std::mem::take(&mut self.destinations[route].unreachable);
+                self.give_up(route, lost, "it cannot be reached");
+            }
+        }
         let sock = sock.buffered();
         self.relay.wake(&mut sock.worker());
         if let Some(reason) = bad {
@@ -331,10 +340,6 @@ impl Handler for Forwarder {
         let ForwardConn::Destination { route, sent } = conn else {
             return;
         };
-        if self.relay.connection(route).is_none() {
-            // The connect failed before the connection was opened to the service.
-            self.destinations[route].connecting = false;
-        }
         let lost = self.relay.detach(route, sent);
         self.give_up(route, lost, &format!("its connection ended ({reason:?})"));
         let now = Instant::now();
