@@ -104,8 +104,8 @@ pub use listener::{
     ListenerFeatures, Listeners, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
 pub use model::{
-    run, run_service, uring_available, DriverConfig, Layout, Model, ModelKind, ModelSettings,
-    Process,
+    run, run_service, uring_available, worker_count, DriverConfig, Layout, Model, ModelKind,
+    ModelSettings, Process,
 };
 pub use pools::percore::{allowed_cpus, PercoreConfig};
 pub use pools::prefork::{self, PreforkConfig};

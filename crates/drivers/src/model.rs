@@ -224,6 +224,14 @@ pub fn uring_available() -> Result<(), io::Error> {
     loops::uring::probe()
 }
 
+/// A configured number of workers (or threads running at once): 0 means one per CPU.
+pub fn worker_count(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// The process a service's shared state is started in, given to [`run_service`]'s `start`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -87,12 +87,7 @@ impl std::fmt::Display for ServeError {
 impl std::error::Error for ServeError {}
 
 /// Number of workers for a configured count: 0 means one per CPU.
-pub fn worker_count(configured: usize) -> usize {
-    if configured > 0 {
-        return configured;
-    }
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+pub use fastpath_drivers::worker_count;
 
 /// Whether and how a site's tree is watched for changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,8 @@ use std::io;
 use std::net::SocketAddr;
 
 use fastpath_drivers::{
-    bind_listeners_with, run, signals, uring_available, DriverConfig, Handler, ListenOptions,
-    ModelKind, ModelSettings,
+    bind_listeners_with, run, signals, uring_available, worker_count, DriverConfig, Handler,
+    ListenOptions, ModelKind, ModelSettings,
 };
 
 /// Where and how a service runs.
@@ -72,11 +72,7 @@ where
         }
     }
     let model = kind.with(&options.settings);
-    let workers = if options.workers > 0 {
-        options.workers
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    };
+    let workers = worker_count(options.workers);
     let layout = model.layout(workers);
     let listen = if options.client_speaks_first {
         ListenOptions::default()

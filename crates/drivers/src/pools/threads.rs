@@ -126,11 +126,7 @@ where
 {
     let addresses = listeners.local_addrs.len();
     let sockets = listeners.into_flat();
-    let max_active = if threads.max_active == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        threads.max_active
-    };
+    let max_active = crate::worker_count(threads.max_active);
     let pool = Pool {
         idle: Mutex::new(Vec::with_capacity(threads.threads)),
         some_idle: Condvar::new(),
