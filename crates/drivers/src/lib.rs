@@ -95,6 +95,7 @@ pub mod signals;
 mod slab;
 mod splice;
 mod sys;
+pub mod units;
 mod upstream;
 
 pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Args;
 use fastpath_kernel::Mode as KernelMode;
 use fastpath_sockets::thrift::{Limits, Transport};
-use fastpath_sockets::{serve, DriverConfig, ModelKind, ServiceOptions};
+use fastpath_sockets::{serve, units, DriverConfig, ModelKind, ServiceOptions};
 use toml_edit::{DocumentMut, Item, Value};
 
 use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder, AUTO_KERNEL_FROM};
@@ -185,36 +185,17 @@ fn read_file(path: &Path, extra: &[&str]) -> Result<FileSettings, String> {
     Ok(settings)
 }
 
-/// Parses `64k`, `16m`, `1g` or a bare number of bytes.
+/// A size as the web server's configuration writes it (`64k`, `16MiB`, a bare number of
+/// bytes).
 fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (digits, scale) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1 << 10),
-        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| format!("`{s}` is not a size (e.g. 64k, 16m)"))
+    units::parse_size(s.trim()).ok_or_else(|| format!("`{s}` is not a size (e.g. 64k, 16MiB)"))
 }
 
-/// Parses `500ms`, `60s`, `2m` or a bare number of seconds.
+/// A duration as the web server's configuration writes it (`500ms`, `60s`, `2m`, a bare
+/// number of seconds).
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (e.g. 500ms, 60s)"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("`{s}`: unknown unit (use ms, s or m)")),
-    }
+    units::parse_duration(s.trim())
+        .ok_or_else(|| format!("`{s}` is not a duration (e.g. 500ms, 60s, 2m)"))
 }
 
 /// The service options from the command line over the file; an error says what is wrong.

@@ -100,5 +100,8 @@ pub use fastpath_drivers::{
     Worker, TICK,
 };
 
+/// Sizes and durations as configurations write them.
+pub use fastpath_drivers::units;
+
 /// The Thrift codec ThriftSocket reads and writes with.
 pub use fastpath_thrift as thrift;
