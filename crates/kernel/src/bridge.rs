@@ -146,14 +146,20 @@ impl BridgePath {
         Ok(joined)
     }
 
-    /// Whether the kernel gave up on `joined` because a destination fell more than
-    /// [`BridgePath::limit`] bytes behind (a peer that does not read): what arrived since
-    /// waits unread in the source, and the connection must be reset.
-    pub fn overflowed(&self, joined: Joined) -> bool {
-        [joined.client, joined.backend].iter().any(|cookie| {
-            let mut state = BridgeState::default();
-            map_lookup(self.state_fd, cookie, &mut state).is_ok() && state.state == BRIDGE_OVERFLOW
-        })
+    /// Whether the kernel stopped carrying what `joined`'s client (`from_client`) or
+    /// backend sends, because its destination fell more than [`BridgePath::limit`] bytes
+    /// behind (it does not read): then the bytes it carried that way before. What the side
+    /// sends from then on waits unread in its socket (readable as usual, and held back by TCP
+    /// once the socket's receive buffer is full) for user space to pass on, after those.
+    pub fn stopped(&self, joined: Joined, from_client: bool) -> Option<u64> {
+        let cookie = if from_client {
+            joined.client
+        } else {
+            joined.backend
+        };
+        let mut state = BridgeState::default();
+        (map_lookup(self.state_fd, &cookie, &mut state).is_ok() && state.state == BRIDGE_OVERFLOW)
+            .then_some(state.redirected)
     }
 
     /// Takes the pair out of the map: both sockets are ordinary sockets again (whatever the
@@ -355,7 +361,8 @@ mod tests {
         client.shutdown(Shutdown::Write).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(peek(&sc).unwrap(), 0);
-        assert!(!path.overflowed(joined));
+        assert_eq!(path.stopped(joined, true), None);
+        assert_eq!(path.stopped(joined, false), None);
         path.leave(joined);
     }
 
@@ -378,7 +385,9 @@ mod tests {
                 Err(_) => break,
             }
         }
-        assert!(path.overflowed(joined));
+        assert_eq!(path.stopped(joined, true), None);
+        let carried = path.stopped(joined, false).expect("stopped");
+        assert!(carried <= sent as u64);
         assert!(sent < 64 << 20, "sent {sent} without being held back");
         // What arrived since waits unread in the server's socket.
         assert!(peek(&sb).unwrap() > 0);

@@ -14,10 +14,11 @@
 // the backend sends. There is no way to hold the source back from here (a verdict must
 // consume what arrives), so the program counts what it redirected to the peer against what
 // has reached the peer's send queue (tcp_sock.write_seq, read through BTF); past `limit`
-// bytes in between, the socket is marked overflowed and what arrives from then on is passed
-// to its own receive queue (SK_PASS) instead: nothing is dropped unseen, the socket turns
-// readable, and user space, which never expects input on a bridged socket, resets the
-// connection.
+// bytes in between, the socket is marked overflowed and what arrives on it from then on is
+// passed to its own receive queue (SK_PASS). There it is charged to the socket, so TCP holds
+// the sender back once the receive buffer is full, and user space, which sees the socket turn
+// readable, copies it on, after the bytes the kernel still holds, with the usual backpressure.
+// Nothing is dropped, and the kernel holds at most `limit` bytes per direction.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -72,6 +73,11 @@ int bridge_verdict(struct __sk_buff *skb)
     struct tcp_sock *tp;
     __u32 written, held, seq;
 
+    // The skb of a FIN carries no bytes. Redirected, the peer's sender would count its empty
+    // send as a failure and stop with EPIPE; the end itself is seen by user space (a read of
+    // 0), which passes it on once everything before it has been sent.
+    if (skb->len == 0)
+        return SK_DROP;
     st = bpf_map_lookup_elem(&bridge_state, &cookie);
     // Not (or no longer) paired: up to user space, which resets the connection.
     if (!st || st->state == BRIDGE_OVERFLOW)
