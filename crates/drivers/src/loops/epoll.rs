@@ -15,7 +15,7 @@ use crate::connection::{self, Closing, Expiry, Link, State};
 use crate::contract::Outgoing;
 use crate::loops::{Core, Env, EventLoop, Timekeeping};
 use crate::slab::{Slab, Token};
-use crate::splice::{Joint, Side};
+use crate::splice::{Carrier, Joint, Side, CARRIED_RECHECK};
 use crate::sys::{self, syscall};
 use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
@@ -691,19 +691,25 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.core.now,
         );
         match join {
-            Some(idle) => self.join(index, idle, next),
+            Some((idle, carrier)) => self.join(index, idle, carrier, next),
             None => next,
         }
     }
 
     /// Joins a connection with its upstream as the handler asked; Abort when it cannot be.
-    fn join(&mut self, index: usize, idle: Duration, next: Next) -> Next {
+    fn join(
+        &mut self,
+        index: usize,
+        idle: Duration,
+        carrier: Option<Box<dyn Carrier>>,
+        next: Next,
+    ) -> Next {
         let slot = self.slots.at(index).expect("live slot");
         let link = &mut slot.link;
         let Some(up) = link.upstream.attached() else {
             return Next::Abort;
         };
-        let joint = match Joint::new(idle) {
+        let joint = match Joint::new(idle, carrier) {
             Ok(joint) => joint,
             Err(e) => {
                 tracing::warn!("cannot join a connection with its upstream: {e}");
@@ -738,9 +744,16 @@ impl<'a, H: Handler> Worker<'a, H> {
             writable: &mut slot.writable,
         };
         match up.pump_joint(joint, client, !link.output.is_empty()) {
-            JointStep::Going { moved } => {
+            JointStep::Going { moved, recheck } => {
                 if moved {
                     link.deadline = Some(self.core.now + joint.idle);
+                }
+                if recheck {
+                    let at = self.core.now + CARRIED_RECHECK;
+                    link.deadline = Some(link.deadline.map_or(at, |d| d.min(at)));
+                    let token = self.slots.token(index);
+                    let deadline = self.slots.at(index).and_then(|s| s.link.deadline);
+                    self.core.note_deadline(token, deadline);
                 }
                 false
             }
@@ -761,6 +774,27 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.close(index, reason);
                 false
             }
+        }
+    }
+
+    /// A joined connection's deadline came: a carried joint that has moved bytes since (the
+    /// loop does not see them: TCP_INFO tells) or waits for a recheck goes on; otherwise the
+    /// joint was idle for its time and the connection ends.
+    fn joint_expired(&mut self, index: usize) {
+        let slot = self.slots.at(index).expect("live slot");
+        let link = &mut slot.link;
+        let idle = match (slot.joint.as_ref(), link.upstream.attached()) {
+            (Some(joint), Some(up)) => joint
+                .carried_idle(link.fd.as_raw_fd(), up.fd.as_raw_fd())
+                .map(|quiet| (quiet, joint.idle)),
+            _ => None,
+        };
+        match idle {
+            Some((quiet, limit)) if quiet < limit => {
+                link.deadline = Some(self.core.now + (limit - quiet));
+                self.drive(index);
+            }
+            _ => self.close(index, CloseReason::Done),
         }
     }
 
@@ -827,6 +861,7 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
             Some(Expiry::Close(reason)) => self.close(index, reason),
             Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.drive(index),
             Some(Expiry::CallTimeout) => {}
+            Some(Expiry::Joint) => self.joint_expired(index),
         }
     }
 

@@ -76,7 +76,7 @@ use crate::connection::{self, Closing, Expiry, Link, State};
 use crate::contract::Outgoing;
 use crate::loops::{Core, Env, EventLoop, Timekeeping};
 use crate::slab::{Slab, Token};
-use crate::splice::{Joint, Side};
+use crate::splice::{Carrier, Joint, Side, CARRIED_RECHECK};
 use crate::sys::peer_addr;
 use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
@@ -289,6 +289,8 @@ struct Conn<C> {
 /// sockets: the same kernel-side join as in the epoll model, with readiness from the ring.
 struct Joining {
     idle: Duration,
+    /// What the handler offered to move the bytes instead of pipes, until the joint is made.
+    carrier: Option<Box<dyn Carrier>>,
     joint: Option<Joint>,
     client_readable: bool,
     client_writable: bool,
@@ -1276,6 +1278,31 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
+    /// A joined connection's deadline came: a carried joint that has moved bytes since (the
+    /// loop does not see them: TCP_INFO tells) or waits for a recheck goes on; otherwise the
+    /// joint was idle for its time and the connection ends.
+    fn joint_expired(&mut self, index: usize) {
+        let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
+            return;
+        };
+        let client_fd = c.link.fd.as_raw_fd();
+        let idle = match (c.join.as_ref(), c.link.upstream.attached()) {
+            (Some(joining), Some(up)) => joining.joint.as_ref().and_then(|joint| {
+                joint
+                    .carried_idle(client_fd, up.fd.as_raw_fd())
+                    .map(|quiet| (quiet, joint.idle))
+            }),
+            _ => None,
+        };
+        match idle {
+            Some((quiet, limit)) if quiet < limit => {
+                c.link.deadline = Some(self.core.now + (limit - quiet));
+                self.mark_dirty(index);
+            }
+            _ => self.close(index, CloseReason::Done),
+        }
+    }
+
     /// Carries a connection being joined with its upstream (see [`Joining`]).
     fn flush_joined(&mut self, index: usize) {
         let generation = self.slots.generation(index);
@@ -1318,7 +1345,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         }
         if joining.joint.is_none() && !c.recv_armed && !c.up_ops.recv_armed {
-            match Joint::new(joining.idle) {
+            match Joint::new(joining.idle, joining.carrier.take()) {
                 Ok(joint) => {
                     joining.joint = Some(joint);
                     up.readable = true;
@@ -1337,9 +1364,15 @@ impl<'a, H: Handler> Worker<'a, H> {
                 writable: &mut joining.client_writable,
             };
             match up.pump_joint(joint, client, !c.link.output.is_empty()) {
-                JointStep::Going { moved } => {
+                JointStep::Going { moved, recheck } => {
                     if moved {
                         c.link.deadline = Some(self.core.now + joint.idle);
+                    }
+                    if recheck {
+                        let at = self.core.now + CARRIED_RECHECK;
+                        c.link.deadline = Some(c.link.deadline.map_or(at, |d| d.min(at)));
+                        self.core
+                            .note_deadline(Token { index, generation }, c.link.deadline);
                     }
                 }
                 JointStep::Finished => {
@@ -1546,7 +1579,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             &mut self.core.pool,
             self.core.now,
         );
-        if let Some(idle) = join {
+        if let Some((idle, carrier)) = join {
             if c.link.upstream.attached().is_none() {
                 return Next::Abort;
             }
@@ -1563,6 +1596,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             };
             c.join = Some(Box::new(Joining {
                 idle,
+                carrier,
                 joint: None,
                 client_readable: true,
                 client_writable: true,
@@ -1735,6 +1769,7 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
             Some(Expiry::Close(reason)) => self.close(index, reason),
             Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.mark_dirty(index),
             Some(Expiry::CallTimeout) => {}
+            Some(Expiry::Joint) => self.joint_expired(index),
         }
     }
 
