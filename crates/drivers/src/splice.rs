@@ -148,6 +148,11 @@ pub trait Carrier {
 /// reached the other side, so the end can follow.
 pub(crate) const CARRIED_RECHECK: Duration = Duration::from_millis(1);
 
+/// How often a carried joint looks at its sockets whatever happens: input on a socket the
+/// carrier no longer carries wakes no loop (see [`Joint::ends_only`]) unless its destination
+/// reported room, so this bounds how long such a leg can wait to be copied.
+pub(crate) const CARRIED_CHECK: Duration = Duration::from_secs(1);
+
 /// How a joint moves its bytes.
 enum Way {
     /// Through a pipe each way.
@@ -224,6 +229,17 @@ impl Joint {
             },
         };
         Ok(Joint { way, idle })
+    }
+
+    /// Only the sockets' ends and errors (and, where the loop can be told of it once, room on
+    /// a socket that was full) matter now: the carrier moves every byte, so a loop need not be
+    /// woken when bytes arrive (a socket in a sockmap still wakes its readers for every
+    /// arrival). The loop then wakes the joint at least every [`CARRIED_CHECK`].
+    pub(crate) fn ends_only(&self) -> bool {
+        match &self.way {
+            Way::Carried(c) => c.up.copy.is_none() && c.down.copy.is_none(),
+            _ => false,
+        }
     }
 
     /// For a carried joint, how long since either socket last received a byte (the engine
@@ -437,7 +453,11 @@ impl Leg {
         }
         let mut moved = false;
         if self.copy.is_none() {
-            if !self.ended && *readable {
+            // Looked at on every wake, whatever woke the loop: while the carrier moves the
+            // bytes the loop is woken for the ends, for room on a destination that was full,
+            // and by the periodic check (CARRIED_CHECK), and input may show on either socket
+            // (a leg the carrier stopped).
+            if !self.ended {
                 match peek(from) {
                     Ok(0) => {
                         *readable = false;

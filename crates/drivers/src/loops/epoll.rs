@@ -15,7 +15,7 @@ use crate::connection::{self, Closing, Expiry, Link, State};
 use crate::contract::Outgoing;
 use crate::loops::{Core, Env, EventLoop, Timekeeping};
 use crate::slab::{Slab, Token};
-use crate::splice::{Carrier, Joint, Side, CARRIED_RECHECK};
+use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::sys::{self, syscall};
 use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
@@ -62,6 +62,8 @@ struct Slot<C> {
     /// The peer's FIN (or an error) has been signalled: read until the end is seen.
     hangup: bool,
     joint: Option<Box<Joint>>,
+    /// Both sockets are registered for their ends only ([`Joint::ends_only`]).
+    ends_only: bool,
 }
 
 /// One event loop: its listeners (none for a worker fed connections by someone else), its
@@ -454,6 +456,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             writable: true,
             hangup: false,
             joint: None,
+            ends_only: false,
         });
         self.core.note_deadline(token, deadline);
         let index = token.index;
@@ -728,6 +731,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// time, so the answer is not reset away): true then, to drive it on.
     fn pump(&mut self, index: usize) -> bool {
         let epoll = self.epoll_fd();
+        let token = self.slots.token(index);
         let slot = self.slots.at(index).expect("live slot");
         let link = &mut slot.link;
         let (Some(joint), Some(up)) = (slot.joint.as_mut(), link.upstream.attached()) else {
@@ -743,17 +747,46 @@ impl<'a, H: Handler> Worker<'a, H> {
             readable: &mut slot.readable,
             writable: &mut slot.writable,
         };
-        match up.pump_joint(joint, client, !link.output.is_empty()) {
+        let step = up.pump_joint(joint, client, !link.output.is_empty());
+        let ends_only = joint.ends_only();
+        if ends_only != slot.ends_only {
+            // A socket not registered yet (a join in the connection's first turn) is
+            // registered for everything; this is tried again on its next event.
+            // Room on a destination that was full (the kernel's sender waits for it, and a leg
+            // it stopped carrying may want copying), reported once per edge.
+            let events = if ends_only {
+                libc::EPOLLRDHUP | libc::EPOLLOUT | libc::EPOLLET
+            } else {
+                libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET
+            } as u32;
+            let mut ok = true;
+            for (fd, kind) in [
+                (link.fd.as_raw_fd(), CONNECTION),
+                (up.fd.as_raw_fd(), UPSTREAM),
+            ] {
+                let mut event = libc::epoll_event {
+                    events,
+                    u64: token.pack(kind),
+                };
+                ok &= syscall!(epoll_ctl(epoll, libc::EPOLL_CTL_MOD, fd, &mut event)).is_ok();
+            }
+            if ok {
+                slot.ends_only = ends_only;
+            }
+        }
+        match step {
             JointStep::Going { moved, recheck } => {
                 if moved {
                     link.deadline = Some(self.core.now + joint.idle);
                 }
+                if ends_only {
+                    let at = self.core.now + CARRIED_CHECK;
+                    link.deadline = Some(link.deadline.map_or(at, |d| d.min(at)));
+                }
                 if recheck {
                     let at = self.core.now + CARRIED_RECHECK;
                     link.deadline = Some(link.deadline.map_or(at, |d| d.min(at)));
-                    let token = self.slots.token(index);
-                    let deadline = self.slots.at(index).and_then(|s| s.link.deadline);
-                    self.core.note_deadline(token, deadline);
+                    self.core.note_deadline(token, link.deadline);
                 }
                 false
             }

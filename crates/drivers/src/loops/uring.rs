@@ -76,7 +76,7 @@ use crate::connection::{self, Closing, Expiry, Link, State};
 use crate::contract::Outgoing;
 use crate::loops::{Core, Env, EventLoop, Timekeeping};
 use crate::slab::{Slab, Token};
-use crate::splice::{Carrier, Joint, Side, CARRIED_RECHECK};
+use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::sys::peer_addr;
 use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
@@ -1368,6 +1368,10 @@ impl<'a, H: Handler> Worker<'a, H> {
                     if moved {
                         c.link.deadline = Some(self.core.now + joint.idle);
                     }
+                    if joint.ends_only() {
+                        let at = self.core.now + CARRIED_CHECK;
+                        c.link.deadline = Some(c.link.deadline.map_or(at, |d| d.min(at)));
+                    }
                     if recheck {
                         let at = self.core.now + CARRIED_RECHECK;
                         c.link.deadline = Some(c.link.deadline.map_or(at, |d| d.min(at)));
@@ -1403,18 +1407,24 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
         }
-        // Wait for what is missing: room or bytes on either socket.
+        // Wait for what is missing: room or bytes on either socket; only the ends while a
+        // carrier moves the bytes (see Joint::ends_only).
         let joined = joining.joint.is_some();
+        let input = if joining.joint.as_ref().is_some_and(Joint::ends_only) {
+            libc::POLLRDHUP
+        } else {
+            libc::POLLIN | libc::POLLRDHUP
+        };
         let mut client_events: i16 = 0;
         if joined && !joining.client_readable {
-            client_events |= libc::POLLIN | libc::POLLRDHUP;
+            client_events |= input;
         }
         if joined && !joining.client_writable {
             client_events |= libc::POLLOUT;
         }
         let mut upstream_events: i16 = 0;
         if joined && !up.readable {
-            upstream_events |= libc::POLLIN | libc::POLLRDHUP;
+            upstream_events |= input;
         }
         if !up.writable && (joined || !up.output.is_empty()) {
             upstream_events |= libc::POLLOUT;
