@@ -14,11 +14,6 @@ use fastpath_kernel::{BridgePath, Joined, Mode, TakeOverError};
 
 use crate::config::Config;
 
-/// Why `kernel_path = "auto"` bridges with splice: said in the start line and by `fastpath
-/// check`.
-pub(crate) const AUTO_SPLICES: &str =
-    "kernel_path = \"auto\" bridges with splice; \"on\" joins in the kernel";
-
 /// One bridged connection's way through the kernel.
 pub(crate) struct KernelBridge {
     path: Arc<BridgePath>,
@@ -78,10 +73,9 @@ pub(crate) fn load(config: &Config) -> Result<Option<Arc<BridgePath>>, String> {
         return Ok(None);
     }
     let h = &config.handover;
-    if h.kernel_path == Mode::Auto {
-        tracing::info!("kernel path: off for bridged connections ({AUTO_SPLICES})");
-        return Ok(None);
-    }
+    // `auto` is `on` where it can be had: the kernel path costs less CPU per request than
+    // splice, and gives more replies per second, at 1 KiB and at 100 KiB (BENCHMARKS.md,
+    // "Hand-over: the bridge in the kernel").
     fastpath_kernel::bridge_path(
         h.kernel_path,
         h.kernel_bridges,
@@ -97,18 +91,21 @@ pub(crate) fn report(config: &Config) -> Option<String> {
         return None;
     }
     let h = &config.handover;
-    Some(match h.kernel_path {
-        Mode::Off => "bridged connections: splice (kernel_path = \"off\")".to_string(),
-        Mode::Auto => format!("bridged connections: splice ({AUTO_SPLICES})"),
-        Mode::On => match BridgePath::load(1, h.kernel_hold) {
-            Ok(_) => format!(
-                "bridged connections: in the kernel (BPF sockmap, {} at once, then splice)",
-                h.kernel_bridges
-            ),
-            Err(why) => format!(
-                "bridged connections: kernel_path = \"on\" cannot be had here, the server will \
-                 not start: {why}"
-            ),
-        },
+    let mode = h.kernel_path;
+    if mode == Mode::Off {
+        return Some("bridged connections: splice (kernel_path = \"off\")".to_string());
+    }
+    Some(match BridgePath::load(1, h.kernel_hold) {
+        Ok(_) => format!(
+            "bridged connections: in the kernel (BPF sockmap, {} at once, then splice; \
+             kernel_path = \"{}\")",
+            h.kernel_bridges,
+            mode.name()
+        ),
+        Err(why) if mode == Mode::On => format!(
+            "bridged connections: kernel_path = \"on\" cannot be had here, the server will not \
+             start: {why}"
+        ),
+        Err(why) => format!("bridged connections: splice (kernel_path = \"auto\": {why})"),
     })
 }
