@@ -2,7 +2,8 @@
 //! sockets joined in a BPF sockmap instead of spliced through pipes. The bridge tests of
 //! handover.rs run again with it on every model, and the sockmap hazards each have a test:
 //! a client that does not read, half-close both ways, a reset from either side, sockets
-//! closing while in the map, thousands of bridged connections, the map full, `off`.
+//! closing while in the map, thousands of bridged connections, the map full, `off` and
+//! `auto`, the idle time, and nothing left behind after SIGTERM, SIGKILL or a child's crash.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -562,4 +563,79 @@ fn raise_nofile(n: u64) {
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
+}
+
+/// Starts a server with the bridge's kernel path, bridges a connection, stops the server
+/// with `signal` and checks that its program and maps are gone.
+fn nothing_left_after(model: &'static str, signal: libc::c_int, test: &str) {
+    let (true, Some(bpftool)) = (bpf_allowed(test), bpftool(test)) else {
+        return;
+    };
+    let addr = custom_backend(Arc::new(()), echo_slowly);
+    let (mut srv, _site) = serve_to(model, addr, "kernel_path = \"on\"");
+    let mut conn = bridged(&srv);
+    round_trip(&mut conn, b"in the kernel");
+    let objects = bpf_objects(srv.pid());
+    assert!(
+        objects.iter().any(|o| o.0 == "prog") && objects.iter().any(|o| o.0 == "map"),
+        "no program or map found: {objects:?}"
+    );
+    // SIGKILL takes the whole process group: prefork's children hold the same descriptors.
+    if signal == libc::SIGKILL {
+        // SAFETY: kill(2) on the server's own process group.
+        unsafe { libc::kill(-(srv.pid() as i32), libc::SIGKILL) };
+    }
+    srv.stop(signal, Duration::from_secs(10));
+    let gone = wait_for(Duration::from_secs(5), || {
+        objects
+            .iter()
+            .all(|&o| !crate::kernel_path::bpf_object_exists(bpftool, o))
+            .then_some(())
+    });
+    assert!(gone.is_some(), "left behind after exit: {objects:?}");
+}
+
+httptest!(the_bridge_leaves_nothing_after_sigterm, |model| {
+    nothing_left_after(
+        model,
+        libc::SIGTERM,
+        "the_bridge_leaves_nothing_after_sigterm",
+    );
+});
+
+httptest!(the_bridge_leaves_nothing_after_sigkill, |model| {
+    nothing_left_after(
+        model,
+        libc::SIGKILL,
+        "the_bridge_leaves_nothing_after_sigkill",
+    );
+});
+
+#[test]
+fn a_crashed_prefork_child_leaves_its_sockets_out_of_the_map() {
+    if !bpf_allowed("a_crashed_prefork_child_leaves_its_sockets_out_of_the_map") {
+        return;
+    }
+    let addr = custom_backend(Arc::new(()), echo_slowly);
+    let (srv, _site) = serve_to("prefork", addr, "kernel_path = \"on\"");
+    let mut conn = bridged(&srv);
+    round_trip(&mut conn, b"held by a child");
+    expect_sockets(&srv, 2);
+    // Every child dies at once (one of them held the connection); the parent replaces them
+    // and keeps the map.
+    for child in children(srv.pid()) {
+        // SAFETY: kill(2) on a child of the server.
+        unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    }
+    let mut buf = [0u8; 1];
+    match conn.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        other => panic!("the connection of a dead child is still open: {other:?}"),
+    }
+    expect_sockets(&srv, 0);
+    // The listener is the parent's: the next client waits in its backlog for a new child.
+    let mut next = bridged(&srv);
+    round_trip(&mut next, b"a new child");
+    expect_sockets(&srv, 2);
 }
