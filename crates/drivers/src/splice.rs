@@ -164,6 +164,8 @@ enum Way {
     Offered(Box<dyn Carrier>),
     /// The carrier moves the bytes.
     Carried(Box<Carried>),
+    /// Only while [`Joint::offer`] decides.
+    Deciding,
 }
 
 /// A joint the carrier moves, one leg each way.
@@ -309,33 +311,36 @@ impl Joint {
                 })
             }
             Way::Carried(carried) => carried.pump(client, upstream),
-            Way::Offered(_) => unreachable!("offered above"),
+            Way::Offered(_) | Way::Deciding => unreachable!("decided above"),
         }
     }
 
     /// Hands both sockets to the carrier if nothing waits unread in them, else (or if it
     /// refuses) makes the pipes.
     fn offer(&mut self, client: RawFd, upstream: RawFd, upstream_read: bool) -> io::Result<()> {
-        let Way::Offered(mut carrier) = std::mem::replace(
-            &mut self.way,
-            Way::Pipes {
+        let Way::Offered(mut carrier) = std::mem::replace(&mut self.way, Way::Deciding) else {
+            return Ok(());
+        };
+        // The pipes, made only if the carrier does not take the sockets.
+        let pipes = || -> io::Result<Way> {
+            Ok(Way::Pipes {
                 to_upstream: Direction::new(None, true)?,
                 to_client: Direction::new(None, true)?,
-            },
-        ) else {
-            return Ok(());
+            })
         };
         // Bytes user space never read are whole skbs, which the carrier may take; after a
         // read, only an empty socket proves no skb was read in part.
         let quiet = unread(client) == Some(0) && (!upstream_read || unread(upstream) == Some(0));
         if !quiet {
             tracing::debug!("joint: bytes wait unread; spliced instead");
+            self.way = pipes()?;
             return Ok(());
         }
         // A side whose end has come already: the counts could not tell its FIN (see
         // `received_before_end`), and little is left to carry.
         if !established(client) || !established(upstream) {
             tracing::debug!("joint: a side has ended already; spliced instead");
+            self.way = pipes()?;
             return Ok(());
         }
         let (client_received, upstream_received) =
@@ -353,6 +358,7 @@ impl Joint {
             upstream_written,
         )
         else {
+            self.way = pipes()?;
             return Ok(());
         };
         // SAFETY: both descriptors are open for the duration of the call (the caller's).
@@ -370,7 +376,10 @@ impl Joint {
                     down: Leg::new(upstream_received, client_written),
                 }));
             }
-            Err(e) => tracing::debug!("joint: the carrier cannot take it ({e}); spliced instead"),
+            Err(e) => {
+                tracing::debug!("joint: the carrier cannot take it ({e}); spliced instead");
+                self.way = pipes()?;
+            }
         }
         Ok(())
     }
