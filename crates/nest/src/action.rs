@@ -274,9 +274,23 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
     out
 }
 
-/// `a` as an operand of `&`: parenthesised unless it is one token.
+/// `a` as the operand of `&`: parenthesised unless it is one token or a path, field or call
+/// chain (`m.text(2)`, `self.path`), where `&` already applies to the whole.
 fn paren(a: &str, tokens: usize) -> String {
-    if tokens == 1 {
+    let mut depth = 0i32;
+    let simple = a.chars().all(|c| match c {
+        '(' | '[' => {
+            depth += 1;
+            true
+        }
+        ')' | ']' => {
+            depth -= 1;
+            true
+        }
+        _ if depth > 0 => true,
+        _ => c.is_alphanumeric() || c == '_' || c == '.' || c == ':' || c == '"',
+    });
+    if tokens == 1 || simple {
         a.to_string()
     } else {
         format!("({a})")

@@ -254,23 +254,20 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
     );
     o.line("    rules: &[", None);
     for (k, r) in spec.rules.iter().enumerate() {
-        o.line(
-            &format!(
-                "        Rule {{ line: {}, pattern: {} }}, // rule {k}, {file}:{}",
-                r.pos.line,
-                raw(&r.pattern),
-                r.pos.line
-            ),
-            Some(r.pos.line),
-        );
+        let l = Some(r.pos.line);
+        o.line(&format!("        // rule {k}, {file}:{}", r.pos.line), l);
+        o.line("        Rule {", l);
+        o.line(&format!("            line: {},", r.pos.line), l);
+        o.line(&format!("            pattern: {},", raw(&r.pattern)), l);
+        o.line("        },", l);
     }
     o.line("    ],", None);
     o.line("    options: &[", None);
     for opt in &spec.options {
         o.line(
             &format!(
-                "        ({:?}, {:?}, {}),",
-                opt.name, opt.value, opt.pos.line
+                "        ({:?}, {:?}, {}), // {file}:{}",
+                opt.name, opt.value, opt.pos.line, opt.pos.line
             ),
             Some(opt.pos.line),
         );
@@ -336,7 +333,7 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
     o.line("    fn action(&self, rule: usize, conn: &mut Connection, cx: &mut Cx<'_>, m: &Captures<'_>) {", None);
     o.line("        match rule {", None);
     for (k, r) in spec.rules.iter().enumerate() {
-        o.line(&format!("            {k} => {{"), Some(r.action.line));
+        o.line(&format!("            {k} => {{"), None);
         o.body(file, &r.action, &bind, "                ");
         o.line("            }", None);
     }

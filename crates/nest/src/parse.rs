@@ -552,19 +552,7 @@ impl Parser {
                 ('$', _) => {
                     let (kw, j) = self.ident_at(i + 1)?;
                     if kw != "LASTSEEN" {
-                        if action::KEYWORDS.contains(&kw.as_str()) {
-                            // Only an error if this turns out to be a qualifier (before `:`).
-                            let rest = self.text(j, self.line_end(j));
-                            if rest.contains(':') && !rest.trim_start().starts_with('{') {
-                                self.error(
-                                    i,
-                                    format!(
-                                        "`${kw}` is an action keyword: only `$LASTSEEN(STATE)` \
-                                         may appear in a qualifier"
-                                    ),
-                                );
-                            }
-                        }
+                        // Not a qualifier; the pattern reader reports a keyword.
                         return None;
                     }
                     let k = self.skip_space(j);
@@ -665,6 +653,7 @@ impl Parser {
         let mut map = Vec::new();
         let mut parens: Vec<usize> = Vec::new();
         let mut i = start;
+        let mut pieces = 0;
         loop {
             let Some(&c) = self.s.get(i) else {
                 self.error(start, "this pattern has no action `{ ... }`");
@@ -677,6 +666,9 @@ impl Parser {
                     map.push(p);
                 }
             };
+            if !c.is_whitespace() && c != '{' {
+                pieces += 1;
+            }
             if c.is_whitespace() {
                 i += 1;
             } else if c == '"' {
@@ -741,6 +733,7 @@ impl Parser {
             } else if c == '{' {
                 if let Some((name, j)) = self.ident_at(i + 1) {
                     if self.s.get(j) == Some(&'}') {
+                        pieces += 1;
                         self.use_macro(&name, i, here, &mut out, &mut map);
                         i = j + 1;
                         continue;
@@ -755,6 +748,7 @@ impl Parser {
                     j += 1;
                 }
                 if j > i + 1 && self.s.get(j) == Some(&'}') {
+                    pieces += 1;
                     for k in i..=j {
                         out.push(self.s[k]);
                         map.push(self.pos(k));
@@ -765,7 +759,7 @@ impl Parser {
                 if let Some(&p) = parens.last() {
                     self.error(p, "unclosed `(` in this pattern");
                 }
-                if out.is_empty() {
+                if pieces == 0 {
                     self.error(i, "a rule needs a pattern before its action");
                 }
                 return (out, map, Some(i));
@@ -787,7 +781,7 @@ impl Parser {
                 let (kw, j) = self.ident_at(i + 1).unwrap();
                 self.error(
                     i,
-                    format!("`${kw}` is an action keyword: it cannot appear in a pattern"),
+                    format!("`${kw}` is an action keyword: it cannot appear outside an action (in a qualifier or a pattern)"),
                 );
                 i = j;
             } else if is_ident_start(c) && parens.is_empty() {
@@ -858,24 +852,31 @@ impl Parser {
                 out.push(')');
                 map.push(here);
             }
-            Err(msg) => self.error(at, msg),
+            Err((None, msg)) => self.error(at, msg),
+            Err((Some(pos), msg)) => self.error_at(pos, msg),
         }
     }
 
     /// A macro's replacement with its `{NAME}` uses substituted (each parenthesised).
-    fn expand_macro(&self, name: &str, stack: &mut Vec<String>) -> Result<String, String> {
+    /// An error names the position of a `{NAME}` inside a macro's text, or `None` for the use.
+    fn expand_macro(
+        &self,
+        name: &str,
+        stack: &mut Vec<String>,
+    ) -> Result<String, (Option<Pos>, String)> {
         let Some(m) = self.macro_text(name) else {
             if self.is_state(name) {
-                return Err(format!(
+                return Err((None, format!(
                     "`{name}` is a state, not a macro: a qualifier ends with `:` (`{name}: pattern {{ ... }}`)"
-                ));
+                )));
             }
-            return Err(format!(
-                "unknown macro `{name}` (literal text in a pattern is quoted: \"{name}\")"
+            return Err((
+                None,
+                format!("unknown macro `{name}` (literal text in a pattern is quoted: \"{name}\")"),
             ));
         };
         if stack.iter().any(|s| s == name) {
-            return Err(format!("macro `{name}` uses itself"));
+            return Err((None, format!("macro `{name}` uses itself")));
         }
         stack.push(name.to_string());
         let t: Vec<char> = m.text.chars().collect();
@@ -894,7 +895,13 @@ impl Parser {
                     .unwrap_or(t.len());
                 if e > k + 1 && t.get(e) == Some(&'}') && is_ident_start(t[k + 1]) {
                     let inner: String = t[k + 1..e].iter().collect();
-                    let sub = self.expand_macro(&inner, stack)?;
+                    let at = Pos {
+                        line: m.text_pos.line,
+                        col: m.text_pos.col + k as u32,
+                    };
+                    let sub = self
+                        .expand_macro(&inner, stack)
+                        .map_err(|(p, msg)| (Some(p.unwrap_or(at)), msg))?;
                     out.push('(');
                     out.push_str(&sub);
                     out.push(')');
