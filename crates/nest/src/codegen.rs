@@ -158,11 +158,12 @@ fn qual_rs(q: &Qual, prec: u8) -> String {
 
 /// Generates the project for `spec` (checked, without errors), whose file stem is `stem`.
 pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
-    let file = &spec.file;
-    let base = Path::new(file)
+    // Comments name the spec by its file name: the project may be built elsewhere.
+    let base = Path::new(&spec.file)
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| file.clone());
+        .unwrap_or_else(|| spec.file.clone());
+    let file = &base;
     let package = package_name(stem);
     let ty = type_name(stem);
     let mut o = Out {
