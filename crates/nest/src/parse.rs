@@ -1008,7 +1008,7 @@ fn lex_qual_text(t: &[char], pos: Pos) -> Option<Vec<QTok>> {
                 return None;
             }
             out.push(QTok::Last(name.to_string(), pos));
-            k += rest.len() - r[close + 1..].len();
+            k += rest[..rest.len() - r[close + 1..].len()].chars().count();
         } else {
             return None;
         }

@@ -31,6 +31,11 @@ const CASES: &[(&str, &str, &[&str])] = &[
         &["3:14: unknown macro `WORD`"],
     ),
     (
+        "columns count characters, not bytes",
+        "%%\nSTART: { $reply(\"h\u{e9}llo $\"); }\nDEFAULT: \"\u{e9}t\u{e9}\" X { }\n",
+        &["3:16: unknown macro `X`"],
+    ),
+    (
         "unknown macro inside a macro",
         "A [a-z]{B}\n%%\nSTART: { }\nDEFAULT: A { }\n",
         &["1:8: unknown macro `B`"],
@@ -215,4 +220,29 @@ fn a_dollar_in_a_string_or_comment_is_left_alone() {
     let code = &c.spec.start.as_ref().unwrap().code;
     assert!(code.contains("\"$reply(x) }\"; // $close"), "{code}");
     assert!(code.contains("cx.reply(format_args!(\"{}\", s))"), "{code}");
+}
+
+/// Every prefix of the examples, and each with one character removed, is checked without a
+/// panic: a half-written spec gets messages, not a crash.
+#[test]
+fn no_panic_on_cut_or_damaged_specs() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/nest");
+    for name in ["rot13", "login", "smtp"] {
+        let src = std::fs::read_to_string(dir.join(format!("{name}.nest"))).unwrap();
+        let chars: Vec<char> = src.chars().collect();
+        for cut in (0..chars.len()).step_by(3) {
+            let prefix: String = chars[..cut].iter().collect();
+            let _ = compile("t.nest", &prefix);
+            let damaged: String = chars[..cut].iter().chain(&chars[cut + 1..]).collect();
+            let c = compile("t.nest", &damaged);
+            // Removing a character that matters must give an error, not silence; any error
+            // found must have a real position.
+            for d in &c.diags {
+                assert!(
+                    d.pos.line >= 1 && d.pos.col >= 1,
+                    "{name} cut at {cut}: {d:?}"
+                );
+            }
+        }
+    }
 }
