@@ -82,10 +82,11 @@ impl Out {
     }
 
     /// An action's body (the text between its braces): blank first and last lines dropped.
-    fn body(&mut self, file: &str, a: &Action, bind: &str, indent: &str) {
+    /// `vars`: the per-connection variables bound at the top of the action.
+    fn body(&mut self, file: &str, a: &Action, vars: &[&str], indent: &str) {
         self.line(&format!("{indent}// {file}:{}", a.line), Some(a.line));
-        if !bind.is_empty() {
-            self.line(&format!("{indent}{bind}"), Some(a.line));
+        for l in bind_lines(vars, indent) {
+            self.line(&l, Some(a.line));
         }
         let mut lines: Vec<&str> = a.code.split('\n').collect();
         let mut first = a.line;
@@ -118,6 +119,95 @@ impl Out {
             self.line(&text, Some(first + k as u32));
         }
     }
+}
+
+/// `let Connection { a, b, .. } = conn;` as rustfmt lays it out (`struct_lit_width`: the
+/// fields on the line if they take at most 18 columns).
+fn bind_lines(vars: &[&str], indent: &str) -> Vec<String> {
+    if vars.is_empty() {
+        return Vec::new();
+    }
+    let fields = format!("{}, ..", vars.join(", "));
+    if fields.len() <= 18 {
+        return vec![format!("{indent}let Connection {{ {fields} }} = conn;")];
+    }
+    let mut out = vec![format!("{indent}let Connection {{")];
+    if indent.len() + 4 + fields.len() <= 100 {
+        out.push(format!("{indent}    {fields}"));
+    } else {
+        out.extend(vars.iter().map(|v| format!("{indent}    {v},")));
+        out.push(format!("{indent}    .."));
+    }
+    out.push(format!("{indent}}} = conn;"));
+    out
+}
+
+/// A `qualifies` match arm; one too long for a line is split at its top-level `||` or `&&`,
+/// as rustfmt does.
+fn arm_lines(k: usize, q: Option<&Qual>, text: &str) -> Vec<String> {
+    let one = format!("            {k} => {text},");
+    if one.len() <= 100 {
+        return vec![one];
+    }
+    let mut parts = Vec::new();
+    let op = match q {
+        Some(Qual::Or(..)) => "||",
+        Some(Qual::And(..)) => "&&",
+        _ => return vec![one],
+    };
+    fn flatten<'a>(q: &'a Qual, or: bool, out: &mut Vec<&'a Qual>) {
+        match q {
+            Qual::Or(a, b) if or => {
+                flatten(a, or, out);
+                flatten(b, or, out);
+            }
+            Qual::And(a, b) if !or => {
+                flatten(a, or, out);
+                flatten(b, or, out);
+            }
+            _ => out.push(q),
+        }
+    }
+    flatten(q.unwrap(), op == "||", &mut parts);
+    let prec = if op == "||" { 0 } else { 1 };
+    let mut out = vec![format!("            {k} => {{")];
+    for (i, p) in parts.iter().enumerate() {
+        let t = qual_rs(p, prec);
+        if i == 0 {
+            out.push(format!("                {t}"));
+        } else {
+            out.push(format!("                    {op} {t}"));
+        }
+    }
+    out.push("            }".to_string());
+    out
+}
+
+/// `head` + the items + `],` laid out as rustfmt does: on one line if short enough, else several short items (10 characters at most) per line, else one per line.
+fn array_lines(head: &str, items: &[String], indent: &str) -> Vec<String> {
+    // rustfmt's `array_width`: 60% of the 100 columns for the items on one line.
+    let one = format!("{head}{}],", items.join(", "));
+    if one.len() <= 100 && items.join(", ").len() + 2 <= 60 {
+        return vec![one];
+    }
+    let inner = format!("{indent}    ");
+    let mut out = vec![head.to_string()];
+    if items.iter().all(|i| i.len() <= 10) {
+        let mut line = inner.clone();
+        for it in items {
+            if line.len() > inner.len() && line.len() + it.len() + 2 > 100 {
+                out.push(line.trim_end().to_string());
+                line = inner.clone();
+            }
+            line.push_str(it);
+            line.push_str(", ");
+        }
+        out.push(line.trim_end().to_string());
+    } else {
+        out.extend(items.iter().map(|it| format!("{inner}{it},")));
+    }
+    out.push(format!("{indent}],"));
+    out
 }
 
 /// A Rust string literal for `s`: raw (`r"..."`, with as many `#` as needed) so that patterns
@@ -200,9 +290,12 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
         .chain(spec.states.iter().map(|(s, p)| (s.as_str(), Some(*p))))
         .collect();
     for (id, (name, pos)) in names.iter().enumerate() {
+        // Comments go on lines of their own: rustfmt would align trailing ones.
         let line = pos.map(|p| p.line);
-        let c = line.map(|l| format!(" // {file}:{l}")).unwrap_or_default();
-        o.line(&format!("const {name}: StateId = StateId({id});{c}"), line);
+        if let Some(l) = line {
+            o.line(&format!("// {file}:{l}"), line);
+        }
+        o.line(&format!("const {name}: StateId = StateId({id});"), line);
     }
 
     o.line("", None);
@@ -216,10 +309,9 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
     }
     o.line("struct Connection {", None);
     for v in &spec.vars {
-        o.line(
-            &format!("    {}: {}, // {file}:{}", v.name, v.ty, v.pos.line),
-            Some(v.pos.line),
-        );
+        let l = Some(v.pos.line);
+        o.line(&format!("    // {file}:{}", v.pos.line), l);
+        o.line(&format!("    {}: {},", v.name, v.ty), l);
     }
     o.line("}", None);
     o.line("", None);
@@ -227,13 +319,9 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
     o.line("    fn default() -> Self {", None);
     o.line("        Connection {", None);
     for v in &spec.vars {
-        o.line(
-            &format!(
-                "            {}: {}, // {file}:{}",
-                v.name, v.init, v.pos.line
-            ),
-            Some(v.pos.line),
-        );
+        let l = Some(v.pos.line);
+        o.line(&format!("            // {file}:{}", v.pos.line), l);
+        o.line(&format!("            {}: {},", v.name, v.init), l);
     }
     o.line("        }", None);
     o.line("    }", None);
@@ -244,7 +332,9 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
     o.line(&format!("    name: {:?},", package), None);
     o.line(&format!("    file: {:?},", base), None);
     let states: Vec<String> = names.iter().map(|(n, _)| format!("{n:?}")).collect();
-    o.line(&format!("    states: &[{}],", states.join(", ")), None);
+    for l in array_lines("    states: &[", &states, "    ") {
+        o.line(&l, None);
+    }
     o.line(
         "    // After macro substitution; the runtime compiles each pattern anchored at the start",
         None,
@@ -265,12 +355,14 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
     o.line("    ],", None);
     o.line("    options: &[", None);
     for opt in &spec.options {
+        let l = Some(opt.pos.line);
+        o.line(&format!("        // {file}:{}", opt.pos.line), l);
         o.line(
             &format!(
-                "        ({:?}, {:?}, {}), // {file}:{}",
-                opt.name, opt.value, opt.pos.line, opt.pos.line
+                "        ({:?}, {:?}, {}),",
+                opt.name, opt.value, opt.pos.line
             ),
-            Some(opt.pos.line),
+            l,
         );
     }
     o.line("    ],", None);
@@ -297,21 +389,17 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
             .as_ref()
             .map(|q| qual_rs(q, 0))
             .unwrap_or_else(|| "true".into());
-        o.line(
-            &format!("            {k} => {q}, // {file}:{}", r.pos.line),
-            Some(r.pos.line),
-        );
+        let l = Some(r.pos.line);
+        o.line(&format!("            // {file}:{}", r.pos.line), l);
+        for line in arm_lines(k, r.qual.as_ref(), &q) {
+            o.line(&line, l);
+        }
     }
     o.line("            _ => false,", None);
     o.line("        }", None);
     o.line("    }", None);
 
-    let bind = if spec.vars.is_empty() {
-        String::new()
-    } else {
-        let names: Vec<&str> = spec.vars.iter().map(|v| v.name.as_str()).collect();
-        format!("let Connection {{ {}, .. }} = conn;", names.join(", "))
-    };
+    let bind: Vec<&str> = spec.vars.iter().map(|v| v.name.as_str()).collect();
     for (name, a) in [("start", &spec.start), ("end", &spec.end)] {
         o.line("", None);
         match a {
@@ -350,7 +438,28 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
             &format!("    // ---- trailing section, {file}:{line} (runs at start-up, before serving) ----"),
             Some(*line),
         );
-        o.code(code, *line);
+        // Indented into `main` unless a line may be inside a multi-line string: one with an
+        // odd number of quotes, or a raw string.
+        let safe = !code.contains("r#")
+            && code.lines().all(|l| {
+                let plain = l.replace("\\\\", "").replace("\\\"", "");
+                plain.matches('"').count() % 2 == 0
+            });
+        if safe {
+            let indented: Vec<String> = code
+                .lines()
+                .map(|l| {
+                    if l.trim().is_empty() {
+                        String::new()
+                    } else {
+                        format!("    {l}")
+                    }
+                })
+                .collect();
+            o.code(&indented.join("\n"), *line);
+        } else {
+            o.code(code, *line);
+        }
     }
     o.line(
         &format!(

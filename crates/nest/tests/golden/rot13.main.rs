@@ -22,13 +22,15 @@ const DEFAULT: StateId = StateId(2);
 
 // ---- per-connection variables (rules section head), rot13.nest:17 ----
 struct Connection {
-    buffer: String, // rot13.nest:17
+    // rot13.nest:17
+    buffer: String,
 }
 
 impl Default for Connection {
     fn default() -> Self {
         Connection {
-            buffer: String::new(), // rot13.nest:17
+            // rot13.nest:17
+            buffer: String::new(),
         }
     }
 }
@@ -47,7 +49,8 @@ static SPEC: Spec = Spec {
         },
     ],
     options: &[
-        ("threadServer", "100", 13), // rot13.nest:13
+        // rot13.nest:13
+        ("threadServer", "100", 13),
     ],
 };
 
@@ -62,7 +65,8 @@ impl Server for Rot13 {
 
     fn qualifies(&self, rule: usize, states: &States) -> bool {
         match rule {
-            0 => states.is(DEFAULT), // rot13.nest:20
+            // rot13.nest:20
+            0 => states.is(DEFAULT),
             _ => false,
         }
     }
