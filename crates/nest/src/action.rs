@@ -239,8 +239,9 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
                     let a = arg(p, 0);
                     let n = arg(p, 1);
                     Some(format!(
-                        "cx.file_receive(&{}, Some(({n}) as u64))",
-                        paren(&a, args[0].0.len())
+                        "cx.file_receive(&{}, Some({} as u64))",
+                        paren(&a, args[0].0.len()),
+                        paren(&n, args[1].0.len())
                     ))
                 }
                 _ => {

@@ -258,3 +258,50 @@ fn every_action_line_maps_back_to_its_spec_line() {
         );
     }
 }
+
+#[test]
+fn keywords_become_runtime_calls() {
+    let cases = [
+        ("$seen(A);", "cx.seen(A);"),
+        ("$clear(A);", "cx.clear(A);"),
+        ("$clear(*);", "cx.clear_all();"),
+        (
+            r#"$reply("n={}", $1);"#,
+            r#"cx.reply(format_args!("n={}", m.text(1)));"#,
+        ),
+        (
+            r#"$reply($1, "\n");"#,
+            r#"cx.reply(format_args!("{}{}", m.text(1), "\n"));"#,
+        ),
+        ("$close;", "{ cx.close(); return; };"),
+        ("$close();", "{ cx.close(); return; };"),
+        ("if x { $return; }", "if x { return; }"),
+        (
+            r#"let _ = $fileReply(format!("/d/{}", $1));"#,
+            r#"let _ = cx.file_reply(&(format!("/d/{}", m.text(1))));"#,
+        ),
+        (
+            "let _ = $fileReply($1);",
+            "let _ = cx.file_reply(&m.text(1));",
+        ),
+        (
+            r#"let _ = $fileReceive("f", n + 1);"#,
+            r#"let _ = cx.file_receive(&"f", Some((n + 1) as u64));"#,
+        ),
+        (
+            r#"let _ = $fileReceive(path, len);"#,
+            r#"let _ = cx.file_receive(&path, Some(len as u64));"#,
+        ),
+        ("let b = $bytes(1);", "let b = m.bytes(1);"),
+        (
+            "let s = \"$1 {\"; // $seen(Z)",
+            "let s = \"$1 {\"; // $seen(Z)",
+        ),
+    ];
+    for (code, want) in cases {
+        let src = format!("%state A\n%%\nSTART: {{ }}\nDEFAULT: \"x\" ([a-z]) {{ {code}\n}}\n");
+        let c = compile("k.nest", &src);
+        assert!(!c.has_errors(), "{code}: {:?}", c.diags);
+        assert_eq!(c.spec.rules[0].action.code.trim(), want, "{code}");
+    }
+}
