@@ -189,7 +189,12 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
             }
         };
         let rep = match word.as_str() {
-            "seen" => state_arg(p, false).map(|s| format!("cx.seen({s})")),
+            "seen" => state_arg(p, false).map(|s| {
+                if !p.spec.seen.contains(&s) {
+                    p.spec.seen.push(s.clone());
+                }
+                format!("cx.seen({s})")
+            }),
             "clear" => state_arg(p, true).map(|s| {
                 if s == "*" {
                     "cx.clear_all()".to_string()

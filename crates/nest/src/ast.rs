@@ -118,6 +118,8 @@ pub struct Spec {
     pub start: Option<Action>,
     pub end: Option<Action>,
     pub rules: Vec<Rule>,
+    /// The states some action `$seen`s.
+    pub seen: Vec<String>,
     /// After the second `%%`: the line of its first line and the code.
     pub trailer: Option<(u32, String)>,
 }

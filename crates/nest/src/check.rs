@@ -8,22 +8,23 @@ use crate::options_table;
 const MAX_VARS: usize = 16;
 
 pub fn check(spec: &Spec, diags: &mut Vec<Diag>) {
-    let mut err = |pos: Pos, msg: String| {
+    fn err(diags: &mut Vec<Diag>, pos: Pos, msg: String) {
         diags.push(Diag {
             pos,
             warning: false,
             msg,
         })
-    };
+    }
     // Options: known, well valued, each once, one model.
     let mut model: Option<&OptionLine> = None;
     for (k, o) in spec.options.iter().enumerate() {
         if let Err(msg) = options_table::check(&o.name, &o.value) {
-            err(o.pos, msg);
+            err(diags, o.pos, msg);
             continue;
         }
         if let Some(first) = spec.options[..k].iter().find(|f| f.name == o.name) {
             err(
+                diags,
                 o.pos,
                 format!(
                     "option `{}` given twice (first at line {})",
@@ -35,6 +36,7 @@ pub fn check(spec: &Spec, diags: &mut Vec<Diag>) {
         if options_table::MODELS.contains(&o.name.as_str()) {
             match model {
                 Some(m) => err(
+                    diags,
                     o.pos,
                     format!(
                         "`{}`: the model is already `{}` (line {}); a server has one model",
@@ -54,10 +56,43 @@ pub fn check(spec: &Spec, diags: &mut Vec<Diag>) {
             && !(0..1u32 << vars.len()).any(|on| valid(&vars, on) && q.eval(&vars, on))
         {
             err(
+                diags,
                 r.pos,
                 "rule can never match: its qualifier is false whatever states are seen".into(),
             );
             continue;
+        }
+        // States no action sets are never true: a rule that needs one is dead, most likely
+        // for a misspelt or forgotten `$seen` (a warning: the spec may still be half-written).
+        let never: Vec<usize> = (0..vars.len())
+            .filter(|&i| {
+                let v = vars[i].trim_start_matches('$');
+                // Undeclared states are errors already.
+                spec.states.iter().any(|(s, _)| s == v) && !spec.seen.iter().any(|s| s == v)
+            })
+            .collect();
+        if !never.is_empty()
+            && vars.len() <= MAX_VARS
+            && !(0..1u32 << vars.len())
+                .filter(|on| never.iter().all(|&i| on & (1 << i) == 0))
+                .any(|on| valid(&vars, on) && q.eval(&vars, on))
+        {
+            let names: Vec<&str> = never
+                .iter()
+                .map(|&i| vars[i].trim_start_matches('$'))
+                .collect();
+            diags.push(Diag {
+                pos: r.pos,
+                warning: true,
+                msg: format!(
+                    "rule can never match: no action `$seen`s {}",
+                    names
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
         }
         for earlier in &spec.rules[..j] {
             if earlier.pattern != r.pattern {
@@ -76,6 +111,7 @@ pub fn check(spec: &Spec, diags: &mut Vec<Diag>) {
                 .all(|on| !holds(&r.qual, on) || holds(&earlier.qual, on));
             if implied {
                 err(
+                    diags,
                     r.pos,
                     format!(
                         "rule can never match: the rule at line {}, column {} has the same \

@@ -169,6 +169,11 @@ const CASES: &[(&str, &str, &[&str])] = &[
         &["3:1: START given twice (first at line 2)"],
     ),
     (
+        "a state no action sets (warning)",
+        "%state A B\n%%\nSTART: { $seen(A); }\nA && B: \"x\" { }\nA || B: \"y\" { }\n",
+        &["4:1: warning: rule can never match: no action `$seen`s `B`"],
+    ),
+    (
         "no START, no rules (warnings)",
         "%%\n",
         &[
