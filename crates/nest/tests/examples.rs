@@ -305,3 +305,18 @@ fn keywords_become_runtime_calls() {
         assert_eq!(c.spec.rules[0].action.code.trim(), want, "{code}");
     }
 }
+
+#[test]
+fn blocks_nest_and_combine_their_qualifiers() {
+    let src = "%state A B C\nQ B || C\n%%\nSTART: { $seen(A); $seen(B); $seen(C); }\n\
+               A {\n    Q {\n        !C: \"x\" { }\n        \"y\" { }\n    }\n    \"z\" { }\n}\n\"w\" { }\n";
+    let c = compile("b.nest", src);
+    assert!(c.diags.is_empty(), "{:?}", c.diags);
+    let quals: Vec<String> = c.spec.rules.iter().map(|r| qual(&r.qual)).collect();
+    assert_eq!(
+        quals,
+        ["((A && (B || C)) && !C)", "(A && (B || C))", "A", ""]
+    );
+    let lines: Vec<u32> = c.spec.rules.iter().map(|r| r.pos.line).collect();
+    assert_eq!(lines, [7, 8, 10, 12]);
+}
