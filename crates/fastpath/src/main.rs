@@ -9,6 +9,7 @@
 //! fastpath bench [OPTIONS] URL...   (see fastpath-bench)
 //! fastpath echo [--listen ADDR:PORT] [--plain] [--model NAME] [--config FILE] ...
 //! fastpath forward --to ADDR:PORT,... [--listen ADDR:PORT] [--transport framed|unframed] ...
+//! fastpath nest check SPEC | fastpath nest build SPEC [-o DIR] [--runtime PATH] [--no-compile]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -78,6 +79,8 @@ enum Command {
     Echo(fastpath_services::cli::EchoArgs),
     /// Thrift forwarder: each `msg(key, payload)` goes to destination key mod N.
     Forward(fastpath_services::cli::ForwardArgs),
+    /// NEST: check a server specification, or compile it to a server (docs/nest.md).
+    Nest(fastpath_nest::cli::NestArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => fastpath_bench::cli::main(*args),
         Command::Echo(args) => with_log(|| fastpath_services::cli::echo(args)),
         Command::Forward(args) => with_log(|| fastpath_services::cli::forward(args)),
+        Command::Nest(args) => fastpath_nest::cli::main(args),
         Command::Serve {
             dir,
             listen,

@@ -25,6 +25,7 @@ mod limits;
 mod logs;
 mod metrics;
 mod models;
+mod nest_check;
 mod paths;
 mod precompressed;
 mod privileges;
