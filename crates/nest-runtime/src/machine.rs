@@ -1,0 +1,317 @@
+//! The per-connection state machine, the same for every model and for inetd: START at open,
+//! then matching (or receiving a file), END once before the close.
+
+use std::fs::File;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::cx::{Captures, Cx, Effects, Sink};
+use crate::options::Options;
+use crate::pattern::{self, Pattern, Scratch};
+use crate::{Server, StateId, States};
+
+/// What a process shares between its connections: the server, its compiled patterns, its
+/// options. Built once, before serving.
+pub(crate) struct Engine<S: Server> {
+    pub(crate) server: S,
+    pub(crate) patterns: Vec<Pattern>,
+    pub(crate) options: Options,
+}
+
+/// A file being received (`$fileReceive`).
+pub(crate) struct Receive {
+    pub(crate) file: File,
+    pub(crate) part: PathBuf,
+    pub(crate) target: PathBuf,
+    /// Bytes still to come; `None`: until the peer finishes sending.
+    pub(crate) remaining: Option<u64>,
+    pub(crate) received: u64,
+}
+
+/// One connection of a generated server: its variables, its states, and what it is doing.
+pub struct Machine<C> {
+    pub(crate) conn: C,
+    states: States,
+    receive: Option<Receive>,
+    ended: bool,
+    peer: Option<SocketAddr>,
+}
+
+/// The unconsumed input, in the driver's buffer or inetd's.
+pub(crate) trait InputBuf {
+    fn data(&self) -> &[u8];
+    fn consume(&mut self, n: usize);
+}
+
+/// What the connection does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Wait for more input.
+    Read,
+    /// Wait for the output to drain below outputBuffer before matching more.
+    Drain,
+    /// END has run: close once the output is sent.
+    Close,
+}
+
+impl<S: Server> Engine<S> {
+    /// Compiles the specification's patterns; errors are `FILE:LINE: message`.
+    pub(crate) fn new(server: S, options: Options) -> Result<Engine<S>, String> {
+        let spec = server.spec();
+        let mut patterns = Vec::with_capacity(spec.rules.len());
+        for rule in spec.rules {
+            let p = pattern::compile(rule.pattern)
+                .map_err(|e| format!("{}:{}: {e}", spec.file, rule.line))?;
+            patterns.push(p);
+        }
+        Ok(Engine {
+            server,
+            patterns,
+            options,
+        })
+    }
+
+    /// Scratch space for a worker.
+    pub(crate) fn scratch(&self) -> Vec<Scratch> {
+        self.patterns.iter().map(Pattern::scratch).collect()
+    }
+
+    /// A new connection: runs START (which may reply and may close), then DEFAULT is seen.
+    pub(crate) fn open(
+        &self,
+        peer: Option<SocketAddr>,
+        sink: &mut dyn Sink,
+    ) -> (Machine<S::Conn>, Step) {
+        let mut m = Machine {
+            conn: S::Conn::default(),
+            states: States::new(self.server.spec().states.len()),
+            receive: None,
+            ended: false,
+            peer,
+        };
+        m.states.set(StateId::START);
+        m.states.last = None;
+        let mut effects = Effects::default();
+        {
+            let mut cx = Cx {
+                states: &mut m.states,
+                sink,
+                effects: &mut effects,
+                options: &self.options,
+                peer,
+                ending: false,
+            };
+            self.server.start(&mut m.conn, &mut cx);
+        }
+        // DEFAULT is seen on leaving START; it is also the last seen unless START saw one.
+        let last = m.states.last;
+        m.states.set(StateId::DEFAULT);
+        if last.is_some() {
+            m.states.last = last;
+        }
+        m.receive = effects.receive;
+        if effects.close {
+            self.end(&mut m, sink, "closed by $close in START");
+            return (m, Step::Close);
+        }
+        (m, Step::Read)
+    }
+
+    /// Handles the input at hand: receives into a file or matches rules and runs their
+    /// actions, until the input is used up (or cannot be matched yet), the output is full, or
+    /// the connection ends. `eof`: the peer has finished sending.
+    pub(crate) fn feed(
+        &self,
+        m: &mut Machine<S::Conn>,
+        scratch: &mut [Scratch],
+        input: &mut dyn InputBuf,
+        eof: bool,
+        sink: &mut dyn Sink,
+    ) -> Step {
+        let spec = self.server.spec();
+        loop {
+            if m.ended {
+                return Step::Close;
+            }
+            if sink.failed() {
+                self.end(m, sink, "write error");
+                return Step::Close;
+            }
+            if let Some(r) = &mut m.receive {
+                match receive(r, input, eof) {
+                    Ok(true) => {
+                        let r = m.receive.take().expect("receiving");
+                        if let Err(e) = std::fs::rename(&r.part, &r.target) {
+                            let why =
+                                format!("$fileReceive: cannot rename {}: {e}", r.part.display());
+                            self.end(m, sink, &why);
+                            return Step::Close;
+                        }
+                        tracing::debug!(
+                            "{}: received {} ({} bytes)",
+                            who(m.peer),
+                            r.target.display(),
+                            r.received
+                        );
+                        continue;
+                    }
+                    Ok(false) if eof => {
+                        let why = format!(
+                            "peer closed after {} of {} bytes of {}",
+                            r.received,
+                            r.received + r.remaining.unwrap_or(0),
+                            r.target.display()
+                        );
+                        self.end(m, sink, &why);
+                        return Step::Close;
+                    }
+                    Ok(false) => return Step::Read,
+                    Err(e) => {
+                        let why = format!("$fileReceive: cannot write {}: {e}", r.part.display());
+                        self.end(m, sink, &why);
+                        return Step::Close;
+                    }
+                }
+            }
+            if sink.queued() >= self.options.output_buffer {
+                return Step::Drain;
+            }
+            let data = input.data();
+            // A match never takes more than inputBuffer bytes: what lies beyond waits.
+            let hay = &data[..data.len().min(self.options.input_buffer)];
+            if hay.is_empty() {
+                if eof {
+                    self.end(m, sink, "peer closed");
+                    return Step::Close;
+                }
+                return Step::Read;
+            }
+            // Longest match over every qualifying rule; ties to the rule written first.
+            let mut best: Option<(usize, usize)> = None;
+            for (i, p) in self.patterns.iter().enumerate() {
+                if !self.server.qualifies(i, &m.states) {
+                    continue;
+                }
+                if let Some(len) = p.match_len(&mut scratch[i], hay) {
+                    if best.is_none_or(|(_, l)| len > l) {
+                        best = Some((i, len));
+                    }
+                }
+            }
+            if let Some((rule, len)) = best {
+                let p = &self.patterns[rule];
+                let found = p.capture(&mut scratch[rule], &hay[..len]);
+                debug_assert!(found, "the winning pattern matches again");
+                let mut effects = Effects::default();
+                {
+                    let captures = Captures::new(scratch[rule].captures(), hay);
+                    let mut cx = Cx {
+                        states: &mut m.states,
+                        sink,
+                        effects: &mut effects,
+                        options: &self.options,
+                        peer: m.peer,
+                        ending: false,
+                    };
+                    self.server.action(rule, &mut m.conn, &mut cx, &captures);
+                }
+                input.consume(len);
+                m.receive = effects.receive.or(m.receive.take());
+                if effects.close {
+                    let why = format!("closed by $close ({}:{})", spec.file, spec.rules[rule].line);
+                    self.end(m, sink, &why);
+                    return Step::Close;
+                }
+                continue;
+            }
+            let viable = self.patterns.iter().enumerate().any(|(i, p)| {
+                self.server.qualifies(i, &m.states) && p.viable(&mut scratch[i], hay)
+            });
+            if !viable {
+                self.end(m, sink, "input matches no rule");
+                return Step::Close;
+            }
+            if hay.len() >= self.options.input_buffer {
+                let why = format!(
+                    "input buffer full ({} bytes unmatched)",
+                    self.options.input_buffer
+                );
+                self.end(m, sink, &why);
+                return Step::Close;
+            }
+            if eof {
+                self.end(m, sink, "peer closed with unmatched input");
+                return Step::Close;
+            }
+            return Step::Read;
+        }
+    }
+
+    /// Runs END, once, with `reason` logged; what it replies goes to `sink`. A file being
+    /// received is removed.
+    pub(crate) fn end(&self, m: &mut Machine<S::Conn>, sink: &mut dyn Sink, reason: &str) {
+        if m.ended {
+            return;
+        }
+        m.ended = true;
+        if let Some(r) = m.receive.take() {
+            drop(r.file);
+            let _ = std::fs::remove_file(&r.part);
+        }
+        let quiet = matches!(reason, "peer closed" | "server stopping")
+            || reason.starts_with("closed by $close");
+        if quiet {
+            tracing::debug!("{}: closing: {reason}", who(m.peer));
+        } else {
+            tracing::info!("{}: closing: {reason}", who(m.peer));
+        }
+        m.states.set(StateId::END);
+        let mut effects = Effects::default();
+        let mut cx = Cx {
+            states: &mut m.states,
+            sink,
+            effects: &mut effects,
+            options: &self.options,
+            peer: m.peer,
+            ending: true,
+        };
+        self.server.end(&mut m.conn, &mut cx);
+    }
+}
+
+impl<C> Machine<C> {
+    /// END has run.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended
+    }
+}
+
+/// Moves input into the file being received; true once it is complete (the length reached,
+/// or, without a length, the peer finished).
+fn receive(r: &mut Receive, input: &mut dyn InputBuf, eof: bool) -> std::io::Result<bool> {
+    let data = input.data();
+    let take = match r.remaining {
+        Some(n) => data.len().min(usize::try_from(n).unwrap_or(usize::MAX)),
+        None => data.len(),
+    };
+    if take > 0 {
+        r.file.write_all(&data[..take])?;
+        input.consume(take);
+        r.received += take as u64;
+        if let Some(n) = &mut r.remaining {
+            *n -= take as u64;
+        }
+    }
+    Ok(match r.remaining {
+        Some(n) => n == 0,
+        None => eof,
+    })
+}
+
+pub(crate) fn who(peer: Option<SocketAddr>) -> String {
+    match peer {
+        Some(p) => format!("client {p}"),
+        None => "client".to_string(),
+    }
+}
