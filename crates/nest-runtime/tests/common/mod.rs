@@ -165,3 +165,17 @@ pub fn read_to_close(s: &mut TcpStream) -> String {
 pub fn send(s: &mut TcpStream, data: &[u8]) {
     s.write_all(data).unwrap();
 }
+
+/// Reads one line, byte by byte, so that nothing after it is taken from the socket.
+pub fn read_line_exact(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\n") {
+        match s.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => got.push(byte[0]),
+            Err(e) => panic!("read: {e} (got {:?})", String::from_utf8_lossy(&got)),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
