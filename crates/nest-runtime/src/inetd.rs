@@ -96,8 +96,34 @@ impl InputBuf for Buf {
     }
 }
 
+/// Whether descriptor 0 is a listening socket: inetd's `wait` mode, or
+/// systemd-socket-activate without `--accept`, which hand over the listener, not a connection.
+fn stdin_is_listening() -> bool {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into an int of the right size; fails harmlessly on a non-socket.
+    let r = unsafe {
+        libc::getsockopt(
+            0,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && value != 0
+}
+
 /// Serves the connection on descriptors 0 and 1 until it ends; END runs before the return.
-pub(crate) fn serve<S: Server>(engine: &Engine<S>) {
+pub(crate) fn serve<S: Server>(engine: &Engine<S>) -> Result<(), String> {
+    if stdin_is_listening() {
+        return Err(
+            "standard input is a listening socket, not a connection: an inetd server \
+                    takes one connection per process (inetd.conf: `nowait`; \
+                    systemd-socket-activate: --inetd --accept; a socket unit: Accept=yes)"
+                .to_string(),
+        );
+    }
     fastpath_drivers::ignore_sigpipe();
     let stop = fastpath_drivers::signals::install_stop_handler();
     let peer = crate::peer_of(0);
@@ -115,7 +141,6 @@ pub(crate) fn serve<S: Server>(engine: &Engine<S>) {
         data: Vec::new(),
         start: 0,
     };
-    let mut eof = false;
     let chunk = 16 * 1024;
     while step != Step::Close {
         // Wait for input, at most the idle timeout, waking for a stop signal.
@@ -166,10 +191,10 @@ pub(crate) fn serve<S: Server>(engine: &Engine<S>) {
             break;
         }
         input.data.truncate(len + n as usize);
-        eof = n == 0;
+        let eof = n == 0;
         step = engine.feed(&mut m, &mut scratch, &mut input, eof, &mut out);
         out.flush();
     }
-    let _ = eof;
     out.flush();
+    Ok(())
 }

@@ -116,8 +116,7 @@ pub fn run_with_args<S: Server>(
     let inetd = options.inetd;
     let engine = Arc::new(Engine::new(server, options)?);
     if inetd {
-        crate::inetd::serve(&engine);
-        return Ok(());
+        return crate::inetd::serve(&engine);
     }
     standalone(engine)
 }

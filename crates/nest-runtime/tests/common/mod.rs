@@ -61,7 +61,7 @@ pub struct Server {
 impl Server {
     /// Starts example `name` with `args` in `dir`, and waits for its "listening on" line.
     pub fn start(name: &str, dir: &Path, args: &[&str]) -> Server {
-        let mut child = Command::new(example(name))
+        let child = Command::new(example(name))
             .args(args)
             .current_dir(dir)
             .env_remove("NEST_CONFIG")
@@ -70,6 +70,11 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the example");
+        Server::adopt(child)
+    }
+
+    /// A started server (its standard error piped): waits for its "listening on" line.
+    pub fn adopt(mut child: Child) -> Server {
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
@@ -77,14 +82,16 @@ impl Server {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
+                {
+                    let mut log = log2.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
                 if let Some(at) = line.find("listening on ") {
                     let rest = &line[at + "listening on ".len()..];
                     let addr = rest.split([' ', ',']).next().unwrap().to_string();
                     let _ = tx.send(addr);
                 }
-                let mut log = log2.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
             }
         });
         let addr = match rx.recv_timeout(Duration::from_secs(20)) {
@@ -92,7 +99,7 @@ impl Server {
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("{name} {args:?} did not start: {}", log.lock().unwrap());
+                panic!("the server did not start: {}", log.lock().unwrap());
             }
         };
         Server { child, addr, log }
