@@ -315,3 +315,134 @@ pub(crate) fn who(peer: Option<SocketAddr>) -> String {
         None => "client".to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fmt;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{Rule, Spec};
+
+    const A: StateId = StateId(3);
+
+    static SPEC: Spec = Spec {
+        name: "t",
+        file: "t.nest",
+        states: &["START", "END", "DEFAULT", "A"],
+        rules: &[
+            Rule {
+                line: 1,
+                pattern: "ab",
+            },
+            Rule {
+                line: 2,
+                pattern: "abc",
+            },
+            Rule {
+                line: 3,
+                pattern: "ab|xy",
+            },
+            Rule {
+                line: 4,
+                pattern: "only-in-a\n",
+            },
+        ],
+        options: &[],
+    };
+
+    /// Replies with the rule's number and the states it saw.
+    struct T;
+
+    impl Server for T {
+        type Conn = Vec<String>;
+        fn spec(&self) -> &'static Spec {
+            &SPEC
+        }
+        fn qualifies(&self, rule: usize, states: &States) -> bool {
+            match rule {
+                0..=2 => states.is(StateId::DEFAULT),
+                _ => states.is(A),
+            }
+        }
+        fn start(&self, conn: &mut Vec<String>, cx: &mut Cx<'_>) {
+            conn.push(format!("start: START {}", cx.states().is(StateId::START)));
+        }
+        fn end(&self, _conn: &mut Vec<String>, cx: &mut Cx<'_>) {
+            cx.reply(format_args!("end;"));
+        }
+        fn action(&self, rule: usize, _conn: &mut Vec<String>, cx: &mut Cx<'_>, m: &Captures<'_>) {
+            cx.reply(format_args!("{rule}:{};", m.text(0)));
+            if rule == 2 {
+                cx.clear_all();
+                cx.seen(A);
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct VecSink(Vec<u8>);
+
+    impl Sink for VecSink {
+        fn bytes(&mut self, b: &[u8]) {
+            self.0.extend_from_slice(b);
+        }
+        fn text(&mut self, args: fmt::Arguments<'_>) {
+            use std::io::Write;
+            let _ = self.0.write_fmt(args);
+        }
+        fn file(&mut self, _: Arc<File>, _: u64) {}
+        fn queued(&self) -> usize {
+            0
+        }
+    }
+
+    struct Buf(Vec<u8>);
+
+    impl InputBuf for Buf {
+        fn data(&self) -> &[u8] {
+            &self.0
+        }
+        fn consume(&mut self, n: usize) {
+            self.0.drain(..n);
+        }
+    }
+
+    #[test]
+    fn longest_match_then_first_written() {
+        let engine = Engine::new(T, Options::default()).unwrap();
+        let mut scratch = engine.scratch();
+        let mut sink = VecSink::default();
+        let (mut m, step) = engine.open(None, &mut sink);
+        assert_eq!(step, Step::Read);
+        assert_eq!(m.conn, ["start: START true"]);
+        // START is never cleared; DEFAULT was seen on leaving it, and is the last seen.
+        assert!(m.states.last_seen(StateId::DEFAULT));
+        // "abc": rule 1 is longer than rules 0 and 2. "ab" then: rules 0 and 2 tie, 0 wins.
+        // "ab" alone could still become "abc": it is matched now (what is buffered decides).
+        let mut input = Buf(b"abcab".to_vec());
+        assert_eq!(
+            engine.feed(&mut m, &mut scratch, &mut input, false, &mut sink),
+            Step::Read
+        );
+        assert_eq!(String::from_utf8_lossy(&sink.0), "1:abc;0:ab;");
+        // "xy": only rule 2, which clears every state but START and sees A.
+        let mut input = Buf(b"xyonly-in".to_vec());
+        assert_eq!(
+            engine.feed(&mut m, &mut scratch, &mut input, false, &mut sink),
+            Step::Read
+        );
+        assert!(m.states.is(StateId::START) && !m.states.is(StateId::DEFAULT));
+        assert!(m.states.last_seen(A));
+        assert_eq!(input.0, b"only-in", "a prefix of rule 3's pattern waits");
+        // Rules 0-2 no longer qualify, and rule 3 cannot match "only-in-b" whatever follows.
+        input.0.extend_from_slice(b"-b");
+        let step = engine.feed(&mut m, &mut scratch, &mut input, false, &mut sink);
+        assert_eq!(step, Step::Close);
+        assert_eq!(String::from_utf8_lossy(&sink.0), "1:abc;0:ab;2:xy;end;");
+        assert!(m.ended());
+        // END runs once.
+        engine.end(&mut m, &mut sink, "again");
+        assert!(sink.0.ends_with(b"2:xy;end;"));
+    }
+}

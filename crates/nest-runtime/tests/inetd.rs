@@ -102,7 +102,10 @@ fn on_pipes() {
 #[test]
 fn under_systemd_socket_activate_inetd() {
     if !Path::new("/usr/bin/systemd-socket-activate").exists() {
-        return skip("systemd-socket-activate is not installed (apt-get install systemd)");
+        return skip(
+            "nest inetd",
+            "systemd-socket-activate is not installed (apt-get install systemd)",
+        );
     }
     let port = free_port();
     let child = Command::new("/usr/bin/systemd-socket-activate")
@@ -122,7 +125,10 @@ fn under_systemd_socket_activate_inetd() {
 #[test]
 fn a_listening_socket_is_refused_with_the_fix() {
     if !Path::new("/usr/bin/systemd-socket-activate").exists() {
-        return skip("systemd-socket-activate is not installed (apt-get install systemd)");
+        return skip(
+            "nest inetd",
+            "systemd-socket-activate is not installed (apt-get install systemd)",
+        );
     }
     // Without --accept the listener itself is standard input (inetd's `wait` mode).
     let port = free_port();
@@ -157,7 +163,10 @@ fn a_listening_socket_is_refused_with_the_fix() {
 fn under_openbsd_inetd() {
     let inetd = Path::new("/usr/sbin/inetd");
     if !inetd.exists() {
-        return skip("inetd is not installed (apt-get install openbsd-inetd)");
+        return skip(
+            "nest inetd",
+            "inetd is not installed (apt-get install openbsd-inetd)",
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -195,7 +204,10 @@ fn under_openbsd_inetd() {
 #[test]
 fn standalone_under_socket_activation() {
     if !Path::new("/usr/bin/systemd-socket-activate").exists() {
-        return skip("systemd-socket-activate is not installed (apt-get install systemd)");
+        return skip(
+            "nest inetd",
+            "systemd-socket-activate is not installed (apt-get install systemd)",
+        );
     }
     for model in MODELS {
         let port = free_port();

@@ -177,7 +177,7 @@ fn config_nest_errors_name_file_and_line() {
 fn python_socket_client() {
     let dir = tempfile::tempdir().unwrap();
     if Command::new("python3").arg("--version").output().is_err() {
-        return skip("python3 is not installed");
+        return skip("nest rot13", "python3 is not installed");
     }
     let script = r#"
 import socket, sys
@@ -220,5 +220,41 @@ fn graceful_stop_runs_end() {
         assert_eq!(read_until(&mut c, "\n"), "n\n");
         drop(server);
         assert_eq!(read_to_close(&mut c), "closing\n", "{model}");
+    }
+}
+
+#[test]
+fn a_client_that_does_not_read_is_not_read_either() {
+    // outputBuffer 1KiB: past it the server stops reading this client until its output
+    // drains, then matches the rest of what it holds; nothing is lost or reordered.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.nest");
+    std::fs::write(&config, "outputBuffer 1KiB\n").unwrap();
+    let config = config.to_str().unwrap();
+    let lines = 20_000;
+    let mut input = Vec::new();
+    let mut want = String::from("rot13 server ready\n");
+    for i in 0..lines {
+        input.extend_from_slice(format!("line {i:06} abcdefghijklmnopqrstuvwxyz\n").as_bytes());
+        want.push_str(&format!("yvar {i:06} nopqrstuvwxyzabcdefghijklm\n"));
+    }
+    want.push_str("bye\nclosing\n");
+    input.extend_from_slice(b"QUIT\n");
+    for model in MODELS {
+        let server = serve(dir.path(), model, &["--config", config]);
+        let mut c = server.connect();
+        let mut writer = c.try_clone().unwrap();
+        let input = input.clone();
+        let sending = std::thread::spawn(move || writer.write_all(&input).unwrap());
+        // Not reading for a while: the server's output and then its input fill up.
+        std::thread::sleep(Duration::from_millis(300));
+        let got = read_to_close(&mut c);
+        sending.join().unwrap();
+        assert!(
+            got == want,
+            "{model}: {} bytes back, {} expected",
+            got.len(),
+            want.len()
+        );
     }
 }

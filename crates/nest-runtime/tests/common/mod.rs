@@ -19,9 +19,10 @@ pub const MODELS: [&str; 5] = [
     "percoreServer",
 ];
 
-/// Says visibly that a test did not run, and why.
-pub fn skip(why: &str) {
-    eprintln!("SKIP: {why}");
+/// Says visibly that a test did not run, and why: what is missing is installed by .ci/run,
+/// so under CI a skip fails instead.
+pub fn skip(test: &str, why: &str) {
+    fastpath_testkit::skip(test, fastpath_testkit::Missing::Installable, why);
 }
 
 /// The example binary `name`, built once per test process with the cargo running the tests
