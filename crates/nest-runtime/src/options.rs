@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use fastpath_sockets::units::{parse_duration, parse_size};
@@ -209,6 +210,9 @@ pub struct Options {
     pub log_level: String,
     /// Every option given, by name, as text (the last value wins), for `Cx::option`.
     values: Vec<(String, String)>,
+    /// The defaults' texts, made on the first lookup of an option not given (by then the
+    /// options are final: they are not changed once serving).
+    defaults: OnceLock<Vec<(&'static str, String)>>,
     model_set: bool,
 }
 
@@ -229,6 +233,7 @@ impl Default for Options {
             max_connections: 10_000,
             log_level: "info".to_string(),
             values: Vec::new(),
+            defaults: OnceLock::new(),
             model_set: false,
         }
     }
@@ -342,22 +347,44 @@ impl Options {
         if def.model {
             self.model_set = true;
         }
+        self.defaults = OnceLock::new();
         self.values.retain(|(n, _)| n != name);
         self.values.push((name.to_string(), value.to_string()));
         Ok(())
     }
 
-    /// Option `name`'s value as text: as given, or the default's text for the options that
-    /// have one; `None` for an option not set that has no default.
+    /// Option `name`'s value as text: as given (the last time), or the default's text for
+    /// the options that have one (`serverPort` `8000`, `inputBuffer` `65536`, ...); `None`
+    /// for an option neither given nor defaulted (a model option not chosen, `inetd`).
     pub fn value(&self, name: &str) -> Option<&str> {
         if let Some((_, v)) = self.values.iter().find(|(n, _)| n == name) {
             return Some(v);
         }
-        match name {
-            "serverName" => Some(&self.server_name),
-            "logLevel" => Some(&self.log_level),
-            _ => None,
-        }
+        self.defaults
+            .get_or_init(|| self.default_texts())
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn default_texts(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("serverPort", self.port.to_string()),
+            ("serverAddress", self.address.to_string()),
+            ("serverName", self.server_name.clone()),
+            ("inputBuffer", self.input_buffer.to_string()),
+            ("outputBuffer", self.output_buffer.to_string()),
+            (
+                "idleTimeout",
+                format!("{}ms", self.idle_timeout.as_millis()),
+            ),
+            (
+                "sendTimeout",
+                format!("{}ms", self.send_timeout.as_millis()),
+            ),
+            ("maxConnections", self.max_connections.to_string()),
+            ("logLevel", self.log_level.clone()),
+        ]
     }
 }
 
@@ -411,6 +438,10 @@ mod tests {
         assert_eq!(o.port, 9100);
         assert_eq!(o.input_buffer, 1024);
         assert_eq!(o.value("serverPort"), Some("9100"));
+        assert_eq!(o.value("outputBuffer"), Some("262144"));
+        assert_eq!(o.value("idleTimeout"), Some("60000ms"));
+        assert_eq!(o.value("processServer"), Some("150"));
+        assert_eq!(o.value("inetd"), None);
         let e = o
             .apply_config(path, "serverPort 1\n\nthreadServer 4\n")
             .unwrap_err();
