@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use crate::cx::{Captures, Cx, Effects, Sink};
 use crate::options::Options;
-use crate::pattern::{self, Pattern, Scratch};
+use crate::pattern::{self, Pattern, Progress, Scan, Scratch};
 use crate::{Server, StateId, States};
 
 /// What a process shares between its connections: the server, its compiled patterns, its
@@ -34,6 +34,10 @@ pub struct Machine<C> {
     pub(crate) conn: C,
     states: States,
     receive: Option<Receive>,
+    /// Each rule's scan of the unconsumed input so far; reset when input is consumed.
+    progress: Vec<Progress>,
+    /// The last arrival left input unmatched: scan on from where it stopped.
+    scanning: bool,
     ended: bool,
     peer: Option<SocketAddr>,
 }
@@ -87,6 +91,8 @@ impl<S: Server> Engine<S> {
             conn: S::Conn::default(),
             states: States::new(self.server.spec().states.len()),
             receive: None,
+            progress: vec![Progress::default(); self.patterns.len()],
+            scanning: false,
             ended: false,
             peer,
         };
@@ -139,6 +145,8 @@ impl<S: Server> Engine<S> {
                 return Step::Close;
             }
             if let Some(r) = &mut m.receive {
+                m.progress.fill(Progress::default());
+                m.scanning = false;
                 match receive(r, input, eof) {
                     Ok(true) => {
                         let r = m.receive.take().expect("receiving");
@@ -187,22 +195,45 @@ impl<S: Server> Engine<S> {
                 }
                 return Step::Read;
             }
-            // Longest match over every qualifying rule; ties to the rule written first.
+            // Longest match over every qualifying rule; ties to the rule written first. Input
+            // that has just arrived is searched with each rule's regex (fastest); input left
+            // unmatched by an earlier arrival is scanned on from where that scan stopped, so
+            // a line that arrives a byte at a time costs linear time, not quadratic.
             let mut best: Option<(usize, usize)> = None;
-            for (i, p) in self.patterns.iter().enumerate() {
-                if !self.server.qualifies(i, &m.states) {
-                    continue;
+            let mut viable = false;
+            if !m.scanning {
+                for (i, p) in self.patterns.iter().enumerate() {
+                    if !self.server.qualifies(i, &m.states) {
+                        continue;
+                    }
+                    if let Some(len) = p.match_len(&mut scratch[i], hay) {
+                        if best.is_none_or(|(_, l)| len > l) {
+                            best = Some((i, len));
+                        }
+                    }
                 }
-                if let Some(len) = p.match_len(&mut scratch[i], hay) {
-                    if best.is_none_or(|(_, l)| len > l) {
-                        best = Some((i, len));
+            }
+            if best.is_none() {
+                m.scanning = true;
+                for (i, p) in self.patterns.iter().enumerate() {
+                    if !self.server.qualifies(i, &m.states) {
+                        continue;
+                    }
+                    match p.scan(&mut scratch[i], &mut m.progress[i], hay) {
+                        Scan::Match(len) => {
+                            if best.is_none_or(|(_, l)| len > l) {
+                                best = Some((i, len));
+                            }
+                        }
+                        Scan::Viable => viable = true,
+                        Scan::Dead => {}
                     }
                 }
             }
             if let Some((rule, len)) = best {
                 let p = &self.patterns[rule];
-                let found = p.capture(&mut scratch[rule], &hay[..len]);
-                debug_assert!(found, "the winning pattern matches again");
+                let found = p.capture(&mut scratch[rule], hay, len);
+                debug_assert_eq!(found, Some(len), "the regex and the DFA agree");
                 let mut effects = Effects::default();
                 {
                     let captures = Captures::new(scratch[rule].captures(), hay);
@@ -217,6 +248,10 @@ impl<S: Server> Engine<S> {
                     self.server.action(rule, &mut m.conn, &mut cx, &captures);
                 }
                 input.consume(len);
+                if m.scanning {
+                    m.progress.fill(Progress::default());
+                    m.scanning = false;
+                }
                 m.receive = effects.receive.or(m.receive.take());
                 if effects.close {
                     let why = format!("closed by $close ({}:{})", spec.file, spec.rules[rule].line);
@@ -225,9 +260,6 @@ impl<S: Server> Engine<S> {
                 }
                 continue;
             }
-            let viable = self.patterns.iter().enumerate().any(|(i, p)| {
-                self.server.qualifies(i, &m.states) && p.viable(&mut scratch[i], hay)
-            });
             if !viable {
                 self.end(m, sink, "input matches no rule");
                 return Step::Close;
