@@ -106,3 +106,32 @@ fn a_receive_cut_short_leaves_no_file() {
         assert!(!dir.path().join("cut.bin.part").exists(), "{model}");
     }
 }
+
+#[test]
+fn end_runs_when_the_peer_stops_reading() {
+    // sendTimeout from config.nest: a client that takes none of a large $fileReply is closed,
+    // and END still runs (its reply goes nowhere: the connection is gone).
+    for model in MODELS {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.nest");
+        std::fs::write(&config, "sendTimeout 500ms\nlogLevel debug\n").unwrap();
+        std::fs::write(dir.path().join("huge.bin"), vec![7u8; 32 << 20]).unwrap();
+        let server = Server::start(
+            "login",
+            dir.path(),
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--model",
+                model,
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        );
+        let mut c = log_in(&server);
+        send(&mut c, b"GET huge.bin\n");
+        let log = server.wait_log("send timeout");
+        assert!(log.contains("closing: send timeout"), "{model}: {log}");
+        drop(c);
+    }
+}
