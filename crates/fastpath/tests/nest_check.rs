@@ -49,9 +49,7 @@ fn nest_check_reports_every_error_with_its_position() {
     let p = spec.display().to_string();
     let lines: Vec<String> = stderr(&out).lines().map(String::from).collect();
     let want = [
-        format!(
-            "{p}:1:9: bad value `many` for option `threadServer`: a whole number of at least 1"
-        ),
+        format!("{p}:1:9: threadServer: `many` is not a count of at least 1"),
         format!("{p}:6:11: undeclared state `B` (declare it with `%state B`)"),
         format!("{p}:8:1: warning: rule can never match: no action `$seen`s `A`"),
         format!("{p}:8:8: unknown macro `WORD` (literal text in a pattern is quoted: \"WORD\")"),

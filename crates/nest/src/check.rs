@@ -1,7 +1,7 @@
 //! Checks over the whole parsed specification: options, and rules that can never match.
 
 use crate::ast::*;
-use crate::options_table;
+use fastpath_nest_runtime::options;
 
 /// The most states a qualifier may name for the "can never match" checks, which try every
 /// assignment (2^16 at most); beyond it the check is skipped.
@@ -18,7 +18,7 @@ pub fn check(spec: &Spec, diags: &mut Vec<Diag>) {
     // Options: known, well valued, each once, one model.
     let mut model: Option<&OptionLine> = None;
     for (k, o) in spec.options.iter().enumerate() {
-        if let Err(msg) = options_table::check(&o.name, &o.value) {
+        if let Err(msg) = options::check(&o.name, &o.value) {
             err(diags, o.pos, msg);
             continue;
         }
@@ -33,7 +33,7 @@ pub fn check(spec: &Spec, diags: &mut Vec<Diag>) {
             );
             continue;
         }
-        if options_table::MODELS.contains(&o.name.as_str()) {
+        if options::is_model(&o.name) {
             match model {
                 Some(m) => err(
                     diags,

@@ -3,13 +3,21 @@
 //!
 //! `compile` parses and checks a specification and returns it with every diagnostic;
 //! `codegen::generate` writes the project.
+//!
+//! ```
+//! let spec = "%state GREETED\nNL \\r?\\n\n%%\nSTART: {\n    $reply(\"hello\\n\");\n}\nGREETD: \"bye\" NL {\n    $close();\n}\n%%\n";
+//! let compiled = fastpath_nest::compile("greet.nest", spec);
+//! assert!(compiled.has_errors());
+//! // Every diagnostic names the spec's line and column, as a compiler's do.
+//! let first = compiled.diags.iter().find(|d| !d.warning).unwrap();
+//! assert!(first.render("greet.nest").starts_with("greet.nest:7:1: undeclared state `GREETD`"), "{}", first.render("greet.nest"));
+//! ```
 
 pub mod action;
 pub mod ast;
 pub mod check;
 pub mod cli;
 pub mod codegen;
-pub mod options_table;
 pub mod parse;
 pub mod pattern;
 pub mod rusttok;

@@ -1,13 +1,7 @@
 //! Patterns as the runtime compiles them: regex-syntax's PCRE-like syntax on bytes (no Unicode
 //! classes, `.` any byte but `\n`, input need not be UTF-8), matched anchored at the start of
-//! the unconsumed input. The runtime's `pattern::compile` is the authority; this check uses the
-//! same settings so that a pattern accepted here compiles there.
-
-use regex_automata::{meta, util::syntax};
-
-fn config() -> syntax::Config {
-    syntax::Config::new().unicode(false).utf8(false)
-}
+//! the unconsumed input. The runtime's `pattern::compile` decides; the syntax is parsed here
+//! first, with the same settings, only to learn where in the pattern an error is.
 
 /// The number of capturing groups of `pattern` (not counting group 0), or the byte offset in
 /// `pattern` of the error (when known) and its message.
@@ -25,10 +19,7 @@ pub fn check(pattern: &str) -> Result<usize, (Option<usize>, String)> {
             };
             (Some(offset), kind)
         })?;
-    meta::Regex::builder()
-        .syntax(config())
-        .build(pattern)
-        .map_err(|e| (None, e.to_string()))?;
+    fastpath_nest_runtime::pattern::compile(pattern).map_err(|e| (None, e))?;
     Ok(hir.properties().explicit_captures_len())
 }
 

@@ -48,7 +48,7 @@ const CASES: &[(&str, &str, &[&str])] = &[
     (
         "bad option value",
         "%option serverPort eighty\n%%\nSTART: { }\n",
-        &["1:9: bad value `eighty` for option `serverPort`"],
+        &["1:9: serverPort: `eighty` is not a port (0-65535)"],
     ),
     (
         "two models",
