@@ -21,8 +21,12 @@
 //! - `connection.rs`: the connection engine every loop shares (states, the handler's
 //!   [`Next`] applied, the closing and deadline rules, close accounting), and `slab.rs`, the
 //!   slots that events name by index and generation;
-//! - `loops/`: the event loops, which only wait and move bytes: epoll readiness
-//!   (`loops/epoll.rs`) and io_uring completions (`loops/uring.rs`);
+//! - `loops/`: the event loops. What is the same for every loop (opening a connection,
+//!   calling the handler and applying its answer, deadlines and the tick sweep, wakes, a
+//!   graceful stop) is written once in `loops/mod.rs` as the provided methods of the loops'
+//!   `Engine` trait; each loop only says where its connections are and how it waits and
+//!   moves bytes: epoll readiness (`loops/epoll.rs`) and io_uring completions
+//!   (`loops/uring.rs`);
 //! - `pools/`: the models that spread connections over threads or processes on the epoll
 //!   loop's worker: pinned per-core loops, a thread pool with a bound on running threads,
 //!   preforked single-threaded processes;
