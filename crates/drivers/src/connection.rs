@@ -43,7 +43,7 @@ pub(crate) struct Link {
     pub(crate) input: Input,
     pub(crate) output: Output,
     pub(crate) state: State,
-    /// When the handler's [`Handler::on_timeout`] is due (set through [`Io::deadline`]).
+    /// When the handler's [`Handler::on_timeout`] is due (set through [`Io::set_deadline`]).
     pub(crate) deadline: Option<Instant>,
     /// When queued output that makes no progress ends the connection.
     pub(crate) send_deadline: Option<Instant>,
@@ -402,7 +402,7 @@ mod tests {
         }
         fn on_close(&mut self, _: (), _: CloseReason, _: &mut Worker<'_>) {}
         fn on_drain(&mut self, _: &mut (), io: &mut Io<'_>) -> Option<Next> {
-            assert!(io.draining);
+            assert!(io.draining());
             self.calls += 1;
             self.answer
         }

@@ -37,12 +37,12 @@
 //!     type Conn = ();
 //!
 //!     fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> ((), Next) {
-//!         *io.deadline = Some(io.now + Duration::from_secs(30));
+//!         io.set_deadline(Some(io.now() + Duration::from_secs(30)));
 //!         ((), Next::Read)
 //!     }
 //!
 //!     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
-//!         *io.deadline = Some(io.now + Duration::from_secs(30));
+//!         io.set_deadline(Some(io.now() + Duration::from_secs(30)));
 //!         let mut sock = BufferedSocket::new(io);
 //!         while let Some(end) = sock.peek().iter().position(|&b| b == b'\n') {
 //!             let line = sock.peek()[..=end].to_ascii_uppercase();
@@ -96,8 +96,8 @@ pub use thrift_socket::ThriftSocket;
 
 pub use fastpath_drivers::{
     bind_listeners, run, run_service, uring_available, CloseReason, ConnRef, DriverConfig, Handler,
-    Io, Listeners, Model, ModelKind, ModelSettings, Next, Opened, Origin, Process, UpstreamAddr,
-    Worker, TICK,
+    Io, IoParts, Listeners, Model, ModelKind, ModelSettings, Next, Opened, Origin, Process,
+    UpstreamAddr, Worker, TICK,
 };
 
 /// Sizes and durations as configurations write them.
