@@ -159,7 +159,7 @@ impl Server {
         fastpath_drivers::ignore_sigpipe();
         let listeners =
             bind_listeners_with(&[("127.0.0.1:0".parse().unwrap(), options)], WORKERS).unwrap();
-        let addr = listeners.local_addrs[0];
+        let addr = listeners.local_addrs[0].tcp().expect("a TCP listener");
         // run() wants a flag that lives for ever; one small leak per test.
         let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
         let log = Arc::new(Log::default());

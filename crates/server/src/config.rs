@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use fastpath_drivers::{ModelKind, ModelSettings};
+use fastpath_drivers::{ListenAddr, ModelKind, ModelSettings};
 use fastpath_handover::{BackendConfig, RouteRule};
 
 pub use crate::privileges::User;
@@ -24,8 +24,11 @@ mod tests;
 /// The whole server configuration, with every default filled in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Addresses to listen on (`listen`); default `127.0.0.1:8080`.
-    pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on (`listen`), TCP or Unix-domain; default `127.0.0.1:8080`.
+    pub listen: Vec<ListenAddr>,
+    /// The permissions of the Unix-domain listening sockets' files (`unix_mode`); `None`
+    /// leaves what the umask gives.
+    pub unix_mode: Option<u32>,
     /// Number of worker threads (`workers`); 0 means one per CPU core.
     pub workers: usize,
     /// Concurrency model (`model`).
@@ -240,7 +243,8 @@ pub struct ConfigError {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            listen: vec![ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 8080)))],
+            unix_mode: None,
             workers: 0,
             model: Model::Auto,
             prefork: fastpath_drivers::PreforkConfig::default(),

@@ -7,7 +7,6 @@
 //! router (`routing`), answered by the writers of `reply`, or handed over to a backend
 //! (`hand_over`, `proxy`).
 
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Worker};
 use fastpath_handover::{BackendState, Routes, SharedCache};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
-use crate::access_log::{request_line, AccessLogBuffer, Entry};
+use crate::access_log::{request_line, AccessLogBuffer, Entry, Peer};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::hand_over::{Backends, HandOver, Incoming, Sink};
@@ -53,6 +52,9 @@ pub(crate) struct HandlerSettings {
     pub keepalive_timeout: Duration,
     pub max_discard_body: u64,
     pub max_requests_per_connection: u64,
+    /// The name of each Unix-domain listener by listener index (`None` for TCP ones), which
+    /// its clients go by in the logs.
+    pub unix_listeners: Vec<Option<&'static str>>,
 }
 
 impl HandlerSettings {
@@ -67,6 +69,7 @@ impl HandlerSettings {
             keepalive_timeout: config.timeouts.keepalive,
             max_discard_body: config.limits.max_discard_body,
             max_requests_per_connection: config.limits.max_requests_per_connection,
+            unix_listeners: Vec::new(),
         }
     }
 }
@@ -108,7 +111,7 @@ enum Phase {
 
 /// Everything the server keeps for one connection.
 pub(crate) struct HttpConn {
-    peer: SocketAddr,
+    peer: Peer,
     phase: Phase,
     /// Lent from the worker while a request head is being read; an idle connection holds
     /// none, which keeps idle keep-alive connections small.
@@ -360,7 +363,7 @@ impl HttpHandler {
     /// Answers one parsed request by queueing the whole response.
     fn respond(
         &mut self,
-        peer: SocketAddr,
+        peer: Peer,
         (served, scrape, waiting): (u64, bool, Option<Instant>),
         request: &Request<'_>,
         raw_head: &[u8],
@@ -672,7 +675,7 @@ impl HttpHandler {
     #[allow(clippy::too_many_arguments)]
     fn log(
         &mut self,
-        peer: SocketAddr,
+        peer: Peer,
         request_line: &[&[u8]],
         status: u16,
         body_bytes: u64,
@@ -703,7 +706,7 @@ impl HttpHandler {
     /// Logs an exchange the connection's end cut off: the status as sent (`-` if none was),
     /// the body bytes relayed and why it ended; in the error log too when the failure was on
     /// this side.
-    fn log_cut_exchange(&mut self, peer: SocketAddr, exchange: Box<Exchange>, reason: CloseReason) {
+    fn log_cut_exchange(&mut self, peer: Peer, exchange: Box<Exchange>, reason: CloseReason) {
         let ended = ended_because(reason);
         let (status, relayed) = (exchange.status, exchange.relayed);
         let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
@@ -770,8 +773,11 @@ impl Handler for HttpHandler {
         // A client that connects and never sends a byte gets the header timeout like one that
         // stops halfway, and is then closed without an answer (there is no request to answer).
         io.set_deadline(Some(io.now() + self.settings.header_timeout));
+        let unix = opened
+            .listener()
+            .and_then(|i| *self.settings.unix_listeners.get(i)?);
         let mut conn = HttpConn {
-            peer: opened.peer(),
+            peer: unix.map_or(Peer::Tcp(opened.peer()), Peer::Unix),
             phase: Phase::Head,
             parser: None,
             requests: 0,

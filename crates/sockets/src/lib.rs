@@ -65,7 +65,7 @@
 //!     }
 //!     let model = kind.with(&ModelSettings::default());
 //!     let listeners = bind_listeners(&["127.0.0.1:0".parse().unwrap()], 2).unwrap();
-//!     let addr = listeners.local_addrs[0];
+//!     let addr = listeners.local_addrs[0].tcp().unwrap();
 //!     let stop = AtomicBool::new(false);
 //!     std::thread::scope(|scope| {
 //!         let server = scope.spawn(|| run(model, listeners, &DriverConfig::default(), |_| Shout, &stop));
@@ -96,8 +96,8 @@ pub use thrift_socket::ThriftSocket;
 
 pub use fastpath_drivers::{
     bind_listeners, run, run_service, uring_available, CloseReason, ConnRef, DriverConfig, Handler,
-    Io, IoParts, Listeners, Model, ModelKind, ModelSettings, Next, Opened, Origin, Process,
-    UpstreamAddr, Worker, TICK,
+    Io, IoParts, ListenAddr, ListenOptions, Listeners, Model, ModelKind, ModelSettings, Next,
+    Opened, Origin, Process, UpstreamAddr, Worker, TICK,
 };
 
 /// Sizes and durations as configurations write them.

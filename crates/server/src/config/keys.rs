@@ -34,7 +34,7 @@
 use std::net::{Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use fastpath_drivers::UpstreamAddr;
+use fastpath_drivers::{ListenAddr, UpstreamAddr};
 use fastpath_drivers::{PercoreConfig, PreforkConfig, ThreadsConfig};
 use fastpath_handover::{
     parse_backend_addr, BackendConfig, HandoverMethod, RouteRule, MAX_UNIX_PATH,
@@ -60,7 +60,7 @@ const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
 #[rustfmt::skip]
 pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level", keys: &[
-    // Addresses to accept connections on, each IP:PORT.
+    // Addresses to accept connections on, each IP:PORT or unix:PATH (a Unix-domain socket).
     key("listen", "\"127.0.0.1:8080\"", Custom(|ck, f, c| c.listen = ck.listen(f))),
     // Worker threads; 0 for one per CPU core.
     key("workers", "0", Count(0, MAX_WORKERS as u64, |c, n| c.workers = to_usize(n))),
@@ -114,6 +114,10 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
         Text(|c, s| lookup_group(s).map(|g| c.group = Some(g)))),
     // Started as root without `user`, keep running as root rather than refuse to start.
     key("run_as_root", "false", Bool(|c, b| c.run_as_root = b)),
+    // Who may connect to the Unix-domain listeners (`listen = ["unix:PATH"]`): the
+    // permissions of their socket files, in octal ("0660": the owner and its group may
+    // connect); unset leaves what the umask gives.
+    key("unix_mode", "unset", Text(|c, s| parse_mode(s).map(|m| c.unix_mode = Some(m)))),
 
     // ---- Operations.
     // Where to write the process id once serving, for `fastpath reload`.
@@ -376,19 +380,32 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn listen(&mut self, f: Field<'a>) -> Vec<SocketAddr> {
+    fn listen(&mut self, f: Field<'a>) -> Vec<ListenAddr> {
         let mut addrs = Vec::new();
         for (s, span) in self.string_list(f, false).unwrap_or_default() {
-            match s.parse::<SocketAddr>() {
+            // A relative socket path is the configuration file's, as a backend's is; its
+            // length is checked once joined to the file's directory.
+            let parsed = match s.parse::<ListenAddr>() {
+                Ok(ListenAddr::Unix(path)) => {
+                    let path = resolve(self.base_dir, &path);
+                    format!("unix:{}", path.display()).parse::<ListenAddr>()
+                }
+                other => other,
+            };
+            match parsed {
                 Ok(addr) if addrs.contains(&addr) => {
                     self.error(span, format!("`listen` address \"{s}\" is listed twice"));
                 }
                 Ok(addr) => addrs.push(addr),
+                Err(why) if s.starts_with("unix:") => {
+                    self.error(span, format!("`listen` address \"{s}\": {why}"))
+                }
                 Err(_) => self.error(
                     span,
                     format!(
-                        "`listen` address \"{s}\" is not IP:PORT \
-                         (for example \"127.0.0.1:8080\" or \"[::1]:8080\"; host names are not resolved)"
+                        "`listen` address \"{s}\" is not IP:PORT or unix:PATH (for example \
+                         \"127.0.0.1:8080\", \"[::1]:8080\" or \"unix:/run/fastpath.sock\"; \
+                         host names are not resolved)"
                     ),
                 ),
             }
@@ -404,7 +421,8 @@ impl<'a> Checker<'a> {
     fn metrics(&mut self, s: &Section<'a>, c: &mut Config) {
         self.read_table(s, &METRICS, &mut c.metrics);
         // Port 0 is a new port for each, never the same.
-        let taken = |addr: &SocketAddr| addr.port() != 0 && c.listen.contains(addr);
+        let taken =
+            |addr: &SocketAddr| addr.port() != 0 && c.listen.contains(&ListenAddr::Tcp(*addr));
         if let Some(addr) = c.metrics.listen.filter(taken) {
             self.error(
                 s.span.clone(),
@@ -829,4 +847,14 @@ fn host_name(raw: &str) -> Result<String, String> {
         ));
     }
     Ok(name)
+}
+
+/// A file mode written in octal, as chmod takes it ("0660", "660"): permission bits only.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|&mode| mode <= 0o777 && !s.is_empty())
+        .ok_or_else(|| {
+            format!("`unix_mode` \"{s}\" is not a file mode in octal (for example \"0660\")")
+        })
 }

@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fastpath_drivers::{ModelKind, UpstreamAddr};
+use fastpath_drivers::{ListenAddr, ModelKind, UpstreamAddr};
 use fastpath_handover::{BackendConfig, HandoverMethod, RouteRule};
 
 use super::check::edit_distance;
@@ -326,6 +326,37 @@ root = "site"
     assert!(b.index.is_empty());
     assert!(!b.dotfiles);
     assert!(!b.precompressed);
+}
+
+#[test]
+fn listen_takes_unix_socket_paths_and_their_mode() {
+    let c = ok("listen = [\"127.0.0.1:80\", \"unix:/run/fastpath.sock\"]\nunix_mode = \"0660\"");
+    assert_eq!(
+        c.listen,
+        vec![
+            ListenAddr::Tcp("127.0.0.1:80".parse().unwrap()),
+            ListenAddr::Unix("/run/fastpath.sock".into())
+        ]
+    );
+    assert_eq!(c.unix_mode, Some(0o660));
+    assert_error(
+        "listen = [\"unix:\"]",
+        1,
+        11,
+        "`listen` address \"unix:\": `unix:` needs the socket's path",
+    );
+    assert_error(
+        "listen = [\"unix:/a\", \"unix:/a\"]",
+        1,
+        22,
+        "`listen` address \"unix:/a\" is listed twice",
+    );
+    assert_error(
+        "unix_mode = \"0999\"",
+        1,
+        13,
+        "`unix_mode` \"0999\" is not a file mode in octal",
+    );
 }
 
 #[test]
