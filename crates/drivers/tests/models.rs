@@ -160,7 +160,7 @@ impl Server {
         let listeners =
             bind_listeners_with(&[("127.0.0.1:0".parse().unwrap(), options)], WORKERS).unwrap();
         let addr = listeners.local_addrs[0].tcp().expect("a TCP listener");
-        // run() wants a flag that lives for ever; one small leak per test.
+        // The server thread outlives this call and keeps the flag: one small leak per test.
         let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
         let log = Arc::new(Log::default());
         let handler_log = log.clone();
