@@ -94,19 +94,28 @@ httptest!(a_service_over_a_unix_socket, |model| {
 fn a_unix_socket_file_gets_the_configured_mode() {
     let site = Site::new();
     site.file("a.txt", "hello");
-    let path = site.base().join("mode.sock");
+    let (own, shared) = (
+        site.base().join("own.sock"),
+        site.base().join("shared.sock"),
+    );
     let root = site.root();
+    // `--listen` replaces the addresses; a `[[listen]]` table's mode still applies to its path.
+    let config = format!(
+        "root = {:?}\nunix_mode = \"0640\"\n[[listen]]\naddress = \"{}\"\nunix_mode = \"0600\"\n",
+        root.to_str().unwrap(),
+        unix_arg(&own)
+    );
     let _srv = site
         .server("epoll")
-        .config(&format!(
-            "root = {:?}\nunix_mode = \"0640\"\n",
-            root.to_str().unwrap()
-        ))
+        .config(&config)
         .arg("--listen")
-        .arg(&unix_arg(&path))
+        .arg(&unix_arg(&own))
+        .arg("--listen")
+        .arg(&unix_arg(&shared))
         .start();
-    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o640);
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&own), 0o600);
+    assert_eq!(mode(&shared), 0o640);
 }
 
 #[test]

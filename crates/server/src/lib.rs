@@ -37,9 +37,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
-use fastpath_drivers::{
-    bind_listeners_with, DriverConfig, ListenAddr, ListenOptions, Listeners, Process,
-};
+use fastpath_drivers::{bind_listeners_with, DriverConfig, ListenAddr, Listeners, Process};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
 use fastpath_handover::{BackendConfig, BackendState, Routes, SharedCache};
 
@@ -323,19 +321,20 @@ pub fn serve_with(
         reload::name_process();
     }
     // HTTP's client speaks first: every listener defers accepting (TCP) until it has.
-    let mut options = ListenOptions::default();
-    if let Some(mode) = config.unix_mode {
-        options = options.with_unix_mode(mode);
-    }
+    let options = |addr: &ListenAddr| config.listen_options(addr);
     let listeners = if reloaded {
         reload::listeners(
             &config.listen,
-            options,
+            &options,
             &mut handed_sockets,
             layout.listener_sets,
         )
     } else if inherited.is_empty() {
-        let specs: Vec<_> = config.listen.iter().map(|a| (a.clone(), options)).collect();
+        let specs: Vec<_> = config
+            .listen
+            .iter()
+            .map(|a| (a.clone(), options(a)))
+            .collect();
         bind_listeners_with(&specs, layout.listener_sets)
     } else {
         // The socket unit says where to listen: `listen` is not bound as well, as a server

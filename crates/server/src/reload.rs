@@ -109,12 +109,12 @@ impl Handed {
 /// The listeners for `addrs` from handed-over sockets: each address's inherited sockets are
 /// served (one per listener set, as many as the model wants: for TCP the missing ones are
 /// bound into the same SO_REUSEPORT group, extra ones closed; a Unix-domain socket is shared
-/// by every set), addresses with none are bound afresh with `options`. The sockets of
+/// by every set), addresses with none are bound afresh with their `options`. The sockets of
 /// addresses no longer configured are left in `sockets` (other listeners, such as the metrics
 /// one, take theirs; [`close_unused`] closes the rest).
 pub(crate) fn listeners(
     addrs: &[ListenAddr],
-    options: ListenOptions,
+    options: &dyn Fn(&ListenAddr) -> ListenOptions,
     sockets: &mut Vec<(OwnedFd, String)>,
     sets: usize,
 ) -> io::Result<Listeners> {
@@ -133,7 +133,7 @@ pub(crate) fn listeners(
                 fds
             }
             ListenAddr::Unix(path) => {
-                let (fds, file) = adopt_or_bind_unix(path, &name, options, sockets, sets)?;
+                let (fds, file) = adopt_or_bind_unix(path, &name, options(addr), sockets, sets)?;
                 unix_files.push(file);
                 local_addrs.push(addr.clone());
                 fds
