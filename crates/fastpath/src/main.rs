@@ -2,7 +2,7 @@
 //! together; exit codes are decided here and nowhere else.
 //!
 //! ```text
-//! fastpath serve [DIR] [--listen ADDR:PORT] [--config FILE] [--workers N] [--model NAME]
+//! fastpath serve [DIR] [--listen ADDR:PORT|unix:PATH] [--config FILE] [--workers N] [--model NAME]
 //!                [--run-as-root]
 //! fastpath check --config FILE
 //! fastpath reload [--pid-file FILE | --config FILE] [--upgrade]
@@ -35,9 +35,10 @@ enum Command {
     Serve {
         /// Document root of the default host (overrides `root` in the file). Default: "."
         dir: Option<PathBuf>,
-        /// Address to listen on, e.g. 127.0.0.1:8080 or [::1]:8080; replaces `listen`.
+        /// Address to listen on, e.g. 127.0.0.1:8080, [::1]:8080 or unix:/run/fastpath.sock;
+        /// replaces `listen`.
         #[arg(long, short)]
-        listen: Vec<std::net::SocketAddr>,
+        listen: Vec<fastpath_drivers::ListenAddr>,
         /// Configuration file (TOML).
         #[arg(long, short)]
         config: Option<PathBuf>,
@@ -225,7 +226,7 @@ fn check(path: &Path) -> ExitCode {
 
 fn serve(
     dir: Option<PathBuf>,
-    listen: Vec<std::net::SocketAddr>,
+    listen: Vec<fastpath_drivers::ListenAddr>,
     config_path: Option<PathBuf>,
     workers: Option<usize>,
     model: Option<String>,

@@ -60,7 +60,8 @@ fn show(out: &Output) -> String {
 }
 
 const VALID: &str = r#"# Every key, set to something other than its default.
-listen = ["127.0.0.1:8181", "127.0.0.1:8182"]
+listen = ["127.0.0.1:8181", "127.0.0.1:8182", "unix:fastpath.sock"]
+unix_mode = "0660"
 workers = 2
 model = "epoll"
 root = "root"
@@ -120,6 +121,25 @@ fn minimal_config_passes() {
     let path = site.config("listen = \"127.0.0.1:8080\"\n");
     let out = check(&path);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+}
+
+#[test]
+fn a_unix_listen_address_is_checked() {
+    let site = Site::new();
+    let path = site.config("listen = [\"127.0.0.1:8080\", \"unix:\"]\nunix_mode = \"rw\"\n");
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(":1:29: `listen` address \"unix:\": `unix:` needs the socket's path"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        stderr.contains(":2:13: `unix_mode` \"rw\" is not a file mode in octal"),
+        "{}",
+        show(&out)
+    );
 }
 
 /// Finds a `FILE:LINE:COLUMN: message` line for `line` and returns the message.

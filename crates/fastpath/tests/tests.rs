@@ -35,4 +35,5 @@ mod shared_cache;
 mod shutdown;
 mod sizes_bench;
 mod systemd;
+mod unix_sockets;
 mod vhosts;

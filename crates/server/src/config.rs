@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use fastpath_drivers::{ModelKind, ModelSettings};
+use fastpath_drivers::{ListenAddr, ListenOptions, ModelKind, ModelSettings};
 use fastpath_handover::{BackendConfig, RouteRule};
 
 pub use crate::privileges::User;
@@ -24,8 +24,13 @@ mod tests;
 /// The whole server configuration, with every default filled in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Addresses to listen on (`listen`); default `127.0.0.1:8080`.
-    pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on (`listen`), TCP or Unix-domain; default `127.0.0.1:8080`.
+    pub listen: Vec<ListenAddr>,
+    /// The permissions of the Unix-domain listening sockets' files (`unix_mode`); `None`
+    /// leaves what the umask gives.
+    pub unix_mode: Option<u32>,
+    /// The permissions of the Unix sockets whose `[[listen]]` table sets its own, by path.
+    pub unix_modes: Vec<(PathBuf, u32)>,
     /// Number of worker threads (`workers`); 0 means one per CPU core.
     pub workers: usize,
     /// Concurrency model (`model`).
@@ -240,7 +245,9 @@ pub struct ConfigError {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            listen: vec![ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 8080)))],
+            unix_mode: None,
+            unix_modes: Vec::new(),
             workers: 0,
             model: Model::Auto,
             prefork: fastpath_drivers::PreforkConfig::default(),
@@ -428,6 +435,25 @@ impl Config {
             threads: self.threads,
             prefork: self.prefork,
         })
+    }
+
+    /// The options a listener at `addr` is bound with: HTTP's client speaks first, so each
+    /// defers accepting (TCP) until it has; a Unix socket's file gets its `[[listen]]`
+    /// table's `unix_mode`, or the top-level one.
+    pub fn listen_options(&self, addr: &ListenAddr) -> ListenOptions {
+        let options = ListenOptions::default();
+        let ListenAddr::Unix(path) = addr else {
+            return options;
+        };
+        let own = self
+            .unix_modes
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|&(_, m)| m);
+        match own.or(self.unix_mode) {
+            Some(mode) => options.with_unix_mode(mode),
+            None => options,
+        }
     }
 
     /// Replaces the top-level document root (the `serve DIR` argument).

@@ -37,7 +37,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
-use fastpath_drivers::{bind_listeners, DriverConfig, Listeners, Process};
+use fastpath_drivers::{bind_listeners_with, DriverConfig, ListenAddr, Listeners, Process};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
 use fastpath_handover::{BackendConfig, BackendState, Routes, SharedCache};
 
@@ -202,6 +202,7 @@ impl Shared {
         handlers: usize,
         single_threaded: bool,
         metrics: Option<Arc<Metrics>>,
+        unix_listeners: &[Option<&'static str>],
     ) -> Result<Shared, ServeError> {
         let watch = match (config.cache.enabled, single_threaded) {
             (false, _) => Watching::Off,
@@ -217,7 +218,10 @@ impl Shared {
         .map_err(ServeError::AccessLog)?;
         Ok(Shared {
             hosts,
-            settings: Arc::new(HandlerSettings::from_config(config)),
+            settings: Arc::new(HandlerSettings {
+                unix_listeners: unix_listeners.to_vec(),
+                ..HandlerSettings::from_config(config)
+            }),
             routes: Arc::new(Routes::new(config.routes.clone())),
             backends: config.backends.iter().cloned().map(Arc::new).collect(),
             access_log,
@@ -316,10 +320,22 @@ pub fn serve_with(
     if reloaded {
         reload::name_process();
     }
+    // HTTP's client speaks first: every listener defers accepting (TCP) until it has.
+    let options = |addr: &ListenAddr| config.listen_options(addr);
     let listeners = if reloaded {
-        reload::listeners(&config.listen, &mut handed_sockets, layout.listener_sets)
+        reload::listeners(
+            &config.listen,
+            &options,
+            &mut handed_sockets,
+            layout.listener_sets,
+        )
     } else if inherited.is_empty() {
-        bind_listeners(&config.listen, layout.listener_sets)
+        let specs: Vec<_> = config
+            .listen
+            .iter()
+            .map(|a| (a.clone(), options(a)))
+            .collect();
+        bind_listeners_with(&specs, layout.listener_sets)
     } else {
         // The socket unit says where to listen: `listen` is not bound as well, as a server
         // that also bound its own addresses would hold ports the unit does not know of.
@@ -368,6 +384,16 @@ pub fn serve_with(
     if reloaded {
         reload::close_unused(handed_sockets);
     }
+    // The clients of a Unix-domain listener have no address: the logs name them by the
+    // listener, `unix:PATH`. One small string per such listener for the life of the process.
+    let unix_listeners: Vec<Option<&'static str>> = listeners
+        .local_addrs
+        .iter()
+        .map(|addr| match addr {
+            ListenAddr::Unix(_) => Some(&*Box::leak(addr.to_string().into_boxed_str())),
+            ListenAddr::Tcp(_) => None,
+        })
+        .collect();
     let driver_config = DriverConfig {
         max_connections: config.limits.max_connections,
         send_timeout: config.timeouts.send,
@@ -393,6 +419,7 @@ pub fn serve_with(
             layout.handlers,
             process.single_threaded,
             metrics.clone(),
+            &unix_listeners,
         )
         .map_err(io::Error::other)?;
         if let Some(switch) = &switch {
@@ -493,7 +520,7 @@ fn metrics_listener(
     handed: &mut Vec<(OwnedFd, String)>,
     reloaded: bool,
 ) -> Result<Metrics, ServeError> {
-    if addr.port() != 0 && listeners.local_addrs.contains(&addr) {
+    if addr.port() != 0 && listeners.local_addrs.contains(&ListenAddr::Tcp(addr)) {
         return Err(ServeError::Bind(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
@@ -515,7 +542,7 @@ fn metrics_listener(
     for (sockets, socket) in listeners.per_worker.iter_mut().zip(fds) {
         sockets.push(socket);
     }
-    listeners.local_addrs.push(bound);
+    listeners.local_addrs.push(ListenAddr::Tcp(bound));
     let names = config.backends.iter().map(|b| b.name.clone()).collect();
     let metrics = Metrics::new(layout.handlers, names, index)
         .map_err(|e| ServeError::Run(io::Error::new(e.kind(), format!("metrics: {e}"))))?;
