@@ -9,7 +9,7 @@ use std::sync::Arc;
 use fastpath_drivers::{
     run as run_model, signals, uring_available, worker_count, DriverConfig, Listeners, ModelKind,
 };
-use fastpath_sockets::{serve, ServiceOptions};
+use fastpath_sockets::{serve, ListenAddr, ServiceOptions};
 
 use crate::machine::Engine;
 use crate::options::Options;
@@ -135,7 +135,8 @@ fn standalone<S: Server>(engine: Arc<Engine<S>>) -> Result<(), String> {
         .max(o.input_buffer.saturating_mul(2) + 64 * 1024);
     let inherited = inherited_sockets().map_err(|e| format!("socket activation: {e}"))?;
     if inherited.is_empty() {
-        let mut service = ServiceOptions::listening(vec![SocketAddr::new(o.address, o.port)]);
+        let mut service =
+            ServiceOptions::listening(vec![ListenAddr::Tcp(SocketAddr::new(o.address, o.port))]);
         service.model = o.model;
         service.workers = o.workers;
         service.settings = o.settings;

@@ -78,11 +78,12 @@ impl<S: Server> NestService<S> {
             Step::Close => Next::Close,
             Step::Drain => {
                 // The send timeout watches a peer that does not read.
-                *io.deadline = None;
+                io.set_deadline(None);
                 Next::Drain
             }
             Step::Read => {
-                *io.deadline = Some(io.now + self.idle());
+                let at = io.now() + self.idle();
+                io.set_deadline(Some(at));
                 BufferedSocket::with_limit(io, self.engine.options.output_buffer).next()
             }
         }
@@ -93,42 +94,38 @@ impl<S: Server> Handler for NestService<S> {
     type Conn = Machine<S::Conn>;
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (Self::Conn, Next) {
-        let mut sink = IoSink {
-            output: io.output,
-            pool: io.pool,
-        };
+        let (output, pool) = io.output_and_pool();
+        let mut sink = IoSink { output, pool };
         let (m, step) = self.engine.open(Some(opened.peer()), &mut sink);
         let next = self.next(step, io);
         (m, next)
     }
 
     fn on_ready(&mut self, m: &mut Self::Conn, io: &mut Io<'_>) -> Next {
+        let eof = io.eof();
+        let parts = io.parts();
         let mut sink = IoSink {
-            output: io.output,
-            pool: io.pool,
+            output: parts.output,
+            pool: parts.pool,
         };
-        let mut input = IoInput(io.input);
+        let mut input = IoInput(parts.input);
         let step = self
             .engine
-            .feed(m, &mut self.scratch, &mut input, io.eof, &mut sink);
+            .feed(m, &mut self.scratch, &mut input, eof, &mut sink);
         self.next(step, io)
     }
 
     fn on_timeout(&mut self, m: &mut Self::Conn, io: &mut Io<'_>) -> Next {
-        let mut sink = IoSink {
-            output: io.output,
-            pool: io.pool,
-        };
+        let (output, pool) = io.output_and_pool();
+        let mut sink = IoSink { output, pool };
         let why = format!("idle timeout (no input for {:?})", self.idle());
         self.engine.end(m, &mut sink, &why);
         Next::Close
     }
 
     fn on_drain(&mut self, m: &mut Self::Conn, io: &mut Io<'_>) -> Option<Next> {
-        let mut sink = IoSink {
-            output: io.output,
-            pool: io.pool,
-        };
+        let (output, pool) = io.output_and_pool();
+        let mut sink = IoSink { output, pool };
         self.engine.end(m, &mut sink, "server stopping");
         Some(Next::Close)
     }
