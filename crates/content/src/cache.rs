@@ -1,9 +1,21 @@
-//! The per-worker content cache: what paths resolve to, with small files' bytes and
-//! prebuilt headers, bounded in memory and in open descriptors, least recently used
-//! first out.
+//! The content cache: what paths resolve to, with small files' bytes and prebuilt
+//! headers, bounded in memory and in open descriptors, least recently used first out.
 //!
-//! Each worker has its own cache, so a hit takes no lock and touches no shared
-//! memory but the watch's generation counter, which only changes when files do.
+//! One cache serves all the workers of a process. It is split into shards by path, each
+//! a least-recently-used map behind its own mutex with an equal share of the bounds: a
+//! hit locks one shard for as long as it takes to move the entry to the front and clone
+//! one `Arc`, so workers looking up different paths do not meet, and no lock covers the
+//! whole cache. Entries are immutable once made (a changed file gets a new entry), so
+//! what a worker took out stays one version of the file while it is sent. Each worker
+//! looks through a [`ContentCache`] handle of its own, with its own lookup key buffer
+//! and counters; [`ContentCache::share`] makes one for another worker.
+//!
+//! A process that shares nothing with others (a prefork child) has a cache of its own,
+//! with its share of the bounds: descriptors cannot be shared between processes, and
+//! the cached bytes are only worth sharing with the descriptors beside them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lru::LruCache;
 
@@ -12,11 +24,20 @@ use crate::resource::Resolved;
 /// Bookkeeping bytes counted per entry besides its key and content.
 const ENTRY_OVERHEAD: usize = 160;
 
+/// The most shards a cache is split into: a hit holds its shard for tens of nanoseconds,
+/// so the workers of a machine with a few dozen cores rarely want the same one at once;
+/// more would split the bounds finer (each shard evicts on its own).
+pub const MAX_SHARDS: usize = 16;
+
+/// The descriptors one entry may need at most (a file and its `.br` and `.gz` siblings):
+/// every shard must be able to keep that many.
+const MAX_ENTRY_FILES: usize = 3;
+
 /// The size from which a cached file is sent with sendfile from a kept descriptor instead
 /// of copied from memory: the crossover measured by bench/sizes.py (docs/performance.md).
 pub const DEFAULT_COPY_BELOW: u64 = 8 * 1024;
 
-/// Bounds of one worker's cache.
+/// Bounds of a cache, for all the workers that share it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheLimits {
     /// Memory for entries (file contents, headers, keys), in bytes.
@@ -44,6 +65,28 @@ impl Default for CacheLimits {
     }
 }
 
+impl CacheLimits {
+    /// The largest file kept in memory: within the memory bound and below the size from
+    /// which sendfile costs less than the copy.
+    fn in_memory_limit(&self) -> u64 {
+        self.max_file_size.min(self.copy_below.saturating_sub(1))
+    }
+
+    /// How many shards these bounds allow: [`MAX_SHARDS`] or fewer (a power of two), so
+    /// that each shard can still keep the largest entry (a file and two precompressed
+    /// siblings in memory, or their descriptors).
+    fn shards(&self) -> usize {
+        let largest = MAX_ENTRY_FILES * self.in_memory_limit() as usize + ENTRY_OVERHEAD;
+        let by_memory = self.max_memory / largest;
+        let by_files = self.max_open_files / MAX_ENTRY_FILES;
+        let mut shards = 1;
+        while shards * 2 <= MAX_SHARDS && shards * 2 <= by_memory && shards * 2 <= by_files {
+            shards *= 2;
+        }
+        shards
+    }
+}
+
 struct Entry {
     generation: u64,
     resolved: Resolved,
@@ -51,19 +94,67 @@ struct Entry {
     open_files: usize,
 }
 
-/// One worker's cache of resolved paths, for [`crate::Site::serve_cached`].
-pub struct ContentCache {
+/// One shard: its entries and what they hold, against its share of the bounds.
+struct Shard {
     entries: LruCache<Box<[u8]>, Entry>,
-    limits: CacheLimits,
+    max_memory: usize,
+    max_open_files: usize,
     memory: usize,
     open_files: usize,
+}
+
+impl Shard {
+    fn forget(&mut self, entry: &Entry) {
+        self.memory -= entry.memory;
+        self.open_files -= entry.open_files;
+    }
+}
+
+/// The cache the handles of one process share.
+struct Store {
+    shards: Box<[Mutex<Shard>]>,
+    limits: CacheLimits,
+    evictions: AtomicU64,
+}
+
+impl Store {
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        // A worker that panicked holding a shard left it whole: every change to it is
+        // made by code that does not panic between its steps.
+        self.shards[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The shard of a key (site id, then path): chosen from its length and last eight
+    /// bytes, where the paths of a site differ most (the file name), rather than from a
+    /// hash of it all, which would cost as much again as the rest of a hit. Paths that
+    /// share a shard only take turns for its lock (the shard's map has a keyed hash of
+    /// its own).
+    fn shard_of(&self, key: &[u8]) -> usize {
+        if self.shards.len() == 1 {
+            return 0;
+        }
+        let last = &key[key.len().saturating_sub(8)..];
+        let word = last.iter().fold(0u64, |w, &b| (w << 8) | u64::from(b));
+        let hash = (word ^ ((key.len() as u64) << 56)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // The top bits are the best mixed (they depend on every bit below).
+        (hash >> (64 - self.shards.len().trailing_zeros())) as usize
+    }
+}
+
+/// A worker's handle on the content cache of its process, for
+/// [`crate::Site::serve_cached`]: the cache is shared (see the module doc), the lookup
+/// buffer and the hit and miss counters are the worker's.
+pub struct ContentCache {
+    store: Arc<Store>,
     /// Reused lookup key: site id then path.
     key: Vec<u8>,
     stats: CacheStats,
 }
 
-/// What a cache has done since it was made, for metrics: plain counters, as a cache belongs
-/// to one worker.
+/// What a cache has done, for metrics: the hits and misses of one handle, the evictions of
+/// the whole cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
     /// Lookups that found a current entry.
@@ -75,44 +166,81 @@ pub struct CacheStats {
 }
 
 impl ContentCache {
-    /// An empty cache with these bounds.
+    /// An empty cache with these bounds, and a first handle on it.
     pub fn new(limits: CacheLimits) -> ContentCache {
-        ContentCache {
-            entries: LruCache::unbounded(),
+        let shards = limits.shards();
+        let store = Store {
+            shards: (0..shards)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        entries: LruCache::unbounded(),
+                        max_memory: limits.max_memory / shards,
+                        max_open_files: limits.max_open_files / shards,
+                        memory: 0,
+                        open_files: 0,
+                    })
+                })
+                .collect(),
             limits,
-            memory: 0,
-            open_files: 0,
+            evictions: AtomicU64::new(0),
+        };
+        ContentCache {
+            store: Arc::new(store),
             key: Vec::with_capacity(256),
             stats: CacheStats::default(),
         }
     }
 
-    /// Hits, misses and evictions so far.
+    /// Another handle on the same cache, with counters of its own: one per worker.
+    pub fn share(&self) -> ContentCache {
+        ContentCache {
+            store: self.store.clone(),
+            key: Vec::with_capacity(256),
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// This handle's hits and misses, and the whole cache's evictions, so far.
     pub fn stats(&self) -> CacheStats {
-        self.stats
+        CacheStats {
+            evictions: self.store.evictions.load(Ordering::Relaxed),
+            ..self.stats
+        }
     }
 
     /// The largest file kept in memory: within the memory bound and below the size from
     /// which sendfile costs less than the copy.
     pub fn in_memory_limit(&self) -> u64 {
-        self.limits
-            .max_file_size
-            .min(self.limits.copy_below.saturating_sub(1))
+        self.store.limits.in_memory_limit()
     }
 
-    /// Number of entries.
+    /// Number of shards the cache is split into.
+    pub fn shards(&self) -> usize {
+        self.store.shards.len()
+    }
+
+    /// Number of entries in the whole cache.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        (0..self.shards())
+            .map(|i| self.store.lock(i).entries.len())
+            .sum()
     }
 
     /// True when nothing is cached.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
-    /// Memory held by the entries, as counted against `max_memory`.
+    /// Memory held by the entries of the whole cache, as counted against `max_memory`.
     pub fn memory(&self) -> usize {
-        self.memory
+        (0..self.shards()).map(|i| self.store.lock(i).memory).sum()
+    }
+
+    /// Descriptors held by the entries of the whole cache.
+    pub fn open_files(&self) -> usize {
+        (0..self.shards())
+            .map(|i| self.store.lock(i).open_files)
+            .sum()
     }
 
     fn set_key(&mut self, site: u32, path: &[u8]) {
@@ -123,26 +251,36 @@ impl ContentCache {
 
     /// The entry for `path`, if there is one from the current `generation`; a stale one
     /// is dropped.
-    pub(crate) fn get(&mut self, site: u32, path: &[u8], generation: u64) -> Option<&Resolved> {
+    pub(crate) fn get(&mut self, site: u32, path: &[u8], generation: u64) -> Option<Resolved> {
         self.set_key(site, path);
-        let Some(entry) = self.entries.get(&self.key[..]) else {
+        let index = self.store.shard_of(&self.key);
+        let mut shard = self.store.lock(index);
+        let Some(entry) = shard.entries.get(&self.key[..]) else {
+            drop(shard);
             self.stats.misses += 1;
             return None;
         };
-        let fresh = entry.generation == generation;
-        if !fresh {
-            self.stats.misses += 1;
-            if let Some(entry) = self.entries.pop(&self.key[..]) {
-                self.forget(&entry);
-            }
-            return None;
+        if entry.generation == generation {
+            let resolved = entry.resolved.clone();
+            drop(shard);
+            self.stats.hits += 1;
+            return Some(resolved);
         }
-        self.stats.hits += 1;
-        self.entries.peek(&self.key[..]).map(|e| &e.resolved)
+        // Made before the last change: no worker may use it any more. One made after
+        // this lookup's generation was read (by a worker that read it later) is left.
+        if entry.generation < generation {
+            if let Some(entry) = shard.entries.pop(&self.key[..]) {
+                shard.forget(&entry);
+            }
+        }
+        drop(shard);
+        self.stats.misses += 1;
+        None
     }
 
-    /// Keeps what `path` resolved to, evicting the least recently used entries to stay
-    /// within the limits. Server errors are not kept: they may pass.
+    /// Keeps what `path` resolved to, evicting the least recently used entries of its
+    /// shard to stay within the limits. Server errors are not kept: they may pass. An
+    /// entry made at a later generation by another worker is not replaced.
     pub(crate) fn insert(&mut self, site: u32, path: &[u8], generation: u64, resolved: Resolved) {
         let (memory, open_files) = match &resolved {
             Resolved::Status(500) => return,
@@ -150,28 +288,36 @@ impl ContentCache {
             Resolved::File(resource) => (resource.memory(), resource.open_files()),
         };
         let memory = memory + path.len() + ENTRY_OVERHEAD;
-        if memory > self.limits.max_memory || open_files > self.limits.max_open_files {
+        self.set_key(site, path);
+        let index = self.store.shard_of(&self.key);
+        let mut shard = self.store.lock(index);
+        if memory > shard.max_memory || open_files > shard.max_open_files {
             return;
         }
-        self.set_key(site, path);
-        if let Some(old) = self.entries.pop(&self.key[..]) {
-            self.forget(&old);
+        if let Some(old) = shard.entries.peek(&self.key[..]) {
+            if old.generation > generation {
+                return;
+            }
         }
-        while self.memory + memory > self.limits.max_memory
-            || self.open_files + open_files > self.limits.max_open_files
+        if let Some(old) = shard.entries.pop(&self.key[..]) {
+            shard.forget(&old);
+        }
+        let mut evicted = 0;
+        while shard.memory + memory > shard.max_memory
+            || shard.open_files + open_files > shard.max_open_files
         {
-            match self.entries.pop_lru() {
+            match shard.entries.pop_lru() {
                 Some((_, old)) => {
-                    self.stats.evictions += 1;
-                    self.forget(&old)
+                    evicted += 1;
+                    shard.forget(&old)
                 }
                 None => break,
             }
         }
-        self.memory += memory;
-        self.open_files += open_files;
+        shard.memory += memory;
+        shard.open_files += open_files;
         let key: Box<[u8]> = self.key.as_slice().into();
-        self.entries.put(
+        shard.entries.put(
             key,
             Entry {
                 generation,
@@ -180,11 +326,10 @@ impl ContentCache {
                 open_files,
             },
         );
-    }
-
-    fn forget(&mut self, entry: &Entry) {
-        self.memory -= entry.memory;
-        self.open_files -= entry.open_files;
+        drop(shard);
+        if evicted > 0 {
+            self.store.evictions.fetch_add(evicted, Ordering::Relaxed);
+        }
     }
 }
 
@@ -196,6 +341,7 @@ impl Default for ContentCache {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     use super::*;
@@ -355,7 +501,7 @@ mod tests {
             assert_eq!(bytes(&site, &mut cache, &format!("/f{i}")).1.len(), 1000);
             assert!(cache.memory() <= 10_000);
             assert_eq!(bytes(&site, &mut cache, &format!("/big{i}")).1.len(), 5000);
-            assert!(cache.open_files <= 3);
+            assert!(cache.open_files() <= 3);
         }
         // The most recent entries survived.
         assert!(cache.len() >= 3);
@@ -410,6 +556,91 @@ mod tests {
             ..CacheLimits::default()
         };
         assert!(!in_memory(none, "/small"));
+    }
+
+    #[test]
+    fn handles_share_entries_and_count_their_own_lookups() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), "a").unwrap();
+        let site = watched(dir.path(), SiteOptions::default());
+        let mut first = ContentCache::default();
+        let mut second = first.share();
+        assert_eq!(bytes(&site, &mut first, "/a"), (200, b"a".to_vec()));
+        assert_eq!(bytes(&site, &mut second, "/a"), (200, b"a".to_vec()));
+        assert_eq!(bytes(&site, &mut second, "/a"), (200, b"a".to_vec()));
+        assert_eq!((first.stats().hits, first.stats().misses), (0, 1));
+        assert_eq!((second.stats().hits, second.stats().misses), (2, 0));
+        assert_eq!((first.len(), second.len()), (1, 1));
+        assert_eq!(first.memory(), second.memory());
+        // A change seen through one handle is seen through every other.
+        std::fs::write(dir.path().join("a"), "b").unwrap();
+        eventually(&site, &mut first, "/a", (200, b"b"));
+        assert_eq!(bytes(&site, &mut second, "/a"), (200, b"b".to_vec()));
+    }
+
+    #[test]
+    fn shards_are_as_many_as_the_bounds_allow() {
+        assert_eq!(ContentCache::default().shards(), MAX_SHARDS);
+        let small = CacheLimits {
+            max_memory: 4 * (3 * 8191 + ENTRY_OVERHEAD),
+            ..CacheLimits::default()
+        };
+        assert_eq!(ContentCache::new(small).shards(), 4);
+        let few_files = CacheLimits {
+            max_open_files: 7,
+            ..CacheLimits::default()
+        };
+        assert_eq!(ContentCache::new(few_files).shards(), 2);
+        let nothing = CacheLimits {
+            max_memory: 0,
+            max_open_files: 0,
+            ..CacheLimits::default()
+        };
+        assert_eq!(ContentCache::new(nothing).shards(), 1);
+    }
+
+    #[test]
+    fn workers_filling_one_cache_at_once_stay_within_its_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..200 {
+            std::fs::write(dir.path().join(format!("s{i}")), vec![b'x'; 100 + i]).unwrap();
+            std::fs::write(dir.path().join(format!("l{i}")), vec![b'y'; 9000 + i]).unwrap();
+        }
+        let site = Arc::new(watched(dir.path(), SiteOptions::default()));
+        let limits = CacheLimits {
+            max_memory: 64 * 1024,
+            max_open_files: 48,
+            ..CacheLimits::default()
+        };
+        let cache = ContentCache::new(limits);
+        assert!(cache.shards() > 1);
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (site, mut cache) = (site.clone(), cache.share());
+                std::thread::spawn(move || {
+                    for round in 0..3 {
+                        for i in 0..200 {
+                            let i = (i * 7 + t * 13 + round) % 200;
+                            let small = bytes(&site, &mut cache, &format!("/s{i}"));
+                            assert_eq!(small, (200, vec![b'x'; 100 + i]));
+                            let large = bytes(&site, &mut cache, &format!("/l{i}"));
+                            assert_eq!(large, (200, vec![b'y'; 9000 + i]));
+                        }
+                    }
+                    cache.stats()
+                })
+            })
+            .collect();
+        let lookups: u64 = threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .map(|s| s.hits + s.misses)
+            .sum();
+        assert_eq!(lookups, 4 * 3 * 400);
+        assert!(cache.memory() <= limits.max_memory);
+        assert!(cache.open_files() <= limits.max_open_files);
+        assert!(cache.stats().evictions > 0);
+        assert!(!cache.is_empty());
     }
 
     #[test]

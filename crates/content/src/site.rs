@@ -127,7 +127,7 @@ impl Site {
         // resolving then makes the new entry stale at once instead of never.
         let generation = watch.generation();
         if let Some(resolved) = cache.get(self.id, req.path, generation) {
-            return respond(resolved, req);
+            return respond(&resolved, req);
         }
         let resolved = self.resolve(req.path, Some(cache.in_memory_limit()));
         let reply = respond(&resolved, req);

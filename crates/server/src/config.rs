@@ -133,7 +133,7 @@ pub struct Timeouts {
     pub shutdown: Duration,
 }
 
-/// The content cache (`[cache]`): per worker, shared-nothing.
+/// The content cache (`[cache]`): one per process, shared by its workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Keep what paths resolve to (and small files' bytes) in memory, invalidated by
@@ -382,21 +382,15 @@ impl Config {
         // The models whose handlers are many small pools rather than a few workers.
         let layout = self.driver_model().layout(self.workers);
         let (holder, count) = (layout.holder, layout.handlers);
-        if kind == ModelKind::Threads && self.cache.enabled {
-            notes.push(format!(
-                "model \"{name}\" keeps its content cache per {holder}: each of up to {count} \
-                 gets 1/{count} of [cache] max_memory ({} bytes); the backend response cache \
-                 is one for all of them",
-                self.cache.max_memory / count as u64
-            ));
-        }
         if kind == ModelKind::Prefork && (self.cache.enabled || !self.routes.is_empty()) {
             notes.push(format!(
-                "model \"{name}\" keeps its caches per {holder}: each of up to {count} gets \
-                 1/{count} of [cache] max_memory ({} bytes) and of [handover] cache_memory \
-                 ({} bytes); a backend response cached by one is not seen by the others, so a \
-                 page may be fetched once per child, and a client may be sent an older \
-                 version of it by another child than the one it was sent last",
+                "model \"{name}\" keeps its caches per {holder} (the other models keep one \
+                 per process): each of up to {count} gets 1/{count} of [cache] max_memory ({} \
+                 bytes) and of [handover] cache_memory ({} bytes), and sees a change to a \
+                 file on its next tick (within 100 ms); a backend response cached by one is \
+                 not seen by the others, so a page may be fetched once per child, and a \
+                 client may be sent an older version of it by another child than the one it \
+                 was sent last",
                 self.cache.max_memory / count as u64,
                 self.handover.cache_memory / count
             ));

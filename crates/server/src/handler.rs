@@ -159,7 +159,7 @@ impl HttpHandler {
         hosts: Arc<VirtualHosts>,
         settings: Arc<HandlerSettings>,
         access_log: Option<AccessLogBuffer>,
-        cache: ContentCache,
+        cache: (ContentCache, Arc<AtomicUsize>),
         routes: Arc<Routes>,
         backends: Vec<BackendState>,
         response_cache: (Arc<SharedCache>, Arc<AtomicUsize>),
@@ -876,8 +876,7 @@ impl Handler for HttpHandler {
         self.clock.refresh();
         self.router.poll_changes();
         if let Some(metrics) = &self.metrics {
-            let cache = self.router.cache();
-            metrics.content_cache(cache.stats(), cache.memory(), cache.len());
+            self.router.publish_cache(metrics);
         }
         self.backends.tick_cache(now, self.metrics.as_ref());
         if let Some(log) = self.access_log.as_mut() {

@@ -116,7 +116,7 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
         Watching::Ticks => site.watch_polled(),
     };
     if let Err(e) = watched {
-        // inotify fails with EMFILE at the per-user instance limit (each worker, and each
+        // inotify fails with EMFILE at the per-user instance limit (each process, so each
         // preforked child, watches its roots) and ENOSPC at the watch limit: name the limit.
         let hint = match e.raw_os_error() {
             Some(libc::EMFILE) => {
@@ -183,7 +183,11 @@ struct Shared {
     routes: Arc<Routes>,
     backends: Vec<Arc<BackendConfig>>,
     access_log: AccessLog,
-    cache_limits: CacheLimits,
+    /// The content cache, one for the process: each handler looks through a handle of its
+    /// own; a prefork child has its own cache.
+    content_cache: ContentCache,
+    /// The worker whose metrics carry the content cache's memory, entries and evictions.
+    content_reporter: Arc<std::sync::atomic::AtomicUsize>,
     /// The backend response cache, one for the process: all the workers of the threaded
     /// models share it; a prefork child has its own.
     response_cache: Arc<SharedCache>,
@@ -215,19 +219,22 @@ impl Shared {
             AccessLog::start(&config.log.access)
         }
         .map_err(ServeError::AccessLog)?;
+        // The processes that divide the budgets: a prefork pool's children, else one.
+        let children = if single_threaded { handlers as u64 } else { 1 };
         Ok(Shared {
             hosts,
             settings: Arc::new(HandlerSettings::from_config(config)),
             routes: Arc::new(Routes::new(config.routes.clone())),
             backends: config.backends.iter().cloned().map(Arc::new).collect(),
             access_log,
-            // The budget is for the whole server: each handler keeps its own share.
-            cache_limits: CacheLimits {
-                max_memory: (config.cache.max_memory / handlers as u64) as usize,
+            // Whole for the process; a prefork child's is its share of the children's.
+            content_cache: ContentCache::new(CacheLimits {
+                max_memory: (config.cache.max_memory / children) as usize,
                 max_file_size: config.cache.max_file_size,
                 copy_below: config.cache.copy_below,
-                max_open_files: config.cache.max_open_files / handlers,
-            },
+                max_open_files: config.cache.max_open_files / children as usize,
+            }),
+            content_reporter: Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
             // Whole for the process; a prefork child's is its share of the children's.
             response_cache: Arc::new(SharedCache::new(
                 if single_threaded {
@@ -253,7 +260,7 @@ impl Shared {
             self.hosts.clone(),
             self.settings.clone(),
             self.access_log.buffer(),
-            ContentCache::new(self.cache_limits),
+            (self.content_cache.share(), self.content_reporter.clone()),
             self.routes.clone(),
             backends,
             (self.response_cache.clone(), self.reporter.clone()),
