@@ -644,6 +644,41 @@ mod tests {
     }
 
     #[test]
+    fn a_change_one_process_reads_is_seen_by_all_that_share_the_generation() {
+        // Two sites on one root with caches of their own stand for two preforked children.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), "one").unwrap();
+        let generation = &crate::shared_generations(1).unwrap()[0];
+        let open = || {
+            let mut site = Site::open(dir.path(), SiteOptions::default()).unwrap();
+            site.watch_polled_shared(generation).unwrap();
+            site
+        };
+        let (first, second) = (open(), open());
+        let (mut first_cache, mut second_cache) =
+            (ContentCache::default(), ContentCache::default());
+        assert_eq!(bytes(&first, &mut first_cache, "/a").1, b"one");
+        assert_eq!(bytes(&second, &mut second_cache, "/a").1, b"one");
+        std::fs::write(dir.path().join("a"), "two").unwrap();
+        // Only the first reads its events; the second's kept entry is stale all the same.
+        first.poll_changes();
+        assert_eq!(bytes(&second, &mut second_cache, "/a").1, b"two");
+        assert_eq!(bytes(&first, &mut first_cache, "/a").1, b"two");
+        // Without a shared counter, the second would have served its kept entry.
+        let alone = |site: &mut Site| site.watch_polled().unwrap();
+        let (mut third, mut fourth) = (open(), open());
+        alone(&mut third);
+        alone(&mut fourth);
+        let (mut third_cache, mut fourth_cache) =
+            (ContentCache::default(), ContentCache::default());
+        assert_eq!(bytes(&third, &mut third_cache, "/a").1, b"two");
+        assert_eq!(bytes(&fourth, &mut fourth_cache, "/a").1, b"two");
+        std::fs::write(dir.path().join("a"), "three").unwrap();
+        third.poll_changes();
+        assert_eq!(bytes(&fourth, &mut fourth_cache, "/a").1, b"two");
+    }
+
+    #[test]
     fn an_unwatched_site_caches_nothing() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), "a").unwrap();

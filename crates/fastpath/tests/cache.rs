@@ -62,8 +62,8 @@ httptest!(changes_are_served_once_settled, |model| {
 httptest!(a_change_reaches_every_worker_at_once, |model| {
     // Four workers, eight keep-alive connections spread over them, all with the file
     // cached. Once any connection has been sent the new version, none is ever sent the
-    // old one again (the workers share one cache and one watch), and every one gets the
-    // new version within the watch's delay.
+    // old one again (the workers share one cache and one watch; prefork's children one
+    // change counter), and every one gets the new version within the watch's delay.
     let site = Site::new();
     site.file("v.txt", "old version");
     let srv = site.serve_config(
@@ -101,10 +101,8 @@ httptest!(a_change_reaches_every_worker_at_once, |model| {
                     seen_new = true;
                     updated[i] = true;
                 }
-                // A prefork child reads the change on its own tick (docs/configuration.md):
-                // there the change reaches each child within one, not all at once.
                 b"old version" => assert!(
-                    !seen_new || model == "prefork",
+                    !seen_new,
                     "connection {i} got the old version after another got the new one"
                 ),
                 other => panic!(

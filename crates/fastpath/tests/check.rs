@@ -253,7 +253,7 @@ fn check_says_what_a_model_does_differently() {
                 .to_owned(),
             "keeps its caches per child process (the other models keep one per process): each \
              of up to 8 gets 1/8 of [cache] max_memory (8388608 bytes) and of [handover] \
-             cache_memory (1048576 bytes), and sees a change to a file on its next tick",
+             cache_memory (1048576 bytes); a backend response cached by one is not seen",
         ),
         (
             format!("{uring_route}prefix = \"/app/\"\n"),

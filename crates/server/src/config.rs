@@ -386,9 +386,8 @@ impl Config {
             notes.push(format!(
                 "model \"{name}\" keeps its caches per {holder} (the other models keep one \
                  per process): each of up to {count} gets 1/{count} of [cache] max_memory ({} \
-                 bytes) and of [handover] cache_memory ({} bytes), and sees a change to a \
-                 file on its next tick (within 100 ms); a backend response cached by one is \
-                 not seen by the others, so a page may be fetched once per child, and a \
+                 bytes) and of [handover] cache_memory ({} bytes); a backend response \
+                 cached by one is not seen by the others, so a page may be fetched once per child, and a \
                  client may be sent an older version of it by another child than the one it \
                  was sent last",
                 self.cache.max_memory / count as u64,

@@ -33,7 +33,7 @@ mod vhosts;
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
@@ -90,17 +90,20 @@ impl std::error::Error for ServeError {}
 pub use fastpath_drivers::worker_count;
 
 /// Whether and how a site's tree is watched for changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 enum Watching {
     /// Not at all (a root opened only to check it).
     Off,
     /// By a thread per site.
     Thread,
-    /// By the handlers' ticks: for a process that must stay single-threaded.
-    Ticks,
+    /// By the handlers' ticks: for a process that must stay single-threaded. With the
+    /// generation counters prefork's children share (one per site, in the order of
+    /// [`virtual_hosts`]), a change one child reads is seen by all.
+    Ticks(Option<&'static [AtomicU64]>),
 }
 
-fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
+/// Opens the `index`th site (the default host first, then `[[host]]` in order).
+fn open_site(host: &HostConfig, index: usize, watch: Watching) -> Result<Site, ServeError> {
     let mut site = Site::open(
         &host.root,
         SiteOptions {
@@ -113,7 +116,10 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
     let watched = match watch {
         Watching::Off => Ok(()),
         Watching::Thread => site.watch(),
-        Watching::Ticks => site.watch_polled(),
+        Watching::Ticks(shared) => match shared.and_then(|g| g.get(index)) {
+            Some(generation) => site.watch_polled_shared(generation),
+            None => site.watch_polled(),
+        },
     };
     if let Err(e) = watched {
         // inotify fails with EMFILE at the per-user instance limit (each process, so each
@@ -136,7 +142,7 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
             "cannot watch {} for changes ({e}){hint}; its files will not be cached",
             host.root.display()
         );
-        if watch == Watching::Ticks && e.raw_os_error() == Some(libc::EMFILE) {
+        if matches!(watch, Watching::Ticks(_)) && e.raw_os_error() == Some(libc::EMFILE) {
             tracing::debug!("{message}");
         } else {
             tracing::warn!("{message}");
@@ -148,11 +154,11 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
 /// Opens the sites and maps every configured name to its site, watching them for changes as
 /// `watch` says (the content cache needs a watch).
 fn virtual_hosts(config: &Config, watch: Watching) -> Result<VirtualHosts, ServeError> {
-    let mut sites = vec![open_site(&config.default_host, watch)?];
+    let mut sites = vec![open_site(&config.default_host, 0, watch)?];
     let mut names = Vec::new();
     let mut default = 0;
     for host in &config.hosts {
-        sites.push(open_site(host, watch)?);
+        sites.push(open_site(host, sites.len(), watch)?);
         let index = sites.len() - 1;
         if host.is_default {
             default = index;
@@ -206,11 +212,12 @@ impl Shared {
         handlers: usize,
         single_threaded: bool,
         metrics: Option<Arc<Metrics>>,
+        generations: Option<&'static [AtomicU64]>,
     ) -> Result<Shared, ServeError> {
         let watch = match (config.cache.enabled, single_threaded) {
             (false, _) => Watching::Off,
             (true, false) => Watching::Thread,
-            (true, true) => Watching::Ticks,
+            (true, true) => Watching::Ticks(generations),
         };
         let hosts = Arc::new(virtual_hosts(config, watch)?);
         let access_log = if single_threaded {
@@ -394,12 +401,23 @@ pub fn serve_with(
     // good before it takes a connection: here for the threaded models, in each child for
     // prefork, whose parent stays root to start children that can do the same
     // (docs/operations.md says why).
+    // prefork's children each read their own inotify events, on their own ticks; one change
+    // counter per site in memory they all share (mapped here, before they are forked) makes
+    // a change the first of them reads stale for all at once.
+    let generations = if model.kind() == ModelKind::Prefork && config.cache.enabled {
+        fastpath_content::shared_generations(1 + config.hosts.len())
+            .map_err(|e| tracing::warn!("children will see file changes one by one: {e}"))
+            .ok()
+    } else {
+        None
+    };
     let start = |process: Process| {
         let shared = Shared::start(
             config,
             layout.handlers,
             process.single_threaded,
             metrics.clone(),
+            generations,
         )
         .map_err(io::Error::other)?;
         if let Some(switch) = &switch {
