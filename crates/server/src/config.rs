@@ -114,6 +114,9 @@ pub struct Limits {
     pub max_discard_body: u64,
     /// Requests served on one connection before it is closed.
     pub max_requests_per_connection: u64,
+    /// SO_SNDBUF of the client connections, in bytes (the kernel doubles it for its
+    /// bookkeeping); 0 leaves the kernel's autotuning.
+    pub send_buffer: usize,
 }
 
 /// Connection timeouts.
@@ -274,6 +277,7 @@ impl Default for Limits {
             max_headers: 100,
             max_discard_body: 1024 * 1024,
             max_requests_per_connection: 10_000,
+            send_buffer: 0,
         }
     }
 }

@@ -53,6 +53,8 @@ pub(crate) struct HandlerSettings {
     pub keepalive_timeout: Duration,
     pub max_discard_body: u64,
     pub max_requests_per_connection: u64,
+    /// SO_SNDBUF for client connections; 0 leaves the kernel's autotuning.
+    pub send_buffer: libc::c_int,
 }
 
 impl HandlerSettings {
@@ -67,6 +69,8 @@ impl HandlerSettings {
             keepalive_timeout: config.timeouts.keepalive,
             max_discard_body: config.limits.max_discard_body,
             max_requests_per_connection: config.limits.max_requests_per_connection,
+            send_buffer: libc::c_int::try_from(config.limits.send_buffer)
+                .unwrap_or(libc::c_int::MAX),
         }
     }
 }
@@ -765,6 +769,9 @@ impl Handler for HttpHandler {
     type Conn = HttpConn;
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (HttpConn, Next) {
+        if self.settings.send_buffer > 0 {
+            set_send_buffer(io, self.settings.send_buffer);
+        }
         // A client that connects and never sends a byte gets the header timeout like one that
         // stops halfway, and is then closed without an answer (there is no request to answer).
         *io.deadline = Some(io.now + self.settings.header_timeout);
@@ -892,5 +899,26 @@ impl Handler for HttpHandler {
 
     fn refusal(&self) -> &[u8] {
         REFUSAL
+    }
+}
+
+/// Sets SO_SNDBUF on a client connection (`[limits] send_buffer`). Set here, on each
+/// accepted socket, rather than once on the listeners: accepted sockets did not always
+/// inherit it (on Linux 6.18, some kept the autotuned buffer under parallel load).
+fn set_send_buffer(io: &Io<'_>, size: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a socket the driver keeps open for this call, and an int option of the size
+    // passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            io.socket().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("SO_SNDBUF: {}", std::io::Error::last_os_error());
     }
 }
