@@ -78,7 +78,7 @@ impl Site {
 
     /// Like [`Site::watch`], but without a thread: changes are seen when
     /// [`Site::poll_changes`] is called, which a single-threaded process does on every tick
-    /// and before each connection.
+    /// and before each connection, and [`Site::serve_cached`] on a miss.
     pub fn watch_polled(&mut self) -> io::Result<()> {
         self.watch = Some(Watch::start_polled(self.root.canonical(), None)?);
         Ok(())
