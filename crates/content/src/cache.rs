@@ -12,7 +12,9 @@
 //!
 //! A process that shares nothing with others (a prefork child) has a cache of its own,
 //! with its share of the bounds: descriptors cannot be shared between processes, and
-//! the cached bytes are only worth sharing with the descriptors beside them.
+//! the cached bytes are only worth sharing with the descriptors beside them. A worker of a
+//! model that promises to share nothing on the request path (percore) has a private cache
+//! ([`ContentCache::private`]): one shard, no lock, its share of the bounds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -104,20 +106,79 @@ struct Shard {
 }
 
 impl Shard {
+    fn new(max_memory: usize, max_open_files: usize) -> Shard {
+        Shard {
+            entries: LruCache::unbounded(),
+            max_memory,
+            max_open_files,
+            memory: 0,
+            open_files: 0,
+        }
+    }
+
     fn forget(&mut self, entry: &Entry) {
         self.memory -= entry.memory;
         self.open_files -= entry.open_files;
     }
+
+    /// The entry for `key` if it is from `generation`; one from before it is dropped.
+    fn get(&mut self, key: &[u8], generation: u64) -> Option<Resolved> {
+        let entry = self.entries.get(key)?;
+        if entry.generation == generation {
+            return Some(entry.resolved.clone());
+        }
+        // Made before the last change: no worker may use it any more. One made after
+        // this lookup's generation was read (by a worker that read it later) is left.
+        if entry.generation < generation {
+            if let Some(entry) = self.entries.pop(key) {
+                self.forget(&entry);
+            }
+        }
+        None
+    }
+
+    /// Keeps `entry` under `key`, evicting the least recently used entries to stay within
+    /// the bounds; returns how many were evicted. An entry made at a later generation (by
+    /// another worker) is not replaced, and one larger than the bounds is not kept.
+    fn insert(&mut self, key: &[u8], entry: Entry) -> u64 {
+        if entry.memory > self.max_memory || entry.open_files > self.max_open_files {
+            return 0;
+        }
+        if let Some(old) = self.entries.peek(key) {
+            if old.generation > entry.generation {
+                return 0;
+            }
+        }
+        if let Some(old) = self.entries.pop(key) {
+            self.forget(&old);
+        }
+        let mut evicted = 0;
+        while self.memory + entry.memory > self.max_memory
+            || self.open_files + entry.open_files > self.max_open_files
+        {
+            match self.entries.pop_lru() {
+                Some((_, old)) => {
+                    evicted += 1;
+                    self.forget(&old)
+                }
+                None => break,
+            }
+        }
+        self.memory += entry.memory;
+        self.open_files += entry.open_files;
+        self.entries.put(key.into(), entry);
+        evicted
+    }
 }
 
 /// The cache the handles of one process share.
-struct Store {
+struct Shards {
     shards: Box<[Mutex<Shard>]>,
     limits: CacheLimits,
     evictions: AtomicU64,
 }
 
-impl Store {
+impl Shards {
     fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
         // A worker that panicked holding a shard left it whole: every change to it is
         // made by code that does not panic between its steps.
@@ -141,13 +202,31 @@ impl Store {
         // The top bits are the best mixed (they depend on every bit below).
         (hash >> (64 - self.shards.len().trailing_zeros())) as usize
     }
+
+    fn sum(&self, of: impl Fn(&Shard) -> usize) -> usize {
+        (0..self.shards.len()).map(|i| of(&self.lock(i))).sum()
+    }
 }
 
-/// A worker's handle on the content cache of its process, for
-/// [`crate::Site::serve_cached`]: the cache is shared (see the module doc), the lookup
-/// buffer and the hit and miss counters are the worker's.
+/// Where a handle's entries live.
+enum Store {
+    /// In the cache the process's workers share.
+    Shared(Arc<Shards>),
+    /// In a cache of this worker's own, one shard without a lock: for a model whose workers
+    /// share nothing on the request path (percore).
+    Own {
+        shard: Box<Shard>,
+        limits: CacheLimits,
+        evictions: u64,
+    },
+}
+
+/// A worker's handle on a content cache, for [`crate::Site::serve_cached`]: on the cache its
+/// process's workers share ([`ContentCache::new`], then [`ContentCache::share`] for each
+/// worker), or on one of its own ([`ContentCache::private`]). The lookup buffer and the hit
+/// and miss counters are the worker's either way.
 pub struct ContentCache {
-    store: Arc<Store>,
+    store: Store,
     /// Reused lookup key: site id then path.
     key: Vec<u8>,
     stats: CacheStats,
@@ -166,44 +245,73 @@ pub struct CacheStats {
 }
 
 impl ContentCache {
-    /// An empty cache with these bounds, and a first handle on it.
+    /// An empty cache with these bounds, to be shared by a process's workers, and a first
+    /// handle on it.
     pub fn new(limits: CacheLimits) -> ContentCache {
         let shards = limits.shards();
-        let store = Store {
+        let store = Shards {
             shards: (0..shards)
                 .map(|_| {
-                    Mutex::new(Shard {
-                        entries: LruCache::unbounded(),
-                        max_memory: limits.max_memory / shards,
-                        max_open_files: limits.max_open_files / shards,
-                        memory: 0,
-                        open_files: 0,
-                    })
+                    Mutex::new(Shard::new(
+                        limits.max_memory / shards,
+                        limits.max_open_files / shards,
+                    ))
                 })
                 .collect(),
             limits,
             evictions: AtomicU64::new(0),
         };
+        ContentCache::with_store(Store::Shared(Arc::new(store)))
+    }
+
+    /// An empty cache with these bounds for one worker alone: one shard, taken without a
+    /// lock.
+    pub fn private(limits: CacheLimits) -> ContentCache {
+        ContentCache::with_store(Store::Own {
+            shard: Box::new(Shard::new(limits.max_memory, limits.max_open_files)),
+            limits,
+            evictions: 0,
+        })
+    }
+
+    fn with_store(store: Store) -> ContentCache {
         ContentCache {
-            store: Arc::new(store),
+            store,
             key: Vec::with_capacity(256),
             stats: CacheStats::default(),
         }
     }
 
-    /// Another handle on the same cache, with counters of its own: one per worker.
+    /// Another handle on the same cache, with counters of its own: one per worker. A
+    /// private cache shares nothing: the new handle is on a new private cache with the
+    /// same bounds.
     pub fn share(&self) -> ContentCache {
-        ContentCache {
-            store: self.store.clone(),
-            key: Vec::with_capacity(256),
-            stats: CacheStats::default(),
+        match &self.store {
+            Store::Shared(shards) => ContentCache::with_store(Store::Shared(shards.clone())),
+            Store::Own { limits, .. } => ContentCache::private(*limits),
+        }
+    }
+
+    /// Whether this is a worker's own cache ([`ContentCache::private`]).
+    pub fn is_private(&self) -> bool {
+        matches!(self.store, Store::Own { .. })
+    }
+
+    fn limits(&self) -> &CacheLimits {
+        match &self.store {
+            Store::Shared(shards) => &shards.limits,
+            Store::Own { limits, .. } => limits,
         }
     }
 
     /// This handle's hits and misses, and the whole cache's evictions, so far.
     pub fn stats(&self) -> CacheStats {
+        let evictions = match &self.store {
+            Store::Shared(shards) => shards.evictions.load(Ordering::Relaxed),
+            Store::Own { evictions, .. } => *evictions,
+        };
         CacheStats {
-            evictions: self.store.evictions.load(Ordering::Relaxed),
+            evictions,
             ..self.stats
         }
     }
@@ -211,19 +319,27 @@ impl ContentCache {
     /// The largest file kept in memory: within the memory bound and below the size from
     /// which sendfile costs less than the copy.
     pub fn in_memory_limit(&self) -> u64 {
-        self.store.limits.in_memory_limit()
+        self.limits().in_memory_limit()
     }
 
     /// Number of shards the cache is split into.
     pub fn shards(&self) -> usize {
-        self.store.shards.len()
+        match &self.store {
+            Store::Shared(shards) => shards.shards.len(),
+            Store::Own { .. } => 1,
+        }
+    }
+
+    fn sum(&self, of: impl Fn(&Shard) -> usize) -> usize {
+        match &self.store {
+            Store::Shared(shards) => shards.sum(of),
+            Store::Own { shard, .. } => of(shard),
+        }
     }
 
     /// Number of entries in the whole cache.
     pub fn len(&self) -> usize {
-        (0..self.shards())
-            .map(|i| self.store.lock(i).entries.len())
-            .sum()
+        self.sum(|s| s.entries.len())
     }
 
     /// True when nothing is cached.
@@ -233,14 +349,12 @@ impl ContentCache {
 
     /// Memory held by the entries of the whole cache, as counted against `max_memory`.
     pub fn memory(&self) -> usize {
-        (0..self.shards()).map(|i| self.store.lock(i).memory).sum()
+        self.sum(|s| s.memory)
     }
 
     /// Descriptors held by the entries of the whole cache.
     pub fn open_files(&self) -> usize {
-        (0..self.shards())
-            .map(|i| self.store.lock(i).open_files)
-            .sum()
+        self.sum(|s| s.open_files)
     }
 
     fn set_key(&mut self, site: u32, path: &[u8]) {
@@ -253,29 +367,19 @@ impl ContentCache {
     /// is dropped.
     pub(crate) fn get(&mut self, site: u32, path: &[u8], generation: u64) -> Option<Resolved> {
         self.set_key(site, path);
-        let index = self.store.shard_of(&self.key);
-        let mut shard = self.store.lock(index);
-        let Some(entry) = shard.entries.get(&self.key[..]) else {
-            drop(shard);
-            self.stats.misses += 1;
-            return None;
-        };
-        if entry.generation == generation {
-            let resolved = entry.resolved.clone();
-            drop(shard);
-            self.stats.hits += 1;
-            return Some(resolved);
-        }
-        // Made before the last change: no worker may use it any more. One made after
-        // this lookup's generation was read (by a worker that read it later) is left.
-        if entry.generation < generation {
-            if let Some(entry) = shard.entries.pop(&self.key[..]) {
-                shard.forget(&entry);
+        let found = match &mut self.store {
+            Store::Shared(shards) => {
+                let index = shards.shard_of(&self.key);
+                let found = shards.lock(index).get(&self.key, generation);
+                found
             }
+            Store::Own { shard, .. } => shard.get(&self.key, generation),
+        };
+        match found {
+            Some(_) => self.stats.hits += 1,
+            None => self.stats.misses += 1,
         }
-        drop(shard);
-        self.stats.misses += 1;
-        None
+        found
     }
 
     /// Keeps what `path` resolved to, evicting the least recently used entries of its
@@ -287,48 +391,24 @@ impl ContentCache {
             Resolved::Status(_) | Resolved::Redirect => (0, 0),
             Resolved::File(resource) => (resource.memory(), resource.open_files()),
         };
-        let memory = memory + path.len() + ENTRY_OVERHEAD;
+        let entry = Entry {
+            generation,
+            resolved,
+            memory: memory + path.len() + ENTRY_OVERHEAD,
+            open_files,
+        };
         self.set_key(site, path);
-        let index = self.store.shard_of(&self.key);
-        let mut shard = self.store.lock(index);
-        if memory > shard.max_memory || open_files > shard.max_open_files {
-            return;
-        }
-        if let Some(old) = shard.entries.peek(&self.key[..]) {
-            if old.generation > generation {
-                return;
-            }
-        }
-        if let Some(old) = shard.entries.pop(&self.key[..]) {
-            shard.forget(&old);
-        }
-        let mut evicted = 0;
-        while shard.memory + memory > shard.max_memory
-            || shard.open_files + open_files > shard.max_open_files
-        {
-            match shard.entries.pop_lru() {
-                Some((_, old)) => {
-                    evicted += 1;
-                    shard.forget(&old)
+        match &mut self.store {
+            Store::Shared(shards) => {
+                let index = shards.shard_of(&self.key);
+                let evicted = shards.lock(index).insert(&self.key, entry);
+                if evicted > 0 {
+                    shards.evictions.fetch_add(evicted, Ordering::Relaxed);
                 }
-                None => break,
             }
-        }
-        shard.memory += memory;
-        shard.open_files += open_files;
-        let key: Box<[u8]> = self.key.as_slice().into();
-        shard.entries.put(
-            key,
-            Entry {
-                generation,
-                resolved,
-                memory,
-                open_files,
-            },
-        );
-        drop(shard);
-        if evicted > 0 {
-            self.store.evictions.fetch_add(evicted, Ordering::Relaxed);
+            Store::Own {
+                shard, evictions, ..
+            } => *evictions += shard.insert(&self.key, entry),
         }
     }
 }
@@ -576,6 +656,24 @@ mod tests {
         std::fs::write(dir.path().join("a"), "b").unwrap();
         eventually(&site, &mut first, "/a", (200, b"b"));
         assert_eq!(bytes(&site, &mut second, "/a"), (200, b"b".to_vec()));
+    }
+
+    #[test]
+    fn private_caches_share_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), "a").unwrap();
+        let site = watched(dir.path(), SiteOptions::default());
+        let mut first = ContentCache::private(CacheLimits::default());
+        let mut second = first.share();
+        assert!(first.is_private() && second.is_private());
+        assert_eq!(first.shards(), 1);
+        assert_eq!(bytes(&site, &mut first, "/a"), (200, b"a".to_vec()));
+        assert_eq!((first.len(), second.len()), (1, 0));
+        assert_eq!(bytes(&site, &mut second, "/a"), (200, b"a".to_vec()));
+        assert_eq!(second.stats().misses, 1);
+        std::fs::write(dir.path().join("a"), "b").unwrap();
+        eventually(&site, &mut first, "/a", (200, b"b"));
+        eventually(&site, &mut second, "/a", (200, b"b"));
     }
 
     #[test]

@@ -269,7 +269,16 @@ fn check_says_what_a_model_does_differently() {
             show(&out)
         );
     }
-    // The threads share one content cache: nothing to say about it.
+    // percore's workers keep private caches, which is said; the threads share one content
+    // cache: nothing to say about it.
+    let out = check(&site.config("root = \"root\"\nmodel = \"percore\"\n"));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("keeps its content cache per core, so that nothing is shared"),
+        "{}",
+        show(&out)
+    );
     let out =
         check(&site.config(
             "root = \"root\"\nmodel = \"threads\"\n[threads]\nthreads = 64\nmax_active = 2\n",

@@ -389,8 +389,9 @@ httptest!(the_shared_response_cache_is_counted_once, |model| {
 httptest!(the_shared_content_cache_is_filled_once, |model| {
     // Four workers share one content cache: a file read once, its entry and memory counted
     // once over the workers' series, whatever worker each new connection lands on.
-    if model == "prefork" {
-        // Each child has a cache of its own (docs/configuration.md).
+    if model == "prefork" || model == "percore" {
+        // Each child, and each percore worker, has a cache of its own
+        // (docs/configuration.md).
         return;
     }
     let site = Site::new();

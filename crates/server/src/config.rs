@@ -386,6 +386,15 @@ impl Config {
         // The models whose handlers are many small pools rather than a few workers.
         let layout = self.driver_model().layout(self.workers);
         let (holder, count) = (layout.holder, layout.handlers);
+        if kind == ModelKind::Percore && self.cache.enabled {
+            notes.push(format!(
+                "model \"{name}\" keeps its content cache per {holder}, so that nothing is \
+                 shared on the request path (the other models keep one per process): each of \
+                 {count} gets 1/{count} of [cache] max_memory ({} bytes) and max_open_files, \
+                 and a file is read into each that serves it",
+                self.cache.max_memory / count as u64
+            ));
+        }
         if kind == ModelKind::Prefork && (self.cache.enabled || !self.routes.is_empty()) {
             notes.push(format!(
                 "model \"{name}\" keeps its caches per {holder} (the other models keep one \

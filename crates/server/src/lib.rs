@@ -190,7 +190,7 @@ struct Shared {
     backends: Vec<Arc<BackendConfig>>,
     access_log: AccessLog,
     /// The content cache, one for the process: each handler looks through a handle of its
-    /// own; a prefork child has its own cache.
+    /// own; a prefork child has its own cache, and each percore worker a private one.
     content_cache: ContentCache,
     /// The worker whose metrics carry the content cache's memory, entries and evictions.
     content_reporter: Arc<std::sync::atomic::AtomicUsize>,
@@ -228,6 +228,16 @@ impl Shared {
         .map_err(ServeError::AccessLog)?;
         // The processes that divide the budgets: a prefork pool's children, else one.
         let children = if single_threaded { handlers as u64 } else { 1 };
+        // percore's workers share nothing on the request path: a private content cache
+        // each, with an equal share of the budget.
+        let private = config.driver_model().kind() == ModelKind::Percore;
+        let caches = if private { handlers as u64 } else { children };
+        let content_limits = CacheLimits {
+            max_memory: (config.cache.max_memory / caches) as usize,
+            max_file_size: config.cache.max_file_size,
+            copy_below: config.cache.copy_below,
+            max_open_files: config.cache.max_open_files / caches as usize,
+        };
         Ok(Shared {
             hosts,
             settings: Arc::new(HandlerSettings::from_config(config)),
@@ -235,12 +245,11 @@ impl Shared {
             backends: config.backends.iter().cloned().map(Arc::new).collect(),
             access_log,
             // Whole for the process; a prefork child's is its share of the children's.
-            content_cache: ContentCache::new(CacheLimits {
-                max_memory: (config.cache.max_memory / children) as usize,
-                max_file_size: config.cache.max_file_size,
-                copy_below: config.cache.copy_below,
-                max_open_files: config.cache.max_open_files / children as usize,
-            }),
+            content_cache: if private {
+                ContentCache::private(content_limits)
+            } else {
+                ContentCache::new(content_limits)
+            },
             content_reporter: Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
             // Whole for the process; a prefork child's is its share of the children's.
             response_cache: Arc::new(SharedCache::new(

@@ -54,15 +54,19 @@ impl Router {
     /// cache's evictions, memory and entries on the series of one worker of the process
     /// (the first to tick), so that sums over workers are the process's figures. Every
     /// worker publishes those for it: the one that carries them may be idle and not
-    /// ticking (a pool thread).
+    /// ticking (a pool thread). A private cache's figures are its worker's own.
     pub(crate) fn publish_cache(&self, metrics: &WorkerMetrics) {
         let me = metrics.worker();
-        let reporter = match self
-            .reporter
-            .compare_exchange(usize::MAX, me, Relaxed, Relaxed)
-        {
-            Ok(_) => me,
-            Err(current) => current,
+        let reporter = if self.cache.is_private() {
+            me
+        } else {
+            match self
+                .reporter
+                .compare_exchange(usize::MAX, me, Relaxed, Relaxed)
+            {
+                Ok(_) => me,
+                Err(current) => current,
+            }
         };
         let stats = self.cache.stats();
         metrics.content_cache(stats.hits, stats.misses);
