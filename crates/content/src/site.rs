@@ -78,7 +78,7 @@ impl Site {
 
     /// Like [`Site::watch`], but without a thread: changes are seen when
     /// [`Site::poll_changes`] is called, which a single-threaded process does on every tick
-    /// and before each connection, and [`Site::serve_cached`] on a miss.
+    /// and before each connection.
     pub fn watch_polled(&mut self) -> io::Result<()> {
         self.watch = Some(Watch::start_polled(self.root.canonical(), None)?);
         Ok(())
@@ -136,16 +136,9 @@ impl Site {
         };
         // Read the generation before looking at the files: a change that lands while
         // resolving then makes the new entry stale at once instead of never.
-        let mut generation = watch.generation();
+        let generation = watch.generation();
         if let Some(resolved) = cache.get(self.id, req.path, generation) {
             return respond(&resolved, req);
-        }
-        if watch.is_polled() {
-            // A change this process has not read yet may be what the files now show: read
-            // it before resolving, so that the other processes sharing the generation stop
-            // serving what they kept before it (one read of the queue, on a miss only).
-            watch.poll();
-            generation = watch.generation();
         }
         let resolved = self.resolve(req.path, Some(cache.in_memory_limit()));
         let reply = respond(&resolved, req);

@@ -202,11 +202,6 @@ impl Watch {
         })
     }
 
-    /// Whether the events are read by [`Watch::poll`] rather than by a thread.
-    pub(crate) fn is_polled(&self) -> bool {
-        self.polled.is_some()
-    }
-
     /// Reads the events that arrived, for a watch without a thread; does nothing for one
     /// with a thread.
     pub(crate) fn poll(&self) {
