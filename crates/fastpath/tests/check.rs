@@ -269,15 +269,11 @@ fn check_says_what_a_model_does_differently() {
             "note: `workers` is ignored by model \"percore\"",
         ),
         (
-            "root = \"root\"\nmodel = \"threads\"\n[threads]\nthreads = 64\nmax_active = 2\n"
-                .to_owned(),
-            "keeps its content cache per thread: each of up to 64",
-        ),
-        (
             "root = \"root\"\nmodel = \"prefork\"\n[prefork]\nmax_children = 8\n[handover]\ncache_memory = \"8m\"\n"
                 .to_owned(),
-            "and of [handover] cache_memory (1048576 bytes); a backend response cached by one \
-             is not seen by the others",
+            "keeps its caches per child process (the other models keep one per process): each \
+             of up to 8 gets 1/8 of [cache] max_memory (8388608 bytes) and of [handover] \
+             cache_memory (1048576 bytes); a backend response cached by one is not seen",
         ),
         (
             format!("{uring_route}prefix = \"/app/\"\n"),
@@ -293,6 +289,26 @@ fn check_says_what_a_model_does_differently() {
             show(&out)
         );
     }
+    // percore's workers keep private caches, which is said; the threads share one content
+    // cache: nothing to say about it.
+    let out = check(&site.config("root = \"root\"\nmodel = \"percore\"\n"));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("keeps its content cache per core, so that nothing is shared"),
+        "{}",
+        show(&out)
+    );
+    let out =
+        check(&site.config(
+            "root = \"root\"\nmodel = \"threads\"\n[threads]\nthreads = 64\nmax_active = 2\n",
+        ));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("cache"),
+        "{}",
+        show(&out)
+    );
     // More preforked children than inotify instances a user may have: said once, here.
     let limit: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
         .expect("inotify's instance limit")

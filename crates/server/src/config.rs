@@ -119,6 +119,9 @@ pub struct Limits {
     pub max_discard_body: u64,
     /// Requests served on one connection before it is closed.
     pub max_requests_per_connection: u64,
+    /// SO_SNDBUF of the client connections, in bytes (the kernel doubles it for its
+    /// bookkeeping); 0 leaves the kernel's autotuning.
+    pub send_buffer: usize,
 }
 
 /// Connection timeouts.
@@ -138,7 +141,7 @@ pub struct Timeouts {
     pub shutdown: Duration,
 }
 
-/// The content cache (`[cache]`): per worker, shared-nothing.
+/// The content cache (`[cache]`): one per process, shared by its workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Keep what paths resolve to (and small files' bytes) in memory, invalidated by
@@ -281,6 +284,7 @@ impl Default for Limits {
             max_headers: 100,
             max_discard_body: 1024 * 1024,
             max_requests_per_connection: 10_000,
+            send_buffer: 0,
         }
     }
 }
@@ -389,21 +393,23 @@ impl Config {
         // The models whose handlers are many small pools rather than a few workers.
         let layout = self.driver_model().layout(self.workers);
         let (holder, count) = (layout.holder, layout.handlers);
-        if kind == ModelKind::Threads && self.cache.enabled {
+        if kind == ModelKind::Percore && self.cache.enabled {
             notes.push(format!(
-                "model \"{name}\" keeps its content cache per {holder}: each of up to {count} \
-                 gets 1/{count} of [cache] max_memory ({} bytes); the backend response cache \
-                 is one for all of them",
+                "model \"{name}\" keeps its content cache per {holder}, so that nothing is \
+                 shared on the request path (the other models keep one per process): each of \
+                 {count} gets 1/{count} of [cache] max_memory ({} bytes) and max_open_files, \
+                 and a file is read into each that serves it",
                 self.cache.max_memory / count as u64
             ));
         }
         if kind == ModelKind::Prefork && (self.cache.enabled || !self.routes.is_empty()) {
             notes.push(format!(
-                "model \"{name}\" keeps its caches per {holder}: each of up to {count} gets \
-                 1/{count} of [cache] max_memory ({} bytes) and of [handover] cache_memory \
-                 ({} bytes); a backend response cached by one is not seen by the others, so a \
-                 page may be fetched once per child, and a client may be sent an older \
-                 version of it by another child than the one it was sent last",
+                "model \"{name}\" keeps its caches per {holder} (the other models keep one \
+                 per process): each of up to {count} gets 1/{count} of [cache] max_memory ({} \
+                 bytes) and of [handover] cache_memory ({} bytes); a backend response \
+                 cached by one is not seen by the others, so a page may be fetched once per child, and a \
+                 client may be sent an older version of it by another child than the one it \
+                 was sent last",
                 self.cache.max_memory / count as u64,
                 self.handover.cache_memory / count
             ));

@@ -55,6 +55,8 @@ pub(crate) struct HandlerSettings {
     /// The name of each Unix-domain listener by listener index (`None` for TCP ones), which
     /// its clients go by in the logs.
     pub unix_listeners: Vec<Option<&'static str>>,
+    /// SO_SNDBUF for client connections; 0 leaves the kernel's autotuning.
+    pub send_buffer: libc::c_int,
 }
 
 impl HandlerSettings {
@@ -70,6 +72,8 @@ impl HandlerSettings {
             max_discard_body: config.limits.max_discard_body,
             max_requests_per_connection: config.limits.max_requests_per_connection,
             unix_listeners: Vec::new(),
+            send_buffer: libc::c_int::try_from(config.limits.send_buffer)
+                .unwrap_or(libc::c_int::MAX),
         }
     }
 }
@@ -162,7 +166,7 @@ impl HttpHandler {
         hosts: Arc<VirtualHosts>,
         settings: Arc<HandlerSettings>,
         access_log: Option<AccessLogBuffer>,
-        cache: ContentCache,
+        cache: (ContentCache, Arc<AtomicUsize>),
         routes: Arc<Routes>,
         backends: Vec<BackendState>,
         response_cache: (Arc<SharedCache>, Arc<AtomicUsize>),
@@ -770,6 +774,9 @@ impl Handler for HttpHandler {
     type Conn = HttpConn;
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (HttpConn, Next) {
+        if self.settings.send_buffer > 0 {
+            set_send_buffer(io, self.settings.send_buffer);
+        }
         // A client that connects and never sends a byte gets the header timeout like one that
         // stops halfway, and is then closed without an answer (there is no request to answer).
         io.set_deadline(Some(io.now() + self.settings.header_timeout));
@@ -885,8 +892,7 @@ impl Handler for HttpHandler {
         self.clock.refresh();
         self.router.poll_changes();
         if let Some(metrics) = &self.metrics {
-            let cache = self.router.cache();
-            metrics.content_cache(cache.stats(), cache.memory(), cache.len());
+            self.router.publish_cache(metrics);
         }
         self.backends.tick_cache(now, self.metrics.as_ref());
         if let Some(log) = self.access_log.as_mut() {
@@ -902,5 +908,26 @@ impl Handler for HttpHandler {
 
     fn refusal(&self) -> &[u8] {
         REFUSAL
+    }
+}
+
+/// Sets SO_SNDBUF on a client connection (`[limits] send_buffer`). Set here, on each
+/// accepted socket, rather than once on the listeners: accepted sockets did not always
+/// inherit it (on Linux 6.18, some kept the autotuned buffer under parallel load).
+fn set_send_buffer(io: &Io<'_>, size: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a socket the driver keeps open for this call, and an int option of the size
+    // passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            io.socket().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("SO_SNDBUF: {}", std::io::Error::last_os_error());
     }
 }

@@ -181,6 +181,8 @@ pub(super) const LIMITS: TableSpec<Limits> = TableSpec { place: "in [limits]", k
     // Requests served on one connection before it is closed.
     key("max_requests_per_connection", "10000",
         Count(1, u64::MAX, |l, n| l.max_requests_per_connection = n)),
+    // SO_SNDBUF of client connections; 0 leaves the kernel's autotuning.
+    key("send_buffer", "0", Size(0, |l, n| l.send_buffer = to_usize(n))),
 ]};
 
 #[rustfmt::skip]
