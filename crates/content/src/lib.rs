@@ -66,6 +66,7 @@ mod watch;
 pub use cache::{CacheLimits, CacheStats, ContentCache, DEFAULT_COPY_BELOW};
 pub use ranges::{MAX_MULTIPART_RANGES, MERGE_GAP};
 pub use site::Site;
+pub use watch::shared_generations;
 
 /// How a [`Site`] maps paths to files.
 #[derive(Debug, Clone, PartialEq, Eq)]

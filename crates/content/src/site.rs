@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use fastpath_http::{
     etag_list_matches, parse_accept_encoding, parse_http_date, parse_range, RangeRequest,
@@ -80,7 +80,18 @@ impl Site {
     /// [`Site::poll_changes`] is called, which a single-threaded process does on every tick
     /// and before each connection.
     pub fn watch_polled(&mut self) -> io::Result<()> {
-        self.watch = Some(Watch::start_polled(self.root.canonical())?);
+        self.watch = Some(Watch::start_polled(self.root.canonical(), None)?);
+        Ok(())
+    }
+
+    /// Like [`Site::watch_polled`], with `generation` (from [`crate::shared_generations`],
+    /// mapped before the processes were forked) as the count of changes: a change read by
+    /// any of the processes that share it makes every one's cached lookups stale at once.
+    pub fn watch_polled_shared(&mut self, generation: &'static AtomicU64) -> io::Result<()> {
+        self.watch = Some(Watch::start_polled(
+            self.root.canonical(),
+            Some(generation),
+        )?);
         Ok(())
     }
 
@@ -127,7 +138,7 @@ impl Site {
         // resolving then makes the new entry stale at once instead of never.
         let generation = watch.generation();
         if let Some(resolved) = cache.get(self.id, req.path, generation) {
-            return respond(resolved, req);
+            return respond(&resolved, req);
         }
         let resolved = self.resolve(req.path, Some(cache.in_memory_limit()));
         let reply = respond(&resolved, req);

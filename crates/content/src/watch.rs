@@ -9,7 +9,10 @@
 //!
 //! The events are read by a thread of the watch's own, or, for a process that must stay
 //! single-threaded (a prefork child), by its owner calling [`Watch::poll`] on every tick and
-//! before each connection; reading an empty queue costs one system call per site.
+//! before each connection; reading an empty queue costs one system call per site. Processes
+//! forked from one parent (prefork's children) can share the generation counter through
+//! [`shared_generations`]: the first of them to read a change makes it seen by all at once,
+//! and the others' own reading of it later only moves the counter once more.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -36,10 +39,52 @@ const POLL_MS: i32 = 500;
 /// Directories watched at most per site; past it the watch fails and nothing is cached.
 const MAX_WATCHED_DIRS: usize = 100_000;
 
-/// The shared side of a watch: the generation counter.
+/// The shared side of a watch: the generation counter, its own or one in memory shared
+/// with other processes.
 #[derive(Debug)]
 struct Shared {
-    generation: AtomicU64,
+    own: AtomicU64,
+    mapped: Option<&'static AtomicU64>,
+}
+
+impl Shared {
+    fn new(mapped: Option<&'static AtomicU64>) -> Arc<Shared> {
+        Arc::new(Shared {
+            own: AtomicU64::new(0),
+            mapped,
+        })
+    }
+
+    fn generation(&self) -> &AtomicU64 {
+        self.mapped.unwrap_or(&self.own)
+    }
+}
+
+/// `n` generation counters in anonymous memory shared with the processes forked after this
+/// call (prefork's children), for [`crate::Site::watch_polled_shared`]. The mapping lasts as
+/// long as the process.
+pub fn shared_generations(n: usize) -> io::Result<&'static [AtomicU64]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    let bytes = n * std::mem::size_of::<AtomicU64>();
+    // SAFETY: an anonymous shared mapping, checked for failure; zeroed memory is a valid
+    // AtomicU64 (0), the mapping is page-aligned, and it is never unmapped, so the slice may
+    // live as long as the process.
+    unsafe {
+        let base = libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(std::slice::from_raw_parts(base as *const AtomicU64, n))
+    }
 }
 
 /// A running watch on one document root; the thread ends when this is dropped.
@@ -133,9 +178,7 @@ impl Watch {
     /// starts the thread that reads the events.
     pub(crate) fn start(root: &Path) -> io::Result<Watch> {
         let queue = Queue::open(root)?;
-        let shared = Arc::new(Shared {
-            generation: AtomicU64::new(0),
-        });
+        let shared = Shared::new(None);
         let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("fastpath-watch".into())
@@ -147,12 +190,14 @@ impl Watch {
     }
 
     /// Watches every directory under `root`, without a thread: the events are read by
-    /// [`Watch::poll`].
-    pub(crate) fn start_polled(root: &Path) -> io::Result<Watch> {
+    /// [`Watch::poll`]. With `mapped`, the generation is that counter, shared with other
+    /// processes.
+    pub(crate) fn start_polled(
+        root: &Path,
+        mapped: Option<&'static AtomicU64>,
+    ) -> io::Result<Watch> {
         Ok(Watch {
-            shared: Arc::new(Shared {
-                generation: AtomicU64::new(0),
-            }),
+            shared: Shared::new(mapped),
             polled: Some(Mutex::new(Queue::open(root)?)),
         })
     }
@@ -167,13 +212,13 @@ impl Watch {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if queue.drain() {
-            self.shared.generation.fetch_add(1, Ordering::AcqRel);
+            self.shared.generation().fetch_add(1, Ordering::AcqRel);
         }
     }
 
     /// The current generation; it moves whenever something under the root changed.
     pub(crate) fn generation(&self) -> u64 {
-        self.shared.generation.load(Ordering::Acquire)
+        self.shared.generation().load(Ordering::Acquire)
     }
 }
 
@@ -235,7 +280,7 @@ fn watch_loop(mut queue: Queue, shared: Weak<Shared>) {
             continue;
         }
         if queue.drain() {
-            shared.generation.fetch_add(1, Ordering::AcqRel);
+            shared.generation().fetch_add(1, Ordering::AcqRel);
         }
     }
 }

@@ -199,6 +199,19 @@ pub enum FlushError {
     FileShrunk,
 }
 
+impl FlushError {
+    /// Why a client connection whose send failed this way ends.
+    pub(crate) fn close_reason(self) -> crate::CloseReason {
+        match self {
+            FlushError::FileShrunk => crate::CloseReason::FileShrunk,
+            FlushError::Io(e) => {
+                tracing::debug!("send failed: {e}");
+                crate::CloseReason::PeerGone
+            }
+        }
+    }
+}
+
 /// Response bytes queued on a connection, in order: inline bytes, shared buffers and file ranges.
 #[derive(Default)]
 pub struct Output {

@@ -1,6 +1,8 @@
 //! The connection engine every event loop shares: what the driver keeps for one connection
 //! (a [`Link`]), the states it moves through, how a handler's [`Next`] moves it, the closing
-//! rule, the deadline rule of the tick sweep, and the calls into the handler.
+//! rule, the deadline rule of the tick sweep, and the calls into the handler ([`Parts`]). The
+//! steps built on these, the same for every loop, are the provided methods of
+//! [`crate::loops::Engine`].
 //!
 //! A loop (epoll readiness or io_uring completions) decides only *when* bytes can move and
 //! moves them; *what happens next* to a connection is decided here, once, so that every model
@@ -14,7 +16,7 @@ use crate::buffers::{BufferPool, Input, Output};
 use crate::loops::Core;
 use crate::slab::Token;
 use crate::sys::syscall;
-use crate::upstream::UpstreamPort;
+use crate::upstream::{Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Io, Next, Opened, Worker};
 
 /// Where a connection is in its life, as far as the driver is concerned.
@@ -41,7 +43,7 @@ pub(crate) struct Link {
     pub(crate) input: Input,
     pub(crate) output: Output,
     pub(crate) state: State,
-    /// When the handler's [`Handler::on_timeout`] is due (set through [`Io::deadline`]).
+    /// When the handler's [`Handler::on_timeout`] is due (set through [`Io::set_deadline`]).
     pub(crate) deadline: Option<Instant>,
     /// When queued output that makes no progress ends the connection.
     pub(crate) send_deadline: Option<Instant>,
@@ -144,21 +146,15 @@ impl Link {
     /// and nothing more expected: close at once, the FIN right behind the last byte (as nginx
     /// does without a pending body). Otherwise shut the sending side down and linger, dropping
     /// what is unread. `input_waiting`: the loop knows of input not yet read from the socket.
-    pub(crate) fn finish_closing(
-        &mut self,
-        pool: &mut BufferPool,
-        now: Instant,
-        linger_timeout: Duration,
-        input_waiting: bool,
-    ) -> Closing {
+    pub(crate) fn finish_closing(&mut self, core: &mut Core<'_>, input_waiting: bool) -> Closing {
         let quiet = !self.linger && self.input.is_empty() && !input_waiting;
         if self.eof || quiet {
             return Closing::Now;
         }
         let _ = syscall!(shutdown(self.fd.as_raw_fd(), libc::SHUT_WR));
         self.state = State::Lingering;
-        self.deadline = Some(now + linger_timeout);
-        self.drop_input(pool);
+        self.deadline = Some(core.now + core.config.linger_timeout);
+        self.drop_input(&mut core.pool);
         Closing::Lingering
     }
 
@@ -218,6 +214,38 @@ impl Link {
         }
     }
 
+    /// Carries out what a handler call asked of the upstream (see
+    /// [`UpstreamPort::after_call`]): `Some(idle)` when it asked for a join.
+    pub(crate) fn upstream_after_call(
+        &mut self,
+        core: &mut Core<'_>,
+        registry: &mut dyn Registry,
+    ) -> Option<(Duration, Option<Box<dyn crate::splice::Carrier>>)> {
+        let (upstreams, pool) = (&mut core.upstreams, &mut core.pool);
+        self.upstream
+            .after_call(registry, upstreams, pool, core.now)
+    }
+
+    /// The joint with the upstream is done (the backend's end has reached the client): the
+    /// upstream is let go of and the connection closes like any other, its late input
+    /// discarded for the linger time so the answer is not reset away.
+    pub(crate) fn unjoin(&mut self, core: &mut Core<'_>, registry: &mut dyn Registry) {
+        self.upstream
+            .close(registry, &mut core.upstreams, &mut core.pool, core.now);
+        self.state = State::Closing;
+        self.linger = true;
+        self.deadline = None;
+    }
+
+    /// Gives back what a closed connection holds: its queued output and unread input to the
+    /// pool, its upstream to the worker's idle upstreams (or closed).
+    pub(crate) fn release(&mut self, core: &mut Core<'_>, registry: &mut dyn Registry) {
+        self.output.clear(&mut core.pool);
+        self.drop_input(&mut core.pool);
+        self.upstream
+            .close(registry, &mut core.upstreams, &mut core.pool, core.now);
+    }
+
     /// Drops what the peer sent and the handler has not consumed.
     pub(crate) fn drop_input(&mut self, pool: &mut BufferPool) {
         let unread = self.input.len();
@@ -246,56 +274,74 @@ pub(crate) fn open<H: Handler>(
     (link, conn, next)
 }
 
-/// Calls the handler's `on_ready` (or `on_timeout`) for connection `token`, then gives an
-/// emptied input buffer back to the pool and notes a deadline the sweep would find late.
-#[inline]
-pub(crate) fn call<H: Handler>(
-    handler: &mut H,
-    conn: &mut H::Conn,
-    link: &mut Link,
-    core: &mut Core<'_>,
-    token: Token,
-    timeout: bool,
-) -> Next {
-    let draining = core.stopping();
-    let mut io = link.io(core, token, draining);
-    let next = if timeout {
-        handler.on_timeout(conn, &mut io)
-    } else {
-        handler.on_ready(conn, &mut io)
-    };
-    link.input.release_if_empty(&mut core.pool);
-    core.note_deadline(token, link.deadline);
-    next
+/// One live connection of a loop as the shared engine works on it: the worker's handler and
+/// [`Core`] with the connection's [`Link`] and handler state, borrowed together for one step
+/// (see [`crate::loops::Engine::parts`]).
+pub(crate) struct Parts<'w, 'a, H: Handler> {
+    pub(crate) handler: &'w mut H,
+    pub(crate) core: &'w mut Core<'a>,
+    pub(crate) link: &'w mut Link,
+    pub(crate) conn: &'w mut H::Conn,
+    pub(crate) token: Token,
+    /// The kernel is reading the connection's output (an io_uring send in flight): the
+    /// handler, which may write, must not be called now.
+    pub(crate) busy: bool,
+    /// Joined with its upstream: whatever the handler answers, it stays joined.
+    pub(crate) joined: bool,
 }
 
-/// Tells the handler of a graceful stop through its `on_drain`, once per connection, if the
-/// connection waits on its client (reading or draining: one that is closing or joined has no
-/// more for the handler to decide) and the loop can let the handler write now (not
-/// `handler_busy`; a later sweep tries again). `None` when the handler was not called or
-/// leaves the connection as it is.
-pub(crate) fn drain<H: Handler>(
+impl<H: Handler> Parts<'_, '_, H> {
+    /// Calls the handler's `on_ready` (or `on_timeout`), then gives an emptied input buffer
+    /// back to the pool and notes a deadline the sweep would find late.
+    #[inline]
+    pub(crate) fn call(self, timeout: bool) -> Next {
+        let draining = self.core.stopping();
+        let mut io = self.link.io(self.core, self.token, draining);
+        let next = if timeout {
+            self.handler.on_timeout(self.conn, &mut io)
+        } else {
+            self.handler.on_ready(self.conn, &mut io)
+        };
+        self.link.input.release_if_empty(&mut self.core.pool);
+        self.core.note_deadline(self.token, self.link.deadline);
+        next
+    }
+
+    /// Tells the handler of a graceful stop through its `on_drain`, once per connection, if
+    /// the connection waits on its client (reading, draining or waiting: one that is closing
+    /// or joined has no more for the handler to decide) and the handler may write now (not
+    /// [`Parts::busy`]; a later sweep tries again). `None` when the handler was not called or
+    /// leaves the connection as it is.
+    pub(crate) fn drain(self) -> Option<Next> {
+        if self.link.drain_told || self.busy {
+            return None;
+        }
+        self.link.drain_told = true;
+        if !matches!(
+            self.link.state,
+            State::Reading | State::Draining | State::Waiting
+        ) {
+            return None;
+        }
+        let next = self
+            .handler
+            .on_drain(self.conn, &mut self.link.io(self.core, self.token, true));
+        self.link.input.release_if_empty(&mut self.core.pool);
+        self.core.note_deadline(self.token, self.link.deadline);
+        next
+    }
+}
+
+/// The start of a connection's close: why it ends (see [`Link::close_reason`]), after the
+/// handler has heard what its output delivered ([`Handler::on_closing`]).
+pub(crate) fn closing<H: Handler>(
     handler: &mut H,
     conn: &mut H::Conn,
-    link: &mut Link,
-    core: &mut Core<'_>,
-    token: Token,
-    handler_busy: bool,
-) -> Option<Next> {
-    if link.drain_told || handler_busy {
-        return None;
-    }
-    link.drain_told = true;
-    if !matches!(
-        link.state,
-        State::Reading | State::Draining | State::Waiting
-    ) {
-        return None;
-    }
-    let next = handler.on_drain(conn, &mut link.io(core, token, true));
-    link.input.release_if_empty(&mut core.pool);
-    core.note_deadline(token, link.deadline);
-    next
+    link: &Link,
+    reason: CloseReason,
+) -> CloseReason {
+    handler.on_closing(conn, link.output.sent());
+    link.close_reason(reason)
 }
 
 /// The accounting of a closed connection, once the loop has let go of its sockets: the
@@ -329,6 +375,21 @@ mod tests {
         )
     }
 
+    /// Runs `f` with a worker's [`Core`] under the default configuration.
+    fn with_core(f: impl FnOnce(&mut Core<'_>)) {
+        let config = crate::DriverConfig::default();
+        let (active, stop) = (
+            std::sync::atomic::AtomicUsize::new(0),
+            std::sync::atomic::AtomicBool::new(false),
+        );
+        let env = crate::loops::Env {
+            config: &config,
+            active: &active,
+            stop: &stop,
+        };
+        f(&mut Core::new(env, BufferPool::default()));
+    }
+
     /// Counts `on_drain` calls and answers them with `answer`.
     struct Drained {
         calls: usize,
@@ -348,7 +409,7 @@ mod tests {
         }
         fn on_close(&mut self, _: (), _: CloseReason, _: &mut Worker<'_>) {}
         fn on_drain(&mut self, _: &mut (), io: &mut Io<'_>) -> Option<Next> {
-            assert!(io.draining);
+            assert!(io.draining());
             self.calls += 1;
             self.answer
         }
@@ -356,51 +417,40 @@ mod tests {
 
     #[test]
     fn a_connection_hears_of_a_graceful_stop_once_and_only_while_it_waits_on_its_client() {
-        let config = crate::DriverConfig::default();
-        let (active, stop) = (
-            std::sync::atomic::AtomicUsize::new(0),
-            std::sync::atomic::AtomicBool::new(false),
-        );
-        let env = crate::loops::Env {
-            config: &config,
-            active: &active,
-            stop: &stop,
-        };
-        let mut core = Core::new(env, BufferPool::default());
-        let token = Token {
-            index: 0,
-            generation: 0,
-        };
-        let mut handler = Drained {
-            calls: 0,
-            answer: Some(Next::Close),
-        };
-        let mut l = link();
-        assert_eq!(
-            drain(&mut handler, &mut (), &mut l, &mut core, token, true),
-            None,
-            "busy: not now"
-        );
-        assert_eq!(handler.calls, 0);
-        assert_eq!(
-            drain(&mut handler, &mut (), &mut l, &mut core, token, false),
-            Some(Next::Close)
-        );
-        assert_eq!(
-            drain(&mut handler, &mut (), &mut l, &mut core, token, false),
-            None,
-            "told once"
-        );
-        assert_eq!(handler.calls, 1);
-        for state in [State::Closing, State::Lingering, State::Joined] {
+        with_core(|core| {
+            let token = Token {
+                index: 0,
+                generation: 0,
+            };
+            let mut handler = Drained {
+                calls: 0,
+                answer: Some(Next::Close),
+            };
+            let mut drain = |handler: &mut Drained, link: &mut Link, busy: bool| {
+                Parts {
+                    handler,
+                    core: &mut *core,
+                    link,
+                    conn: &mut (),
+                    token,
+                    busy,
+                    joined: false,
+                }
+                .drain()
+            };
             let mut l = link();
-            l.state = state;
-            assert_eq!(
-                drain(&mut handler, &mut (), &mut l, &mut core, token, false),
-                None
-            );
-        }
-        assert_eq!(handler.calls, 1, "nothing to decide once closing or joined");
+            assert_eq!(drain(&mut handler, &mut l, true), None, "busy: not now");
+            assert_eq!(handler.calls, 0);
+            assert_eq!(drain(&mut handler, &mut l, false), Some(Next::Close));
+            assert_eq!(drain(&mut handler, &mut l, false), None, "told once");
+            assert_eq!(handler.calls, 1);
+            for state in [State::Closing, State::Lingering, State::Joined] {
+                let mut l = link();
+                l.state = state;
+                assert_eq!(drain(&mut handler, &mut l, false), None);
+            }
+            assert_eq!(handler.calls, 1, "nothing to decide once closing or joined");
+        });
     }
 
     #[test]
@@ -432,15 +482,11 @@ mod tests {
 
     #[test]
     fn a_quiet_close_is_immediate() {
-        let mut l = link();
-        let mut pool = BufferPool::default();
-        l.apply(Next::Close, false);
-        let now = Instant::now();
-        let linger = Duration::from_secs(1);
-        assert_eq!(
-            l.finish_closing(&mut pool, now, linger, false),
-            Closing::Now
-        );
+        with_core(|core| {
+            let mut l = link();
+            l.apply(Next::Close, false);
+            assert_eq!(l.finish_closing(core, false), Closing::Now);
+        });
     }
 
     #[test]

@@ -30,6 +30,11 @@ use crate::upstream::{start_connect, UpstreamAddr, UpstreamPort};
 pub const TICK: Duration = Duration::from_millis(100);
 
 /// What a connection waits for after a handler call.
+///
+/// Non-exhaustive, as the ways to wait will grow (timers finer than the sweep, several
+/// outgoing connections): a service returns a `Next` far more often than it matches one, and
+/// building one is not affected; code that does match one (a handler wrapping another) keeps
+/// a `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Next {
@@ -81,29 +86,44 @@ pub enum CloseReason {
 /// What a handler sees of one connection during a call.
 pub struct Io<'a> {
     /// Bytes received and not yet consumed.
-    pub input: &'a mut Input,
+    pub(crate) input: &'a mut Input,
     /// Bytes queued for sending.
-    pub output: &'a mut Output,
+    pub(crate) output: &'a mut Output,
     /// The worker's buffer pool, lent to [`Output::write_with`].
-    pub pool: &'a mut BufferPool,
+    pub(crate) pool: &'a mut BufferPool,
     /// The peer has finished sending (nothing more will arrive).
-    pub eof: bool,
+    pub(crate) eof: bool,
     /// The time of this loop iteration.
-    pub now: Instant,
+    pub(crate) now: Instant,
     /// When [`Handler::on_timeout`] should be called; `None` for never.
-    pub deadline: &'a mut Option<Instant>,
+    pub(crate) deadline: &'a mut Option<Instant>,
     /// The connection's upstream (a backend connection on the same loop). While one is
     /// attached, [`Handler::on_ready`] is also called for what happens upstream.
-    pub upstream: &'a mut UpstreamPort,
+    pub(crate) upstream: &'a mut UpstreamPort,
     /// The server is stopping gracefully: finish what has begun (the request being read, the
     /// response being sent) and then close, taking no further requests.
-    pub draining: bool,
+    pub(crate) draining: bool,
     /// This connection's name in its worker.
     pub(crate) me: Token,
     /// The connection's socket, lent for the call ([`Io::socket`]).
     pub(crate) fd: RawFd,
     /// What the handler asks of the worker beyond this connection, carried out after the call.
     pub(crate) requests: &'a mut Requests,
+}
+
+/// What [`Io::parts`] lends: the parts of a connection that a call may need at once.
+#[non_exhaustive]
+pub struct IoParts<'b> {
+    /// Bytes received and not yet consumed.
+    pub input: &'b mut Input,
+    /// Bytes queued for sending.
+    pub output: &'b mut Output,
+    /// The worker's buffer pool.
+    pub pool: &'b mut BufferPool,
+    /// The connection's upstream.
+    pub upstream: &'b mut UpstreamPort,
+    /// When [`Handler::on_timeout`] should be called ([`Io::set_deadline`]).
+    pub deadline: &'b mut Option<Instant>,
 }
 
 /// A connection of the worker, named by [`Io::me`]: what a service keeps to write to it or
@@ -161,6 +181,86 @@ pub(crate) struct Outgoing {
 }
 
 impl Io<'_> {
+    /// Bytes received and not yet consumed.
+    pub fn input(&self) -> &Input {
+        self.input
+    }
+
+    /// Bytes received and not yet consumed, to [`Input::consume`] what the service takes.
+    pub fn input_mut(&mut self) -> &mut Input {
+        self.input
+    }
+
+    /// Bytes queued for sending. To queue inline bytes, [`Io::write`] and [`Io::write_with`]
+    /// lend the worker's buffer pool themselves.
+    pub fn output(&self) -> &Output {
+        self.output
+    }
+
+    /// Bytes queued for sending, to queue shared buffers and file ranges; the [`Output`]
+    /// methods that also take the buffer pool have [`Io::output_and_pool`].
+    pub fn output_mut(&mut self) -> &mut Output {
+        self.output
+    }
+
+    /// The worker's buffer pool, for [`Output`]'s and [`Input`]'s methods that take one.
+    pub fn pool(&mut self) -> &mut BufferPool {
+        self.pool
+    }
+
+    /// The output and the buffer pool at once, for the [`Output`] methods that take the pool
+    /// ([`Output::append_vec`], [`Output::clear`]...).
+    pub fn output_and_pool(&mut self) -> (&mut Output, &mut BufferPool) {
+        (self.output, self.pool)
+    }
+
+    /// The connection's buffers and upstream lent at once, for code that works on several
+    /// of them together (relaying input to output, an upstream's bytes to the client).
+    pub fn parts(&mut self) -> IoParts<'_> {
+        IoParts {
+            input: self.input,
+            output: self.output,
+            pool: self.pool,
+            upstream: self.upstream,
+            deadline: self.deadline,
+        }
+    }
+
+    /// Whether the peer has finished sending (nothing more will arrive).
+    pub fn eof(&self) -> bool {
+        self.eof
+    }
+
+    /// The time of this loop iteration: cheaper than [`Instant::now`], and the clock the
+    /// deadlines are checked against.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// When [`Handler::on_timeout`] will be called; `None` for never.
+    pub fn deadline(&self) -> Option<Instant> {
+        *self.deadline
+    }
+
+    /// Sets (or with `None` clears) when [`Handler::on_timeout`] is called. Every connection
+    /// should have one while it waits on its peer: a connection without a deadline may stay
+    /// open for ever if its peer goes silent.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        *self.deadline = deadline;
+    }
+
+    /// The connection's upstream (a backend connection on the same loop). While one is
+    /// attached, [`Handler::on_ready`] is also called for what happens upstream.
+    pub fn upstream(&mut self) -> &mut UpstreamPort {
+        self.upstream
+    }
+
+    /// Whether the server is stopping gracefully: finish what has begun (the request being
+    /// read, the response being sent) and then close, taking no further requests.
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
     /// Queues inline bytes.
     pub fn write(&mut self, bytes: &[u8]) {
         self.output
@@ -313,7 +413,7 @@ pub trait Handler {
     /// A connection was accepted from the listener `opened` names. `io` has no input yet
     /// (it may well be waiting in the socket: it comes with the first [`Handler::on_ready`]);
     /// what the handler writes is sent at once (a greeting), and it should set
-    /// [`Io::deadline`]: a connection without a deadline may stay open for ever if its peer
+    /// [`Io::set_deadline`]: a connection without a deadline may stay open for ever if its peer
     /// never sends a byte. The returned [`Next`] is applied as after any call, so a service
     /// can also refuse a connection with a message and [`Next::Close`].
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (Self::Conn, Next);
@@ -321,7 +421,7 @@ pub trait Handler {
     /// New input arrived (or end of input), or the output drained after [`Next::Drain`].
     fn on_ready(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
 
-    /// The deadline set through [`Io::deadline`] has passed.
+    /// The deadline set with [`Io::set_deadline`] has passed.
     fn on_timeout(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Next;
 
     /// The connection is closing, whatever the reason; `sent` is how many bytes of its output

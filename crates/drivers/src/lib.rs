@@ -21,8 +21,12 @@
 //! - `connection.rs`: the connection engine every loop shares (states, the handler's
 //!   [`Next`] applied, the closing and deadline rules, close accounting), and `slab.rs`, the
 //!   slots that events name by index and generation;
-//! - `loops/`: the event loops, which only wait and move bytes: epoll readiness
-//!   (`loops/epoll.rs`) and io_uring completions (`loops/uring.rs`);
+//! - `loops/`: the event loops. What is the same for every loop (opening a connection,
+//!   calling the handler and applying its answer, deadlines and the tick sweep, wakes, a
+//!   graceful stop) is written once in `loops/mod.rs` as the provided methods of the loops'
+//!   `Engine` trait; each loop only says where its connections are and how it waits and
+//!   moves bytes: epoll readiness (`loops/epoll.rs`) and io_uring completions
+//!   (`loops/uring.rs`);
 //! - `pools/`: the models that spread connections over threads or processes on the epoll
 //!   loop's worker: pinned per-core loops, a thread pool with a bound on running threads,
 //!   preforked single-threaded processes;
@@ -57,25 +61,29 @@
 //!     type Conn = ();
 //!     fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> ((), Next) {
 //!         io.write(b"hello\n");
-//!         *io.deadline = Some(io.now + Duration::from_secs(10));
+//!         io.set_deadline(Some(io.now() + Duration::from_secs(10)));
 //!         ((), Next::Read)
 //!     }
 //!     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
-//!         let data = io.input.data().to_vec();
-//!         io.write(&data);
-//!         io.input.consume(data.len());
-//!         *io.deadline = Some(io.now + Duration::from_secs(10));
-//!         if io.eof { Next::Close } else { Next::Read }
+//!         // The input and the output side by side: the bytes are copied once.
+//!         let parts = io.parts();
+//!         let n = parts.input.len();
+//!         parts.output.write_with(parts.pool, |out| out.extend_from_slice(parts.input.data()));
+//!         parts.input.consume(n);
+//!         io.set_deadline(Some(io.now() + Duration::from_secs(10)));
+//!         if io.eof() { Next::Close } else { Next::Read }
 //!     }
 //!     fn on_timeout(&mut self, _conn: &mut (), _io: &mut Io<'_>) -> Next { Next::Close }
 //!     fn on_close(&mut self, _conn: (), _reason: CloseReason, _worker: &mut Worker<'_>) {}
 //! }
 //!
-//! static STOP: AtomicBool = AtomicBool::new(false);
+//! // Set by anything that outlives the call (another thread, a signal handler: see
+//! // `signals::install_stop_handler`) to stop every worker.
+//! let stop = AtomicBool::new(false);
 //! let config = DriverConfig::default();
 //! let listeners = bind_listeners(&["127.0.0.1:7000".parse().unwrap()], 2).unwrap();
 //! let model = if fastpath_drivers::uring_available().is_ok() { Model::Uring } else { Model::Epoll };
-//! run(model, listeners, &config, |_worker| Echo, &STOP).unwrap();
+//! run(model, listeners, &config, |_worker| Echo, &stop).unwrap();
 //! ```
 #![deny(missing_docs)]
 // `syscall!` is exported so the load generator shares it; its arguments go into the FFI call it
@@ -99,10 +107,12 @@ pub mod units;
 mod upstream;
 
 pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
-pub use contract::{CloseReason, ConnRef, Handler, Io, Next, Opened, Origin, Worker, TICK};
+pub use contract::{
+    CloseReason, ConnRef, Handler, Io, IoParts, Next, Opened, Origin, Worker, TICK,
+};
 pub use listener::{
-    adopt_handed, bind_into_group, bind_listeners, bind_listeners_with, ListenOptions,
-    ListenerFeatures, Listeners, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
+    adopt_handed, bind_into_group, bind_listeners, bind_listeners_with, ListenAddr, ListenOptions,
+    ListenerFeatures, Listeners, UnixSocketFile, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
 pub use model::{
     run, run_service, uring_available, worker_count, DriverConfig, Layout, Model, ModelKind,

@@ -270,7 +270,7 @@ where
 /// each worker's handler from it, and it is dropped when that process stops serving.
 pub fn run_service<S, H, F>(
     model: Model,
-    listeners: Listeners,
+    mut listeners: Listeners,
     config: &DriverConfig,
     stop: &AtomicBool,
     start: &(dyn Fn(Process) -> io::Result<S> + Sync),
@@ -281,6 +281,9 @@ where
     H: Handler,
     F: Fn(&S, usize) -> H + Sync,
 {
+    // Unix sockets' files go once every worker has stopped, whatever the model does with the
+    // sockets meanwhile.
+    let _unix_files = std::mem::take(&mut listeners.unix_files);
     if let Model::Prefork(prefork) = model {
         return prefork::run(listeners, config, prefork, stop, &|child| {
             let shared = start(Process {

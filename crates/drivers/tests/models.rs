@@ -159,8 +159,8 @@ impl Server {
         fastpath_drivers::ignore_sigpipe();
         let listeners =
             bind_listeners_with(&[("127.0.0.1:0".parse().unwrap(), options)], WORKERS).unwrap();
-        let addr = listeners.local_addrs[0];
-        // run() wants a flag that lives for ever; one small leak per test.
+        let addr = listeners.local_addrs[0].tcp().expect("a TCP listener");
+        // The server thread outlives this call and keeps the flag: one small leak per test.
         let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
         let log = Arc::new(Log::default());
         let handler_log = log.clone();
@@ -221,21 +221,22 @@ impl Handler for Echo {
     }
 
     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
-        if io.output.pending() >= HIGH_WATER {
+        if io.output().pending() >= HIGH_WATER {
             return Next::Drain;
         }
-        let take = io.input.len().min(HIGH_WATER as usize);
-        io.output.write_with(io.pool, |out| {
-            out.extend_from_slice(&io.input.data()[..take])
+        let take = io.input().len().min(HIGH_WATER as usize);
+        let parts = io.parts();
+        parts.output.write_with(parts.pool, |out| {
+            out.extend_from_slice(&parts.input.data()[..take])
         });
-        io.input.consume(take);
+        parts.input.consume(take);
         if let Some(wait) = self.deadline {
-            *io.deadline = Some(io.now + wait);
+            io.set_deadline(Some(io.now() + wait));
         }
-        if !io.input.is_empty() || io.output.pending() >= HIGH_WATER {
+        if !io.input().is_empty() || io.output().pending() >= HIGH_WATER {
             return Next::Drain;
         }
-        if io.eof {
+        if io.eof() {
             Next::Close
         } else {
             Next::Read
@@ -287,20 +288,20 @@ impl Handler for Lines {
 
     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
         loop {
-            if io.output.pending() >= HIGH_WATER {
+            if io.output().pending() >= HIGH_WATER {
                 return Next::Drain;
             }
-            let Some(end) = io.input.data().iter().position(|&b| b == b'\n') else {
-                return if io.eof { Next::Close } else { Next::Read };
+            let Some(end) = io.input().data().iter().position(|&b| b == b'\n') else {
+                return if io.eof() { Next::Close } else { Next::Read };
             };
-            let line = String::from_utf8_lossy(&io.input.data()[..end]).into_owned();
-            io.input.consume(end + 1);
+            let line = String::from_utf8_lossy(&io.input().data()[..end]).into_owned();
+            io.input_mut().consume(end + 1);
             let words: Vec<&str> = line.split_whitespace().collect();
             match words.as_slice() {
                 ["file", offset, len] => {
                     let (offset, len): (u64, u64) = (offset.parse().unwrap(), len.parse().unwrap());
                     io.write(format!("{len}\n").as_bytes());
-                    io.output.push_file(self.file.clone(), offset, len);
+                    io.output_mut().push_file(self.file.clone(), offset, len);
                     io.write(b"end\n");
                 }
                 ["big", n] => {
@@ -397,17 +398,17 @@ impl Handler for Greeter {
             )
             .as_bytes(),
         );
-        *io.deadline = Some(io.now + self.silence);
+        io.set_deadline(Some(io.now() + self.silence));
         ((), Next::Read)
     }
 
     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
-        while let Some(end) = io.input.data().iter().position(|&b| b == b'\n') {
-            io.input.consume(end + 1);
+        while let Some(end) = io.input().data().iter().position(|&b| b == b'\n') {
+            io.input_mut().consume(end + 1);
             io.write(b"ok\n");
         }
-        *io.deadline = Some(io.now + self.silence);
-        if io.eof {
+        io.set_deadline(Some(io.now() + self.silence));
+        if io.eof() {
             Next::Close
         } else {
             Next::Read
@@ -499,12 +500,12 @@ impl Handler for Ticker {
     type Conn = usize;
 
     fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> (usize, Next) {
-        *io.deadline = Some(io.now + self.every);
+        io.set_deadline(Some(io.now() + self.every));
         (0, Next::Read)
     }
 
     fn on_ready(&mut self, _fired: &mut usize, io: &mut Io<'_>) -> Next {
-        if io.eof {
+        if io.eof() {
             Next::Close
         } else {
             Next::Read
@@ -517,7 +518,7 @@ impl Handler for Ticker {
         if *fired == self.ticks {
             return Next::Close;
         }
-        *io.deadline = Some(io.now + self.every);
+        io.set_deadline(Some(io.now() + self.every));
         Next::Read
     }
 
@@ -862,45 +863,46 @@ impl Handler for Relay {
 
     fn on_ready(&mut self, conn: &mut RelayConn, io: &mut Io<'_>) -> Next {
         loop {
-            match io.upstream.state() {
+            match io.upstream().state() {
                 UpstreamState::Failed(kind) => {
                     io.write(format!("failed {kind:?}\n").as_bytes());
-                    io.upstream.release(false);
+                    io.upstream().release(false);
                     conn.pending = None;
                 }
                 UpstreamState::Connecting => return Next::Read,
                 UpstreamState::Connected => {
                     if let Some(line) = conn.pending.take() {
-                        let out = io.upstream.output().unwrap();
-                        out.write_with(io.pool, |b| b.extend_from_slice(&line));
+                        let parts = io.parts();
+                        let out = parts.upstream.output().unwrap();
+                        out.write_with(parts.pool, |b| b.extend_from_slice(&line));
                     }
-                    let input = io.upstream.input().unwrap();
+                    let input = io.upstream().input().unwrap();
                     if let Some(end) = input.data().iter().position(|&b| b == b'\n') {
                         let answer = input.data()[..=end].to_vec();
                         input.consume(end + 1);
                         io.write(&answer);
-                        io.upstream.release(true);
+                        io.upstream().release(true);
                     } else {
                         return Next::Read;
                     }
                 }
                 UpstreamState::Ended => {
                     io.write(b"ended\n");
-                    io.upstream.release(false);
+                    io.upstream().release(false);
                 }
                 UpstreamState::None => {}
             }
             if conn.pending.is_some() {
                 return Next::Read;
             }
-            let Some(end) = io.input.data().iter().position(|&b| b == b'\n') else {
-                return if io.eof { Next::Close } else { Next::Read };
+            let Some(end) = io.input().data().iter().position(|&b| b == b'\n') else {
+                return if io.eof() { Next::Close } else { Next::Read };
             };
-            conn.pending = Some(io.input.data()[..=end].to_vec());
-            io.input.consume(end + 1);
-            io.upstream
+            conn.pending = Some(io.input().data()[..=end].to_vec());
+            io.input_mut().consume(end + 1);
+            io.upstream()
                 .connect(1, self.upstream.clone(), Duration::from_secs(4));
-            if !matches!(io.upstream.state(), UpstreamState::Failed(_)) {
+            if !matches!(io.upstream().state(), UpstreamState::Failed(_)) {
                 return Next::Read;
             }
         }
@@ -1009,10 +1011,10 @@ impl Handler for Busy {
             std::hint::spin_loop();
         }
         self.shared.running.fetch_sub(1, Ordering::SeqCst);
-        let data = io.input.data().to_vec();
-        io.input.consume(data.len());
+        let data = io.input().data().to_vec();
+        io.input_mut().consume(data.len());
         io.write(&data);
-        if io.eof {
+        if io.eof() {
             Next::Close
         } else {
             Next::Read
@@ -1155,16 +1157,16 @@ impl Handler for Joiner {
             self.calls_after_join.fetch_add(1, Ordering::SeqCst);
             return Next::Read;
         }
-        match io.upstream.state() {
-            UpstreamState::None if !io.input.is_empty() => {
-                io.upstream
+        match io.upstream().state() {
+            UpstreamState::None if !io.input().is_empty() => {
+                io.upstream()
                     .connect(7, self.upstream.clone(), Duration::from_secs(4));
                 Next::Read
             }
             UpstreamState::Connected => {
                 // Everything the client sent so far is still unconsumed: the join passes
                 // it on.
-                io.upstream.join(self.idle);
+                io.upstream().join(self.idle);
                 conn.joined = true;
                 Next::Read
             }
@@ -1378,13 +1380,13 @@ impl Handler for Splicer {
 
     fn on_ready(&mut self, conn: &mut SplicerConn, io: &mut Io<'_>) -> Next {
         let idle = Duration::from_secs(5);
-        match io.upstream.state() {
+        match io.upstream().state() {
             UpstreamState::None => {
-                let Some(end) = io.input.data().iter().position(|&b| b == b'\n') else {
+                let Some(end) = io.input().data().iter().position(|&b| b == b'\n') else {
                     return Next::Read;
                 };
-                let line = io.input.data()[..=end].to_vec();
-                io.input.consume(end + 1);
+                let line = io.input().data()[..=end].to_vec();
+                io.input_mut().consume(end + 1);
                 let text = String::from_utf8_lossy(&line).trim().to_string();
                 let (n, up) = match text.strip_prefix("up ") {
                     Some(n) => (n.parse().unwrap(), true),
@@ -1392,28 +1394,26 @@ impl Handler for Splicer {
                 };
                 conn.command = Some((line, n, up));
                 conn.started = false;
-                io.upstream
+                io.upstream()
                     .connect(9, self.upstream.clone(), Duration::from_secs(4));
                 Next::Read
             }
             UpstreamState::Connected if !conn.started => {
                 let (line, n, up) = conn.command.clone().unwrap();
-                io.upstream
-                    .output()
-                    .unwrap()
-                    .write_with(io.pool, |b| b.extend_from_slice(&line));
+                let parts = io.parts();
+                let out = parts.upstream.output().unwrap();
+                out.write_with(parts.pool, |b| b.extend_from_slice(&line));
                 if up {
                     // What already arrived goes through user space; the rest is spliced.
-                    let have = (io.input.len() as u64).min(n);
-                    let data = io.input.data()[..have as usize].to_vec();
-                    io.input.consume(have as usize);
-                    io.upstream
-                        .output()
-                        .unwrap()
-                        .write_with(io.pool, |b| b.extend_from_slice(&data));
-                    io.upstream.splice_to_upstream(n - have, idle);
+                    let have = (io.input().len() as u64).min(n);
+                    let data = io.input().data()[..have as usize].to_vec();
+                    io.input_mut().consume(have as usize);
+                    let parts = io.parts();
+                    let out = parts.upstream.output().unwrap();
+                    out.write_with(parts.pool, |b| b.extend_from_slice(&data));
+                    io.upstream().splice_to_upstream(n - have, idle);
                 } else {
-                    io.upstream.splice_to_client(n, idle);
+                    io.upstream().splice_to_client(n, idle);
                 }
                 conn.started = true;
                 Next::Read
@@ -1421,7 +1421,7 @@ impl Handler for Splicer {
             UpstreamState::Connected => {
                 let (_, _, up) = conn.command.clone().unwrap();
                 if up {
-                    match io.upstream.to_upstream() {
+                    match io.upstream().to_upstream() {
                         Spliced::Running => return Next::Read,
                         Spliced::Failed(kind) => {
                             io.write(format!("failed {kind:?}\n").as_bytes());
@@ -1429,7 +1429,7 @@ impl Handler for Splicer {
                         }
                         _ => {}
                     }
-                    let input = io.upstream.input().unwrap();
+                    let input = io.upstream().input().unwrap();
                     let Some(end) = input.data().iter().position(|&b| b == b'\n') else {
                         return Next::Read;
                     };
@@ -1437,7 +1437,7 @@ impl Handler for Splicer {
                     input.consume(end + 1);
                     io.write(&answer);
                 } else {
-                    match io.upstream.to_client() {
+                    match io.upstream().to_client() {
                         Spliced::Running => return Next::Read,
                         Spliced::Done => io.write(b"done\n"),
                         other => {
@@ -1446,7 +1446,7 @@ impl Handler for Splicer {
                         }
                     }
                 }
-                io.upstream.release(true);
+                io.upstream().release(true);
                 conn.command = None;
                 Next::Read
             }

@@ -2,13 +2,14 @@
 //! together; exit codes are decided here and nowhere else.
 //!
 //! ```text
-//! fastpath serve [DIR] [--listen ADDR:PORT] [--config FILE] [--workers N] [--model NAME]
+//! fastpath serve [DIR] [--listen ADDR:PORT|unix:PATH] [--config FILE] [--workers N] [--model NAME]
 //!                [--run-as-root]
 //! fastpath check --config FILE
 //! fastpath reload [--pid-file FILE | --config FILE] [--upgrade]
 //! fastpath bench [OPTIONS] URL...   (see fastpath-bench)
 //! fastpath echo [--listen ADDR:PORT] [--plain] [--model NAME] [--config FILE] ...
 //! fastpath forward --to ADDR:PORT,... [--listen ADDR:PORT] [--transport framed|unframed] ...
+//! fastpath nest check SPEC | fastpath nest build SPEC [-o DIR] [--runtime PATH] [--no-compile]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -34,9 +35,10 @@ enum Command {
     Serve {
         /// Document root of the default host (overrides `root` in the file). Default: "."
         dir: Option<PathBuf>,
-        /// Address to listen on, e.g. 127.0.0.1:8080 or [::1]:8080; replaces `listen`.
+        /// Address to listen on, e.g. 127.0.0.1:8080, [::1]:8080 or unix:/run/fastpath.sock;
+        /// replaces `listen`.
         #[arg(long, short)]
-        listen: Vec<std::net::SocketAddr>,
+        listen: Vec<fastpath_drivers::ListenAddr>,
         /// Configuration file (TOML).
         #[arg(long, short)]
         config: Option<PathBuf>,
@@ -78,6 +80,8 @@ enum Command {
     Echo(fastpath_services::cli::EchoArgs),
     /// Thrift forwarder: each `msg(key, payload)` goes to destination key mod N.
     Forward(fastpath_services::cli::ForwardArgs),
+    /// NEST: check a server specification, or compile it to a server (docs/nest.md).
+    Nest(fastpath_nest::cli::NestArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => fastpath_bench::cli::main(*args),
         Command::Echo(args) => with_log(|| fastpath_services::cli::echo(args)),
         Command::Forward(args) => with_log(|| fastpath_services::cli::forward(args)),
+        Command::Nest(args) => fastpath_nest::cli::main(args),
         Command::Serve {
             dir,
             listen,
@@ -224,7 +229,7 @@ fn check(path: &Path) -> ExitCode {
 
 fn serve(
     dir: Option<PathBuf>,
-    listen: Vec<std::net::SocketAddr>,
+    listen: Vec<fastpath_drivers::ListenAddr>,
     config_path: Option<PathBuf>,
     workers: Option<usize>,
     model: Option<String>,

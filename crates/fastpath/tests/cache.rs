@@ -59,6 +59,61 @@ httptest!(changes_are_served_once_settled, |model| {
     assert_eq!(gz.header("Vary"), Some("Accept-Encoding"));
 });
 
+httptest!(a_change_reaches_every_worker_at_once, |model| {
+    // Four workers, eight keep-alive connections spread over them, all with the file
+    // cached. Once any connection has been sent the new version, none is ever sent the
+    // old one again (the workers share one cache and one watch; prefork's children one
+    // change counter), and every one gets the new version within the watch's delay.
+    let site = Site::new();
+    site.file("v.txt", "old version");
+    let srv = site.serve_config(
+        model,
+        "root = \"root\"\nworkers = 4\n[log]\naccess = \"off\"\n",
+    );
+    let mut conns: Vec<Conn> = (0..8).map(|_| Conn::open(srv.addr())).collect();
+    let get = "GET /v.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+    for _ in 0..3 {
+        for conn in &mut conns {
+            conn.exchange(get).assert_ok(200, "old version");
+        }
+    }
+    site.file("v.tmp", "new version!");
+    std::fs::rename(site.root().join("v.tmp"), site.root().join("v.txt")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen_new = false;
+    let mut updated = [false; 8];
+    while updated.iter().any(|u| !u) {
+        assert!(
+            Instant::now() < deadline,
+            "connections {:?} still get the old version",
+            updated
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| !**u)
+                .map(|(i, _)| i)
+                .collect::<Vec<_>>()
+        );
+        for (i, conn) in conns.iter_mut().enumerate() {
+            let r = conn.exchange(get);
+            assert_eq!(r.status, 200, "{r}");
+            match &r.body[..] {
+                b"new version!" => {
+                    seen_new = true;
+                    updated[i] = true;
+                }
+                b"old version" => assert!(
+                    !seen_new,
+                    "connection {i} got the old version after another got the new one"
+                ),
+                other => panic!(
+                    "a body that is no version: {:?}",
+                    String::from_utf8_lossy(other)
+                ),
+            }
+        }
+    }
+});
+
 httptest!(replacing_files_under_load_never_tears_a_response, |model| {
     never_torn(model, "");
 });

@@ -60,7 +60,8 @@ fn show(out: &Output) -> String {
 }
 
 const VALID: &str = r#"# Every key, set to something other than its default.
-listen = ["127.0.0.1:8181", "127.0.0.1:8182"]
+listen = ["127.0.0.1:8181", "127.0.0.1:8182", "unix:fastpath.sock"]
+unix_mode = "0660"
 workers = 2
 model = "epoll"
 root = "root"
@@ -120,6 +121,25 @@ fn minimal_config_passes() {
     let path = site.config("listen = \"127.0.0.1:8080\"\n");
     let out = check(&path);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+}
+
+#[test]
+fn a_unix_listen_address_is_checked() {
+    let site = Site::new();
+    let path = site.config("listen = [\"127.0.0.1:8080\", \"unix:\"]\nunix_mode = \"rw\"\n");
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(":1:29: `listen` address \"unix:\": `unix:` needs the socket's path"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        stderr.contains(":2:13: `unix_mode` \"rw\" is not a file mode in octal"),
+        "{}",
+        show(&out)
+    );
 }
 
 /// Finds a `FILE:LINE:COLUMN: message` line for `line` and returns the message.
@@ -249,15 +269,11 @@ fn check_says_what_a_model_does_differently() {
             "note: `workers` is ignored by model \"percore\"",
         ),
         (
-            "root = \"root\"\nmodel = \"threads\"\n[threads]\nthreads = 64\nmax_active = 2\n"
-                .to_owned(),
-            "keeps its content cache per thread: each of up to 64",
-        ),
-        (
             "root = \"root\"\nmodel = \"prefork\"\n[prefork]\nmax_children = 8\n[handover]\ncache_memory = \"8m\"\n"
                 .to_owned(),
-            "and of [handover] cache_memory (1048576 bytes); a backend response cached by one \
-             is not seen by the others",
+            "keeps its caches per child process (the other models keep one per process): each \
+             of up to 8 gets 1/8 of [cache] max_memory (8388608 bytes) and of [handover] \
+             cache_memory (1048576 bytes); a backend response cached by one is not seen",
         ),
         (
             format!("{uring_route}prefix = \"/app/\"\n"),
@@ -273,6 +289,26 @@ fn check_says_what_a_model_does_differently() {
             show(&out)
         );
     }
+    // percore's workers keep private caches, which is said; the threads share one content
+    // cache: nothing to say about it.
+    let out = check(&site.config("root = \"root\"\nmodel = \"percore\"\n"));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("keeps its content cache per core, so that nothing is shared"),
+        "{}",
+        show(&out)
+    );
+    let out =
+        check(&site.config(
+            "root = \"root\"\nmodel = \"threads\"\n[threads]\nthreads = 64\nmax_active = 2\n",
+        ));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("cache"),
+        "{}",
+        show(&out)
+    );
     // More preforked children than inotify instances a user may have: said once, here.
     let limit: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
         .expect("inotify's instance limit")

@@ -450,3 +450,67 @@ httptest!(send_timeout_drops_stalled_reader, |model| {
     // Others are served as usual.
     srv.get("/a.txt").assert_ok(200, "hello");
 });
+
+httptest!(send_buffer_sets_the_client_sockets_sndbuf, |model| {
+    // A file many times the buffer is sent whole (through many full-buffer waits), twice on
+    // one connection, and the server's end of it has the configured buffer (doubled by the
+    // kernel for its bookkeeping), which ss reports as `tb`.
+    let site = Site::new();
+    let body: Vec<u8> = (0..3 * 1024 * 1024u32)
+        .map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()[3])
+        .collect();
+    site.file("big.bin", &body);
+    let srv = site.serve_config(
+        model,
+        "root = \"root\"\n[limits]\nsend_buffer = \"64KiB\"\n[log]\naccess = \"off\"\n",
+    );
+    let mut conn = Conn::open(srv.addr());
+    for _ in 0..2 {
+        let r = conn.exchange("GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(r.status, 200, "{r}");
+        assert!(r.body == body, "{} bytes, not the file", r.body.len());
+    }
+    let port = srv.addr().port();
+    let ss = std::process::Command::new("ss")
+        .args([
+            "-tmnH",
+            "state",
+            "established",
+            "sport",
+            "=",
+            &format!(":{port}"),
+        ])
+        .output();
+    let Ok(ss) = ss else {
+        skip(
+            "limits::send_buffer_sets_the_client_sockets_sndbuf",
+            Missing::Installable,
+            "no ss (iproute2)",
+        );
+        return;
+    };
+    let text = String::from_utf8_lossy(&ss.stdout);
+    let listening = std::process::Command::new("ss")
+        .args(["-tlmnH", "sport", "=", &format!(":{port}")])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        text.contains("tb131072"),
+        "port {port}, ss -tm:\n{text}\nlistening:\n{listening}"
+    );
+});
+
+#[test]
+fn send_buffer_must_be_a_size() {
+    let site = site();
+    let config = site.config("root = \"root\"\n[limits]\nsend_buffer = \"lots\"\n");
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("send_buffer"), "{text}");
+}

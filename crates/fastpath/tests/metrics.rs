@@ -234,8 +234,8 @@ httptest!(counts_after_known_requests, |model| {
             ("fastpath_response_cache_misses_total", &[], 2.0),
             ("fastpath_response_cache_hits_total", &[], 0.0),
             ("fastpath_response_cache_entries", &[], 1.0),
-            // index.html three times, /missing and /metrics once each, in caches of their
-            // workers.
+            // index.html three times, /missing and /metrics once each, in the content
+            // cache (hits and misses are counted by the worker that looked).
             ("fastpath_content_cache_lookups", &[], 5.0),
             (
                 "fastpath_build_info",
@@ -384,6 +384,53 @@ httptest!(the_shared_response_cache_is_counted_once, |model| {
         .filter(|l| !l.ends_with(" 0"))
         .collect();
     assert_eq!(memory.len(), 1, "{last}");
+});
+
+httptest!(the_shared_content_cache_is_filled_once, |model| {
+    // Four workers share one content cache: a file read once, its entry and memory counted
+    // once over the workers' series, whatever worker each new connection lands on.
+    if model == "prefork" || model == "percore" {
+        // Each child, and each percore worker, has a cache of its own
+        // (docs/configuration.md).
+        return;
+    }
+    let site = Site::new();
+    site.file("page.html", "p".repeat(2000));
+    let srv = site.serve_config(
+        model,
+        &config(cacheable_backend(), dead_address(), "workers = 4"),
+    );
+    let metrics = metrics_addr(&srv);
+    for _ in 0..20 {
+        let r =
+            Conn::open(srv.addr()).exchange(req("GET", "/page.html", &[("Connection", "close")]));
+        r.assert_ok(200, "p".repeat(2000));
+    }
+    let expect = [
+        ("fastpath_content_cache_hits_total", 19.0),
+        ("fastpath_content_cache_misses_total", 1.0),
+        ("fastpath_content_cache_entries", 1.0),
+    ];
+    let mut last = String::new();
+    let settled = wait_for(Duration::from_secs(5), || {
+        last = scrape(metrics).text();
+        expect
+            .iter()
+            .all(|(name, want)| sum(&last, name, &[]) == *want)
+            .then_some(())
+    });
+    assert!(settled.is_some(), "expected {expect:?} in:\n{last}");
+    let memory: Vec<&str> = last
+        .lines()
+        .filter(|l| l.starts_with("fastpath_content_cache_memory_bytes{"))
+        .filter(|l| !l.ends_with(" 0"))
+        .collect();
+    assert_eq!(memory.len(), 1, "{last}");
+    let bytes: f64 = memory[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        (2000.0..4000.0).contains(&bytes),
+        "one copy of a 2000-byte file: {bytes} bytes"
+    );
 });
 
 #[test]

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -258,15 +258,16 @@ fn activation_with_metrics_listener() {
         .assert_status(404);
 }
 
-// What a socket unit can pass that fastpath does not serve is refused at start, naming the
-// descriptor and what to write in the unit instead.
+// A socket unit's Unix socket (`ListenStream=/PATH`) is served like a TCP one; its file is
+// the unit's and stays when the server stops.
 #[test]
-fn activation_refuses_unix_socket() {
+fn activation_serves_a_unix_socket() {
     let site = Site::new();
+    site.file("index.html", "over unix\n");
     let path = site.base().join("web.sock");
     let root = site.root();
     let Some(mut server) = Activated::start(
-        "systemd::activation_refuses_unix_socket",
+        "systemd::activation_serves_a_unix_socket",
         &["--listen", path.to_str().unwrap()],
         &[],
         &[root.to_str().unwrap()],
@@ -274,15 +275,20 @@ fn activation_refuses_unix_socket() {
         return;
     };
     server.wait_stderr("Listening on");
-    let _client = UnixStream::connect(&path).unwrap();
-    let status = server.wait_exit(START_TIMEOUT);
-    assert!(!status.success());
-    let stderr = server.stderr();
+    let answer = crate::unix_sockets::get_over(&path, "/index.html");
     assert!(
-        stderr.contains("inherited socket fd 3: a Unix socket, which fastpath does not serve yet"),
+        answer.starts_with("HTTP/1.1 200 OK\r\n"),
+        "{answer}\n{}",
+        server.report()
+    );
+    assert!(answer.ends_with("over unix\n"), "{answer}");
+    server.signal(libc::SIGTERM);
+    assert!(
+        server.wait_exit(START_TIMEOUT).success(),
         "{}",
         server.report()
     );
+    assert!(path.exists(), "the unit's socket file is left to it");
 }
 
 #[test]
@@ -332,7 +338,7 @@ fn activation_refuses_connection_socket() {
     let refused = wait_for(START_TIMEOUT, || {
         server
             .stderr()
-            .contains("inherited socket fd 3: a TCP socket that is not listening")
+            .contains("inherited socket fd 3: a socket that is not listening")
             .then_some(())
     });
     assert!(refused.is_some(), "{}", server.report());

@@ -13,9 +13,10 @@
 //! instead ([`AccessLog::start_direct`]): it serves one connection, so waiting for the write
 //! holds up no one else, and a file opened for appending keeps the children's lines whole.
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -183,9 +184,38 @@ pub(crate) struct AccessLogBuffer {
     dropped: u64,
 }
 
+/// Who a connection is from, as the logs name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peer {
+    /// A TCP client.
+    Tcp(SocketAddr),
+    /// A client of the Unix-domain listener of this name (`unix:PATH`): such clients have
+    /// no address of their own.
+    Unix(&'static str),
+}
+
+impl Peer {
+    /// The client's IP address, for `X-Forwarded-For`; `0.0.0.0` for a Unix-domain client.
+    pub(crate) fn ip(&self) -> IpAddr {
+        match self {
+            Peer::Tcp(addr) => addr.ip(),
+            Peer::Unix(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        }
+    }
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Peer::Tcp(addr) => addr.fmt(f),
+            Peer::Unix(name) => f.write_str(name),
+        }
+    }
+}
+
 /// The fields of one access-log line.
 pub(crate) struct Entry<'a> {
-    pub peer: SocketAddr,
+    pub peer: Peer,
     pub time: &'a [u8],
     pub request_line: &'a [&'a [u8]],
     pub status: u16,
@@ -202,7 +232,10 @@ impl AccessLogBuffer {
     /// `host - - [time] "request" status bytes "referer" "user-agent"`.
     pub(crate) fn record(&mut self, entry: &Entry<'_>) {
         let buf = &mut self.buf;
-        let _ = write!(buf, "{} - - ", entry.peer.ip());
+        let _ = match entry.peer {
+            Peer::Tcp(addr) => write!(buf, "{} - - ", addr.ip()),
+            Peer::Unix(name) => write!(buf, "{name} - - "),
+        };
         buf.extend_from_slice(entry.time);
         buf.extend_from_slice(b" \"");
         if entry.request_line.is_empty() {
@@ -305,7 +338,7 @@ mod tests {
             dropped: 0,
         };
         buffer.record(&Entry {
-            peer: "127.0.0.1:5000".parse().unwrap(),
+            peer: Peer::Tcp("127.0.0.1:5000".parse().unwrap()),
             time: b"[21/Nov/2026:22:50:00 +0000]",
             request_line: &[b"GET", b"/a\"b", b"HTTP/1.1"],
             status: 200,
@@ -315,7 +348,7 @@ mod tests {
             ended: None,
         });
         buffer.record(&Entry {
-            peer: "127.0.0.1:5000".parse().unwrap(),
+            peer: Peer::Tcp("127.0.0.1:5000".parse().unwrap()),
             time: b"[21/Nov/2026:22:50:01 +0000]",
             request_line: &[b"POST", b"/app/upload", b"HTTP/1.1"],
             status: 0,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use fastpath_drivers::{ModelKind, ModelSettings};
+use fastpath_drivers::{ListenAddr, ListenOptions, ModelKind, ModelSettings};
 use fastpath_handover::{BackendConfig, RouteRule};
 
 pub use crate::privileges::User;
@@ -24,8 +24,13 @@ mod tests;
 /// The whole server configuration, with every default filled in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Addresses to listen on (`listen`); default `127.0.0.1:8080`.
-    pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on (`listen`), TCP or Unix-domain; default `127.0.0.1:8080`.
+    pub listen: Vec<ListenAddr>,
+    /// The permissions of the Unix-domain listening sockets' files (`unix_mode`); `None`
+    /// leaves what the umask gives.
+    pub unix_mode: Option<u32>,
+    /// The permissions of the Unix sockets whose `[[listen]]` table sets its own, by path.
+    pub unix_modes: Vec<(PathBuf, u32)>,
     /// Number of worker threads (`workers`); 0 means one per CPU core.
     pub workers: usize,
     /// Concurrency model (`model`).
@@ -114,6 +119,9 @@ pub struct Limits {
     pub max_discard_body: u64,
     /// Requests served on one connection before it is closed.
     pub max_requests_per_connection: u64,
+    /// SO_SNDBUF of the client connections, in bytes (the kernel doubles it for its
+    /// bookkeeping); 0 leaves the kernel's autotuning.
+    pub send_buffer: usize,
 }
 
 /// Connection timeouts.
@@ -133,7 +141,7 @@ pub struct Timeouts {
     pub shutdown: Duration,
 }
 
-/// The content cache (`[cache]`): per worker, shared-nothing.
+/// The content cache (`[cache]`): one per process, shared by its workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Keep what paths resolve to (and small files' bytes) in memory, invalidated by
@@ -251,7 +259,9 @@ pub struct ConfigError {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            listen: vec![ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 8080)))],
+            unix_mode: None,
+            unix_modes: Vec::new(),
             workers: 0,
             model: Model::Auto,
             prefork: fastpath_drivers::PreforkConfig::default(),
@@ -285,6 +295,7 @@ impl Default for Limits {
             max_headers: 100,
             max_discard_body: 1024 * 1024,
             max_requests_per_connection: 10_000,
+            send_buffer: 0,
         }
     }
 }
@@ -393,21 +404,23 @@ impl Config {
         // The models whose handlers are many small pools rather than a few workers.
         let layout = self.driver_model().layout(self.workers);
         let (holder, count) = (layout.holder, layout.handlers);
-        if kind == ModelKind::Threads && self.cache.enabled {
+        if kind == ModelKind::Percore && self.cache.enabled {
             notes.push(format!(
-                "model \"{name}\" keeps its content cache per {holder}: each of up to {count} \
-                 gets 1/{count} of [cache] max_memory ({} bytes); the backend response cache \
-                 is one for all of them",
+                "model \"{name}\" keeps its content cache per {holder}, so that nothing is \
+                 shared on the request path (the other models keep one per process): each of \
+                 {count} gets 1/{count} of [cache] max_memory ({} bytes) and max_open_files, \
+                 and a file is read into each that serves it",
                 self.cache.max_memory / count as u64
             ));
         }
         if kind == ModelKind::Prefork && (self.cache.enabled || !self.routes.is_empty()) {
             notes.push(format!(
-                "model \"{name}\" keeps its caches per {holder}: each of up to {count} gets \
-                 1/{count} of [cache] max_memory ({} bytes) and of [handover] cache_memory \
-                 ({} bytes); a backend response cached by one is not seen by the others, so a \
-                 page may be fetched once per child, and a client may be sent an older \
-                 version of it by another child than the one it was sent last",
+                "model \"{name}\" keeps its caches per {holder} (the other models keep one \
+                 per process): each of up to {count} gets 1/{count} of [cache] max_memory ({} \
+                 bytes) and of [handover] cache_memory ({} bytes); a backend response \
+                 cached by one is not seen by the others, so a page may be fetched once per child, and a \
+                 client may be sent an older version of it by another child than the one it \
+                 was sent last",
                 self.cache.max_memory / count as u64,
                 self.handover.cache_memory / count
             ));
@@ -439,6 +452,25 @@ impl Config {
             threads: self.threads,
             prefork: self.prefork,
         })
+    }
+
+    /// The options a listener at `addr` is bound with: HTTP's client speaks first, so each
+    /// defers accepting (TCP) until it has; a Unix socket's file gets its `[[listen]]`
+    /// table's `unix_mode`, or the top-level one.
+    pub fn listen_options(&self, addr: &ListenAddr) -> ListenOptions {
+        let options = ListenOptions::default();
+        let ListenAddr::Unix(path) = addr else {
+            return options;
+        };
+        let own = self
+            .unix_modes
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|&(_, m)| m);
+        match own.or(self.unix_mode) {
+            Some(mode) => options.with_unix_mode(mode),
+            None => options,
+        }
     }
 
     /// Replaces the top-level document root (the `serve DIR` argument).

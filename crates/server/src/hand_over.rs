@@ -2,7 +2,6 @@
 //! once (a redirect, an answer from the backend response cache, or an exchange started on
 //! an upstream connection), and what is kept when an exchange ends.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +14,7 @@ use fastpath_http::{
     ResponseParser, Version,
 };
 
-use crate::access_log::request_line;
+use crate::access_log::{request_line, Peer};
 use crate::metrics::WorkerMetrics;
 use crate::proxy::{CacheSlot, Exchange, Start};
 use crate::reply::{Answer, Writer};
@@ -56,7 +55,7 @@ pub(crate) struct Backends {
 
 /// A request the routes handed over, as the client sent it.
 pub(crate) struct Incoming<'r> {
-    pub(crate) peer: SocketAddr,
+    pub(crate) peer: Peer,
     pub(crate) request: &'r Request<'r>,
     /// The request head as read.
     pub(crate) raw_head: &'r [u8],

@@ -7,7 +7,6 @@
 //! router (`routing`), answered by the writers of `reply`, or handed over to a backend
 //! (`hand_over`, `proxy`).
 
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Worker};
 use fastpath_handover::{BackendState, Routes, SharedCache};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
-use crate::access_log::{request_line, AccessLogBuffer, Entry};
+use crate::access_log::{request_line, AccessLogBuffer, Entry, Peer};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::hand_over::{Backends, HandOver, Incoming, Sink};
@@ -53,6 +52,11 @@ pub(crate) struct HandlerSettings {
     pub keepalive_timeout: Duration,
     pub max_discard_body: u64,
     pub max_requests_per_connection: u64,
+    /// The name of each Unix-domain listener by listener index (`None` for TCP ones), which
+    /// its clients go by in the logs.
+    pub unix_listeners: Vec<Option<&'static str>>,
+    /// SO_SNDBUF for client connections; 0 leaves the kernel's autotuning.
+    pub send_buffer: libc::c_int,
 }
 
 impl HandlerSettings {
@@ -67,6 +71,9 @@ impl HandlerSettings {
             keepalive_timeout: config.timeouts.keepalive,
             max_discard_body: config.limits.max_discard_body,
             max_requests_per_connection: config.limits.max_requests_per_connection,
+            unix_listeners: Vec::new(),
+            send_buffer: libc::c_int::try_from(config.limits.send_buffer)
+                .unwrap_or(libc::c_int::MAX),
         }
     }
 }
@@ -108,7 +115,7 @@ enum Phase {
 
 /// Everything the server keeps for one connection.
 pub(crate) struct HttpConn {
-    peer: SocketAddr,
+    peer: Peer,
     phase: Phase,
     /// Lent from the worker while a request head is being read; an idle connection holds
     /// none, which keeps idle keep-alive connections small.
@@ -159,7 +166,7 @@ impl HttpHandler {
         hosts: Arc<VirtualHosts>,
         settings: Arc<HandlerSettings>,
         access_log: Option<AccessLogBuffer>,
-        cache: ContentCache,
+        cache: (ContentCache, Arc<AtomicUsize>),
         routes: Arc<Routes>,
         backends: Vec<BackendState>,
         response_cache: (Arc<SharedCache>, Arc<AtomicUsize>),
@@ -201,7 +208,7 @@ impl HttpHandler {
             }
         }
         if conn.deferred.is_some() {
-            self.settle(conn, io.output.sent(), false);
+            self.settle(conn, io.output().sent(), false);
         }
         // When the request at the head of the input first waited for another's fetch.
         let mut waiting = None;
@@ -209,15 +216,15 @@ impl HttpHandler {
             // An exchange buffering its response goes on reading the backend meanwhile, so
             // the backend connection is free as soon as the backend is done.
             let reads_ahead = matches!(&conn.phase, Phase::Proxy(e) if e.reads_ahead());
-            if io.output.pending() >= OUTPUT_HIGH_WATER && !reads_ahead {
-                *io.deadline = None;
+            if io.output().pending() >= OUTPUT_HIGH_WATER && !reads_ahead {
+                io.set_deadline(None);
                 return Next::Drain;
             }
             match &mut conn.phase {
                 Phase::Head => {}
                 &mut Phase::AwaitFill { since, again } => {
-                    if io.now < again {
-                        *io.deadline = Some(again);
+                    if io.now() < again {
+                        io.set_deadline(Some(again));
                         return Next::Read;
                     }
                     waiting = Some(since);
@@ -231,26 +238,26 @@ impl HttpHandler {
                     }
                 }
                 Phase::DiscardLength(remaining) => {
-                    let take = (*remaining).min(io.input.len() as u64);
-                    io.input.consume(take as usize);
+                    let take = (*remaining).min(io.input().len() as u64);
+                    io.input_mut().consume(take as usize);
                     *remaining -= take;
                     if *remaining > 0 {
-                        *io.deadline = Some(io.now + self.settings.header_timeout);
+                        io.set_deadline(Some(io.now() + self.settings.header_timeout));
                         return Next::Read;
                     }
                     conn.phase = Phase::Head;
                 }
                 Phase::DiscardChunked(decoder, discarded) => {
-                    match decoder.feed(io.input.data(), |_| {}) {
+                    match decoder.feed(io.input().data(), |_| {}) {
                         Ok((used, done)) => {
-                            io.input.consume(used);
+                            io.input_mut().consume(used);
                             *discarded += used as u64;
                             if *discarded > self.settings.max_discard_body {
                                 // The response has been queued already: close after it.
                                 return Next::Linger;
                             }
                             if !done {
-                                *io.deadline = Some(io.now + self.settings.header_timeout);
+                                io.set_deadline(Some(io.now() + self.settings.header_timeout));
                                 return Next::Read;
                             }
                             conn.phase = Phase::Head;
@@ -262,12 +269,12 @@ impl HttpHandler {
                     }
                 }
             }
-            if io.input.is_empty() {
+            if io.input().is_empty() {
                 conn.head_started = None;
                 if let Some(parser) = conn.parser.take() {
                     self.give_parser(parser);
                 }
-                if io.eof {
+                if io.eof() {
                     return Next::Close;
                 }
                 // The first request gets the header timeout, later ones the idle timeout; a
@@ -277,7 +284,7 @@ impl HttpHandler {
                 // has idle connections do: closing at once could cut that request off.
                 let wait = if conn.requests == 0 {
                     self.settings.header_timeout
-                } else if io.draining {
+                } else if io.draining() {
                     DRAIN_IDLE_WAIT.min(self.settings.keepalive_timeout)
                 } else {
                     if let Some(metrics) = &self.metrics {
@@ -286,10 +293,10 @@ impl HttpHandler {
                     }
                     self.settings.keepalive_timeout
                 };
-                *io.deadline = Some(io.now + wait);
+                io.set_deadline(Some(io.now() + wait));
                 return Next::Read;
             }
-            let started = *conn.head_started.get_or_insert(io.now);
+            let started = *conn.head_started.get_or_insert(io.now());
             let peer = conn.peer;
             let requests = conn.requests;
             let limits = self.settings.limits;
@@ -298,20 +305,22 @@ impl HttpHandler {
                     .pop()
                     .unwrap_or_else(|| Box::new(Parser::new(limits)))
             });
-            let outcome = match parser.parse(io.input.data()) {
+            let (eof, now, draining) = (io.eof(), io.now(), io.draining());
+            let parts = io.parts();
+            let outcome = match parser.parse(parts.input.data()) {
                 Ok(None) => {
-                    if io.eof {
+                    if eof {
                         return Next::Close;
                     }
-                    *io.deadline = Some(started + self.settings.header_timeout);
+                    *parts.deadline = Some(started + self.settings.header_timeout);
                     return Next::Read;
                 }
                 Err(e) => {
                     tracing::debug!("{peer}: bad request: {e}");
-                    let line = first_line(io.input.data());
+                    let line = first_line(parts.input.data());
                     let sent = Writer {
-                        output: io.output,
-                        pool: io.pool,
+                        output: parts.output,
+                        pool: parts.pool,
                         date: self.clock.http_date(),
                     }
                     .error(e.status, Answer::BAD_REQUEST);
@@ -319,15 +328,14 @@ impl HttpHandler {
                     return Next::Close;
                 }
                 Ok(Some(request)) => {
-                    let raw_head = &io.input.data()[..request.head_len];
+                    let raw_head = &parts.input.data()[..request.head_len];
                     let mut sink = Sink {
-                        output: io.output,
-                        pool: io.pool,
-                        upstream: io.upstream,
-                        deadline: io.deadline,
-                        now: io.now,
+                        output: parts.output,
+                        pool: parts.pool,
+                        upstream: parts.upstream,
+                        deadline: parts.deadline,
+                        now,
                     };
-                    let draining = io.draining;
                     let scrape = conn.scrape;
                     let served = (requests, scrape, waiting.take());
                     self.respond(peer, served, &request, raw_head, &mut sink, draining)
@@ -343,10 +351,10 @@ impl HttpHandler {
             }
             if let Some(deferred) = outcome.deferred {
                 // Cannot happen (see DEFER_LOG_OVER); an entry is never lost if it does.
-                self.settle(conn, io.output.sent(), true);
+                self.settle(conn, io.output().sent(), true);
                 conn.deferred = Some(deferred);
             }
-            io.input.consume(outcome.head_len);
+            io.input_mut().consume(outcome.head_len);
             if let Some(parser) = conn.parser.as_mut() {
                 parser.reset();
             }
@@ -368,7 +376,7 @@ impl HttpHandler {
     /// Answers one parsed request by queueing the whole response.
     fn respond(
         &mut self,
-        peer: SocketAddr,
+        peer: Peer,
         (served, scrape, waiting): (u64, bool, Option<Instant>),
         request: &Request<'_>,
         raw_head: &[u8],
@@ -573,7 +581,7 @@ impl HttpHandler {
             match progress {
                 Progress::Finished { .. } => metrics.backend_response(
                     exchange.backend,
-                    io.now.saturating_duration_since(exchange.started),
+                    io.now().saturating_duration_since(exchange.started),
                 ),
                 Progress::Failed(_) | Progress::Broken(_) => {
                     metrics.backend_error(exchange.backend)
@@ -618,9 +626,10 @@ impl HttpHandler {
                     head: exchange.is_head(),
                     close,
                 };
+                let (output, pool) = io.output_and_pool();
                 let sent = Writer {
-                    output: io.output,
-                    pool: io.pool,
+                    output,
+                    pool,
                     date: self.clock.http_date(),
                 }
                 .error(status, answer);
@@ -643,8 +652,8 @@ impl HttpHandler {
         // downloading it: like a large static response, it is logged once sent, with the
         // bytes that really left. A connection holds one such entry at a time: if an
         // earlier one is still being sent, this one is logged now.
-        let unsent = io.output.pending();
-        self.settle(conn, io.output.sent(), false);
+        let unsent = io.output().pending();
+        self.settle(conn, io.output().sent(), false);
         if finished
             && unsent > DEFER_LOG_OVER
             && self.access_log.is_some()
@@ -657,7 +666,7 @@ impl HttpHandler {
                 body_bytes: bytes,
                 referer,
                 user_agent,
-                end: io.output.sent() + unsent,
+                end: io.output().sent() + unsent,
                 relayed: true,
                 closing_sent: None,
             };
@@ -679,7 +688,7 @@ impl HttpHandler {
     #[allow(clippy::too_many_arguments)]
     fn log(
         &mut self,
-        peer: SocketAddr,
+        peer: Peer,
         request_line: &[&[u8]],
         status: u16,
         body_bytes: u64,
@@ -710,7 +719,7 @@ impl HttpHandler {
     /// Logs an exchange the connection's end cut off: the status as sent (`-` if none was),
     /// the body bytes relayed and why it ended; in the error log too when the failure was on
     /// this side.
-    fn log_cut_exchange(&mut self, peer: SocketAddr, exchange: Box<Exchange>, reason: CloseReason) {
+    fn log_cut_exchange(&mut self, peer: Peer, exchange: Box<Exchange>, reason: CloseReason) {
         let ended = ended_because(reason);
         let (status, relayed) = (exchange.status, exchange.relayed);
         let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
@@ -774,11 +783,17 @@ impl Handler for HttpHandler {
     type Conn = HttpConn;
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (HttpConn, Next) {
+        if self.settings.send_buffer > 0 {
+            set_send_buffer(io, self.settings.send_buffer);
+        }
         // A client that connects and never sends a byte gets the header timeout like one that
         // stops halfway, and is then closed without an answer (there is no request to answer).
-        *io.deadline = Some(io.now + self.settings.header_timeout);
+        io.set_deadline(Some(io.now() + self.settings.header_timeout));
+        let unix = opened
+            .listener()
+            .and_then(|i| *self.settings.unix_listeners.get(i)?);
         let mut conn = HttpConn {
-            peer: opened.peer(),
+            peer: unix.map_or(Peer::Tcp(opened.peer()), Peer::Unix),
             phase: Phase::Head,
             parser: None,
             requests: 0,
@@ -811,16 +826,17 @@ impl Handler for HttpHandler {
         }
         if matches!(conn.phase, Phase::Head) && conn.head_started.is_some() {
             // A request began but did not finish in time: say so, then close.
+            let (output, pool) = io.output_and_pool();
             let sent = Writer {
-                output: io.output,
-                pool: io.pool,
+                output,
+                pool,
                 date: self.clock.http_date(),
             }
             .error(408, Answer::BAD_REQUEST);
-            let line = first_line(io.input.data());
+            let line = first_line(io.input().data());
             self.log(conn.peer, &[line], 408, sent, None, None, None);
-            let unread = io.input.len();
-            io.input.consume(unread);
+            let unread = io.input().len();
+            io.input_mut().consume(unread);
             // The client may still be trickling the rest in.
             return Next::Linger;
         }
@@ -837,12 +853,12 @@ impl Handler for HttpHandler {
         if let Phase::Proxy(exchange) = &mut conn.phase {
             exchange.close_if_head_unsent();
         }
-        let idle = matches!(conn.phase, Phase::Head) && conn.requests > 0 && io.input.is_empty();
+        let idle = matches!(conn.phase, Phase::Head) && conn.requests > 0 && io.input().is_empty();
         if idle {
             // The timeout closes it (`on_timeout`: no request begun).
-            let by = io.now + DRAIN_IDLE_WAIT.min(self.settings.keepalive_timeout);
-            if io.deadline.is_none_or(|at| at > by) {
-                *io.deadline = Some(by);
+            let by = io.now() + DRAIN_IDLE_WAIT.min(self.settings.keepalive_timeout);
+            if io.deadline().is_none_or(|at| at > by) {
+                io.set_deadline(Some(by));
             }
         }
         None
@@ -885,8 +901,7 @@ impl Handler for HttpHandler {
         self.clock.refresh();
         self.router.poll_changes();
         if let Some(metrics) = &self.metrics {
-            let cache = self.router.cache();
-            metrics.content_cache(cache.stats(), cache.memory(), cache.len());
+            self.router.publish_cache(metrics);
         }
         self.backends.tick_cache(now, self.metrics.as_ref());
         if let Some(log) = self.access_log.as_mut() {
@@ -902,5 +917,26 @@ impl Handler for HttpHandler {
 
     fn refusal(&self) -> &[u8] {
         REFUSAL
+    }
+}
+
+/// Sets SO_SNDBUF on a client connection (`[limits] send_buffer`). Set here, on each
+/// accepted socket, rather than once on the listeners: accepted sockets did not always
+/// inherit it (on Linux 6.18, some kept the autotuned buffer under parallel load).
+fn set_send_buffer(io: &Io<'_>, size: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a socket the driver keeps open for this call, and an int option of the size
+    // passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            io.socket().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("SO_SNDBUF: {}", std::io::Error::last_os_error());
     }
 }

@@ -34,11 +34,11 @@ mod vhosts;
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
-use fastpath_drivers::{bind_listeners, DriverConfig, Listeners, Process};
+use fastpath_drivers::{bind_listeners_with, DriverConfig, ListenAddr, Listeners, Process};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
 use fastpath_handover::{BackendConfig, BackendState, Routes, SharedCache};
 
@@ -94,17 +94,20 @@ impl std::error::Error for ServeError {}
 pub use fastpath_drivers::worker_count;
 
 /// Whether and how a site's tree is watched for changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 enum Watching {
     /// Not at all (a root opened only to check it).
     Off,
     /// By a thread per site.
     Thread,
-    /// By the handlers' ticks: for a process that must stay single-threaded.
-    Ticks,
+    /// By the handlers' ticks: for a process that must stay single-threaded. With the
+    /// generation counters prefork's children share (one per site, in the order of
+    /// [`virtual_hosts`]), a change one child reads is seen by all.
+    Ticks(Option<&'static [AtomicU64]>),
 }
 
-fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
+/// Opens the `index`th site (the default host first, then `[[host]]` in order).
+fn open_site(host: &HostConfig, index: usize, watch: Watching) -> Result<Site, ServeError> {
     let mut site = Site::open(
         &host.root,
         SiteOptions {
@@ -117,10 +120,13 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
     let watched = match watch {
         Watching::Off => Ok(()),
         Watching::Thread => site.watch(),
-        Watching::Ticks => site.watch_polled(),
+        Watching::Ticks(shared) => match shared.and_then(|g| g.get(index)) {
+            Some(generation) => site.watch_polled_shared(generation),
+            None => site.watch_polled(),
+        },
     };
     if let Err(e) = watched {
-        // inotify fails with EMFILE at the per-user instance limit (each worker, and each
+        // inotify fails with EMFILE at the per-user instance limit (each process, so each
         // preforked child, watches its roots) and ENOSPC at the watch limit: name the limit.
         let hint = match e.raw_os_error() {
             Some(libc::EMFILE) => {
@@ -140,7 +146,7 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
             "cannot watch {} for changes ({e}){hint}; its files will not be cached",
             host.root.display()
         );
-        if watch == Watching::Ticks && e.raw_os_error() == Some(libc::EMFILE) {
+        if matches!(watch, Watching::Ticks(_)) && e.raw_os_error() == Some(libc::EMFILE) {
             tracing::debug!("{message}");
         } else {
             tracing::warn!("{message}");
@@ -152,11 +158,11 @@ fn open_site(host: &HostConfig, watch: Watching) -> Result<Site, ServeError> {
 /// Opens the sites and maps every configured name to its site, watching them for changes as
 /// `watch` says (the content cache needs a watch).
 fn virtual_hosts(config: &Config, watch: Watching) -> Result<VirtualHosts, ServeError> {
-    let mut sites = vec![open_site(&config.default_host, watch)?];
+    let mut sites = vec![open_site(&config.default_host, 0, watch)?];
     let mut names = Vec::new();
     let mut default = 0;
     for host in &config.hosts {
-        sites.push(open_site(host, watch)?);
+        sites.push(open_site(host, sites.len(), watch)?);
         let index = sites.len() - 1;
         if host.is_default {
             default = index;
@@ -187,7 +193,11 @@ struct Shared {
     routes: Arc<Routes>,
     backends: Vec<Arc<BackendConfig>>,
     access_log: AccessLog,
-    cache_limits: CacheLimits,
+    /// The content cache, one for the process: each handler looks through a handle of its
+    /// own; a prefork child has its own cache, and each percore worker a private one.
+    content_cache: ContentCache,
+    /// The worker whose metrics carry the content cache's memory, entries and evictions.
+    content_reporter: Arc<std::sync::atomic::AtomicUsize>,
     /// The backend response cache, one for the process: all the workers of the threaded
     /// models share it; a prefork child has its own.
     response_cache: Arc<SharedCache>,
@@ -209,12 +219,14 @@ impl Shared {
         handlers: usize,
         single_threaded: bool,
         metrics: Option<Arc<Metrics>>,
+        unix_listeners: &[Option<&'static str>],
+        generations: Option<&'static [AtomicU64]>,
         kernel_bridge: Option<Arc<fastpath_kernel::BridgePath>>,
     ) -> Result<Shared, ServeError> {
         let watch = match (config.cache.enabled, single_threaded) {
             (false, _) => Watching::Off,
             (true, false) => Watching::Thread,
-            (true, true) => Watching::Ticks,
+            (true, true) => Watching::Ticks(generations),
         };
         let hosts = Arc::new(virtual_hosts(config, watch)?);
         let access_log = if single_threaded {
@@ -223,19 +235,34 @@ impl Shared {
             AccessLog::start(&config.log.access)
         }
         .map_err(ServeError::AccessLog)?;
+        // The processes that divide the budgets: a prefork pool's children, else one.
+        let children = if single_threaded { handlers as u64 } else { 1 };
+        // percore's workers share nothing on the request path: a private content cache
+        // each, with an equal share of the budget.
+        let private = config.driver_model().kind() == ModelKind::Percore;
+        let caches = if private { handlers as u64 } else { children };
+        let content_limits = CacheLimits {
+            max_memory: (config.cache.max_memory / caches) as usize,
+            max_file_size: config.cache.max_file_size,
+            copy_below: config.cache.copy_below,
+            max_open_files: config.cache.max_open_files / caches as usize,
+        };
         Ok(Shared {
             hosts,
-            settings: Arc::new(HandlerSettings::from_config(config)),
+            settings: Arc::new(HandlerSettings {
+                unix_listeners: unix_listeners.to_vec(),
+                ..HandlerSettings::from_config(config)
+            }),
             routes: Arc::new(Routes::new(config.routes.clone())),
             backends: config.backends.iter().cloned().map(Arc::new).collect(),
             access_log,
-            // The budget is for the whole server: each handler keeps its own share.
-            cache_limits: CacheLimits {
-                max_memory: (config.cache.max_memory / handlers as u64) as usize,
-                max_file_size: config.cache.max_file_size,
-                copy_below: config.cache.copy_below,
-                max_open_files: config.cache.max_open_files / handlers,
+            // Whole for the process; a prefork child's is its share of the children's.
+            content_cache: if private {
+                ContentCache::private(content_limits)
+            } else {
+                ContentCache::new(content_limits)
             },
+            content_reporter: Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
             // Whole for the process; a prefork child's is its share of the children's.
             response_cache: Arc::new(SharedCache::new(
                 if single_threaded {
@@ -262,7 +289,7 @@ impl Shared {
             self.hosts.clone(),
             self.settings.clone(),
             self.access_log.buffer(),
-            ContentCache::new(self.cache_limits),
+            (self.content_cache.share(), self.content_reporter.clone()),
             self.routes.clone(),
             backends,
             (self.response_cache.clone(), self.reporter.clone()),
@@ -332,10 +359,22 @@ pub fn serve_with(
     if reloaded {
         reload::name_process();
     }
+    // HTTP's client speaks first: every listener defers accepting (TCP) until it has.
+    let options = |addr: &ListenAddr| config.listen_options(addr);
     let listeners = if reloaded {
-        reload::listeners(&config.listen, &mut handed_sockets, layout.listener_sets)
+        reload::listeners(
+            &config.listen,
+            &options,
+            &mut handed_sockets,
+            layout.listener_sets,
+        )
     } else if inherited.is_empty() {
-        bind_listeners(&config.listen, layout.listener_sets)
+        let specs: Vec<_> = config
+            .listen
+            .iter()
+            .map(|a| (a.clone(), options(a)))
+            .collect();
+        bind_listeners_with(&specs, layout.listener_sets)
     } else {
         // The socket unit says where to listen: `listen` is not bound as well, as a server
         // that also bound its own addresses would hold ports the unit does not know of.
@@ -384,6 +423,16 @@ pub fn serve_with(
     if reloaded {
         reload::close_unused(handed_sockets);
     }
+    // The clients of a Unix-domain listener have no address: the logs name them by the
+    // listener, `unix:PATH`. One small string per such listener for the life of the process.
+    let unix_listeners: Vec<Option<&'static str>> = listeners
+        .local_addrs
+        .iter()
+        .map(|addr| match addr {
+            ListenAddr::Unix(_) => Some(&*Box::leak(addr.to_string().into_boxed_str())),
+            ListenAddr::Tcp(_) => None,
+        })
+        .collect();
     let driver_config = DriverConfig {
         max_connections: config.limits.max_connections,
         send_timeout: config.timeouts.send,
@@ -406,12 +455,24 @@ pub fn serve_with(
     // good before it takes a connection: here for the threaded models, in each child for
     // prefork, whose parent stays root to start children that can do the same
     // (docs/operations.md says why).
+    // prefork's children each read their own inotify events, on their own ticks; one change
+    // counter per site in memory they all share (mapped here, before they are forked) makes
+    // a change the first of them reads stale for all at once.
+    let generations = if model.kind() == ModelKind::Prefork && config.cache.enabled {
+        fastpath_content::shared_generations(1 + config.hosts.len())
+            .map_err(|e| tracing::warn!("children will see file changes one by one: {e}"))
+            .ok()
+    } else {
+        None
+    };
     let start = |process: Process| {
         let shared = Shared::start(
             config,
             layout.handlers,
             process.single_threaded,
             metrics.clone(),
+            &unix_listeners,
+            generations,
             kernel_bridge.clone(),
         )
         .map_err(io::Error::other)?;
@@ -513,7 +574,7 @@ fn metrics_listener(
     handed: &mut Vec<(OwnedFd, String)>,
     reloaded: bool,
 ) -> Result<Metrics, ServeError> {
-    if addr.port() != 0 && listeners.local_addrs.contains(&addr) {
+    if addr.port() != 0 && listeners.local_addrs.contains(&ListenAddr::Tcp(addr)) {
         return Err(ServeError::Bind(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
@@ -535,7 +596,7 @@ fn metrics_listener(
     for (sockets, socket) in listeners.per_worker.iter_mut().zip(fds) {
         sockets.push(socket);
     }
-    listeners.local_addrs.push(bound);
+    listeners.local_addrs.push(ListenAddr::Tcp(bound));
     let names = config.backends.iter().map(|b| b.name.clone()).collect();
     let metrics = Metrics::new(layout.handlers, names, index)
         .map_err(|e| ServeError::Run(io::Error::new(e.kind(), format!("metrics: {e}"))))?;

@@ -487,9 +487,30 @@ impl WorkerMetrics {
         bump(&block.sum_micros, micros);
     }
 
-    /// Publishes the figures of the worker's content cache.
-    pub(crate) fn content_cache(&self, stats: CacheStats, memory: usize, entries: usize) {
-        publish(&self.block().content, stats, memory, entries);
+    /// Publishes the worker's hits and misses in the content cache (the whole cache's
+    /// figures go on one worker's series: [`WorkerMetrics::content_cache_of`]).
+    pub(crate) fn content_cache(&self, hits: u64, misses: u64) {
+        let block = &self.block().content;
+        block.hits.store(hits, Relaxed);
+        block.misses.store(misses, Relaxed);
+    }
+
+    /// Publishes the evictions, memory and entries of the content cache the process's
+    /// workers share on the series of `worker`, the one that carries them.
+    pub(crate) fn content_cache_of(
+        &self,
+        worker: usize,
+        evictions: u64,
+        memory: usize,
+        entries: usize,
+    ) {
+        let block = &self
+            .metrics
+            .worker(worker.min(self.metrics.workers - 1))
+            .content;
+        block.evictions.store(evictions, Relaxed);
+        block.memory.store(memory as u64, Relaxed);
+        block.entries.store(entries as u64, Relaxed);
     }
 
     /// Publishes the figures of the worker's backend response cache.

@@ -454,9 +454,9 @@ impl Exchange {
         let mut kept = Ok(());
         let done = match buffer.decoder.as_mut() {
             None => {
-                let n = buffer.left.min(io.input.len() as u64) as usize;
-                kept = buffer.keep(&io.input.data()[..n], memory_max, dir);
-                io.input.consume(n);
+                let n = buffer.left.min(io.input().len() as u64) as usize;
+                kept = buffer.keep(&io.input().data()[..n], memory_max, dir);
+                io.input_mut().consume(n);
                 buffer.left -= n as u64;
                 buffer.left == 0
             }
@@ -464,7 +464,7 @@ impl Exchange {
                 // Taken out for the feed, whose pieces the buffer keeps.
                 let mut decoder = buffer.decoder.take().expect("matched above");
                 let mut over = false;
-                let fed = decoder.feed(io.input.data(), |piece| {
+                let fed = decoder.feed(io.input().data(), |piece| {
                     if kept.is_err() || over {
                         return;
                     }
@@ -480,7 +480,7 @@ impl Exchange {
                 }
                 match fed {
                     Ok((used, done)) => {
-                        io.input.consume(used);
+                        io.input_mut().consume(used);
                         done
                     }
                     Err(e) => return Progress::Failed(e.status),
@@ -495,10 +495,10 @@ impl Exchange {
             return Progress::Failed(500);
         }
         if !done {
-            if io.eof {
+            if io.eof() {
                 return Progress::Broken(CLIENT_GONE);
             }
-            *io.deadline = Some(self.deadline);
+            io.set_deadline(Some(self.deadline));
             return Progress::Wait(Next::Read);
         }
         let RequestBody::Reading(buffer) = std::mem::replace(&mut self.body, RequestBody::None)
@@ -515,13 +515,13 @@ impl Exchange {
         self.body = RequestBody::Whole(buffer);
         // Only now is a backend connection taken.
         let state = &mut backends[self.backend];
-        let Some(address) = state.pick(io.now) else {
+        let Some(address) = state.pick(io.now()) else {
             return Progress::Failed(503);
         };
         self.address = address;
-        self.deadline = io.now + state.config().connect_timeout;
-        self.connect(backends, io.upstream);
-        *io.deadline = Some(self.deadline);
+        self.deadline = io.now() + state.config().connect_timeout;
+        self.connect(backends, io.upstream());
+        io.set_deadline(Some(self.deadline));
         Progress::Wait(Next::Read)
     }
 
@@ -571,7 +571,7 @@ impl Exchange {
 
     /// Lets go of the backend connection (for reuse when the response allowed it).
     pub(crate) fn release(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) {
-        io.upstream.release(self.reusable && !self.bridge);
+        io.upstream().release(self.reusable && !self.bridge);
         self.forget(backends);
     }
 
@@ -593,16 +593,16 @@ impl Exchange {
             // A body read whole is queued at once, and the driver says nothing until the
             // backend has taken all of it: the response timeout counts from the end of the
             // request, so while the backend still takes the body it starts again.
-            let unsent = io.upstream.pending_output();
+            let unsent = io.upstream().pending_output();
             if unsent > 0 && unsent < self.unsent_at_deadline {
                 self.unsent_at_deadline = unsent;
-                self.deadline = io.now + backends[self.backend].config().response_timeout;
-                *io.deadline = Some(self.deadline);
+                self.deadline = io.now() + backends[self.backend].config().response_timeout;
+                io.set_deadline(Some(self.deadline));
                 return Progress::Wait(Next::Read);
             }
         }
-        if io.upstream.state() == UpstreamState::Connecting {
-            backends[self.backend].failed(self.address, io.now);
+        if io.upstream().state() == UpstreamState::Connecting {
+            backends[self.backend].failed(self.address, io.now());
         }
         let progress = if self.status == 0 {
             Progress::Failed(504)
@@ -632,9 +632,9 @@ impl Exchange {
         self.staged_sent = false;
         self.forget(backends);
         self.connected = false;
-        self.connect(backends, io.upstream);
-        self.deadline = io.now + backends[self.backend].config().connect_timeout;
-        *io.deadline = Some(self.deadline);
+        self.connect(backends, io.upstream());
+        self.deadline = io.now() + backends[self.backend].config().connect_timeout;
+        io.set_deadline(Some(self.deadline));
         Progress::Wait(Next::Read)
     }
 
@@ -643,7 +643,7 @@ impl Exchange {
         if let RequestBody::Reading(_) = self.body {
             return self.read_body(backends, io);
         }
-        match io.upstream.state() {
+        match io.upstream().state() {
             UpstreamState::Connecting => return Progress::Wait(Next::Read),
             UpstreamState::None => return Progress::Failed(502),
             UpstreamState::Failed(kind) => return self.connection_failed(backends, io, kind),
@@ -652,16 +652,16 @@ impl Exchange {
         if !self.connected {
             self.connected = true;
             backends[self.backend].succeeded(self.address);
-            self.deadline = io.now + backends[self.backend].config().response_timeout;
+            self.deadline = io.now() + backends[self.backend].config().response_timeout;
         }
         if let Some(progress) = self.send(backends, io) {
             return progress;
         }
-        if self.unsent_at_deadline > 0 && io.upstream.pending_output() == 0 {
+        if self.unsent_at_deadline > 0 && io.upstream().pending_output() == 0 {
             // The last of a body read whole has gone to the backend: the request has ended
             // here, and the response timeout counts from now.
             self.unsent_at_deadline = 0;
-            self.deadline = io.now + backends[self.backend].config().response_timeout;
+            self.deadline = io.now() + backends[self.backend].config().response_timeout;
         }
         self.receive(backends, io)
     }
@@ -689,12 +689,12 @@ impl Exchange {
         kind: std::io::ErrorKind,
     ) -> Progress {
         self.reusable = false;
-        if self.may_replay(io.upstream) {
+        if self.may_replay(io.upstream()) {
             return self.replay(backends, io);
         }
         if self.status == 0 && self.relayed == 0 {
             tracing::warn!("backend connection failed: {kind:?}");
-            backends[self.backend].failed(self.address, io.now);
+            backends[self.backend].failed(self.address, io.now());
             return self.drop_connection(backends, io, Progress::Failed(502));
         }
         self.drop_connection(backends, io, Progress::Broken(BACKEND_FAILED))
@@ -703,13 +703,15 @@ impl Exchange {
     /// The request side: the staged head, then body bytes from the client. `Some` when
     /// the exchange goes no further as a proxy: joined (a bridge), or failed.
     fn send(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Option<Progress> {
-        if let Some(out) = io.upstream.output() {
+        let now = io.now();
+        let parts = io.parts();
+        if let Some(out) = parts.upstream.output() {
             if !self.staged_sent && !self.staged.is_empty() {
                 self.staged_sent = true;
                 let staged = &self.staged;
-                out.write_with(io.pool, |b| b.extend_from_slice(staged));
+                out.write_with(parts.pool, |b| b.extend_from_slice(staged));
                 if let RequestBody::Whole(buffer) = &self.body {
-                    buffer.send(out, io.pool);
+                    buffer.send(out, parts.pool);
                     self.unsent_at_deadline = out.pending();
                 }
                 if !self.replayable {
@@ -725,22 +727,29 @@ impl Exchange {
                 // The backend connection stays counted until the client connection closes.
                 let idle = backends[self.backend].config().response_timeout;
                 match self.kernel.take() {
-                    Some(path) => io
+                    Some(path) => parts
                         .upstream
                         .join_carried(idle, Box::new(KernelBridge::new(path))),
-                    None => io.upstream.join(idle),
+                    None => parts.upstream.join(idle),
                 }
                 return Some(Progress::Joined);
             }
             if out.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced) {
                 let max_body = backends[self.backend].config().max_body_size;
                 let streamed = &mut self.streamed;
-                match forward_body(&mut self.body, io.input, out, io.pool, streamed, max_body) {
+                match forward_body(
+                    &mut self.body,
+                    parts.input,
+                    out,
+                    parts.pool,
+                    streamed,
+                    max_body,
+                ) {
                     Ok(0) => {}
                     // The response timeout counts from the end of the request: a body that
                     // takes longer than it to upload is not a backend failing to answer.
                     Ok(_) => {
-                        self.deadline = io.now + backends[self.backend].config().response_timeout;
+                        self.deadline = now + backends[self.backend].config().response_timeout;
                     }
                     Err(status) => {
                         // The backend has part of a body that will never be whole. A response
@@ -754,9 +763,12 @@ impl Exchange {
                     }
                 }
                 if let RequestBody::Length(left) = self.body {
-                    if left >= SPLICE_MIN_BODY && io.input.is_empty() && io.upstream.can_splice() {
+                    if left >= SPLICE_MIN_BODY
+                        && io.input().is_empty()
+                        && io.upstream().can_splice()
+                    {
                         let idle = backends[self.backend].config().response_timeout;
-                        io.upstream.splice_to_upstream(left, idle);
+                        io.upstream().splice_to_upstream(left, idle);
                         self.body = RequestBody::Spliced;
                     }
                 }
@@ -764,16 +776,16 @@ impl Exchange {
         }
         if let RequestBody::Spliced = self.body {
             let response_timeout = backends[self.backend].config().response_timeout;
-            match io.upstream.to_upstream() {
+            match io.upstream().to_upstream() {
                 // The driver pushes the connection's deadline on while bytes move.
                 Spliced::Running => {
-                    if let Some(moving) = *io.deadline {
+                    if let Some(moving) = io.deadline() {
                         self.deadline = self.deadline.max(moving);
                     }
                 }
                 Spliced::Done => {
                     self.body = RequestBody::None;
-                    self.deadline = io.now + response_timeout;
+                    self.deadline = io.now() + response_timeout;
                 }
                 // The client stopped sending in the middle of the body, or the backend
                 // stopped taking it.
@@ -796,22 +808,23 @@ impl Exchange {
 
     /// The response side: the head (after any interim ones), then the body.
     fn receive(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
-        let ended = io.upstream.state() == UpstreamState::Ended;
+        let ended = io.upstream().state() == UpstreamState::Ended;
         loop {
             // Buffering, the backend is read whatever the client's pace (see `Spill`).
-            if io.output.pending() >= RELAY_HIGH_WATER && !self.reads_ahead() {
-                *io.deadline = None;
+            if io.output().pending() >= RELAY_HIGH_WATER && !self.reads_ahead() {
+                io.set_deadline(None);
                 return Progress::Wait(Next::Drain);
             }
             if let Response::Body { .. } = self.response {
                 return self.receive_body(backends, io, ended);
             }
             let replay_on_end =
-                ended && io.upstream.pending_input() == 0 && self.may_replay(io.upstream);
-            let Some(input) = io.upstream.input() else {
+                ended && io.upstream().pending_input() == 0 && self.may_replay(io.upstream());
+            let parts = io.parts();
+            let Some(input) = parts.upstream.input() else {
                 return Progress::Failed(502);
             };
-            match self.receive_head(input, io.output, io.pool) {
+            match self.receive_head(input, parts.output, parts.pool) {
                 // Relayed (an interim head, or the final one): go on with what follows.
                 Ok(true) => continue,
                 Ok(false) if replay_on_end => return self.replay(backends, io),
@@ -820,7 +833,7 @@ impl Exchange {
                     return self.drop_connection(backends, io, Progress::Failed(502));
                 }
                 Ok(false) => {
-                    *io.deadline = Some(self.deadline);
+                    io.set_deadline(Some(self.deadline));
                     return Progress::Wait(Next::Read);
                 }
                 Err(()) => {
@@ -926,9 +939,9 @@ impl Exchange {
         io: &mut Io<'_>,
         ended: bool,
     ) -> Progress {
-        let to_client = io.upstream.to_client();
+        let to_client = io.upstream().to_client();
         // Splicing goes at the client's pace: not while reading ahead of it.
-        let can_splice = io.upstream.can_splice() && !self.reads_ahead();
+        let can_splice = io.upstream().can_splice() && !self.reads_ahead();
         let config = backends[self.backend].config();
         let idle = config.response_timeout;
         let spill_limits = (
@@ -936,7 +949,8 @@ impl Exchange {
             config.max_temp_file_size,
             config.temp_dir.as_path(),
         );
-        let Some(input) = io.upstream.input() else {
+        let parts = io.parts();
+        let Some(input) = parts.upstream.input() else {
             return Progress::Failed(502);
         };
         let Response::Body {
@@ -987,8 +1001,8 @@ impl Exchange {
             });
             let capturing = capture.is_some();
             let mut sink = BodySink {
-                out: io.output,
-                pool: io.pool,
+                out: parts.output,
+                pool: parts.pool,
                 capture,
                 spill: self
                     .spill
@@ -1014,9 +1028,9 @@ impl Exchange {
                 && *remaining >= SPLICE_MIN_BODY
                 && input.is_empty()
             {
-                io.upstream.splice_to_client(*remaining, idle);
+                io.upstream().splice_to_client(*remaining, idle);
                 self.splicing = Some(*remaining);
-                *io.deadline = Some(io.now + idle);
+                io.set_deadline(Some(io.now() + idle));
                 return Progress::Wait(Next::Read);
             }
             done
@@ -1039,7 +1053,7 @@ impl Exchange {
             };
             return self.drop_connection(backends, io, progress);
         }
-        *io.deadline = Some(io.now + idle);
+        io.set_deadline(Some(io.now() + idle));
         Progress::Wait(Next::Read)
     }
 }

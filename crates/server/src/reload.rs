@@ -25,7 +25,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastpath_drivers::{bind_listeners, signals, ListenerFeatures, Listeners};
+use fastpath_drivers::{
+    bind_listeners, bind_listeners_with, signals, ListenAddr, ListenOptions, ListenerFeatures,
+    Listeners, UnixSocketFile,
+};
 
 use crate::config::Config;
 use crate::systemd::Notify;
@@ -104,34 +107,90 @@ impl Handed {
 }
 
 /// The listeners for `addrs` from handed-over sockets: each address's inherited sockets are
-/// served (one per listener set, as many as the model wants: the missing ones are bound into
-/// the same SO_REUSEPORT group, extra ones closed), addresses with none are bound afresh. The
-/// sockets of addresses no longer configured are left in `sockets` (other listeners, such as
-/// the metrics one, take theirs; [`close_unused`] closes the rest).
+/// served (one per listener set, as many as the model wants: for TCP the missing ones are
+/// bound into the same SO_REUSEPORT group, extra ones closed; a Unix-domain socket is shared
+/// by every set), addresses with none are bound afresh with their `options`. The sockets of
+/// addresses no longer configured are left in `sockets` (other listeners, such as the metrics
+/// one, take theirs; [`close_unused`] closes the rest).
 pub(crate) fn listeners(
-    addrs: &[SocketAddr],
+    addrs: &[ListenAddr],
+    options: &dyn Fn(&ListenAddr) -> ListenOptions,
     sockets: &mut Vec<(OwnedFd, String)>,
     sets: usize,
 ) -> io::Result<Listeners> {
     let sets = sets.max(1);
     let mut per_worker: Vec<Vec<OwnedFd>> = (0..sets).map(|_| Vec::new()).collect();
     let mut local_addrs = Vec::with_capacity(addrs.len());
+    let mut unix_files = Vec::new();
     let mut features = ListenerFeatures { defer_accept: true };
-    for &addr in addrs {
-        let (fds, bound, defer_accept) =
-            adopt_or_bind(addr, &addr.to_string(), sockets, sets, true)?;
-        features.defer_accept &= defer_accept;
+    for addr in addrs {
+        let name = addr.to_string();
+        let fds = match addr {
+            ListenAddr::Tcp(tcp) => {
+                let (fds, bound, defer_accept) = adopt_or_bind(*tcp, &name, sockets, sets, true)?;
+                features.defer_accept &= defer_accept;
+                local_addrs.push(ListenAddr::Tcp(bound));
+                fds
+            }
+            ListenAddr::Unix(path) => {
+                let (fds, file) = adopt_or_bind_unix(path, &name, options(addr), sockets, sets)?;
+                unix_files.push(file);
+                local_addrs.push(addr.clone());
+                fds
+            }
+        };
         for (set, fd) in per_worker.iter_mut().zip(fds) {
             set.push(fd);
         }
-        local_addrs.push(bound);
     }
     Ok(Listeners {
         per_worker,
         local_addrs,
+        unix_files,
         features,
         inherited: false,
     })
+}
+
+/// The handed-over sockets named `name`, taken out of `sockets`.
+fn take_named(sockets: &mut Vec<(OwnedFd, String)>, name: &str) -> Vec<(OwnedFd, String)> {
+    let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(sockets)
+        .into_iter()
+        .partition(|(_, n)| n == name);
+    *sockets = rest;
+    mine
+}
+
+/// The sockets of the Unix-domain listener at `path`, one a listener set, all the one socket:
+/// the one handed over under `name` (its file now this process's to remove at the end), or
+/// one bound anew.
+fn adopt_or_bind_unix(
+    path: &std::path::Path,
+    name: &str,
+    options: ListenOptions,
+    sockets: &mut Vec<(OwnedFd, String)>,
+    sets: usize,
+) -> io::Result<(Vec<OwnedFd>, UnixSocketFile)> {
+    // The predecessor passed a copy per listener set: one is enough.
+    let Some((socket, _)) = take_named(sockets, name).into_iter().next() else {
+        let spec = (ListenAddr::Unix(path.to_owned()), options);
+        let mut fresh = bind_listeners_with(&[spec], sets)?;
+        tracing::info!("reload: {name} is a new address, bound");
+        let file = fresh
+            .unix_files
+            .pop()
+            .expect("a Unix listener has its file");
+        return Ok((fresh.per_worker.into_iter().flatten().collect(), file));
+    };
+    fastpath_drivers::adopt_handed(&socket)
+        .map_err(|e| io::Error::new(e.kind(), format!("handed-over socket for {name}: {e}")))?;
+    let file = UnixSocketFile::new(path)?;
+    let mut fds = Vec::with_capacity(sets);
+    for _ in 1..sets {
+        fds.push(socket.try_clone()?);
+    }
+    fds.push(socket);
+    Ok((fds, file))
 }
 
 /// The sockets for `addr`, one a listener set: those handed over under `name` (taken out of
@@ -145,22 +204,22 @@ pub(crate) fn adopt_or_bind(
     reloading: bool,
 ) -> io::Result<(Vec<OwnedFd>, SocketAddr, bool)> {
     let sets = sets.max(1);
-    let (mut mine, rest): (Vec<_>, Vec<_>) = std::mem::take(sockets)
-        .into_iter()
-        .partition(|(_, n)| n == name);
-    *sockets = rest;
+    let mut mine = take_named(sockets, name);
     if mine.is_empty() {
         let fresh = bind_listeners(&[addr], sets)?;
         if reloading {
             tracing::info!("reload: {addr} is a new address, bound");
         }
         let fds = fresh.per_worker.into_iter().flatten().collect();
-        return Ok((fds, fresh.local_addrs[0], fresh.features.defer_accept));
+        let bound = fresh.local_addrs[0].tcp().expect("a TCP listener");
+        return Ok((fds, bound, fresh.features.defer_accept));
     }
     let mut bound = None;
     for (fd, _) in &mine {
-        bound = Some(fastpath_drivers::adopt_handed(fd).map_err(|e| {
-            io::Error::new(e.kind(), format!("handed-over socket for {name}: {e}"))
+        let adopted = fastpath_drivers::adopt_handed(fd)
+            .map_err(|e| io::Error::new(e.kind(), format!("handed-over socket for {name}: {e}")))?;
+        bound = Some(adopted.tcp().ok_or_else(|| {
+            io::Error::other(format!("handed-over socket for {name} is a Unix socket"))
         })?);
     }
     let bound = bound.expect("at least one socket");

@@ -2,12 +2,15 @@
 //! backend (the routes run before any file is looked at, the fallback after the static
 //! lookup found nothing), a static reply, or an error status.
 
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use fastpath_content::{ContentCache, Reply, StaticRequest};
 use fastpath_handover::{HandoverMethod, RouteRequest, Routes};
 use fastpath_http::{is_registered_method, normalize_path, parse_target, Request, Target};
 
+use crate::metrics::WorkerMetrics;
 use crate::vhosts::VirtualHosts;
 
 /// What a request gets.
@@ -21,28 +24,58 @@ pub(crate) enum Route {
     Metrics,
 }
 
-/// One worker's router: the sites, the hand-over rules, the worker's cache of files, and
-/// a reused buffer for the decoded path.
+/// One worker's router: the sites, the hand-over rules, the worker's handle on the
+/// process's cache of files, and a reused buffer for the decoded path.
 pub(crate) struct Router {
     hosts: Arc<VirtualHosts>,
     routes: Arc<Routes>,
     cache: ContentCache,
+    /// The worker whose metrics carry the cache's memory, entries and evictions.
+    reporter: Arc<AtomicUsize>,
     path: Vec<u8>,
 }
 
 impl Router {
-    /// The worker's content cache, for its figures.
-    pub(crate) fn cache(&self) -> &ContentCache {
-        &self.cache
-    }
-
-    pub(crate) fn new(hosts: Arc<VirtualHosts>, routes: Arc<Routes>, cache: ContentCache) -> Self {
+    pub(crate) fn new(
+        hosts: Arc<VirtualHosts>,
+        routes: Arc<Routes>,
+        (cache, reporter): (ContentCache, Arc<AtomicUsize>),
+    ) -> Self {
         Router {
             hosts,
             routes,
             cache,
+            reporter,
             path: Vec::with_capacity(256),
         }
+    }
+
+    /// Publishes this worker's hits and misses in the content cache, and the shared
+    /// cache's evictions, memory and entries on the series of one worker of the process
+    /// (the first to tick), so that sums over workers are the process's figures. Every
+    /// worker publishes those for it: the one that carries them may be idle and not
+    /// ticking (a pool thread). A private cache's figures are its worker's own.
+    pub(crate) fn publish_cache(&self, metrics: &WorkerMetrics) {
+        let me = metrics.worker();
+        let reporter = if self.cache.is_private() {
+            me
+        } else {
+            match self
+                .reporter
+                .compare_exchange(usize::MAX, me, Relaxed, Relaxed)
+            {
+                Ok(_) => me,
+                Err(current) => current,
+            }
+        };
+        let stats = self.cache.stats();
+        metrics.content_cache(stats.hits, stats.misses);
+        metrics.content_cache_of(
+            reporter,
+            stats.evictions,
+            self.cache.memory(),
+            self.cache.len(),
+        );
     }
 
     /// Takes in what changed on disk since the last call (once a tick).

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Args;
 use fastpath_kernel::Mode as KernelMode;
 use fastpath_sockets::thrift::{Limits, Transport};
-use fastpath_sockets::{serve, units, DriverConfig, ModelKind, ServiceOptions};
+use fastpath_sockets::{serve, units, DriverConfig, ListenAddr, ModelKind, ServiceOptions};
 use toml_edit::{DocumentMut, Item, Value};
 
 use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder, AUTO_KERNEL_FROM};
@@ -20,9 +20,9 @@ use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder, AUTO_KERNE
 /// What both services take.
 #[derive(Args, Debug, Clone, Default)]
 pub struct CommonArgs {
-    /// Address to listen on (repeat for several).
+    /// Address to listen on, IP:PORT or unix:PATH (repeat for several).
     #[arg(long, short)]
-    listen: Vec<SocketAddr>,
+    listen: Vec<ListenAddr>,
     /// Concurrency model: auto, epoll, uring, percore, threads or prefork.
     #[arg(long)]
     model: Option<String>,
@@ -85,7 +85,7 @@ pub struct ForwardArgs {
 /// Settings read from a configuration file.
 #[derive(Default)]
 struct FileSettings {
-    listen: Vec<SocketAddr>,
+    listen: Vec<ListenAddr>,
     model: Option<String>,
     workers: Option<usize>,
     max_connections: Option<usize>,
@@ -132,18 +132,19 @@ fn read_file(path: &Path, extra: &[&str]) -> Result<FileSettings, String> {
                     Item::Value(value @ Value::String(_)) => vec![value],
                     _ => return Err(bad("an address or a list of addresses")),
                 };
-                let mut addrs = Vec::new();
                 for value in values {
                     let text = value.as_str().ok_or_else(|| bad("a list of strings"))?;
-                    addrs.push(
-                        text.parse()
-                            .map_err(|_| format!("`{key}`: `{text}` is not an ADDR:PORT"))?,
-                    );
-                }
-                if key == "listen" {
-                    settings.listen = addrs;
-                } else {
-                    settings.to = addrs;
+                    if key == "listen" {
+                        let addr = text
+                            .parse()
+                            .map_err(|e| format!("`{key}`: `{text}`: {e}"))?;
+                        settings.listen.push(addr);
+                    } else {
+                        let addr = text
+                            .parse()
+                            .map_err(|_| format!("`{key}`: `{text}` is not an ADDR:PORT"))?;
+                        settings.to.push(addr);
+                    }
                 }
             }
             "model" => settings.model = Some(string()?.to_string()),
@@ -209,7 +210,10 @@ fn options(
     } else if !file.listen.is_empty() {
         file.listen.clone()
     } else {
-        vec![SocketAddr::from(([127, 0, 0, 1], default_port))]
+        vec![ListenAddr::Tcp(SocketAddr::from((
+            [127, 0, 0, 1],
+            default_port,
+        )))]
     });
     let model = common.model.clone().or(file.model.clone());
     options.model = match model.as_deref() {

@@ -126,7 +126,7 @@ impl Echo {
             conn.path = Path::User;
             return;
         };
-        if !io.input.is_empty() || !io.output.is_empty() || io.eof {
+        if !io.input().is_empty() || !io.output().is_empty() || io.eof() {
             return;
         }
         if fastpath_kernel::unread(io.socket()).map_or(true, |n| n > 0) {
@@ -161,7 +161,9 @@ impl Echo {
 
     /// The deadline of a connection in the kernel: its next overflow check.
     fn arm(&self, io: &mut Io<'_>) {
-        *io.deadline = Some(io.now + OVERFLOW_CHECK.min(self.config.idle_timeout));
+        io.set_deadline(Some(
+            io.now() + OVERFLOW_CHECK.min(self.config.idle_timeout),
+        ));
     }
 
     /// Whether the kernel gave up on the connection; logs why.
@@ -195,7 +197,7 @@ impl Echo {
             return Next::Close;
         };
         // Once the peer has finished, its FIN counts as one byte received.
-        let expected = received.saturating_sub(self.header_len() + u64::from(io.eof));
+        let expected = received.saturating_sub(self.header_len() + u64::from(io.eof()));
         if written >= expected {
             return Next::Close;
         }
@@ -203,10 +205,10 @@ impl Echo {
             Path::Flushing {
                 since,
                 written: before,
-            } if before == written => io.now.duration_since(since) >= self.config.idle_timeout,
+            } if before == written => io.now().duration_since(since) >= self.config.idle_timeout,
             _ => {
                 conn.path = Path::Flushing {
-                    since: io.now,
+                    since: io.now(),
                     written,
                 };
                 false
@@ -220,7 +222,7 @@ impl Echo {
             );
             return Next::Close;
         }
-        *io.deadline = Some(io.now + FLUSH_CHECK);
+        io.set_deadline(Some(io.now() + FLUSH_CHECK));
         Next::Wait
     }
 }
@@ -229,7 +231,7 @@ impl Handler for Echo {
     type Conn = EchoConn;
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (EchoConn, Next) {
-        *io.deadline = Some(io.now + self.config.idle_timeout);
+        io.set_deadline(Some(io.now() + self.config.idle_timeout));
         let mut conn = EchoConn {
             peer: opened.peer(),
             buffer: self.config.plain.then_some(0),
@@ -254,7 +256,9 @@ impl Handler for Echo {
         match conn.path {
             Path::Kernel => self.arm(io),
             Path::Flushing { .. } => {}
-            Path::User | Path::ToKernel => *io.deadline = Some(io.now + self.config.idle_timeout),
+            Path::User | Path::ToKernel => {
+                io.set_deadline(Some(io.now() + self.config.idle_timeout))
+            }
         }
         let mut sock = BufferedSocket::with_limit(io, self.config.output_limit);
         if conn.buffer.is_none() {

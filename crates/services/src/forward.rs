@@ -162,7 +162,7 @@ impl Forwarder {
 
     /// Takes every whole message a client has sent; the answer for the client.
     fn forward_from(&mut self, peer: SocketAddr, io: &mut Io<'_>) -> Next {
-        let now = io.now;
+        let now = io.now();
         let routes = self.destinations.len() as i64;
         let mut full = false;
         let mut turn_over = false;
@@ -258,7 +258,7 @@ impl Forwarder {
             }
             return Next::Close;
         }
-        if sock.io().draining {
+        if sock.io().draining() {
             return Next::Close;
         }
         Next::Read
@@ -278,7 +278,7 @@ impl Forwarder {
         if more {
             return Next::Drain;
         }
-        if sock.io().draining && sock.queued() == 0 {
+        if sock.io().draining() && sock.queued() == 0 {
             return Next::Close;
         }
         Next::Read
@@ -298,7 +298,7 @@ impl Handler for Forwarder {
                 (ForwardConn::Destination { route, sent: 0 }, next)
             }
             _ => {
-                *io.deadline = Some(io.now + self.config.idle_timeout);
+                io.set_deadline(Some(io.now() + self.config.idle_timeout));
                 let peer = opened.peer();
                 (ForwardConn::Client { peer }, Next::Read)
             }
@@ -308,7 +308,7 @@ impl Handler for Forwarder {
     fn on_ready(&mut self, conn: &mut ForwardConn, io: &mut Io<'_>) -> Next {
         match *conn {
             ForwardConn::Client { peer } => {
-                *io.deadline = Some(io.now + self.config.idle_timeout);
+                io.set_deadline(Some(io.now() + self.config.idle_timeout));
                 self.forward_from(peer, io)
             }
             ForwardConn::Destination { route, .. } => self.deliver(route, io),

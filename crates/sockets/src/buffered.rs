@@ -52,22 +52,22 @@ impl<'s, 'io> BufferedSocket<'s, 'io> {
 
     /// Everything received and not yet discarded.
     pub fn peek(&self) -> &[u8] {
-        self.io.input.data()
+        self.io.input().data()
     }
 
     /// Drops the first `n` received bytes (fewer if fewer are there); returns how many.
     pub fn discard(&mut self, n: usize) -> usize {
-        let n = n.min(self.io.input.len());
-        self.io.input.consume(n);
+        let n = n.min(self.io.input().len());
+        self.io.input_mut().consume(n);
         n
     }
 
     /// Moves up to `buf.len()` received bytes into `buf`; returns how many.
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
-        let data = self.io.input.data();
+        let data = self.io.input().data();
         let n = data.len().min(buf.len());
         buf[..n].copy_from_slice(&data[..n]);
-        self.io.input.consume(n);
+        self.io.input_mut().consume(n);
         n
     }
 
@@ -89,20 +89,21 @@ impl<'s, 'io> BufferedSocket<'s, 'io> {
     /// discards them: an echo, copied once from the input buffer to the output buffer.
     /// Returns how many.
     pub fn send_back(&mut self, n: usize) -> usize {
-        let io = &mut *self.io;
-        let data = io.input.data();
+        let parts = self.io.parts();
+        let data = parts.input.data();
         let n = n.min(data.len());
-        io.output
-            .write_with(io.pool, |out| out.extend_from_slice(&data[..n]));
-        io.input.consume(n);
+        parts
+            .output
+            .write_with(parts.pool, |out| out.extend_from_slice(&data[..n]));
+        parts.input.consume(n);
         n
     }
 
     /// Queues all of `data`, whole, and leaves it empty; a large batch queued while nothing
     /// else is moves into the output without a copy (see `Output::append_vec`).
     pub fn write_vec(&mut self, data: &mut Vec<u8>) {
-        let io = &mut *self.io;
-        io.output.append_vec(io.pool, data);
+        let (output, pool) = self.io.output_and_pool();
+        output.append_vec(pool, data);
     }
 
     /// Queues bytes written by `write` straight into the output buffer, whole.
@@ -112,7 +113,7 @@ impl<'s, 'io> BufferedSocket<'s, 'io> {
 
     /// Bytes queued and not yet taken by the kernel.
     pub fn queued(&self) -> usize {
-        self.io.output.pending() as usize
+        self.io.output().pending() as usize
     }
 
     /// Bytes that may still be queued before the limit.
@@ -127,12 +128,12 @@ impl<'s, 'io> BufferedSocket<'s, 'io> {
 
     /// Bytes handed to the kernel over the connection's life.
     pub fn sent(&self) -> u64 {
-        self.io.output.sent()
+        self.io.output().sent()
     }
 
     /// The peer has finished sending: what [`BufferedSocket::peek`] shows is all there is.
     pub fn at_end(&self) -> bool {
-        self.io.eof
+        self.io.eof()
     }
 
     /// What to wait for now: the output to drain if the socket is full, input otherwise.

@@ -37,12 +37,12 @@
 //!     type Conn = ();
 //!
 //!     fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> ((), Next) {
-//!         *io.deadline = Some(io.now + Duration::from_secs(30));
+//!         io.set_deadline(Some(io.now() + Duration::from_secs(30)));
 //!         ((), Next::Read)
 //!     }
 //!
 //!     fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
-//!         *io.deadline = Some(io.now + Duration::from_secs(30));
+//!         io.set_deadline(Some(io.now() + Duration::from_secs(30)));
 //!         let mut sock = BufferedSocket::new(io);
 //!         while let Some(end) = sock.peek().iter().position(|&b| b == b'\n') {
 //!             let line = sock.peek()[..=end].to_ascii_uppercase();
@@ -65,7 +65,7 @@
 //!     }
 //!     let model = kind.with(&ModelSettings::default());
 //!     let listeners = bind_listeners(&["127.0.0.1:0".parse().unwrap()], 2).unwrap();
-//!     let addr = listeners.local_addrs[0];
+//!     let addr = listeners.local_addrs[0].tcp().unwrap();
 //!     let stop = AtomicBool::new(false);
 //!     std::thread::scope(|scope| {
 //!         let server = scope.spawn(|| run(model, listeners, &DriverConfig::default(), |_| Shout, &stop));
@@ -96,8 +96,8 @@ pub use thrift_socket::ThriftSocket;
 
 pub use fastpath_drivers::{
     bind_listeners, run, run_service, uring_available, CloseReason, ConnRef, DriverConfig, Handler,
-    Io, Listeners, Model, ModelKind, ModelSettings, Next, Opened, Origin, Process, UpstreamAddr,
-    Worker, TICK,
+    Io, IoParts, ListenAddr, ListenOptions, Listeners, Model, ModelKind, ModelSettings, Next,
+    Opened, Origin, Process, UpstreamAddr, Worker, TICK,
 };
 
 /// Sizes and durations as configurations write them.

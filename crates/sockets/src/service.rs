@@ -1,19 +1,17 @@
 //! [`serve`]: runs a service the way fastpath's own services run.
 
-use std::io;
-use std::net::SocketAddr;
-
 use fastpath_drivers::{
     bind_listeners_with, run, signals, uring_available, worker_count, DriverConfig, Handler,
-    ListenOptions, ModelKind, ModelSettings,
+    ListenAddr, ListenOptions, ModelKind, ModelSettings,
 };
+use std::io;
 
 /// Where and how a service runs.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServiceOptions {
-    /// Addresses to listen on.
-    pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on: TCP, or Unix-domain sockets (`unix:PATH`).
+    pub listen: Vec<ListenAddr>,
     /// The concurrency model. `Uring` falls back to `Epoll`, with a log line saying why,
     /// where io_uring cannot run.
     pub model: ModelKind,
@@ -31,7 +29,7 @@ pub struct ServiceOptions {
 impl ServiceOptions {
     /// Listening on `listen`, with the defaults for everything else (epoll, a worker per CPU);
     /// set the other fields on the value.
-    pub fn listening(listen: Vec<SocketAddr>) -> Self {
+    pub fn listening(listen: Vec<ListenAddr>) -> Self {
         ServiceOptions {
             listen,
             ..ServiceOptions::default()
@@ -79,7 +77,11 @@ where
     } else {
         ListenOptions::server_speaks_first()
     };
-    let specs: Vec<_> = options.listen.iter().map(|&addr| (addr, listen)).collect();
+    let specs: Vec<_> = options
+        .listen
+        .iter()
+        .map(|addr| (addr.clone(), listen))
+        .collect();
     let listeners = bind_listeners_with(&specs, layout.listener_sets).map_err(|e| {
         let addrs: Vec<String> = options.listen.iter().map(|a| a.to_string()).collect();
         io::Error::new(

@@ -9,11 +9,11 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::buffers::{BufferPool, Flush, FlushError};
+use crate::buffers::{BufferPool, Flush};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
-use crate::connection::{self, Closing, Expiry, Link, State};
+use crate::connection::{self, Closing, Link, Parts, State};
 use crate::contract::Outgoing;
-use crate::loops::{Core, Env, EventLoop, Timekeeping};
+use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::sys::{self, syscall};
@@ -54,14 +54,15 @@ fn new_events(n: usize) -> Vec<libc::epoll_event> {
 
 /// Everything a worker holds for one connection: the shared [`Link`], the handler's state,
 /// and what readiness said of the socket.
-struct Slot<C> {
+pub(crate) struct Slot<C> {
     link: Link,
+    /// The kernel-side join with the upstream, once the handler has asked for it.
+    joint: Option<Box<Joint>>,
     conn: C,
     readable: bool,
     writable: bool,
     /// The peer's FIN (or an error) has been signalled: read until the end is seen.
     hangup: bool,
-    joint: Option<Box<Joint>>,
     /// Both sockets are registered for their ends only ([`Joint::ends_only`]).
     ends_only: bool,
 }
@@ -202,30 +203,6 @@ impl<'a, H: Handler> Worker<'a, H> {
         let _ = self.watch_listeners(false);
         self.listeners.clear();
         self.tell_drain();
-    }
-
-    /// Calls `on_drain` for the connections that have not heard of the graceful stop yet.
-    fn tell_drain(&mut self) {
-        for index in 0..self.slots.capacity() {
-            let token = self.slots.token(index);
-            let Some(slot) = self.slots.at(index) else {
-                continue;
-            };
-            let next = connection::drain(
-                &mut self.handler,
-                &mut slot.conn,
-                &mut slot.link,
-                &mut self.core,
-                token,
-                false,
-            );
-            if let Some(next) = next {
-                let next = self.after_call(index, next);
-                if self.apply(index, next) {
-                    self.drive(index);
-                }
-            }
-        }
     }
 
     /// Serves one connection that was accepted elsewhere, until it is closed or the stop flag
@@ -439,31 +416,9 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn open(&mut self, fd: OwnedFd, opened: Opened) {
-        let (link, conn, next) = connection::open(
-            &mut self.handler,
-            fd,
-            opened,
-            UpstreamPort::new(true, true),
-            &mut self.core,
-            self.slots.next_token(),
-        );
-        let deadline = link.deadline;
-        let token = self.slots.insert(Slot {
-            link,
-            conn,
-            // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
-            readable: true,
-            writable: true,
-            hangup: false,
-            joint: None,
-            ends_only: false,
-        });
-        self.core.note_deadline(token, deadline);
-        let index = token.index;
-        let next = self.after_call(index, next);
-        if !self.apply(index, next) {
+        let Some(index) = self.open_slot(fd, opened, UpstreamPort::new(true, true)) else {
             return;
-        }
+        };
         self.drive(index);
         // Registered only if it must wait: a connection answered and closed in its first turn
         // (one request, `Connection: close`) costs no epoll_ctl at all. Edge-triggered
@@ -504,13 +459,8 @@ impl<'a, H: Handler> Worker<'a, H> {
                         slot.writable = false;
                         link.send_deadline = Some(self.core.now + self.core.config.send_timeout);
                     }
-                    Err(FlushError::FileShrunk) => {
-                        self.close(index, CloseReason::FileShrunk);
-                        return;
-                    }
-                    Err(FlushError::Io(e)) => {
-                        tracing::debug!("send failed: {e}");
-                        self.close(index, CloseReason::PeerGone);
+                    Err(e) => {
+                        self.close(index, e.close_reason());
                         return;
                     }
                 }
@@ -563,13 +513,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                     if !link.output.is_empty() {
                         return;
                     }
-                    let closing = link.finish_closing(
-                        &mut self.core.pool,
-                        self.core.now,
-                        self.core.config.linger_timeout,
-                        slot.readable,
-                    );
-                    if closing == Closing::Now {
+                    if link.finish_closing(&mut self.core, slot.readable) == Closing::Now {
                         self.close(index, CloseReason::Done);
                         return;
                     }
@@ -648,54 +592,6 @@ impl<'a, H: Handler> Worker<'a, H> {
                     }
                 }
             }
-        }
-    }
-
-    /// Calls the handler and records what it asked for; false when the connection is gone.
-    fn call_and_apply(&mut self, index: usize, timeout: bool) -> bool {
-        let next = self.call(index, timeout);
-        self.apply(index, next)
-    }
-
-    /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
-    /// it asked of the upstream.
-    fn call(&mut self, index: usize, timeout: bool) -> Next {
-        let token = self.slots.token(index);
-        let slot = self.slots.at(index).expect("live slot");
-        let next = connection::call(
-            &mut self.handler,
-            &mut slot.conn,
-            &mut slot.link,
-            &mut self.core,
-            token,
-            timeout,
-        );
-        self.after_call(index, next)
-    }
-
-    /// Carries out what a handler call asked of the upstream.
-    fn after_call(&mut self, index: usize, next: Next) -> Next {
-        if self
-            .slots
-            .at(index)
-            .is_some_and(|slot| slot.link.upstream.unused())
-        {
-            return next;
-        }
-        let mut registry = EpollRegistry {
-            epoll: self.epoll_fd(),
-            token: self.slots.token(index).pack(UPSTREAM),
-        };
-        let slot = self.slots.at(index).expect("live slot");
-        let join = slot.link.upstream.after_call(
-            &mut registry,
-            &mut self.core.upstreams,
-            &mut self.core.pool,
-            self.core.now,
-        );
-        match join {
-            Some((idle, carrier)) => self.join(index, idle, carrier, next),
-            None => next,
         }
     }
 
@@ -792,15 +688,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
             JointStep::Finished => {
                 slot.joint = None;
-                let mut registry = EpollRegistry { epoll, token: 0 };
-                link.upstream.close(
-                    &mut registry,
-                    &mut self.core.upstreams,
-                    &mut self.core.pool,
-                    self.core.now,
-                );
-                link.state = State::Closing;
-                link.linger = true;
+                link.unjoin(&mut self.core, &mut EpollRegistry { epoll, token: 0 });
                 true
             }
             JointStep::Close(reason) => {
@@ -809,10 +697,71 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
         }
     }
+}
 
-    /// A joined connection's deadline came: a carried joint that has moved bytes since (the
-    /// loop does not see them: TCP_INFO tells) or waits for a recheck goes on; otherwise the
-    /// joint was idle for its time and the connection ends.
+impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
+    type H = H;
+    type Slot = Slot<H::Conn>;
+
+    fn handler_and_core(&mut self) -> (&mut H, &mut Core<'a>) {
+        (&mut self.handler, &mut self.core)
+    }
+
+    fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, H>> {
+        let token = self.slots.token(index);
+        let slot = self.slots.at(index)?;
+        Some(Parts {
+            handler: &mut self.handler,
+            core: &mut self.core,
+            link: &mut slot.link,
+            conn: &mut slot.conn,
+            token,
+            busy: false,
+            joined: slot.joint.is_some(),
+        })
+    }
+
+    fn slots(&mut self) -> &mut Slab<Slot<H::Conn>> {
+        &mut self.slots
+    }
+
+    fn insert(&mut self, link: Link, conn: H::Conn) -> Token {
+        self.slots.insert(Slot {
+            link,
+            joint: None,
+            ends_only: false,
+            conn,
+            // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
+            readable: true,
+            writable: true,
+            hangup: false,
+        })
+    }
+
+    /// Carries out what a handler call asked of the upstream.
+    fn after_call(&mut self, index: usize, next: Next) -> Next {
+        if self
+            .slots
+            .at(index)
+            .is_some_and(|slot| slot.link.upstream.unused())
+        {
+            return next;
+        }
+        let mut registry = EpollRegistry {
+            epoll: self.epoll_fd(),
+            token: self.slots.token(index).pack(UPSTREAM),
+        };
+        let slot = self.slots.at(index).expect("live slot");
+        match slot.link.upstream_after_call(&mut self.core, &mut registry) {
+            Some((idle, carrier)) => self.join(index, idle, carrier, next),
+            None => next,
+        }
+    }
+
+    fn proceed(&mut self, index: usize) {
+        self.drive(index);
+    }
+
     fn joint_expired(&mut self, index: usize) {
         let slot = self.slots.at(index).expect("live slot");
         let link = &mut slot.link;
@@ -831,36 +780,14 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
-    /// Records what the handler asked for; false when the connection is gone.
-    fn apply(&mut self, index: usize, next: Next) -> bool {
-        let slot = self.slots.at(index).expect("live slot");
-        let joined = slot.joint.is_some();
-        if slot.link.apply(next, joined) {
-            return true;
-        }
-        self.close(index, CloseReason::Done);
-        false
-    }
-
     fn close(&mut self, index: usize, reason: CloseReason) {
         let Some(mut slot) = self.slots.remove(index) else {
             return;
         };
-        let link = &mut slot.link;
-        let reason = link.close_reason(reason);
-        self.handler.on_closing(&mut slot.conn, link.output.sent());
-        link.output.clear(&mut self.core.pool);
-        let mut registry = EpollRegistry {
-            epoll: self.epoll_fd(),
-            token: 0,
-        };
-        link.upstream.close(
-            &mut registry,
-            &mut self.core.upstreams,
-            &mut self.core.pool,
-            self.core.now,
-        );
-        link.drop_input(&mut self.core.pool);
+        let reason = connection::closing(&mut self.handler, &mut slot.conn, &slot.link, reason);
+        let epoll = self.epoll_fd();
+        slot.link
+            .release(&mut self.core, &mut EpollRegistry { epoll, token: 0 });
         if self.slots.len() == 0 {
             if let Some(hook) = &self.on_last_close {
                 hook();
@@ -869,33 +796,6 @@ impl<'a, H: Handler> Worker<'a, H> {
         // Closing the descriptor also removes it from the epoll set.
         drop(slot.link);
         connection::closed(&mut self.handler, slot.conn, reason, &mut self.core);
-    }
-}
-
-impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
-    fn core(&mut self) -> &mut Core<'a> {
-        &mut self.core
-    }
-
-    fn is_current(&mut self, token: Token) -> bool {
-        self.slots.get_mut(token).is_some()
-    }
-
-    fn capacity(&self) -> usize {
-        self.slots.capacity()
-    }
-
-    fn expire(&mut self, index: usize) {
-        let Some(slot) = self.slots.at(index) else {
-            return;
-        };
-        match slot.link.expiry(self.core.now, false) {
-            None => {}
-            Some(Expiry::Close(reason)) => self.close(index, reason),
-            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.drive(index),
-            Some(Expiry::CallTimeout) => {}
-            Some(Expiry::Joint) => self.joint_expired(index),
-        }
     }
 
     fn watch_listeners_again(&mut self) -> bool {
@@ -908,25 +808,8 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
         }
     }
 
-    fn tell_drain(&mut self) {
-        Worker::tell_drain(self);
-    }
-
-    fn on_tick(&mut self, now: Instant) {
-        crate::loops::tick_handler(&mut self.handler, &mut self.core, now);
-    }
-
     fn open_outgoing(&mut self, outgoing: Outgoing) {
         self.open(outgoing.fd, outgoing.opened);
-    }
-
-    fn wake(&mut self, token: Token) {
-        let Some(slot) = self.slots.get_mut(token) else {
-            return;
-        };
-        if slot.link.take_wake() && self.call_and_apply(token.index, false) {
-            self.drive(token.index);
-        }
     }
 }
 

@@ -15,10 +15,12 @@ use std::time::Instant;
 
 use crate::buffers::BufferPool;
 use crate::common::AcceptPause;
+use crate::connection::{self, Expiry, Link, Parts};
 use crate::contract::{Outgoing, Requests};
-use crate::slab::Token;
+use crate::slab::{Slab, Token};
+use crate::upstream::UpstreamPort;
 use crate::upstream::{UpstreamPool, IDLE_UPSTREAMS_PER_KEY};
-use crate::{common, signals, DriverConfig, Handler, Listeners, TICK};
+use crate::{common, signals, CloseReason, DriverConfig, Handler, Listeners, Next, Opened, TICK};
 
 /// What a worker shares with the other workers of its model.
 #[derive(Clone, Copy)]
@@ -173,34 +175,145 @@ impl<'a> Core<'a> {
     }
 }
 
-/// The time-driven work of a worker, the same for every loop: after each turn, the deadlines
-/// noted as coming before the next tick; every [`TICK`], the sweep (accepting again after a
-/// pause, every connection's deadlines, telling a draining worker's connections), the idle
-/// upstream connections and [`Handler::on_tick`]. A loop says how each step is done with its
-/// kernel interface; when they are done is decided here.
-pub(crate) trait Timekeeping<'a> {
-    fn core(&mut self) -> &mut Core<'a>;
-    /// Whether `token` still names the connection its deadline was noted for.
-    fn is_current(&mut self, token: Token) -> bool;
-    /// The number of connection slots, for the sweep.
-    fn capacity(&self) -> usize;
-    /// Ends the connection in slot `index`, or calls its handler's `on_timeout`, if one of its
-    /// deadlines has passed.
-    fn expire(&mut self, index: usize);
+/// The connection engine a loop runs on. What is the same for every loop is written here
+/// once, as provided methods: calling the handler and applying its [`Next`], opening a
+/// connection, deadlines and the tick sweep, wakes, telling connections of a graceful stop,
+/// carrying out what handlers asked of the worker. A loop supplies the rest: where its
+/// connections are ([`Engine::parts`]), how it watches and moves bytes ([`Engine::proceed`]),
+/// its upstream registrations and how it lets a connection go ([`Engine::close`]).
+pub(crate) trait Engine<'a> {
+    /// The service.
+    type H: Handler;
+    /// What the loop keeps for one connection slot.
+    type Slot;
+
+    /// The worker's handler and core, borrowed together.
+    fn handler_and_core(&mut self) -> (&mut Self::H, &mut Core<'a>);
+    /// The loop's connection slots.
+    fn slots(&mut self) -> &mut Slab<Self::Slot>;
+    /// The live connection in slot `index` with the handler and core, or `None` (a free slot,
+    /// or one whose connection is closed while the kernel still has operations on it).
+    fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, Self::H>>;
+    /// Puts a connection just opened in a slot.
+    fn insert(&mut self, link: Link, conn: <Self::H as Handler>::Conn) -> Token;
+    /// Carries out what a handler call asked of the upstream (registering it with the
+    /// kernel interface, a join); the answer to apply, Abort when a join cannot be made.
+    fn after_call(&mut self, index: usize, next: Next) -> Next;
+    /// Moves connection `index` on after a call: sends, reads, closes as far as it can go
+    /// (epoll), or lists it for the preparation of the next submission (io_uring).
+    fn proceed(&mut self, index: usize);
+    /// Ends connection `index` for `reason`.
+    fn close(&mut self, index: usize, reason: CloseReason);
+    /// A joined connection's deadline came ([`Expiry::Joint`]): a carried joint that has
+    /// moved bytes since (the loop does not see them: TCP_INFO tells) or waits for a recheck
+    /// goes on; otherwise the joint was idle for its time and the connection ends.
+    fn joint_expired(&mut self, index: usize);
+    /// Calls the handler for connection `index` once the kernel has let go of its output
+    /// ([`Parts::busy`]); a loop whose handler is never busy never needs to.
+    fn call_later(&mut self, _index: usize) {}
     /// Asks the kernel to report the listeners again after an accept pause; false when that
     /// failed (the next tick tries again).
     fn watch_listeners_again(&mut self) -> bool;
     /// Accepts on every listener (or arms the accepts).
     fn accept_all(&mut self);
-    /// Tells every connection that the worker drains.
-    fn tell_drain(&mut self);
-    fn on_tick(&mut self, now: Instant);
-
     /// Opens a connection the handler started with [`crate::Io::connect`].
     fn open_outgoing(&mut self, outgoing: Outgoing);
+
+    fn core(&mut self) -> &mut Core<'a> {
+        self.handler_and_core().1
+    }
+
+    /// Whether `token` still names the connection it was made for.
+    fn is_current(&mut self, token: Token) -> bool {
+        self.slots().get_mut(token).is_some()
+    }
+
+    /// Opens a connection in a new slot: the handler's `on_open`, its deadline noted, its
+    /// answer applied. The slot's index, or `None` when the connection is already closed.
+    fn open_slot(&mut self, fd: OwnedFd, opened: Opened, upstream: UpstreamPort) -> Option<usize> {
+        let token = self.slots().next_token();
+        let (handler, core) = self.handler_and_core();
+        let (link, conn, next) = connection::open(handler, fd, opened, upstream, core, token);
+        let deadline = link.deadline;
+        let token = self.insert(link, conn);
+        self.core().note_deadline(token, deadline);
+        let index = token.index;
+        let next = self.after_call(index, next);
+        self.apply(index, next).then_some(index)
+    }
+
+    /// Calls the handler's `on_ready` (or `on_timeout`) for connection `index`, then carries
+    /// out what it asked of the upstream.
+    fn call(&mut self, index: usize, timeout: bool) -> Next {
+        let next = self.parts(index).expect("live connection").call(timeout);
+        self.after_call(index, next)
+    }
+
+    /// Records what the handler asked for; false when the connection is gone.
+    fn apply(&mut self, index: usize, next: Next) -> bool {
+        let parts = self.parts(index).expect("live connection");
+        if parts.link.apply(next, parts.joined) {
+            return true;
+        }
+        self.close(index, CloseReason::Done);
+        false
+    }
+
+    /// Calls the handler and records what it asked for; false when the connection is gone.
+    fn call_and_apply(&mut self, index: usize, timeout: bool) -> bool {
+        let next = self.call(index, timeout);
+        self.apply(index, next)
+    }
+
+    /// Ends connection `index`, or calls its handler's `on_timeout`, if one of its deadlines
+    /// has passed ([`Link::expiry`]).
+    fn expire(&mut self, index: usize) {
+        let Some(parts) = self.parts(index) else {
+            return;
+        };
+        match parts.link.expiry(parts.core.now, parts.busy) {
+            None => {}
+            Some(Expiry::Close(reason)) => self.close(index, reason),
+            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.proceed(index),
+            Some(Expiry::CallTimeout) => {}
+            Some(Expiry::Joint) => self.joint_expired(index),
+        }
+    }
+
+    /// Calls `on_drain` for the connections that have not heard of the graceful stop yet
+    /// (those busy now are told by a later sweep).
+    fn tell_drain(&mut self) {
+        for index in 0..self.slots().capacity() {
+            let Some(next) = self.parts(index).and_then(Parts::drain) else {
+                continue;
+            };
+            let next = self.after_call(index, next);
+            if self.apply(index, next) {
+                self.proceed(index);
+            }
+        }
+    }
+
     /// Calls the handler for a connection another one woke ([`crate::Io::wake`]), if it
-    /// still waits on its peer or on a wake.
-    fn wake(&mut self, token: Token);
+    /// still waits on its peer or on a wake; one whose output the kernel is reading is called
+    /// once that is over.
+    fn wake(&mut self, token: Token) {
+        if !self.is_current(token) {
+            return;
+        }
+        let Some(parts) = self.parts(token.index) else {
+            return;
+        };
+        if !parts.link.take_wake() {
+            return;
+        }
+        if parts.busy {
+            self.call_later(token.index);
+        } else if !self.call_and_apply(token.index, false) {
+            return;
+        }
+        self.proceed(token.index);
+    }
 
     /// Carries out what handlers asked of the worker ([`crate::Io::wake`],
     /// [`crate::Io::connect`]), including what the calls made here ask in turn, for a few
@@ -226,7 +339,10 @@ pub(crate) trait Timekeeping<'a> {
         }
     }
 
-    /// Does the time-driven work that has come due by `core().now`.
+    /// Does the time-driven work that has come due by `core().now`: after each turn, the
+    /// deadlines noted as coming before the next tick; every [`TICK`], the sweep (accepting
+    /// again after a pause, every connection's deadlines, telling a draining worker's
+    /// connections), the idle upstream connections and [`Handler::on_tick`].
     fn keep_time(&mut self) {
         while let Some(token) = self.core().next_due() {
             if self.is_current(token) {
@@ -241,7 +357,7 @@ pub(crate) trait Timekeeping<'a> {
             self.core().accept_pause.resume();
             self.accept_all();
         }
-        for index in 0..self.capacity() {
+        for index in 0..self.slots().capacity() {
             self.expire(index);
         }
         if self.core().draining {
@@ -250,7 +366,8 @@ pub(crate) trait Timekeeping<'a> {
         let core = self.core();
         let now = core.now;
         core.upstreams.sweep(now);
-        self.on_tick(now);
+        let (handler, core) = self.handler_and_core();
+        tick_handler(handler, core, now);
     }
 }
 

@@ -70,11 +70,11 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
-use crate::buffers::{BufferPool, Flush, FlushError, Input, Output, BUFFER_SIZE, MAX_IOVECS};
+use crate::buffers::{BufferPool, Flush, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, UNKNOWN_PEER};
-use crate::connection::{self, Closing, Expiry, Link, State};
+use crate::connection::{self, Closing, Link, Parts, State};
 use crate::contract::Outgoing;
-use crate::loops::{Core, Env, EventLoop, Timekeeping};
+use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::sys::peer_addr;
@@ -282,6 +282,17 @@ struct Conn<C> {
     join: Option<Box<Joining>>,
 }
 
+impl<C> Conn<C> {
+    /// A send operation has been queued: the send timeout runs from the first one that
+    /// waits.
+    fn start_sending(&mut self, sending: Sending, core: &Core<'_>) {
+        self.sending = sending;
+        self.link
+            .send_deadline
+            .get_or_insert(core.now + core.config.send_timeout);
+    }
+}
+
 /// A connection the handler asked to join with its upstream. Both multishot receives are
 /// cancelled first; whatever they deliver until they end crosses over through user space
 /// (client input to the upstream, upstream input to the client). Once neither can take bytes
@@ -310,6 +321,13 @@ struct UpstreamOps {
     poll_armed: bool,
     /// Bumped when the upstream is let go, so the completions of its operations are ignored.
     epoch: u8,
+}
+
+impl UpstreamOps {
+    /// The user_data of the upstream's operation `op` in the current epoch.
+    fn token(&self, op: Op, index: usize, generation: u32) -> u64 {
+        up_token(op, index, generation, self.epoch)
+    }
 }
 
 /// What [`UpstreamPort::apply`] needs from this model: nothing to register (operations are
@@ -344,10 +362,10 @@ fn cancel_upstream_ops(
     generation: u32,
 ) {
     if ops.recv_armed && !ops.recv_cancelled {
-        sqes.push(cancel(up_token(Op::UpRecv, index, generation, ops.epoch)));
+        sqes.push(cancel(ops.token(Op::UpRecv, index, generation)));
     }
     if ops.poll_armed {
-        sqes.push(cancel(up_token(Op::UpPoll, index, generation, ops.epoch)));
+        sqes.push(cancel(ops.token(Op::UpPoll, index, generation)));
     }
     ops.recv_armed = false;
     ops.recv_cancelled = false;
@@ -418,7 +436,7 @@ impl SendMsg {
 const SPARE_SEND_MSGS: usize = 1024;
 
 /// A connection slot: outlives its connection until the kernel is done with it.
-struct Slot<C> {
+pub(crate) struct Slot<C> {
     /// Operations submitted (or queued) for this slot that have not completed for good.
     in_flight: u32,
     /// The SENDMSG in flight's msghdr and iovecs.
@@ -429,6 +447,16 @@ struct Slot<C> {
     /// The output of a closed connection that an in-flight SENDMSG may still be reading.
     retired_output: Option<Output>,
     conn: Option<Conn<C>>,
+}
+
+/// The live connection in slot `index` with the generation its operations carry and the
+/// count of its slot's operations in flight; `None` for a free slot or a closed connection.
+fn live<C>(slots: &mut Slab<Slot<C>>, index: usize) -> Option<(u32, &mut u32, &mut Conn<C>)> {
+    let generation = slots.generation(index);
+    let Slot {
+        in_flight, conn, ..
+    } = slots.at(index)?;
+    Some((generation, in_flight, conn.as_mut()?))
 }
 
 struct Listener {
@@ -657,32 +685,6 @@ impl<'a, H: Handler> Worker<'a, H> {
         self.tell_drain();
     }
 
-    /// Calls `on_drain` for the connections that have not heard of the graceful stop yet,
-    /// but not while a send holds the output (the sweep tries again).
-    fn tell_drain(&mut self) {
-        for index in 0..self.slots.capacity() {
-            let token = self.slots.token(index);
-            let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
-                continue;
-            };
-            let busy = c.sending == Sending::Msg;
-            let next = connection::drain(
-                &mut self.handler,
-                &mut c.conn,
-                &mut c.link,
-                &mut self.core,
-                token,
-                busy,
-            );
-            if let Some(next) = next {
-                let next = self.after_call(index, next);
-                if self.apply(index, next) {
-                    self.mark_dirty(index);
-                }
-            }
-        }
-    }
-
     fn arm_accept(&mut self, index: usize) {
         if self.stopping || self.core.draining || self.core.accept_pause.is_paused() {
             return;
@@ -765,41 +767,11 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn open_with(&mut self, fd: OwnedFd, opened: Opened) {
-        let (link, conn, next) = connection::open(
-            &mut self.handler,
-            fd,
-            opened,
-            UpstreamPort::new(true, false),
-            &mut self.core,
-            self.slots.next_token(),
-        );
-        let deadline = link.deadline;
-        let token = self.slots.insert(Slot {
-            in_flight: 0,
-            msg: None,
-            retired_fd: None,
-            retired_output: None,
-            conn: Some(Conn {
-                link,
-                conn,
-                up_ops: UpstreamOps::default(),
-                recv_armed: false,
-                recv_cancelled: false,
-                sending: Sending::Idle,
-                ready_pending: false,
-                dirty: false,
-                join: None,
-            }),
-        });
-        self.core.note_deadline(token, deadline);
-        let index = token.index;
-        let next = self.after_call(index, next);
-        if !self.apply(index, next) {
-            return;
-        }
         // The receive is armed before the next wait; with TCP_DEFER_ACCEPT the request is
         // usually there already and completes within that same enter.
-        self.mark_dirty(index);
+        if let Some(index) = self.open_slot(fd, opened, UpstreamPort::new(true, false)) {
+            self.mark_dirty(index);
+        }
     }
 
     fn mark_dirty(&mut self, index: usize) {
@@ -951,11 +923,7 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Cancels the receive while input piles up that the handler is not looking at.
     fn pause_receive_if_unwanted(&mut self, index: usize) {
-        let generation = self.slots.generation(index);
-        let Some(slot) = self.slots.at(index) else {
-            return;
-        };
-        let Some(c) = slot.conn.as_mut() else {
+        let Some((generation, _, c)) = live(&mut self.slots, index) else {
             return;
         };
         if c.recv_armed && !c.recv_cancelled && !wants_input(c) {
@@ -1108,11 +1076,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Carries an upstream forward with plain system calls (finishing a connect, sending) and
     /// keeps its ring operations armed; true when the handler must hear of what happened.
     fn service_upstream(&mut self, index: usize) -> bool {
-        let generation = self.slots.generation(index);
-        let Some(slot) = self.slots.at(index) else {
-            return false;
-        };
-        let Some(c) = slot.conn.as_mut() else {
+        let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
             return false;
         };
         let Some(up) = c.link.upstream.attached() else {
@@ -1123,30 +1087,26 @@ impl<'a, H: Handler> Worker<'a, H> {
         let wants_room = up.is_connecting() || (!up.output.is_empty() && !up.writable);
         if wants_room && !c.up_ops.poll_armed {
             c.up_ops.poll_armed = true;
-            slot.in_flight += 1;
+            *in_flight += 1;
             let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32)
                 .build()
-                .user_data(up_token(Op::UpPoll, index, generation, c.up_ops.epoch));
+                .user_data(c.up_ops.token(Op::UpPoll, index, generation));
             self.sqes.push(entry);
         }
         let wants_input = up.wants_input();
         if wants_input && !c.up_ops.recv_armed {
             c.up_ops.recv_armed = true;
             c.up_ops.recv_cancelled = false;
-            slot.in_flight += 1;
+            *in_flight += 1;
             let entry = opcode::RecvMulti::new(types::Fd(fd), self.buffers.group())
                 .build()
-                .user_data(up_token(Op::UpRecv, index, generation, c.up_ops.epoch));
+                .user_data(c.up_ops.token(Op::UpRecv, index, generation));
             self.sqes.push(entry);
         } else if !wants_input && c.up_ops.recv_armed && !c.up_ops.recv_cancelled {
             // Backpressure: the handler has not taken what arrived.
             c.up_ops.recv_cancelled = true;
-            self.sqes.push(cancel(up_token(
-                Op::UpRecv,
-                index,
-                generation,
-                c.up_ops.epoch,
-            )));
+            self.sqes
+                .push(cancel(c.up_ops.token(Op::UpRecv, index, generation)));
         }
         news
     }
@@ -1225,13 +1185,8 @@ impl<'a, H: Handler> Worker<'a, H> {
                             self.start_poll(index);
                             break;
                         }
-                        Err(FlushError::FileShrunk) => {
-                            self.close(index, CloseReason::FileShrunk);
-                            return;
-                        }
-                        Err(FlushError::Io(e)) => {
-                            tracing::debug!("sendfile failed: {e}");
-                            self.close(index, CloseReason::PeerGone);
+                        Err(e) => {
+                            self.close(index, e.close_reason());
                             return;
                         }
                     }
@@ -1252,13 +1207,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
                 State::Closing => {
                     // The receive holds what has arrived: nothing waits unread in the socket.
-                    let closing = c.link.finish_closing(
-                        &mut self.core.pool,
-                        self.core.now,
-                        self.core.config.linger_timeout,
-                        false,
-                    );
-                    if closing == Closing::Now {
+                    if c.link.finish_closing(&mut self.core, false) == Closing::Now {
                         self.close(index, CloseReason::Done);
                         return;
                     }
@@ -1278,38 +1227,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
-    /// A joined connection's deadline came: a carried joint that has moved bytes since (the
-    /// loop does not see them: TCP_INFO tells) or waits for a recheck goes on; otherwise the
-    /// joint was idle for its time and the connection ends.
-    fn joint_expired(&mut self, index: usize) {
-        let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
-            return;
-        };
-        let client_fd = c.link.fd.as_raw_fd();
-        let idle = match (c.join.as_ref(), c.link.upstream.attached()) {
-            (Some(joining), Some(up)) => joining.joint.as_ref().and_then(|joint| {
-                joint
-                    .carried_idle(client_fd, up.fd.as_raw_fd())
-                    .map(|quiet| (quiet, joint.idle))
-            }),
-            _ => None,
-        };
-        match idle {
-            Some((quiet, limit)) if quiet < limit => {
-                c.link.deadline = Some(self.core.now + (limit - quiet));
-                self.mark_dirty(index);
-            }
-            _ => self.close(index, CloseReason::Done),
-        }
-    }
-
     /// Carries a connection being joined with its upstream (see [`Joining`]).
     fn flush_joined(&mut self, index: usize) {
-        let generation = self.slots.generation(index);
-        let Some(slot) = self.slots.at(index) else {
-            return;
-        };
-        let Some(c) = slot.conn.as_mut() else {
+        let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
             return;
         };
         c.dirty = false;
@@ -1320,12 +1240,8 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         if c.up_ops.recv_armed && !c.up_ops.recv_cancelled {
             c.up_ops.recv_cancelled = true;
-            self.sqes.push(cancel(up_token(
-                Op::UpRecv,
-                index,
-                generation,
-                c.up_ops.epoch,
-            )));
+            self.sqes
+                .push(cancel(c.up_ops.token(Op::UpRecv, index, generation)));
         }
         let Some(joining) = c.join.as_mut() else {
             return;
@@ -1389,15 +1305,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                         index,
                         generation,
                     };
-                    c.link.upstream.close(
-                        &mut registry,
-                        &mut self.core.upstreams,
-                        &mut self.core.pool,
-                        self.core.now,
-                    );
-                    c.link.state = State::Closing;
-                    c.link.linger = true;
-                    c.link.deadline = None;
+                    c.link.unjoin(&mut self.core, &mut registry);
                     self.mark_dirty(index);
                     return;
                 }
@@ -1435,21 +1343,17 @@ impl<'a, H: Handler> Worker<'a, H> {
             if !c.up_ops.poll_armed {
                 c.up_ops.poll_armed = true;
                 joining.upstream_polled = upstream_events;
-                slot.in_flight += 1;
+                *in_flight += 1;
                 let entry = opcode::PollAdd::new(types::Fd(up_fd), upstream_events as u32)
                     .build()
-                    .user_data(up_token(Op::UpPoll, index, generation, c.up_ops.epoch));
+                    .user_data(c.up_ops.token(Op::UpPoll, index, generation));
                 self.sqes.push(entry);
             } else if upstream_events & !joining.upstream_polled != 0
                 && !joining.upstream_poll_cancelled
             {
                 joining.upstream_poll_cancelled = true;
-                self.sqes.push(cancel(up_token(
-                    Op::UpPoll,
-                    index,
-                    generation,
-                    c.up_ops.epoch,
-                )));
+                self.sqes
+                    .push(cancel(c.up_ops.token(Op::UpPoll, index, generation)));
             }
         }
         if !c.link.output.is_empty() {
@@ -1461,7 +1365,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             match c.sending {
                 Sending::Idle => {
                     joining.client_polled = client_events;
-                    slot.in_flight += 1;
+                    *in_flight += 1;
                     let entry = opcode::PollAdd::new(types::Fd(client_fd), client_events as u32)
                         .build()
                         .user_data(token(Op::Poll, index, generation));
@@ -1481,11 +1385,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn arm_receive(&mut self, index: usize) {
-        let generation = self.slots.generation(index);
-        let Some(slot) = self.slots.at(index) else {
-            return;
-        };
-        let Some(c) = slot.conn.as_mut() else {
+        let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
             return;
         };
         if c.recv_armed || !wants_input(c) {
@@ -1493,7 +1393,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         c.recv_armed = true;
         c.recv_cancelled = false;
-        slot.in_flight += 1;
+        *in_flight += 1;
         let entry = opcode::RecvMulti::new(types::Fd(c.link.fd.as_raw_fd()), self.buffers.group())
             .build()
             .user_data(token(Op::Recv, index, generation));
@@ -1503,11 +1403,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Queues a SENDMSG of the leading inline and shared bytes.
     fn start_sendmsg(&mut self, index: usize) {
         let mut msg = self.send_msgs.pop().unwrap_or_else(SendMsg::boxed);
-        let generation = self.slots.generation(index);
-        let Some(slot) = self.slots.at(index) else {
-            return;
-        };
-        let Some(c) = slot.conn.as_mut() else {
+        let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
             return;
         };
         let (count, file_follows) = c.link.output.gather(&mut msg.iov);
@@ -1520,173 +1416,23 @@ impl<'a, H: Handler> Worker<'a, H> {
             .flags(flags as u32)
             .build()
             .user_data(token(Op::Send, index, generation));
-        slot.msg = Some(msg);
+        *in_flight += 1;
         self.sqes.push(entry);
-        slot.in_flight += 1;
-        c.sending = Sending::Msg;
-        c.link
-            .send_deadline
-            .get_or_insert(self.core.now + self.core.config.send_timeout);
+        c.start_sending(Sending::Msg, &self.core);
+        self.slots[index].msg = Some(msg);
     }
 
     /// Queues a wait for room in the socket, for sendfile to go on.
     fn start_poll(&mut self, index: usize) {
-        let generation = self.slots.generation(index);
-        let Some(slot) = self.slots.at(index) else {
-            return;
-        };
-        let Some(c) = slot.conn.as_mut() else {
+        let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
             return;
         };
         let entry = opcode::PollAdd::new(types::Fd(c.link.fd.as_raw_fd()), libc::POLLOUT as u32)
             .build()
             .user_data(token(Op::Poll, index, generation));
+        *in_flight += 1;
         self.sqes.push(entry);
-        slot.in_flight += 1;
-        c.sending = Sending::Poll;
-        c.link
-            .send_deadline
-            .get_or_insert(self.core.now + self.core.config.send_timeout);
-    }
-
-    /// Calls the handler's `on_ready` (or `on_timeout`) for a connection, then carries out what
-    /// it asked of the upstream.
-    fn call(&mut self, index: usize, timeout: bool) -> Next {
-        let token = self.slots.token(index);
-        let c = self.slots[index].conn.as_mut().expect("live connection");
-        let next = connection::call(
-            &mut self.handler,
-            &mut c.conn,
-            &mut c.link,
-            &mut self.core,
-            token,
-            timeout,
-        );
-        self.after_call(index, next)
-    }
-
-    /// Carries out what a handler call asked of the upstream.
-    fn after_call(&mut self, index: usize, next: Next) -> Next {
-        let unused = self.slots[index]
-            .conn
-            .as_ref()
-            .is_some_and(|c| c.link.upstream.unused());
-        if unused {
-            return next;
-        }
-        let generation = self.slots.generation(index);
-        let slot = &mut self.slots[index];
-        let c = slot.conn.as_mut().expect("live connection");
-        let mut registry = UringRegistry {
-            sqes: &mut self.sqes,
-            ops: &mut c.up_ops,
-            index,
-            generation,
-        };
-        let join = c.link.upstream.after_call(
-            &mut registry,
-            &mut self.core.upstreams,
-            &mut self.core.pool,
-            self.core.now,
-        );
-        if let Some((idle, carrier)) = join {
-            if c.link.upstream.attached().is_none() {
-                return Next::Abort;
-            }
-            // A poll armed before the join waits for room to send.
-            let client_polled = if c.sending == Sending::Poll {
-                libc::POLLOUT
-            } else {
-                0
-            };
-            let upstream_polled = if c.up_ops.poll_armed {
-                libc::POLLOUT
-            } else {
-                0
-            };
-            c.join = Some(Box::new(Joining {
-                idle,
-                carrier,
-                joint: None,
-                client_readable: true,
-                client_writable: true,
-                client_polled,
-                upstream_polled,
-                client_poll_cancelled: false,
-                upstream_poll_cancelled: false,
-            }));
-            c.link.deadline = Some(self.core.now + idle);
-            self.mark_dirty(index);
-            return next;
-        }
-        if c.link.upstream.notify {
-            self.mark_dirty(index);
-        }
-        next
-    }
-
-    /// Calls the handler and records what it asked for; false when the connection is gone.
-    fn call_and_apply(&mut self, index: usize, timeout: bool) -> bool {
-        let next = self.call(index, timeout);
-        self.apply(index, next)
-    }
-
-    /// Records what the handler asked for; false when the connection is gone.
-    fn apply(&mut self, index: usize, next: Next) -> bool {
-        let c = self.slots[index].conn.as_mut().expect("live connection");
-        let joined = c.join.is_some();
-        if c.link.apply(next, joined) {
-            return true;
-        }
-        self.close(index, CloseReason::Done);
-        false
-    }
-
-    /// Ends a connection for the handler at once; the slot follows when the kernel is done.
-    fn close(&mut self, index: usize, reason: CloseReason) {
-        let generation = self.slots.generation(index);
-        let Some(slot) = self.slots.at(index) else {
-            return;
-        };
-        let Some(mut c) = slot.conn.take() else {
-            return;
-        };
-        let reason = c.link.close_reason(reason);
-        // A send still in flight is counted as not sent: it is being cancelled.
-        self.handler.on_closing(&mut c.conn, c.link.output.sent());
-        if c.recv_armed && !c.recv_cancelled {
-            self.sqes.push(cancel(token(Op::Recv, index, generation)));
-        }
-        match c.sending {
-            Sending::Idle => {}
-            Sending::Msg => {
-                self.sqes.push(cancel(token(Op::Send, index, generation)));
-                slot.retired_output = Some(std::mem::take(&mut c.link.output));
-            }
-            Sending::Poll => {
-                self.sqes.push(cancel(token(Op::Poll, index, generation)));
-            }
-        }
-        c.link.output.clear(&mut self.core.pool);
-        c.link.drop_input(&mut self.core.pool);
-        let mut registry = UringRegistry {
-            sqes: &mut self.sqes,
-            ops: &mut c.up_ops,
-            index,
-            generation,
-        };
-        cancel_upstream_ops(registry.sqes, registry.ops, index, generation);
-        c.link.upstream.close(
-            &mut registry,
-            &mut self.core.upstreams,
-            &mut self.core.pool,
-            self.core.now,
-        );
-        slot.retired_fd = Some(c.link.fd);
-        connection::closed(&mut self.handler, c.conn, reason, &mut self.core);
-        if slot.in_flight == 0 {
-            self.free_slot(index);
-        }
+        c.start_sending(Sending::Poll, &self.core);
     }
 
     /// Releases a slot whose connection is closed and whose operations have all completed.
@@ -1754,32 +1500,175 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 }
 
-impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
-    fn core(&mut self) -> &mut Core<'a> {
-        &mut self.core
+impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
+    type H = H;
+    type Slot = Slot<H::Conn>;
+
+    fn handler_and_core(&mut self) -> (&mut H, &mut Core<'a>) {
+        (&mut self.handler, &mut self.core)
     }
 
-    fn is_current(&mut self, token: Token) -> bool {
-        self.slots.get_mut(token).is_some()
+    fn slots(&mut self) -> &mut Slab<Slot<H::Conn>> {
+        &mut self.slots
     }
 
-    fn capacity(&self) -> usize {
-        self.slots.capacity()
+    fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, H>> {
+        let (generation, _, c) = live(&mut self.slots, index)?;
+        Some(Parts {
+            handler: &mut self.handler,
+            core: &mut self.core,
+            link: &mut c.link,
+            conn: &mut c.conn,
+            token: Token { index, generation },
+            // The handler may write, which must wait until the kernel has read the bytes it
+            // is sending.
+            busy: c.sending == Sending::Msg,
+            joined: c.join.is_some(),
+        })
     }
 
-    fn expire(&mut self, index: usize) {
+    fn insert(&mut self, link: Link, conn: H::Conn) -> Token {
+        self.slots.insert(Slot {
+            in_flight: 0,
+            msg: None,
+            retired_fd: None,
+            retired_output: None,
+            conn: Some(Conn {
+                link,
+                conn,
+                up_ops: UpstreamOps::default(),
+                recv_armed: false,
+                recv_cancelled: false,
+                sending: Sending::Idle,
+                ready_pending: false,
+                dirty: false,
+                join: None,
+            }),
+        })
+    }
+
+    /// Carries out what a handler call asked of the upstream.
+    fn after_call(&mut self, index: usize, next: Next) -> Next {
+        let unused = self.slots[index]
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.link.upstream.unused());
+        if unused {
+            return next;
+        }
+        let generation = self.slots.generation(index);
+        let slot = &mut self.slots[index];
+        let c = slot.conn.as_mut().expect("live connection");
+        let mut registry = UringRegistry {
+            sqes: &mut self.sqes,
+            ops: &mut c.up_ops,
+            index,
+            generation,
+        };
+        if let Some((idle, carrier)) = c.link.upstream_after_call(&mut self.core, &mut registry) {
+            if c.link.upstream.attached().is_none() {
+                return Next::Abort;
+            }
+            // A poll armed before the join waits for room to send.
+            let client_polled = if c.sending == Sending::Poll {
+                libc::POLLOUT
+            } else {
+                0
+            };
+            let upstream_polled = if c.up_ops.poll_armed {
+                libc::POLLOUT
+            } else {
+                0
+            };
+            c.join = Some(Box::new(Joining {
+                idle,
+                carrier,
+                joint: None,
+                client_readable: true,
+                client_writable: true,
+                client_polled,
+                upstream_polled,
+                client_poll_cancelled: false,
+                upstream_poll_cancelled: false,
+            }));
+            c.link.deadline = Some(self.core.now + idle);
+            self.mark_dirty(index);
+            return next;
+        }
+        if c.link.upstream.notify {
+            self.mark_dirty(index);
+        }
+        next
+    }
+
+    fn proceed(&mut self, index: usize) {
+        self.mark_dirty(index);
+    }
+
+    /// Ends a connection for the handler at once; the slot follows when the kernel is done.
+    fn joint_expired(&mut self, index: usize) {
         let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
             return;
         };
-        // The handler may write, which must wait until the kernel has read the bytes it is
-        // sending: a timeout then waits for the next tick.
-        let handler_busy = c.sending == Sending::Msg;
-        match c.link.expiry(self.core.now, handler_busy) {
-            None => {}
-            Some(Expiry::Close(reason)) => self.close(index, reason),
-            Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.mark_dirty(index),
-            Some(Expiry::CallTimeout) => {}
-            Some(Expiry::Joint) => self.joint_expired(index),
+        let client_fd = c.link.fd.as_raw_fd();
+        let idle = match (c.join.as_ref(), c.link.upstream.attached()) {
+            (Some(joining), Some(up)) => joining.joint.as_ref().and_then(|joint| {
+                joint
+                    .carried_idle(client_fd, up.fd.as_raw_fd())
+                    .map(|quiet| (quiet, joint.idle))
+            }),
+            _ => None,
+        };
+        match idle {
+            Some((quiet, limit)) if quiet < limit => {
+                c.link.deadline = Some(self.core.now + (limit - quiet));
+                self.mark_dirty(index);
+            }
+            _ => self.close(index, CloseReason::Done),
+        }
+    }
+
+    fn close(&mut self, index: usize, reason: CloseReason) {
+        let generation = self.slots.generation(index);
+        let Some(slot) = self.slots.at(index) else {
+            return;
+        };
+        let Some(mut c) = slot.conn.take() else {
+            return;
+        };
+        // A send still in flight is counted as not sent: it is being cancelled.
+        let reason = connection::closing(&mut self.handler, &mut c.conn, &c.link, reason);
+        if c.recv_armed && !c.recv_cancelled {
+            self.sqes.push(cancel(token(Op::Recv, index, generation)));
+        }
+        match c.sending {
+            Sending::Idle => {}
+            Sending::Msg => {
+                self.sqes.push(cancel(token(Op::Send, index, generation)));
+                slot.retired_output = Some(std::mem::take(&mut c.link.output));
+            }
+            Sending::Poll => {
+                self.sqes.push(cancel(token(Op::Poll, index, generation)));
+            }
+        }
+        let mut registry = UringRegistry {
+            sqes: &mut self.sqes,
+            ops: &mut c.up_ops,
+            index,
+            generation,
+        };
+        cancel_upstream_ops(registry.sqes, registry.ops, index, generation);
+        c.link.release(&mut self.core, &mut registry);
+        slot.retired_fd = Some(c.link.fd);
+        connection::closed(&mut self.handler, c.conn, reason, &mut self.core);
+        if slot.in_flight == 0 {
+            self.free_slot(index);
+        }
+    }
+
+    fn call_later(&mut self, index: usize) {
+        if let Some((_, _, c)) = live(&mut self.slots, index) {
+            c.ready_pending = true;
         }
     }
 
@@ -1793,37 +1682,8 @@ impl<'a, H: Handler> Timekeeping<'a> for Worker<'a, H> {
         }
     }
 
-    fn tell_drain(&mut self) {
-        Worker::tell_drain(self);
-    }
-
-    fn on_tick(&mut self, now: Instant) {
-        crate::loops::tick_handler(&mut self.handler, &mut self.core, now);
-    }
-
     fn open_outgoing(&mut self, outgoing: Outgoing) {
         self.open_with(outgoing.fd, outgoing.opened);
-    }
-
-    /// A woken connection whose output the kernel is reading is called once that send
-    /// completes.
-    fn wake(&mut self, token: Token) {
-        let Some(c) = self
-            .slots
-            .get_mut(token)
-            .and_then(|slot| slot.conn.as_mut())
-        else {
-            return;
-        };
-        if !c.link.take_wake() {
-            return;
-        }
-        if c.sending == Sending::Msg {
-            c.ready_pending = true;
-        } else if !self.call_and_apply(token.index, false) {
-            return;
-        }
-        self.mark_dirty(token.index);
     }
 }
 

@@ -304,7 +304,7 @@ impl<'a> Checker<'a> {
 
     /// The tables of an array of tables such as `[[backend]]`, whether written
     /// as headers or as an inline array of inline tables.
-    fn array_tables(&mut self, f: Field<'a>) -> Vec<Section<'a>> {
+    pub(super) fn array_tables(&mut self, f: Field<'a>) -> Vec<Section<'a>> {
         match f.item {
             Item::ArrayOfTables(array) => array
                 .iter()

@@ -34,16 +34,17 @@
 use std::net::{Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use fastpath_drivers::UpstreamAddr;
+use fastpath_drivers::{ListenAddr, UpstreamAddr};
 use fastpath_drivers::{PercoreConfig, PreforkConfig, ThreadsConfig};
 use fastpath_handover::{
     parse_backend_addr, BackendConfig, HandoverMethod, RouteRule, MAX_UNIX_PATH,
 };
+use toml_edit::Item;
 
 use crate::privileges::{lookup_group, lookup_user};
 
 use super::check::{
-    check_dir, key, required, resolve, to_usize, Checker, Field, Kind, Section, SeenBackend,
+    check_dir, key, required, resolve, to_usize, Checker, Field, Kind, Section, SeenBackend, Span,
     TableSpec,
 };
 use super::{
@@ -60,8 +61,8 @@ const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
 #[rustfmt::skip]
 pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level", keys: &[
-    // Addresses to accept connections on, each IP:PORT.
-    key("listen", "\"127.0.0.1:8080\"", Custom(|ck, f, c| c.listen = ck.listen(f))),
+    // Addresses to accept connections on, each IP:PORT or unix:PATH (a Unix-domain socket).
+    key("listen", "\"127.0.0.1:8080\"", Custom(|ck, f, c| ck.listen(f, c))),
     // Worker threads; 0 for one per CPU core.
     key("workers", "0", Count(0, MAX_WORKERS as u64, |c, n| c.workers = to_usize(n))),
 
@@ -114,6 +115,10 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
         Text(|c, s| lookup_group(s).map(|g| c.group = Some(g)))),
     // Started as root without `user`, keep running as root rather than refuse to start.
     key("run_as_root", "false", Bool(|c, b| c.run_as_root = b)),
+    // Who may connect to the Unix-domain listeners (`listen = ["unix:PATH"]`): the
+    // permissions of their socket files, in octal ("0660": the owner and its group may
+    // connect); unset leaves what the umask gives.
+    key("unix_mode", "unset", Text(|c, s| parse_mode(s).map(|m| c.unix_mode = Some(m)))),
 
     // ---- Operations.
     // Where to write the process id once serving, for `fastpath reload`.
@@ -176,6 +181,8 @@ pub(super) const LIMITS: TableSpec<Limits> = TableSpec { place: "in [limits]", k
     // Requests served on one connection before it is closed.
     key("max_requests_per_connection", "10000",
         Count(1, u64::MAX, |l, n| l.max_requests_per_connection = n)),
+    // SO_SNDBUF of client connections; 0 leaves the kernel's autotuning.
+    key("send_buffer", "0", Size(0, |l, n| l.send_buffer = to_usize(n))),
 ]};
 
 #[rustfmt::skip]
@@ -245,6 +252,26 @@ pub(super) const HANDOVER: TableSpec<HandoverConfig> = TableSpec { place: "in [h
     key("kernel_bridges", "4096", Count(1, 1 << 20, |h, n| h.kernel_bridges = n as u32)),
     // Bytes the kernel may hold for a destination that does not read, per direction.
     key("kernel_hold", "\"4m\"", Size(65_536, |h, n| h.kernel_hold = n.min(u32::MAX as u64) as u32)),
+]};
+
+/// One `[[listen]]` table, as read.
+#[derive(Default)]
+pub(super) struct ListenEntry {
+    address: Option<String>,
+    unix_mode: Option<u32>,
+}
+
+#[rustfmt::skip]
+pub(super) const LISTEN: TableSpec<ListenEntry> = TableSpec { place: "in [[listen]]", keys: &[
+    // Where: IP:PORT or unix:PATH, as in the list form.
+    required("address", "[[listen]] needs `address`, IP:PORT or unix:PATH",
+        Text(|e, s| {
+            e.address = Some(s.to_owned());
+            Ok(())
+        })),
+    // This Unix socket's file permissions, in octal, over the top-level `unix_mode`.
+    key("unix_mode", "the top-level `unix_mode`",
+        Text(|e, s| parse_mode(s).map(|m| e.unix_mode = Some(m)))),
 ]};
 
 #[rustfmt::skip]
@@ -382,21 +409,43 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn listen(&mut self, f: Field<'a>) -> Vec<SocketAddr> {
+    /// `listen`: a list of addresses, or `[[listen]]` tables, each with its address and
+    /// options of its own.
+    fn listen(&mut self, f: Field<'a>, c: &mut Config) {
+        let tables = matches!(f.item, Item::ArrayOfTables(_))
+            || f.item
+                .as_array()
+                .is_some_and(|a| a.iter().next().is_some_and(|v| v.is_inline_table()));
         let mut addrs = Vec::new();
-        for (s, span) in self.string_list(f, false).unwrap_or_default() {
-            match s.parse::<SocketAddr>() {
-                Ok(addr) if addrs.contains(&addr) => {
-                    self.error(span, format!("`listen` address \"{s}\" is listed twice"));
-                }
-                Ok(addr) => addrs.push(addr),
-                Err(_) => self.error(
-                    span,
-                    format!(
-                        "`listen` address \"{s}\" is not IP:PORT \
-                         (for example \"127.0.0.1:8080\" or \"[::1]:8080\"; host names are not resolved)"
+        if tables {
+            for s in self.array_tables(f) {
+                let mut entry = ListenEntry::default();
+                self.read_table(&s, &LISTEN, &mut entry);
+                let (Some(text), Some(field)) = (entry.address, Field::get(s.table, "address"))
+                else {
+                    continue;
+                };
+                let span = field.value_span();
+                let Some(addr) = self.listen_address(&text, span.clone(), &addrs) else {
+                    continue;
+                };
+                match (&addr, entry.unix_mode) {
+                    (ListenAddr::Unix(path), Some(mode)) => c.unix_modes.push((path.clone(), mode)),
+                    (ListenAddr::Tcp(_), Some(_)) => self.error(
+                        span,
+                        format!(
+                            "[[listen]] \"{text}\" is a TCP address: `unix_mode` is for unix:PATH"
+                        ),
                     ),
-                ),
+                    (_, None) => {}
+                }
+                addrs.push(addr);
+            }
+        } else {
+            for (s, span) in self.string_list(f, false).unwrap_or_default() {
+                if let Some(addr) = self.listen_address(s, span, &addrs) {
+                    addrs.push(addr);
+                }
             }
         }
         if addrs.is_empty() {
@@ -404,13 +453,39 @@ impl<'a> Checker<'a> {
             // empty list (errors were reported anyway).
             addrs = Config::default().listen;
         }
-        addrs
+        c.listen = addrs;
+    }
+
+    /// One listening address written `s`, or `None` with the error reported at `span`. A
+    /// relative socket path is the configuration file's, as a backend's is; its length is
+    /// checked once joined to the file's directory.
+    fn listen_address(&mut self, s: &str, span: Span, seen: &[ListenAddr]) -> Option<ListenAddr> {
+        let parsed = match s.parse::<ListenAddr>() {
+            Ok(ListenAddr::Unix(path)) => {
+                let path = resolve(self.base_dir, &path);
+                format!("unix:{}", path.display()).parse::<ListenAddr>()
+            }
+            other => other,
+        };
+        let message = match parsed {
+            Ok(addr) if seen.contains(&addr) => format!("`listen` address \"{s}\" is listed twice"),
+            Ok(addr) => return Some(addr),
+            Err(why) if s.starts_with("unix:") => format!("`listen` address \"{s}\": {why}"),
+            Err(_) => format!(
+                "`listen` address \"{s}\" is not IP:PORT or unix:PATH (for example \
+                 \"127.0.0.1:8080\", \"[::1]:8080\" or \"unix:/run/fastpath.sock\"; host \
+                 names are not resolved)"
+            ),
+        };
+        self.error(span, message);
+        None
     }
 
     fn metrics(&mut self, s: &Section<'a>, c: &mut Config) {
         self.read_table(s, &METRICS, &mut c.metrics);
         // Port 0 is a new port for each, never the same.
-        let taken = |addr: &SocketAddr| addr.port() != 0 && c.listen.contains(addr);
+        let taken =
+            |addr: &SocketAddr| addr.port() != 0 && c.listen.contains(&ListenAddr::Tcp(*addr));
         if let Some(addr) = c.metrics.listen.filter(taken) {
             self.error(
                 s.span.clone(),
@@ -835,4 +910,14 @@ fn host_name(raw: &str) -> Result<String, String> {
         ));
     }
     Ok(name)
+}
+
+/// A file mode written in octal, as chmod takes it ("0660", "660"): permission bits only.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|&mode| mode <= 0o777 && !s.is_empty())
+        .ok_or_else(|| {
+            format!("`unix_mode` \"{s}\" is not a file mode in octal (for example \"0660\")")
+        })
 }

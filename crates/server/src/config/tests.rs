@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fastpath_drivers::{ModelKind, UpstreamAddr};
+use fastpath_drivers::{ListenAddr, ModelKind, UpstreamAddr};
 use fastpath_handover::{BackendConfig, HandoverMethod, RouteRule};
 
 use super::check::edit_distance;
@@ -326,6 +326,93 @@ root = "site"
     assert!(b.index.is_empty());
     assert!(!b.dotfiles);
     assert!(!b.precompressed);
+}
+
+#[test]
+fn listen_takes_unix_socket_paths_and_their_mode() {
+    let c = ok("listen = [\"127.0.0.1:80\", \"unix:/run/fastpath.sock\"]\nunix_mode = \"0660\"");
+    assert_eq!(
+        c.listen,
+        vec![
+            ListenAddr::Tcp("127.0.0.1:80".parse().unwrap()),
+            ListenAddr::Unix("/run/fastpath.sock".into())
+        ]
+    );
+    assert_eq!(c.unix_mode, Some(0o660));
+    assert_error(
+        "listen = [\"unix:\"]",
+        1,
+        11,
+        "`listen` address \"unix:\": `unix:` needs the socket's path",
+    );
+    assert_error(
+        "listen = [\"unix:/a\", \"unix:/a\"]",
+        1,
+        22,
+        "`listen` address \"unix:/a\" is listed twice",
+    );
+    assert_error(
+        "unix_mode = \"0999\"",
+        1,
+        13,
+        "`unix_mode` \"0999\" is not a file mode in octal",
+    );
+}
+
+#[test]
+fn listen_tables_give_each_listener_its_options() {
+    let c = ok(r#"
+unix_mode = "0640"
+[[listen]]
+address = "127.0.0.1:80"
+[[listen]]
+address = "unix:/run/a.sock"
+unix_mode = "0600"
+[[listen]]
+address = "unix:/run/b.sock"
+"#);
+    assert_eq!(
+        c.listen,
+        vec![
+            ListenAddr::Tcp("127.0.0.1:80".parse().unwrap()),
+            ListenAddr::Unix("/run/a.sock".into()),
+            ListenAddr::Unix("/run/b.sock".into()),
+        ]
+    );
+    let mode = |addr: &ListenAddr| c.listen_options(addr).unix_mode();
+    assert_eq!(mode(&c.listen[0]), None, "not for TCP");
+    assert_eq!(mode(&c.listen[1]), Some(0o600));
+    assert_eq!(mode(&c.listen[2]), Some(0o640));
+    let c = ok("listen = [{ address = \"unix:/run/c.sock\", unix_mode = \"0660\" }]");
+    assert_eq!(mode_of(&c, "/run/c.sock"), Some(0o660));
+    assert_error(
+        "[[listen]]\nunix_mode = \"0600\"",
+        1,
+        1,
+        "[[listen]] needs `address`, IP:PORT or unix:PATH",
+    );
+    assert_error(
+        "[[listen]]\naddress = \"127.0.0.1:80\"\nunix_mode = \"0600\"",
+        2,
+        11,
+        "[[listen]] \"127.0.0.1:80\" is a TCP address: `unix_mode` is for unix:PATH",
+    );
+    assert_error(
+        "[[listen]]\naddress = \"localhost:80\"",
+        2,
+        11,
+        "`listen` address \"localhost:80\" is not IP:PORT or unix:PATH",
+    );
+    assert_error(
+        "[[listen]]\naddress = \"127.0.0.1:80\"\ndefer = true",
+        3,
+        1,
+        "unknown key `defer` in [[listen]]",
+    );
+}
+
+fn mode_of(c: &Config, path: &str) -> Option<u32> {
+    c.listen_options(&ListenAddr::Unix(path.into())).unix_mode()
 }
 
 #[test]
@@ -1609,6 +1696,7 @@ fn every_table() -> Vec<(&'static str, Vec<KeyDoc>)> {
         keys(&keys::BACKEND),
         keys(&keys::ROUTE),
         keys(&keys::METRICS),
+        keys(&keys::LISTEN),
     ]
 }
 
@@ -1620,6 +1708,7 @@ fn context(place: &str) -> String {
         "in [[host]]" => "[[host]]\nnames = [\"a\"]\n".to_owned(),
         "in [[backend]]" => APP.to_owned(),
         "in [[route]]" => format!("{APP}[[route]]\nbackend = \"app\"\nprefix = \"/\"\n"),
+        "in [[listen]]" => "[[listen]]\naddress = \"127.0.0.1:8080\"\n".to_owned(),
         _ => format!("{}\n", place.strip_prefix("in ").unwrap()),
     }
 }

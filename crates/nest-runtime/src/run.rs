@@ -1,0 +1,258 @@
+//! [`run`]: a generated server's `main`: command line, options, config.nest, then serving.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use fastpath_drivers::{
+    run as run_model, signals, uring_available, worker_count, DriverConfig, Listeners, ModelKind,
+};
+use fastpath_sockets::{serve, ListenAddr, ServiceOptions};
+
+use crate::machine::Engine;
+use crate::options::Options;
+use crate::service::NestService;
+use crate::Server;
+
+/// Runs `server` with the process's command line and exits: 0 after a graceful stop (or once
+/// inetd's connection is served), 1 with a message on standard error if it cannot start.
+pub fn run<S: Server>(server: S) -> ! {
+    let name = server.spec().name;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run_with_args(server, args) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+const HELP: &str = "\
+Options:
+  --config PATH      the runtime options file (default: config.nest beside the binary;
+                     the NEST_CONFIG environment variable sets it too)
+  --port P           listen on port P (the serverPort option)
+  --listen ADDR:PORT listen on ADDR:PORT (serverAddress and serverPort)
+  --model 'NAME [N]' run on another model than the specification's (processServer N,
+                     threadServer N, eventServer [N], uringServer [N], percoreServer)
+  --help             this text
+A standalone server also serves the sockets systemd passes (LISTEN_FDS).";
+
+/// Runs `server` with command-line arguments `args` (without the program's name); returns
+/// once it has stopped, or why it could not start.
+pub fn run_with_args<S: Server>(
+    server: S,
+    args: impl IntoIterator<Item = String>,
+) -> Result<(), String> {
+    let spec = server.spec();
+    let mut options = Options::from_spec(spec.file, spec.options)?;
+    let mut config: Option<PathBuf> = std::env::var_os("NEST_CONFIG").map(PathBuf::from);
+    let mut overrides: Vec<(&str, String)> = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |flag: &str| {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--help" | "-h" => {
+                println!("{}: a server built from {}\n{HELP}", spec.name, spec.file);
+                return Ok(());
+            }
+            "--config" => config = Some(PathBuf::from(value("--config")?)),
+            "--port" => overrides.push(("serverPort", value("--port")?)),
+            "--listen" => {
+                let v = value("--listen")?;
+                let addr: SocketAddr = v
+                    .parse()
+                    .map_err(|_| format!("--listen: `{v}` is not ADDR:PORT"))?;
+                overrides.push(("serverAddress", addr.ip().to_string()));
+                overrides.push(("serverPort", addr.port().to_string()));
+            }
+            "--model" => {
+                let v = value("--model")?;
+                let (name, n) = v.split_once(' ').unwrap_or((&v, ""));
+                if !crate::options::is_model(name) {
+                    return Err(format!("--model: `{name}` is not a model option"));
+                }
+                let name = crate::options::names()
+                    .iter()
+                    .find(|n| **n == name)
+                    .expect("a model option");
+                overrides.push((name, n.trim().to_string()));
+            }
+            _ => return Err(format!("unknown argument `{arg}` (try --help)")),
+        }
+    }
+    // config.nest: a given path must exist; the default one may not.
+    let (path, given) = match config {
+        Some(p) => (p, true),
+        None => {
+            let exe =
+                std::env::current_exe().map_err(|e| format!("cannot find the binary: {e}"))?;
+            (exe.with_file_name("config.nest"), false)
+        }
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => options.apply_config(&path, &text)?,
+        Err(e) if !given && e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    for (name, value) in overrides {
+        options
+            .set_from_command_line(name, &value)
+            .map_err(|e| format!("command line: {e}"))?;
+    }
+    init_log(&options);
+    let inetd = options.inetd;
+    let engine = Arc::new(Engine::new(server, options)?);
+    if inetd {
+        return crate::inetd::serve(&engine);
+    }
+    standalone(engine)
+}
+
+fn standalone<S: Server>(engine: Arc<Engine<S>>) -> Result<(), String> {
+    let o = &engine.options;
+    let name = engine.server.spec().name;
+    let mut driver = DriverConfig {
+        max_connections: o.max_connections,
+        send_timeout: o.send_timeout,
+        ..DriverConfig::default()
+    };
+    // The driver's own guard stays above the input buffer, which the runtime enforces.
+    driver.max_input = driver
+        .max_input
+        .max(o.input_buffer.saturating_mul(2) + 64 * 1024);
+    let inherited = inherited_sockets().map_err(|e| format!("socket activation: {e}"))?;
+    if inherited.is_empty() {
+        let mut service =
+            ServiceOptions::listening(vec![ListenAddr::Tcp(SocketAddr::new(o.address, o.port))]);
+        service.model = o.model;
+        service.workers = o.workers;
+        service.settings = o.settings;
+        service.driver = driver;
+        // START may greet the client: no TCP_DEFER_ACCEPT.
+        service.client_speaks_first = false;
+        return serve(name, &service, |_| NestService::new(engine.clone()))
+            .map_err(|e| e.to_string());
+    }
+    // Socket activation: serve the inherited sockets as `serve` serves its own.
+    fastpath_drivers::ignore_sigpipe();
+    let stop = signals::install_stop_handler();
+    let mut kind = o.model;
+    if kind == ModelKind::Uring {
+        if let Err(why) = uring_available() {
+            tracing::warn!("{name}: io_uring cannot run here ({why}): using the epoll model");
+            kind = ModelKind::Epoll;
+        }
+    }
+    let model = kind.with(&o.settings);
+    let workers = worker_count(o.workers);
+    let layout = model.layout(workers);
+    let listeners = Listeners::from_inherited(inherited, layout.listener_sets)
+        .map_err(|e| format!("socket activation: {e}"))?;
+    let addrs: Vec<String> = listeners
+        .local_addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    tracing::info!(
+        "{name}: listening on {} (inherited; {} model, {})",
+        addrs.join(", "),
+        model.name(),
+        model.shape(workers)
+    );
+    run_model(
+        model,
+        listeners,
+        &driver,
+        |_| NestService::new(engine.clone()),
+        stop,
+    )
+    .map_err(|e| e.to_string())?;
+    tracing::info!("{name}: stopped");
+    Ok(())
+}
+
+/// The sockets systemd passed (`LISTEN_FDS` descriptors from 3, when `LISTEN_PID` is this
+/// process); the variables are removed so no child takes them for its own.
+fn inherited_sockets() -> std::io::Result<Vec<(OwnedFd, String)>> {
+    let take = |name: &str| {
+        let v = std::env::var_os(name);
+        // SAFETY (of remove_var): called before any thread is started.
+        std::env::remove_var(name);
+        v
+    };
+    let pid = take("LISTEN_PID");
+    let fds = take("LISTEN_FDS");
+    let names = take("LISTEN_FDNAMES");
+    let ours = pid.as_deref() == Some(OsString::from(std::process::id().to_string()).as_os_str());
+    let Some(count) = fds.filter(|_| ours) else {
+        return Ok(Vec::new());
+    };
+    let count: i32 = count
+        .to_str()
+        .and_then(|c| c.parse().ok())
+        .filter(|c| (0..=4096).contains(c))
+        .ok_or_else(|| std::io::Error::other(format!("LISTEN_FDS={count:?} is not a count")))?;
+    let names: Vec<String> = names
+        .map(|n| n.to_string_lossy().split(':').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let mut sockets = Vec::new();
+    for i in 0..count {
+        let fd = 3 + i;
+        // SAFETY: fcntl only asks whether the descriptor is open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            return Err(std::io::Error::other(format!(
+                "LISTEN_FDS={count} but descriptor {fd} is not open"
+            )));
+        }
+        // SAFETY: systemd passed descriptors 3.. to this process (LISTEN_PID is ours) and
+        // nothing else here owns them.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let label = match names.get(i as usize).filter(|n| !n.is_empty()) {
+            Some(n) => format!("inherited socket fd {fd} \"{n}\""),
+            None => format!("inherited socket fd {fd}"),
+        };
+        sockets.push((owned, label));
+    }
+    Ok(sockets)
+}
+
+/// Logs to standard error at the logLevel option; under inetd, standard error is often the
+/// connection itself (inetd passes the socket as 0, 1 and 2), where a log line would reach
+/// the client: then nothing is logged.
+fn init_log(options: &Options) {
+    if options.inetd && is_socket(2) {
+        return;
+    }
+    let level = match options.log_level.as_str() {
+        "error" => tracing::Level::ERROR,
+        "warn" => tracing::Level::WARN,
+        "debug" => tracing::Level::DEBUG,
+        "trace" => tracing::Level::TRACE,
+        _ => tracing::Level::INFO,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
+}
+
+fn is_socket(fd: i32) -> bool {
+    // SAFETY: fstat into a zeroed struct of the right type.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut stat) }) == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK
+}

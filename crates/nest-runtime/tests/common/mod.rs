@@ -1,0 +1,194 @@
+//! Shared by the runtime's integration tests: builds the example servers (hand-written to
+//! the shape the compiler generates) and runs them as real processes on real sockets.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Every model, as the `--model` option line names it.
+pub const MODELS: [&str; 5] = [
+    "processServer 3",
+    "threadServer 8",
+    "eventServer 2",
+    "uringServer 2",
+    "percoreServer",
+];
+
+/// Says visibly that a test did not run, and why: what is missing is installed by .ci/run,
+/// so under CI a skip fails instead.
+pub fn skip(test: &str, why: &str) {
+    fastpath_testkit::skip(test, fastpath_testkit::Missing::Installable, why);
+}
+
+/// The example binary `name`, built once per test process with the cargo running the tests
+/// (`cargo test` does not hand examples' paths to integration tests).
+pub fn example(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        // target/debug/deps/TEST-hash -> target/debug (or target/release, for a test run
+        // with --release: then the examples are built optimised too).
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let target = profile_dir.parent().unwrap();
+        let mut args = vec![
+            "build",
+            "--offline",
+            "-p",
+            "fastpath-nest-runtime",
+            "--examples",
+        ];
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            args.push("--release");
+        }
+        let status = Command::new(env!("CARGO"))
+            .args(&args)
+            .env("CARGO_TARGET_DIR", target)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo");
+        assert!(status.success(), "building the examples failed");
+        profile_dir.join("examples")
+    });
+    dir.join(name)
+}
+
+/// A running example server; SIGTERM and wait on drop.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts example `name` with `args` in `dir`, and waits for its "listening on" line.
+    pub fn start(name: &str, dir: &Path, args: &[&str]) -> Server {
+        let child = Command::new(example(name))
+            .args(args)
+            .current_dir(dir)
+            .env_remove("NEST_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the example");
+        Server::adopt(child)
+    }
+
+    /// A started server (its standard error piped): waits for its "listening on" line.
+    pub fn adopt(mut child: Child) -> Server {
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                {
+                    let mut log = log2.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+                if let Some(at) = line.find("listening on ") {
+                    let rest = &line[at + "listening on ".len()..];
+                    let addr = rest.split([' ', ',']).next().unwrap().to_string();
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(a) => a.parse().unwrap(),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the server did not start: {}", log.lock().unwrap());
+            }
+        };
+        Server { child, addr, log }
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until the log contains `text` (a line written as the connection closes may come
+    /// a moment after the client saw the close).
+    pub fn wait_log(&self, text: &str) -> String {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let log = self.log();
+            if log.contains(text) || Instant::now() > until {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: signals our own child by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads until `text` has arrived (or the peer closes, or 10 s pass); returns what arrived.
+pub fn read_until(s: &mut TcpStream, text: &str) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let until = Instant::now() + Duration::from_secs(10);
+    while !String::from_utf8_lossy(&got).contains(text) && Instant::now() < until {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("read: {e} (got {:?})", String::from_utf8_lossy(&got)),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Reads everything until the peer closes.
+pub fn read_to_close(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    s.read_to_end(&mut got)
+        .expect("the server closes the connection");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+pub fn send(s: &mut TcpStream, data: &[u8]) {
+    s.write_all(data).unwrap();
+}
+
+/// Reads one line, byte by byte, so that nothing after it is taken from the socket.
+pub fn read_line_exact(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\n") {
+        match s.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => got.push(byte[0]),
+            Err(e) => panic!("read: {e} (got {:?})", String::from_utf8_lossy(&got)),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}

@@ -1,0 +1,322 @@
+//! The seed's three figures in Rust flavour (examples/nest/): parsed, checked, and for rot13 the
+//! generated code compared with a checked-in copy.
+//!
+//! After an intended change to the generated code, refresh the copies with
+//! `NEST_BLESS=1 cargo test -p fastpath-nest --test examples` and review the diff.
+
+use std::path::{Path, PathBuf};
+
+use fastpath_nest::ast::{Qual, Spec};
+use fastpath_nest::{codegen, compile};
+
+fn example(name: &str) -> (String, Spec) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../examples/nest/{name}.nest"));
+    let src = std::fs::read_to_string(&path).unwrap();
+    let file = format!("{name}.nest");
+    let c = compile(&file, &src);
+    let rendered: Vec<String> = c.diags.iter().map(|d| d.render(&file)).collect();
+    assert!(rendered.is_empty(), "{rendered:#?}");
+    (src, c.spec)
+}
+
+fn qual(q: &Option<Qual>) -> String {
+    fn go(q: &Qual) -> String {
+        match q {
+            Qual::State(s, _) => s.clone(),
+            Qual::LastSeen(s, _) => format!("$LASTSEEN({s})"),
+            Qual::Not(a) => format!("!{}", go(a)),
+            Qual::And(a, b) => format!("({} && {})", go(a), go(b)),
+            Qual::Or(a, b) => format!("({} || {})", go(a), go(b)),
+        }
+    }
+    q.as_ref().map(go).unwrap_or_default()
+}
+
+#[test]
+fn rot13_figure_3_3() {
+    let (_, spec) = example("rot13");
+    assert_eq!(spec.prologue.len(), 1);
+    assert_eq!(spec.prologue[0].0, 2);
+    let opts: Vec<(&str, &str, u32)> = spec
+        .options
+        .iter()
+        .map(|o| (o.name.as_str(), o.value.as_str(), o.pos.line))
+        .collect();
+    assert_eq!(opts, [("threadServer", "100", 13)]);
+    let macros: Vec<(&str, &str)> = spec
+        .macros
+        .iter()
+        .map(|m| (m.name.as_str(), m.text.as_str()))
+        .collect();
+    assert_eq!(macros, [("ANY", r"[^\n]*"), ("NL", r"\r?\n")]);
+    assert_eq!(spec.vars.len(), 1);
+    assert_eq!(
+        (
+            spec.vars[0].name.as_str(),
+            spec.vars[0].ty.as_str(),
+            spec.vars[0].init.as_str()
+        ),
+        ("buffer", "String", "String::new()")
+    );
+    assert_eq!(spec.start.as_ref().unwrap().line, 18);
+    assert!(spec.end.is_none());
+    assert_eq!(spec.rules.len(), 1);
+    let r = &spec.rules[0];
+    // Figure 3.3: `ANY NL`, $1 is what ANY matched and $2 what NL matched.
+    assert_eq!(r.pattern, r"([^\n]*)(\r?\n)");
+    assert_eq!(r.groups, 2);
+    assert_eq!(qual(&r.qual), "DEFAULT");
+    assert_eq!((r.pos.line, r.pos.col, r.action.line), (20, 1, 20));
+    assert!(
+        r.action.code.contains("*buffer = m.text(1).to_string();"),
+        "{}",
+        r.action.code
+    );
+    assert!(
+        r.action
+            .code
+            .contains(r#"cx.reply(format_args!("{}{}", r, "\n"));"#),
+        "{}",
+        r.action.code
+    );
+    assert!(spec.trailer.is_none());
+}
+
+#[test]
+fn login_figure_3_4() {
+    let (_, spec) = example("login");
+    let states: Vec<&str> = spec.states.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(states, ["EXPECT_USER", "EXPECT_PASS", "VALID"]);
+    assert!(spec.start.is_some() && spec.end.is_some());
+    let quals: Vec<String> = spec.rules.iter().map(|r| qual(&r.qual)).collect();
+    assert_eq!(
+        quals,
+        ["EXPECT_USER", "EXPECT_PASS", "VALID", "VALID", "VALID"]
+    );
+    // Figure 3.4's GET: WS is $1, (http://) $2, {NOT_WS} $3 (the file), {WS} $4, (.*) $5
+    // (the version), NL $6; the quoted literal is not a group.
+    let get = &spec.rules[2];
+    assert_eq!(
+        get.pattern,
+        r"GET([[:blank:]]+)(http://)?([^[:space:]]+)*([[:blank:]]+)?(.*)?(\r?\n)"
+    );
+    assert_eq!(get.groups, 6);
+    assert!(get.action.code.contains("let file_name = m.text(3);"));
+    assert!(get.action.code.contains("let version = m.text(5);"));
+    assert!(get
+        .action
+        .code
+        .contains("if cx.file_reply(&file_name).is_err()"));
+    assert!(get.action.code.contains("return;"));
+    let put = &spec.rules[3];
+    assert!(
+        put.action
+            .code
+            .contains("cx.file_receive(&m.text(2), None)"),
+        "{}",
+        put.action.code
+    );
+    let pass = &spec.rules[1];
+    assert!(pass.action.code.contains("cx.clear_all();"));
+    assert!(pass.action.code.contains("cx.seen(VALID);"));
+    let end = spec.end.as_ref().unwrap();
+    assert!(
+        end.code.contains("{ cx.close(); return; };"),
+        "{}",
+        end.code
+    );
+    assert_eq!(spec.trailer.as_ref().unwrap().0, 70);
+}
+
+#[test]
+fn smtp_figure_3_6() {
+    let (_, spec) = example("smtp");
+    let quals: Vec<String> = spec.rules.iter().map(|r| qual(&r.qual)).collect();
+    assert_eq!(
+        quals,
+        [
+            "DEFAULT",
+            "DEFAULT",
+            "DEFAULT",
+            // The block's qualifier, with the macro BOTH substituted in parentheses.
+            "(GOT_HELO && (GOT_MAIL && GOT_RCPT))",
+            "IN_DATA",
+            "!(GOT_MAIL && GOT_RCPT)",
+            "(((START || GOT_HELO) || GOT_MAIL) || GOT_RCPT)",
+        ]
+    );
+    let helo = &spec.rules[0];
+    assert_eq!(helo.pattern, r"(HELO|EHLO)([[:blank:]]+)([^\r\n]*)(\r?\n)");
+    assert!(helo.action.code.contains("m.text(3)"));
+    let start = spec.start.as_ref().unwrap();
+    assert!(
+        start.code.contains(r#"cx.reply(format_args!("220 {} Simple SMTP; {}\r\n", cx.server_name().to_string(), date()))"#),
+        "{}",
+        start.code
+    );
+    let data = &spec.rules[4];
+    assert_eq!(data.pattern, r#"((?s:.*?\n)?)\.(\r?\n)"#);
+    assert!(data
+        .action
+        .code
+        .contains("match mail(mail_from, rcpt_to, m.text(1))"));
+}
+
+fn golden(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
+}
+
+fn compare(name: &str, got: &str) {
+    let path = golden(name);
+    if std::env::var_os("NEST_BLESS").is_some() {
+        std::fs::write(&path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if want != got {
+        let first = want
+            .lines()
+            .zip(got.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(want.lines().count().min(got.lines().count()));
+        panic!(
+            "{name} differs from {} from line {}:\n  want: {:?}\n  got:  {:?}\n(NEST_BLESS=1 refreshes it)",
+            path.display(),
+            first + 1,
+            want.lines().nth(first),
+            got.lines().nth(first)
+        );
+    }
+}
+
+#[test]
+fn rot13_generated_code_is_the_checked_in_one() {
+    let (_, spec) = example("rot13");
+    let p = codegen::generate(&spec, "rot13", Path::new("/path/to/crates/nest-runtime"));
+    compare("rot13.main.rs", &p.main_rs);
+    compare("rot13.Cargo.toml", &p.cargo_toml);
+    assert_eq!(p.lines.len(), p.main_rs.lines().count());
+}
+
+#[test]
+fn every_action_line_maps_back_to_its_spec_line() {
+    for name in ["rot13", "login", "smtp"] {
+        let (src, spec) = example(name);
+        let spec_lines: Vec<&str> = src.lines().collect();
+        let p = codegen::generate(&spec, name, Path::new("/rt"));
+        // Copied code: the %{ %} section (before the states) and the functions from `start` on.
+        let gen_lines: Vec<&str> = p.main_rs.lines().collect();
+        let states_at = gen_lines
+            .iter()
+            .position(|l| l.starts_with("// ---- states"))
+            .unwrap();
+        let start_at = gen_lines
+            .iter()
+            .position(|l| l.contains("fn start("))
+            .unwrap();
+        for (k, (gen, map)) in p.main_rs.lines().zip(&p.lines).enumerate() {
+            let Some(l) = map else { continue };
+            if (states_at..start_at).contains(&k) {
+                continue;
+            }
+            let orig = spec_lines[*l as usize - 1].trim();
+            // Copied code keeps its text apart from keywords; comments name their line.
+            if gen.contains(&format!("{name}.nest:{l}"))
+                // The binding of per-connection variables, on one line or three.
+                || gen.trim().starts_with("let Connection {")
+                || gen.trim().ends_with("..")
+                || gen.trim() == "} = conn;"
+                || orig.contains('$')
+                || orig.is_empty()
+            {
+                continue;
+            }
+            let g = gen.trim();
+            assert!(
+                g == orig || g.contains(orig) || orig.contains(g.trim_end_matches(',')),
+                "{name}: generated line {} {g:?} maps to spec line {l} {orig:?}",
+                k + 1
+            );
+        }
+        // A rustc location in the action of rule 0 points at the rule's spec line.
+        let line = p
+            .main_rs
+            .lines()
+            .position(|l| l.contains("0 => {"))
+            .unwrap()
+            + 2;
+        let msg = p.map_messages(
+            &format!("{name}.nest"),
+            &format!(" --> src/main.rs:{line}:9"),
+        );
+        assert!(
+            msg.ends_with(&format!("({name}.nest:{})", spec.rules[0].action.line)),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn keywords_become_runtime_calls() {
+    let cases = [
+        ("$seen(A);", "cx.seen(A);"),
+        ("$clear(A);", "cx.clear(A);"),
+        ("$clear(*);", "cx.clear_all();"),
+        (
+            r#"$reply("n={}", $1);"#,
+            r#"cx.reply(format_args!("n={}", m.text(1)));"#,
+        ),
+        (
+            r#"$reply($1, "\n");"#,
+            r#"cx.reply(format_args!("{}{}", m.text(1), "\n"));"#,
+        ),
+        ("$close;", "{ cx.close(); return; };"),
+        ("$close();", "{ cx.close(); return; };"),
+        ("if x { $return; }", "if x { return; }"),
+        (
+            r#"let _ = $fileReply(format!("/d/{}", $1));"#,
+            r#"let _ = cx.file_reply(&(format!("/d/{}", m.text(1))));"#,
+        ),
+        (
+            "let _ = $fileReply($1);",
+            "let _ = cx.file_reply(&m.text(1));",
+        ),
+        (
+            r#"let _ = $fileReceive("f", n + 1);"#,
+            r#"let _ = cx.file_receive(&"f", Some((n + 1) as u64));"#,
+        ),
+        (
+            r#"let _ = $fileReceive(path, len);"#,
+            r#"let _ = cx.file_receive(&path, Some(len as u64));"#,
+        ),
+        ("let b = $bytes(1);", "let b = m.bytes(1);"),
+        (
+            "let s = \"$1 {\"; // $seen(Z)",
+            "let s = \"$1 {\"; // $seen(Z)",
+        ),
+    ];
+    for (code, want) in cases {
+        let src = format!("%state A\n%%\nSTART: {{ }}\nDEFAULT: \"x\" ([a-z]) {{ {code}\n}}\n");
+        let c = compile("k.nest", &src);
+        assert!(!c.has_errors(), "{code}: {:?}", c.diags);
+        assert_eq!(c.spec.rules[0].action.code.trim(), want, "{code}");
+    }
+}
+
+#[test]
+fn blocks_nest_and_combine_their_qualifiers() {
+    let src = "%state A B C\nQ B || C\n%%\nSTART: { $seen(A); $seen(B); $seen(C); }\n\
+               A {\n    Q {\n        !C: \"x\" { }\n        \"y\" { }\n    }\n    \"z\" { }\n}\n\"w\" { }\n";
+    let c = compile("b.nest", src);
+    assert!(c.diags.is_empty(), "{:?}", c.diags);
+    let quals: Vec<String> = c.spec.rules.iter().map(|r| qual(&r.qual)).collect();
+    assert_eq!(
+        quals,
+        ["((A && (B || C)) && !C)", "(A && (B || C))", "A", ""]
+    );
+    let lines: Vec<u32> = c.spec.rules.iter().map(|r| r.pos.line).collect();
+    assert_eq!(lines, [7, 8, 10, 12]);
+}
