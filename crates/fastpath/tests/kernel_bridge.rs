@@ -52,7 +52,10 @@ fn serve(model: &'static str, backend: &Backend, handover: &str) -> (Server, Sit
     (site.serve_config(model, &text), site)
 }
 
-/// A bridged connection: the head sent, the backend's 101 read.
+/// A bridged connection: the head sent, the backend's 101 read. (Tests that check the map
+/// wait for the pair to be in it before they send more: bytes that reach the server before
+/// the join, here right behind the 101 it passed on, make it splice instead, see
+/// `Joint::offer`.)
 fn bridged(srv: &Server) -> TcpStream {
     let mut stream = TcpStream::connect(srv.addr()).unwrap();
     stream
@@ -101,8 +104,8 @@ httptest!(a_bridged_pair_sits_in_the_map_until_it_ends, |model| {
     let backend = Backend::start(upgrade_then_echo);
     let (srv, _site) = serve(model, &backend, "kernel_path = \"on\"");
     let mut conn = bridged(&srv);
-    round_trip(&mut conn, b"hello");
     expect_sockets(&srv, 2);
+    round_trip(&mut conn, b"hello");
     // The client's end reaches the backend, whose end comes back: the pair leaves the map.
     conn.shutdown(Shutdown::Write).unwrap();
     let mut rest = Vec::new();
@@ -323,8 +326,8 @@ httptest!(a_reset_from_the_client_reaches_the_backend, |model| {
     let addr = custom_backend(ends.clone(), echo_until_end);
     let (srv, _site) = serve_to(model, addr, "kernel_path = \"on\"");
     let mut conn = bridged(&srv);
-    round_trip(&mut conn, b"before the reset");
     expect_sockets(&srv, 2);
+    round_trip(&mut conn, b"before the reset");
     reset(conn);
     let seen = wait_for(Duration::from_secs(5), || {
         ends.lock().unwrap().first().cloned()
@@ -483,7 +486,6 @@ httptest!(kernel_path_auto_joins_in_the_kernel_where_it_can, |model| {
     let addr = custom_backend(Arc::new(()), echo_slowly);
     let (srv, _site) = serve_to(model, addr, "");
     let mut conn = bridged(&srv);
-    round_trip(&mut conn, b"joined");
     if crate::kernel_path::bpf_capable() {
         let line = "kernel path: on for bridged connections";
         assert!(
@@ -492,7 +494,9 @@ httptest!(kernel_path_auto_joins_in_the_kernel_where_it_can, |model| {
             srv.stderr()
         );
         expect_sockets(&srv, 2);
+        round_trip(&mut conn, b"joined");
     } else {
+        round_trip(&mut conn, b"spliced");
         let line = "kernel path: off for bridged connections: no CAP_BPF";
         assert!(
             srv.wait_stderr(Duration::from_secs(1), line),
@@ -619,8 +623,8 @@ fn a_crashed_prefork_child_leaves_its_sockets_out_of_the_map() {
     let addr = custom_backend(Arc::new(()), echo_slowly);
     let (srv, _site) = serve_to("prefork", addr, "kernel_path = \"on\"");
     let mut conn = bridged(&srv);
-    round_trip(&mut conn, b"held by a child");
     expect_sockets(&srv, 2);
+    round_trip(&mut conn, b"held by a child");
     // Every child dies at once (one of them held the connection); the parent replaces them
     // and keeps the map.
     for child in children(srv.pid()) {
@@ -636,6 +640,6 @@ fn a_crashed_prefork_child_leaves_its_sockets_out_of_the_map() {
     expect_sockets(&srv, 0);
     // The listener is the parent's: the next client waits in its backlog for a new child.
     let mut next = bridged(&srv);
-    round_trip(&mut next, b"a new child");
     expect_sockets(&srv, 2);
+    round_trip(&mut next, b"a new child");
 }
