@@ -120,10 +120,21 @@ impl BridgePath {
                 return Err(full_or(e));
             }
         }
-        for (cookie, fd) in [(joined.client, client), (joined.backend, backend)] {
+        // Until both are in, a socket's verdict would find no peer (and pass its bytes up to
+        // user space, see bridge.bpf.c): a high SO_RCVLOWAT keeps the kernel from running it
+        // (tcp_data_ready calls the socket's data-ready callback only past the low-water mark),
+        // so what arrives meanwhile waits in the receive queue, and setting it back to 1 below
+        // runs the verdict over it with both in the map.
+        for fd in [client, backend] {
+            set_rcvlowat(fd, HOLD_LOWAT);
+        }
+        for (cookie, fd) in [(joined.backend, backend), (joined.client, client)] {
             let raw = fd.as_raw_fd() as u64;
             if let Err(e) = map_update(self.map_fd, &cookie, &raw, BPF_NOEXIST) {
                 self.leave(joined);
+                for fd in [client, backend] {
+                    set_rcvlowat(fd, 1);
+                }
                 return Err(full_or(e));
             }
         }
@@ -131,17 +142,7 @@ impl BridgePath {
         // receive queue until the next arrival runs the verdict: setting SO_RCVLOWAT runs the
         // socket's data-ready callback now (tcp_set_rcvlowat), so they go on at once, in order.
         for fd in [client, backend] {
-            let one: libc::c_int = 1;
-            // SAFETY: SO_RCVLOWAT reads one int.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVLOWAT,
-                    (&one as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
+            set_rcvlowat(fd, 1);
         }
         Ok(joined)
     }
@@ -174,6 +175,22 @@ impl BridgePath {
         let _ = map_delete(self.state_fd, &joined.client);
         let _ = map_delete(self.state_fd, &joined.backend);
     }
+}
+
+/// The receive low-water mark that holds a socket's verdict back while a pair goes in.
+const HOLD_LOWAT: libc::c_int = 256 * 1024;
+
+fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: libc::c_int) {
+    // SAFETY: SO_RCVLOWAT reads one int.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 fn full_or(e: std::io::Error) -> TakeOverError {

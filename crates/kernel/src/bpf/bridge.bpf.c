@@ -83,15 +83,20 @@ int bridge_verdict(struct __sk_buff *skb)
     if (!st || st->state == BRIDGE_OVERFLOW)
         return SK_PASS;
     peer = bpf_map_lookup_elem(&bridge_socks, &st->peer);
-    if (!peer)
-        // The peer has closed (it left the map): nowhere to send to. User space sees the
-        // close on the peer and ends the connection.
-        return SK_DROP;
+    if (!peer) {
+        // The peer is not in the map: not yet (user space puts the pair in one socket after
+        // the other) or no longer (it closed). Dropping would lose the bytes: they go up to
+        // user space instead, as past the limit, which copies them on (or sees the peer gone).
+        st->state = BRIDGE_OVERFLOW;
+        return SK_PASS;
+    }
     tp = bpf_skc_to_tcp_sock(peer);
     seq = tp ? tp->write_seq : 0;
     bpf_sk_release(peer);
-    if (!tp)
-        return SK_DROP;
+    if (!tp) {
+        st->state = BRIDGE_OVERFLOW;
+        return SK_PASS;
+    }
     if (st->state == BRIDGE_FRESH) {
         st->base_seq = seq;
         st->redirected = 0;
