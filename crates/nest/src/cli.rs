@@ -126,7 +126,9 @@ fn build(
     // only dependency is the runtime, so every entry it needs is there).
     let workspace_lock = runtime.join("../../Cargo.lock");
     if workspace_lock.is_file() {
-        if let Err(e) = std::fs::copy(&workspace_lock, dir.join("Cargo.lock")) {
+        let copied = std::fs::read(&workspace_lock)
+            .and_then(|lock| codegen::write_if_changed(&dir.join("Cargo.lock"), &lock));
+        if let Err(e) = copied {
             eprintln!(
                 "fastpath nest: cannot copy {} into {}: {e}",
                 workspace_lock.display(),
