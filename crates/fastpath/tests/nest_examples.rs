@@ -167,9 +167,9 @@ impl Nest {
     }
 
     /// The log once it holds `text` (a line written as a connection closes may come a moment
-    /// after the client saw the close), or as it is after 5 s.
+    /// after the client saw the close), or as it is after 10 s.
     fn wait_log(&self, text: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(5);
+        let until = Instant::now() + Duration::from_secs(10);
         loop {
             let log = self.log.lock().unwrap().clone();
             if log.contains(text) || Instant::now() > until {
@@ -266,7 +266,7 @@ fn silent_clients_are_closed(server: &Nest, greeting: &str, end: &str, model: &s
     }
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+        took >= Duration::from_millis(250) && took < Duration::from_secs(10),
         "{model}: closed after {took:?}"
     );
     let log = server.wait_log("idle timeout");
@@ -575,14 +575,15 @@ fn nest_smtp_replies_to_commands_out_of_order_and_ends_bad_input() {
             .unwrap();
         read_until(&mut c, "354 ");
         drop(c);
-        server.wait_log("peer closed");
-        std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(mails(&maildir).len(), 1, "{model}");
+        // The file was in tmp/ before 354 was sent; END removes it.
+        let tmp_files = || std::fs::read_dir(maildir.join("tmp")).unwrap().count();
+        wait_for(Duration::from_secs(10), || (tmp_files() == 0).then_some(()));
         assert_eq!(
-            std::fs::read_dir(maildir.join("tmp")).unwrap().count(),
+            tmp_files(),
             0,
-            "{model}"
+            "{model}: the mail cut short is left in tmp/"
         );
+        assert_eq!(mails(&maildir).len(), 1, "{model}");
         silent_clients_are_closed_smtp(&server, model);
     }
 }
@@ -599,7 +600,7 @@ fn silent_clients_are_closed_smtp(server: &Nest, model: &str) {
     );
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+        took >= Duration::from_millis(250) && took < Duration::from_secs(10),
         "{model}: closed after {took:?}"
     );
 }
@@ -781,4 +782,63 @@ fn nest_smtp_standalone_under_socket_activation_on_every_model() {
         );
         assert_eq!(out, "ok 2 mails\n", "{model}");
     }
+}
+
+#[test]
+fn nest_smtp_refuses_a_mail_over_its_limit_and_goes_on() {
+    let smtp = example("smtp");
+    let (_dir, maildir, cfg) = maildir();
+    let server = Nest::start(
+        &smtp,
+        &[
+            "--model",
+            "eventServer 2",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let mut c = server.connect();
+    c.write_all(b"HELO x\r\nMAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n")
+        .unwrap();
+    let head = read_until(&mut c, "<CR><LF>.<CR><LF>\r\n");
+    assert!(
+        head.ends_with("\r\n354 end data with <CR><LF>.<CR><LF>\r\n"),
+        "{head:?}"
+    );
+    // 11 MiB of text, past the example's 10 MiB limit: read to its end, stored nowhere.
+    let line = format!("{}\r\n", "a".repeat(1022));
+    let text = line.repeat(11 * 1024);
+    c.write_all(text.as_bytes()).unwrap();
+    c.write_all(b".\r\nQUIT\r\n").unwrap();
+    assert_eq!(
+        read_to_close(&mut c),
+        "552 the mail is over 10485760 bytes\r\n221 mx.example.org closing connection\r\n"
+    );
+    assert!(mails(&maildir).is_empty());
+    assert_eq!(std::fs::read_dir(maildir.join("tmp")).unwrap().count(), 0);
+}
+
+#[test]
+fn nest_example_with_a_missing_directory_does_not_start() {
+    let smtp = example("smtp");
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere");
+    let cfg = config(dir.path(), &format!("directory {}\n", missing.display()));
+    let out = Command::new(&smtp)
+        .args(["--listen", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .env_remove("NEST_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.ends_with(&format!(
+            "smtp: directory {}: No such file or directory (os error 2)\n",
+            missing.display()
+        )),
+        "{err}"
+    );
 }
