@@ -18,7 +18,8 @@
 // redirects and sends it in pieces, so a write from user space could land inside one of its
 // messages. What user space forwards while the kernel path is on goes through the worker's
 // injector, a loopback connection whose receiving end is in fwd_clients like a client (state
-// INJECTOR): its messages are routed by the same verdict, behind those already queued.
+// INJECTOR), one per destination: its messages, framed by the same parser, go whole to that
+// destination, behind those already queued.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -76,6 +77,7 @@ struct {
 } fwd_dests SEC(".maps");
 
 // Per socket (cookie): written by user space when the socket joins, then by the verdict.
+// For an injector, `routes` is the one destination it feeds.
 // LRU, twice the sockets' capacity: user space deletes a socket's entries when it closes,
 // but a worker that dies leaves its own behind. A socket whose entry is gone has its
 // messages passed up, which is always safe for a client.
@@ -246,6 +248,11 @@ int fwd_verdict(struct __sk_buff *skb)
         // User space has forwarded all that went up: what comes now may overtake nothing.
         st->state = FWD_KERNEL;
     }
+    if (st->state == FWD_INJECTOR) {
+        // User space chose the destination (`routes` holds it): any framed message goes.
+        route = st->routes;
+        goto redirect;
+    }
     if (len < HEAD_LEN + 1 || off > 0xffffff || bpf_skb_load_bytes(skb, off, head, HEAD_LEN))
         goto unroutable;
     frame = ((__u32)head[0] << 24) | ((__u32)head[1] << 16) | ((__u32)head[2] << 8) | head[3];
@@ -276,6 +283,7 @@ int fwd_verdict(struct __sk_buff *skb)
         route = (__u32)((__u64)(-(__s64)key) % st->routes);
         route = route ? st->routes - route : 0;
     }
+redirect:
     dest.tag = st->tag;
     dest.route = route;
     // Flags 0: to the destination's egress. Fails (SK_DROP) only if the destination is not
@@ -288,8 +296,8 @@ int fwd_verdict(struct __sk_buff *skb)
 
 unroutable:
     if (st->state == FWD_INJECTOR) {
-        // User space sends the injector only messages for destinations it registered; one
-        // that has gone since loses them, as its connection would have: counted.
+        // User space feeds an injector only once its destination is registered; one that
+        // has gone since loses them, as its connection would have: counted.
         st->lost += 1;
         return SK_DROP;
     }
