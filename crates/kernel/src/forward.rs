@@ -56,6 +56,15 @@ struct FwdState {
     flags: u32,
 }
 
+/// `struct dest_held` of forward.bpf.c.
+#[repr(C)]
+#[derive(Default)]
+struct DestHeld {
+    redirected: u64,
+    base_seq: u32,
+    fresh: u32,
+}
+
 /// `struct dest_key` of forward.bpf.c.
 #[repr(C)]
 struct DestKey {
@@ -79,6 +88,7 @@ pub struct ForwardPath {
     dests_fd: RawFd,
     state_fd: RawFd,
     taken_fd: RawFd,
+    held_fd: RawFd,
     capacity: u32,
     max_frame: u32,
 }
@@ -94,16 +104,24 @@ impl fmt::Debug for ForwardPath {
 
 impl ForwardPath {
     /// Loads the forwarder's programs and maps: `capacity` client sockets, `destinations`
-    /// destination sockets (workers × routes), messages framed up to `max_frame` bytes.
-    pub fn load(capacity: u32, destinations: u32, max_frame: u32) -> Result<Self, Unavailable> {
+    /// destination sockets (workers × routes), messages framed up to `max_frame` bytes, and
+    /// up to `max_held` bytes held in the kernel for a destination whose send buffer is full
+    /// before clients' messages go up instead.
+    pub fn load(
+        capacity: u32,
+        destinations: u32,
+        max_frame: u32,
+        max_held: u32,
+    ) -> Result<Self, Unavailable> {
         #[cfg(kernel_path)]
         {
-            let loaded = imp::load(capacity, destinations, max_frame)?;
+            let loaded = imp::load(capacity, destinations, max_frame, max_held)?;
             Ok(ForwardPath {
                 clients_fd: loaded.fd("fwd_clients"),
                 dests_fd: loaded.fd("fwd_dests"),
                 state_fd: loaded.fd("fwd_state"),
                 taken_fd: loaded.fd("fwd_taken"),
+                held_fd: loaded.fd("fwd_held"),
                 _loaded: loaded,
                 capacity,
                 max_frame,
@@ -111,7 +129,7 @@ impl ForwardPath {
         }
         #[cfg(not(kernel_path))]
         {
-            let _ = (capacity, destinations, max_frame);
+            let _ = (capacity, destinations, max_frame, max_held);
             Err(Unavailable::NotBuilt)
         }
     }
@@ -190,8 +208,28 @@ impl ForwardPath {
         route: u32,
     ) -> Result<(), TakeOverError> {
         let key = DestKey { tag, route, pad: 0 };
+        let held = DestHeld {
+            redirected: 0,
+            base_seq: 0,
+            fresh: 1,
+        };
+        map_update(self.held_fd, &key, &held, 0).map_err(full_or)?;
         let fd = socket.as_raw_fd() as u64;
-        map_update(self.dests_fd, &key, &fd, 0).map_err(full_or)
+        map_update(self.dests_fd, &key, &fd, 0).map_err(|e| {
+            let _ = map_delete(self.held_fd, &key);
+            full_or(e)
+        })
+    }
+
+    /// Bytes the kernel has redirected to worker `tag`'s destination `route` since it was
+    /// registered. Less what has reached its send queue since, it is what the kernel holds.
+    pub fn redirected(&self, tag: u64, route: u32) -> u64 {
+        let key = DestKey { tag, route, pad: 0 };
+        let mut held = DestHeld::default();
+        match map_lookup(self.held_fd, &key, &mut held) {
+            Ok(()) => held.redirected,
+            Err(_) => 0,
+        }
     }
 
     /// Takes worker `tag`'s destination `route` out (its connection is closing); the kernel
@@ -199,6 +237,7 @@ impl ForwardPath {
     pub fn unregister(&self, tag: u64, route: u32) {
         let key = DestKey { tag, route, pad: 0 };
         let _ = map_delete(self.dests_fd, &key);
+        let _ = map_delete(self.held_fd, &key);
     }
 
     /// What the verdict did with `joined`'s input so far.
@@ -258,12 +297,13 @@ pub fn forward_path(
     capacity: u32,
     destinations: u32,
     max_frame: u32,
+    max_held: u32,
 ) -> Result<Option<Arc<ForwardPath>>, String> {
     if mode == Mode::Off {
         tracing::info!("kernel path: off (kernel_path = \"off\")");
         return Ok(None);
     }
-    match ForwardPath::load(capacity, destinations, max_frame) {
+    match ForwardPath::load(capacity, destinations, max_frame, max_held) {
         Ok(path) => {
             tracing::info!(
                 "kernel path: on (forward: sk_skb stream parser framing messages up to {max_frame} \
@@ -318,14 +358,17 @@ mod imp {
         capacity: u32,
         destinations: u32,
         max_frame: u32,
+        max_held: u32,
     ) -> Result<Loaded, Unavailable> {
         let states = capacity.saturating_mul(2).saturating_add(destinations);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("fwd_clients", capacity)
             .map_max_entries("fwd_dests", destinations.max(1))
+            .map_max_entries("fwd_held", destinations.max(1))
             .map_max_entries("fwd_state", states)
             .map_max_entries("fwd_taken", states)
             .override_global("max_frame", &max_frame, true)
+            .override_global("max_held", &max_held, true)
             .load(FORWARD)
             .map_err(|e| match e {
                 EbpfError::MapError(MapError::CreateError { name, io_error }) => {
@@ -334,9 +377,15 @@ mod imp {
                 other => Unavailable::Failed(format!("loading the forward object: {other}")),
             })?;
         let mut maps = HashMap::new();
-        for name in ["fwd_clients", "fwd_dests", "fwd_state", "fwd_taken"] {
+        for name in [
+            "fwd_clients",
+            "fwd_dests",
+            "fwd_state",
+            "fwd_taken",
+            "fwd_held",
+        ] {
             let data = match ebpf.take_map(name) {
-                Some(Map::SockHash(m)) | Some(Map::LruHashMap(m)) => m,
+                Some(Map::SockHash(m)) | Some(Map::LruHashMap(m)) | Some(Map::HashMap(m)) => m,
                 _ => {
                     return Err(Unavailable::Failed(format!(
                         "the forward object has no map `{name}` of the expected type"
@@ -410,7 +459,11 @@ mod tests {
     /// The path, or None (said) where this process may not load BPF programs; any other
     /// failure fails the test.
     fn load_or_skip(max_frame: u32) -> Option<ForwardPath> {
-        match ForwardPath::load(64, 8, max_frame) {
+        load_held_or_skip(max_frame, 1 << 20)
+    }
+
+    fn load_held_or_skip(max_frame: u32, max_held: u32) -> Option<ForwardPath> {
+        match ForwardPath::load(64, 8, max_frame, max_held) {
             Ok(path) => Some(path),
             Err(Unavailable::NoPrivileges(why)) => {
                 eprintln!("SKIP: no privileges to load BPF programs: {why}");
@@ -418,6 +471,20 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         }
+    }
+
+    /// Up to `n` bytes from `s`, fewer if it ends or is silent for its timeout.
+    fn read_up_to(s: &mut TcpStream, n: usize) -> Vec<u8> {
+        let mut buf = vec![0; n];
+        let mut got = 0;
+        while got < n {
+            match s.read(&mut buf[got..]) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got += k,
+            }
+        }
+        buf.truncate(got);
+        buf
     }
 
     /// `n` bytes from `s`, or a failure saying how many came.
@@ -489,7 +556,8 @@ mod tests {
 
     #[test]
     fn messages_cut_anywhere_arrive_whole_and_in_order() {
-        let Some(path) = load_or_skip(65536) else {
+        // No limit on what the kernel holds: nothing here forwards what would go up.
+        let Some(path) = load_held_or_skip(65536, u32::MAX) else {
             return;
         };
         let (d0, mut d0_peer) = pair();
@@ -521,11 +589,53 @@ mod tests {
             client
         });
         let [want0, want1] = want;
-        let r1 = std::thread::spawn(move || read_n(&mut d1_peer, want1.len()) == want1);
-        assert!(read_n(&mut d0_peer, want0.len()) == want0);
-        assert!(r1.join().unwrap());
+        let r1 = std::thread::spawn(move || read_up_to(&mut d1_peer, want1.len()) == want1);
+        let got0 = read_up_to(&mut d0_peer, want0.len());
+        let ok1 = r1.join().unwrap();
+        assert!(
+            got0 == want0 && ok1,
+            "destination 0: {} of {} bytes, as sent: {}; destination 1 as sent: {ok1}; {:?}",
+            got0.len(),
+            want0.len(),
+            want0.starts_with(&got0),
+            path.counts(joined)
+        );
         assert!(!path.counts(joined).unwrap().passing);
         drop((writer.join().unwrap(), served, d0, d1));
+    }
+
+    #[test]
+    fn a_destination_that_does_not_read_sends_the_messages_up() {
+        let Some(path) = load_held_or_skip(65536, 64 * 1024) else {
+            return;
+        };
+        let (d0, d0_peer) = pair();
+        path.register(d0.as_fd(), 3, 0).unwrap();
+        let (client, served) = pair();
+        let joined = path.join(served.as_fd(), 3, 1).unwrap();
+        // The destination's peer never reads: its buffers fill, then the kernel's count.
+        let stop = client.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut client = client;
+            let m = msg(b"msg", 0, &[1; 1000]);
+            for _ in 0..32 * 1024 {
+                if client.write_all(&m).is_err() {
+                    break;
+                }
+            }
+        });
+        let passing = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            path.counts(joined).unwrap().passing
+        });
+        assert!(passing, "the kernel never stopped redirecting");
+        let redirected = path.redirected(3, 0);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(path.redirected(3, 0), redirected, "redirects went on");
+        assert!(redirected < 16 << 20, "{redirected} bytes redirected");
+        stop.shutdown(std::net::Shutdown::Both).unwrap();
+        writer.join().unwrap();
+        drop((served, d0, d0_peer));
     }
 
     #[test]

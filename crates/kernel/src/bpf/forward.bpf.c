@@ -111,6 +111,7 @@ volatile const __u32 max_frame = 65536;
 // Only the fields read here; their offsets are relocated to the running kernel's (CO-RE).
 struct tcp_sock {
     __u32 copied_seq;
+    __u32 write_seq;
 } __attribute__((preserve_access_index));
 
 struct sock {
@@ -208,6 +209,56 @@ framed:
     return len;
 }
 
+// What the kernel holds for a destination: it queues what it redirects until the
+// destination's send buffer takes it, without a limit and without charging it to either
+// socket, while the clients' receive windows stay open. So the bytes redirected to each
+// destination are counted and compared with what has reached its send queue (write_seq);
+// past max_held in between, a client's messages go up instead, where user space queues
+// them with its own limit and stops reading the client (TCP then stops it). User space
+// holds its injectors back the same way (ForwardPath::held).
+struct dest_held {
+    __u64 redirected;
+    __u32 base_seq;
+    // 1 until the first redirect, which sets base_seq.
+    __u32 fresh;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, struct dest_key);
+    __type(value, struct dest_held);
+} fwd_held SEC(".maps");
+
+// Bytes a destination may have waiting in the kernel beyond its send buffer; set at load.
+volatile const __u32 max_held = 1 << 20;
+
+// Whether redirecting `len` more bytes to `sk` would pass max_held; counts them if not (and
+// always for an injector, which user space holds back itself).
+static __always_inline int held_over(struct bpf_sock *sk, struct dest_key *dest, __u32 len,
+                                     int injector)
+{
+    struct dest_held *h = bpf_map_lookup_elem(&fwd_held, dest);
+    struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+    __u32 written, held;
+
+    if (!h || !tp)
+        return 0;
+    if (h->fresh) {
+        // Clients on several CPUs may race here; the loser's bytes are only counted from a
+        // base a few bytes off.
+        h->base_seq = tp->write_seq;
+        h->fresh = 0;
+    }
+    written = tp->write_seq - h->base_seq;
+    // Sequence arithmetic: what was redirected and has not reached the send queue.
+    held = (__u32)h->redirected - written;
+    if (!injector && (__u64)held + len > max_held)
+        return 1;
+    __sync_fetch_and_add(&h->redirected, len);
+    return 0;
+}
+
 static __always_inline int pass_up(struct fwd_state *st, __u32 len)
 {
     if (st->state == FWD_KERNEL)
@@ -230,6 +281,7 @@ int fwd_verdict(struct __sk_buff *skb)
     __u32 route;
     __u64 *taken;
     struct bpf_sock *sk;
+    int over;
 
     if (!st)
         // Not joined through user space, or evicted: up, where it is handled.
@@ -291,7 +343,10 @@ redirect:
     sk = bpf_map_lookup_elem(&fwd_dests, &dest);
     if (!sk)
         goto unroutable;
+    over = held_over(sk, &dest, len, st->state == FWD_INJECTOR);
     bpf_sk_release(sk);
+    if (over)
+        goto unroutable;
     return bpf_sk_redirect_hash(skb, &fwd_dests, &dest, 0);
 
 unroutable:
