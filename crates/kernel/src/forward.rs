@@ -11,7 +11,7 @@
 //!   go through the worker's injector ([`ForwardPath::join_injector`]), a connection the
 //!   verdict routes like a client;
 //! - what goes up is forwarded by user space, which then says how much it took
-//!   ([`ForwardPath::set_taken`]); the kernel goes back to routing the client only when that
+//!   ([`ForwardPath::report`]); the kernel goes back to routing the client only when that
 //!   is all that went up.
 
 use std::fmt;
@@ -38,6 +38,20 @@ pub struct Counts {
     pub lost: u64,
     /// Everything that comes goes up (`FWD_PASSING` or `FWD_UNFRAMED`).
     pub passing: bool,
+    /// More went up than user space took out ([`ForwardPath::report`]): what came since was
+    /// dropped, so the connection must be reset.
+    pub overflowed: bool,
+    /// Once the kernel has begun to parse the socket: the bytes user space had read from it
+    /// by then (its receives may deliver some after the socket joined). What user space
+    /// takes beyond those came up from the kernel.
+    pub start: Option<u64>,
+}
+
+/// `struct fwd_taken` of forward.bpf.c.
+#[repr(C)]
+struct FwdTaken {
+    forwarded: u64,
+    read: u64,
 }
 
 /// `struct fwd_state` of forward.bpf.c.
@@ -54,6 +68,7 @@ struct FwdState {
     head_seq: u32,
     msg_len: u32,
     flags: u32,
+    start_bytes: u64,
 }
 
 /// `struct dest_held` of forward.bpf.c.
@@ -77,6 +92,8 @@ const FWD_KERNEL: u32 = 0;
 const FWD_PASSING: u32 = 1;
 const FWD_UNFRAMED: u32 = 2;
 const FWD_INJECTOR: u32 = 3;
+const FWD_OVERFLOW: u32 = 4;
+const FLAG_STARTED: u32 = 1;
 
 /// The in-kernel forwarder: the clients' sockhash (with the parser and verdict), the
 /// destinations' sockhash, and the per-socket state. One per process, shared by its workers
@@ -106,7 +123,8 @@ impl ForwardPath {
     /// Loads the forwarder's programs and maps: `capacity` client sockets, `destinations`
     /// destination sockets (workers × routes), messages framed up to `max_frame` bytes, and
     /// up to `max_held` bytes held in the kernel for a destination whose send buffer is full
-    /// before clients' messages go up instead.
+    /// before clients' messages go up instead (and as much gone up to a client's user space
+    /// and not taken out before the client is given up).
     pub fn load(
         capacity: u32,
         destinations: u32,
@@ -146,14 +164,18 @@ impl ForwardPath {
     }
 
     /// Puts client `socket` in the map: its messages go to worker `tag`'s destinations
-    /// (`key mod routes`). Nothing may wait unread in the socket or in user space.
+    /// (`key mod routes`). Nothing may wait unread in the socket or in user space. With
+    /// `passing`, everything it sends goes up until user space calls
+    /// [`ForwardPath::report`] (what it forwarded before is still on its way).
     pub fn join(
         &self,
         socket: BorrowedFd<'_>,
         tag: u64,
         routes: u32,
+        passing: bool,
     ) -> Result<Joined, TakeOverError> {
-        self.add(socket, tag, routes, FWD_KERNEL)
+        let state = if passing { FWD_PASSING } else { FWD_KERNEL };
+        self.add(socket, tag, routes, state)
     }
 
     /// Puts the receiving end of worker `tag`'s injector for destination `route` in the
@@ -183,7 +205,12 @@ impl ForwardPath {
             ..FwdState::default()
         };
         map_update(self.state_fd, &cookie, &st, 0).map_err(TakeOverError::Io)?;
-        map_update(self.taken_fd, &cookie, &0u64, 0).map_err(TakeOverError::Io)?;
+        // Never what went up (0) before user space says so.
+        let taken = FwdTaken {
+            forwarded: u64::MAX,
+            read: 0,
+        };
+        map_update(self.taken_fd, &cookie, &taken, 0).map_err(TakeOverError::Io)?;
         let fd = socket.as_raw_fd() as u64;
         match map_update(self.clients_fd, &cookie, &fd, BPF_NOEXIST) {
             Ok(()) => {
@@ -249,13 +276,20 @@ impl ForwardPath {
             seen: st.seen,
             lost: st.lost,
             passing: st.state == FWD_PASSING || st.state == FWD_UNFRAMED,
+            overflowed: st.state == FWD_OVERFLOW,
+            start: (st.flags & FLAG_STARTED != 0).then_some(st.start_bytes),
         })
     }
 
-    /// User space has taken and forwarded the first `taken` bytes of what went up from
-    /// `joined`, and holds none of its input: once that is all that went up, the kernel
-    /// routes its messages again.
-    pub fn set_taken(&self, joined: Joined, taken: u64) {
+    /// User space has taken the first `read` bytes of what went up from `joined` out of it;
+    /// with `forwarded`, it also holds none of its input and has forwarded all of them into
+    /// the kernel's queues: once that is all that went up, the kernel routes its messages
+    /// again.
+    pub fn report(&self, joined: Joined, read: u64, forwarded: bool) {
+        let taken = FwdTaken {
+            forwarded: if forwarded { read } else { u64::MAX },
+            read,
+        };
         let _ = map_update(self.taken_fd, &joined.0, &taken, 0);
     }
 
@@ -369,6 +403,7 @@ mod imp {
             .map_max_entries("fwd_taken", states)
             .override_global("max_frame", &max_frame, true)
             .override_global("max_held", &max_held, true)
+            .override_global("max_up", &max_held, true)
             .load(FORWARD)
             .map_err(|e| match e {
                 EbpfError::MapError(MapError::CreateError { name, io_error }) => {
@@ -514,7 +549,7 @@ mod tests {
         path.register(d0.as_fd(), tag, 0).unwrap();
         path.register(d1.as_fd(), tag, 1).unwrap();
         let (mut client, mut served) = pair();
-        let joined = path.join(served.as_fd(), tag, 2).unwrap();
+        let joined = path.join(served.as_fd(), tag, 2, false).unwrap();
         // Several messages in one write (one skb), keys of both signs.
         let (a, b, c) = (
             msg(b"msg", 4, b"aaaa"),
@@ -540,7 +575,7 @@ mod tests {
         assert!(counts.passing);
         assert_eq!(counts.passed, both.len() as u64);
         // Once user space says it took all of it, the kernel routes again.
-        path.set_taken(joined, counts.passed);
+        path.report(joined, counts.passed, true);
         let again = msg(b"msg", 2, b"again");
         client.write_all(&again).unwrap();
         assert_eq!(read_n(&mut d0_peer, again.len()), again);
@@ -566,7 +601,7 @@ mod tests {
         path.register(d1.as_fd(), 5, 1).unwrap();
         let (client, served) = pair();
         client.set_nodelay(true).unwrap();
-        let joined = path.join(served.as_fd(), 5, 2).unwrap();
+        let joined = path.join(served.as_fd(), 5, 2, false).unwrap();
         let mut stream = Vec::new();
         let mut want = [Vec::new(), Vec::new()];
         for i in 0..2000usize {
@@ -612,7 +647,7 @@ mod tests {
         let (d0, d0_peer) = pair();
         path.register(d0.as_fd(), 3, 0).unwrap();
         let (client, served) = pair();
-        let joined = path.join(served.as_fd(), 3, 1).unwrap();
+        let joined = path.join(served.as_fd(), 3, 1, false).unwrap();
         // The destination's peer never reads: its buffers fill, then the kernel's count.
         let stop = client.try_clone().unwrap();
         let writer = std::thread::spawn(move || {
@@ -626,7 +661,8 @@ mod tests {
         });
         let passing = (0..500).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
-            path.counts(joined).unwrap().passing
+            let c = path.counts(joined).unwrap();
+            c.passing || c.overflowed
         });
         assert!(passing, "the kernel never stopped redirecting");
         let redirected = path.redirected(3, 0);
@@ -676,7 +712,7 @@ mod tests {
         let (d0, mut d0_peer) = pair();
         path.register(d0.as_fd(), 1, 0).unwrap();
         let (mut client, mut served) = pair();
-        let joined = path.join(served.as_fd(), 1, 1).unwrap();
+        let joined = path.join(served.as_fd(), 1, 1, false).unwrap();
         let big = msg(b"msg", 0, &[5; 3000]);
         let small = msg(b"msg", 0, b"small");
         let mut both = big.clone();

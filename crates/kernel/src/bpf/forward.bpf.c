@@ -31,6 +31,7 @@
 #define FWD_PASSING 1  // passes everything up until user space has taken it
 #define FWD_UNFRAMED 2 // the framing is lost (a length past the limit): all goes up, for good
 #define FWD_INJECTOR 3 // user space's own messages: routed, never passed up
+#define FWD_OVERFLOW 4 // more went up than user space takes: dropped, user space resets
 
 struct fwd_state {
     // The worker whose destinations this socket's messages go to.
@@ -49,6 +50,9 @@ struct fwd_state {
     __u32 head_seq;
     __u32 msg_len;
     __u32 flags;
+    // Bytes user space had read from the socket when the kernel began to parse it: what it
+    // reads beyond those came up from here.
+    __u64 start_bytes;
 };
 
 #define FLAG_STARTED 1 // msg_seq is set
@@ -88,13 +92,19 @@ struct {
     __type(value, struct fwd_state);
 } fwd_state SEC(".maps");
 
-// Per socket (cookie): bytes of what was passed up that user space has taken and forwarded;
-// written by user space only.
+// Per socket (cookie), written by user space only: of what went up, the bytes user space
+// has taken out, and of those the bytes it has forwarded into the kernel's queues (~0 until
+// it has).
+struct fwd_taken {
+    __u64 forwarded;
+    __u64 read;
+};
+
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 65536);
     __type(key, __u64);
-    __type(value, __u64);
+    __type(value, struct fwd_taken);
 } fwd_taken SEC(".maps");
 
 // The largest message (frame length) the kernel frames; a longer length is not framed: the
@@ -110,6 +120,8 @@ volatile const __u32 max_frame = 65536;
 
 // Only the fields read here; their offsets are relocated to the running kernel's (CO-RE).
 struct tcp_sock {
+    __u64 bytes_received;
+    __u32 rcv_nxt;
     __u32 copied_seq;
     __u32 write_seq;
 } __attribute__((preserve_access_index));
@@ -178,7 +190,14 @@ int fwd_parser(struct __sk_buff *skb)
         if (read_position(sk, &st->head_seq))
             return -1;
         if (!(st->flags & FLAG_STARTED)) {
+            struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+
+            if (!tp)
+                return -1;
             st->msg_seq = st->head_seq;
+            // Everything received before the parser's first position was read by user space
+            // (perhaps after the socket joined: a receive already under way).
+            st->start_bytes = tp->bytes_received - (__u32)(tp->rcv_nxt - st->head_seq);
             st->flags |= FLAG_STARTED;
         }
     }
@@ -259,12 +278,31 @@ static __always_inline int held_over(struct bpf_sock *sk, struct dest_key *dest,
     return 0;
 }
 
-static __always_inline int pass_up(struct fwd_state *st, __u32 len)
+// Bytes gone up to a client's user space and not yet taken out, past which the client is
+// given up (user space resets it); set at load time.
+volatile const __u32 max_up = 4 << 20;
+
+// Up to user space, in order. Not SK_PASS: on this kernel generation (6.14 and later) data
+// passed up while earlier passed data is unread moves the socket's copied_seq past what
+// arrived (tcp_bpf_strp_read_sock), and a later small segment no longer wakes the stream
+// parser: the client stalls. A redirect to the socket's own ingress is counted as read when
+// the parser reads it and reaches user space through the same queue. It is not held back
+// by the receive window, so what waits is bounded here: past max_up untaken, the client
+// is marked and what comes is dropped; user space sees the mark and resets it.
+static __always_inline int pass_up(struct __sk_buff *skb, struct fwd_state *st, __u64 *cookie,
+                                   __u32 len)
 {
+    struct fwd_taken *taken = bpf_map_lookup_elem(&fwd_taken, cookie);
+    __u64 read = taken ? taken->read : 0;
+
+    if (st->state == FWD_OVERFLOW || st->passed + len > read + max_up) {
+        st->state = FWD_OVERFLOW;
+        return SK_DROP;
+    }
     if (st->state == FWD_KERNEL)
         st->state = FWD_PASSING;
     st->passed += len;
-    return SK_PASS;
+    return bpf_sk_redirect_hash(skb, &fwd_clients, cookie, BPF_F_INGRESS);
 }
 
 SEC("sk_skb/stream_verdict")
@@ -279,7 +317,7 @@ int fwd_verdict(struct __sk_buff *skb)
     __u8 end;
     __s32 key;
     __u32 route;
-    __u64 *taken;
+    struct fwd_taken *taken;
     struct bpf_sock *sk;
     int over;
 
@@ -291,12 +329,14 @@ int fwd_verdict(struct __sk_buff *skb)
     len = st->msg_len;
     st->msg_seq += len;
     st->seen += len;
+    if (st->state == FWD_OVERFLOW)
+        return SK_DROP;
     if (st->state == FWD_UNFRAMED)
-        return pass_up(st, len);
+        return pass_up(skb, st, &cookie, len);
     if (st->state == FWD_PASSING) {
         taken = bpf_map_lookup_elem(&fwd_taken, &cookie);
-        if (!taken || *taken != st->passed)
-            return pass_up(st, len);
+        if (!taken || taken->forwarded != st->passed)
+            return pass_up(skb, st, &cookie, len);
         // User space has forwarded all that went up: what comes now may overtake nothing.
         st->state = FWD_KERNEL;
     }
@@ -356,7 +396,7 @@ unroutable:
         st->lost += 1;
         return SK_DROP;
     }
-    return pass_up(st, len);
+    return pass_up(skb, st, &cookie, len);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
