@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use fastpath_kernel::{ForwardPath, Joined, TakeOverError};
 
-use fastpath_sockets::thrift::{Decoder, ForwarderMsg, Limits, Transport};
+use fastpath_sockets::thrift::{Decoded, Decoder, ForwarderMsg, Limits, Transport};
 use fastpath_sockets::{
     BufferedSocket, CloseReason, Handler, Io, Next, Opened, Origin, Posted, Relay, ThriftSocket,
     Undelivered, Worker,
@@ -72,6 +72,10 @@ const INJECTOR_TAG: u64 = 1 << 32;
 /// How soon an injector held back (its destination has more than its share waiting in the
 /// kernel), or a destination waiting to join the kernel path, looks again.
 const KERNEL_CHECK: Duration = Duration::from_millis(5);
+
+/// How soon a client looks again whether its worker's destinations have all joined the
+/// kernel path (they connect, or one is down).
+const REGISTER_CHECK: Duration = Duration::from_millis(50);
 
 /// How often a client in the kernel path checks whether the kernel gave up on it (more
 /// went up than user space took out, see [`fastpath_kernel::Counts::overflowed`]).
@@ -196,6 +200,9 @@ struct ClientKernel {
     refused: bool,
     /// Its deadline is a look at the injectors (see `client_to_kernel`).
     recheck: bool,
+    /// It has finished, and the kernel still has bytes on their way up: since the driver
+    /// reads nothing after the end, they are read here (`finish_from_kernel`).
+    tail: Option<Vec<u8>>,
 }
 
 /// A forwarder connection: a client, or the connection to a destination.
@@ -287,6 +294,116 @@ impl Forwarder {
             k.max_held
         );
         true
+    }
+
+    /// A client in the kernel path has finished: the end can reach user space before the
+    /// last bytes the kernel sends up (they go through a queue of the socket's own, emptied
+    /// by a kernel worker), and the driver reads nothing after the end. So what the kernel
+    /// has passed up and user space has not taken is read here, straight from the socket,
+    /// and forwarded; the connection closes once it is all taken (or after the idle
+    /// timeout, if it never comes).
+    fn finish_from_kernel(&mut self, client: &mut ClientKernel, io: &mut Io<'_>) -> Next {
+        let (Some(k), Some(j)) = (&self.kernel, client.joined) else {
+            return Next::Close;
+        };
+        let Some(counts) = k.path.counts(j) else {
+            return Next::Close;
+        };
+        let first = client.tail.is_none();
+        let mut tail = client.tail.take().unwrap_or_default();
+        if first && !io.input.is_empty() {
+            // What the driver read and forward_from left (a message cut by the end).
+            tail.extend_from_slice(io.input.data());
+            let n = io.input.len();
+            io.input.consume(n);
+        }
+        let mut buf = [0u8; 65536];
+        loop {
+            // SAFETY: recv writes at most buf.len() bytes into buf.
+            let n = unsafe {
+                libc::recv(
+                    io.socket().as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+            tail.extend_from_slice(&buf[..n as usize]);
+        }
+        let routes = self.destinations.len() as i64;
+        let decoder = self.decoder;
+        let me = io.me();
+        let mut consumed = 0;
+        while consumed < tail.len() {
+            let rest = &tail[consumed..];
+            let (key, len) =
+                match ForwarderMsg::peek_canonical(rest, decoder.transport(), decoder.limits()) {
+                    Some(found) => found,
+                    None => match decoder.decode(rest) {
+                        Ok(Decoded::Message(m)) => match ForwarderMsg::from_message(&m) {
+                            Ok(args) => (args.key, m.wire_len()),
+                            Err(e) => {
+                                tracing::warn!("forward: client {}: {e}; closing", client.peer);
+                                return Next::Abort;
+                            }
+                        },
+                        Ok(Decoded::NeedMore(_)) => break,
+                        Err(e) => {
+                            tracing::warn!("forward: client {}: {e}; closing", client.peer);
+                            return Next::Abort;
+                        }
+                    },
+                };
+            let route = (key as i64).rem_euclid(routes) as usize;
+            if self.reach(route, io.now, &mut io.worker()) {
+                let target = self.target(route);
+                if target != route {
+                    if let Some(inj) = self
+                        .kernel
+                        .as_mut()
+                        .and_then(|k| k.injectors[route].as_mut())
+                    {
+                        inj.posted += len as u64;
+                    }
+                }
+                // At the end the queue may pass its limit: the kernel bounded what came up.
+                self.relay.post(target, &tail[consumed..consumed + len], me);
+                self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.give_up(
+                    route,
+                    Undelivered {
+                        messages: 1,
+                        bytes: len as u64,
+                    },
+                    "it cannot be reached",
+                );
+            }
+            consumed += len;
+            client.taken += len as u64;
+        }
+        tail.drain(..consumed);
+        self.relay.wake(&mut io.worker());
+        let start = counts.start.unwrap_or(client.taken);
+        let up_taken = client.taken.saturating_sub(start);
+        let quiet =
+            fastpath_kernel::since_last_input(io.socket()).unwrap_or(self.config.idle_timeout);
+        if counts.passed <= up_taken || quiet >= self.config.idle_timeout {
+            if !tail.is_empty() {
+                tracing::warn!(
+                    "forward: client {}: the connection ended inside a message ({} bytes dropped)",
+                    client.peer,
+                    tail.len()
+                );
+            }
+            return Next::Close;
+        }
+        client.tail = Some(tail);
+        *io.deadline = Some(io.now + KERNEL_CHECK);
+        Next::Wait
     }
 
     /// Opens the injectors and the destinations' connections, once, at the first client.
@@ -399,6 +516,11 @@ impl Forwarder {
         }
         let k = self.kernel.as_ref().expect("checked above");
         if k.held(route) > k.max_held {
+            eprintln!(
+                "DEBUG injector {route} held back: held {} max {}",
+                k.held(route),
+                k.max_held
+            );
             *io.deadline = Some(io.now + KERNEL_CHECK);
             return Next::Wait;
         }
@@ -479,6 +601,9 @@ impl Forwarder {
         }
         let routes = self.destinations.len();
         if (0..routes).any(|r| k.registered[r].is_none()) {
+            // Its destinations are still connecting (or down): look again later.
+            client.recheck = true;
+            *io.deadline = Some(io.now + REGISTER_CHECK);
             return;
         }
         // Everything it sent before must be in the kernel's queues (or gone with its
@@ -750,6 +875,7 @@ impl Handler for Forwarder {
                         taken: 0,
                         refused: false,
                         recheck: false,
+                        tail: None,
                     },
                 });
                 (conn, Next::Read)
@@ -769,6 +895,9 @@ impl Handler for Forwarder {
                 if next == Next::Read {
                     self.client_to_kernel(&mut client.kernel, io);
                 }
+                if next == Next::Close && io.eof && client.kernel.joined.is_some() {
+                    return self.finish_from_kernel(&mut client.kernel, io);
+                }
                 next
             }
             ForwardConn::Destination { route, .. } => self.deliver(*route, io),
@@ -780,6 +909,9 @@ impl Handler for Forwarder {
         match conn {
             // User space sees none of a joined client's bytes: the socket says when it last
             // sent.
+            ForwardConn::Client(client) if client.kernel.tail.is_some() => {
+                self.finish_from_kernel(&mut client.kernel, io)
+            }
             ForwardConn::Client(client)
                 if client.kernel.recheck || client.kernel.joined.is_some() =>
             {
