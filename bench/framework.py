@@ -7,7 +7,8 @@ one run, against real peers built by bench/peers/framework/build.sh.
     runtime, one worker per core it may use). With a binary that has the kernel path and
     run as root, two fastpath rows: `fastpath echo` (--kernel-path off) and
     `fastpath-kernel` (--kernel-path on: the echo done by a BPF sockmap program).
-  * Forwarder, payloads 32 B .. 4 KiB, 2 and 4 destinations: `fastpath forward` against a
+  * Forwarder, payloads 32 B .. 4 KiB, 2 and 4 destinations: `fastpath forward` (with the
+    kernel path in the binary and root, also `fastpath-kernel`: --kernel-path on) against a
     forwarder on libevent (the seed's baseline) and one on Apache Thrift's C++ library
     (TNonblockingServer, framed, its handler forwarding through generated clients).
 
@@ -443,9 +444,15 @@ def echo_servers(args):
 def forward_servers(args):
     servers = []
     if args.fastpath_forward:
+        # With the kernel path in the binary, user space and kernel are two rows of one run.
+        off = ["--kernel-path", "off"] if args.fastpath_forward_kernel else []
         servers.append(("fastpath forward", lambda p, to: [
             args.fastpath, "forward", "--listen", f"127.0.0.1:{p}", "--to", ",".join(to),
-            "--workers", "1", *args.fastpath_model, *args.root]))
+            "--workers", "1", *off, *args.fastpath_model, *args.root]))
+    if args.fastpath_forward_kernel:
+        servers.append(("fastpath-kernel", lambda p, to: [
+            args.fastpath, "forward", "--listen", f"127.0.0.1:{p}", "--to", ",".join(to),
+            "--workers", "1", "--kernel-path", "on", *args.fastpath_model, *args.root]))
     servers.append(("libevent", lambda p, to: [
         os.path.join(args.peers, "libevent_forward"), str(p), *to]))
     servers.append(("thrift C++", lambda p, to: [
@@ -623,6 +630,9 @@ def main():
     # capabilities to load BPF programs (CAP_BPF or CAP_SYS_ADMIN, and CAP_NET_ADMIN).
     args.fastpath_kernel = (args.fastpath_echo and bpf_capable()
                             and has_option(args.fastpath, ["echo"], "--kernel-path"))
+    # The in-kernel forwarder (fastpath-kernel row of the forward table), likewise.
+    args.fastpath_forward_kernel = (args.fastpath_forward and bpf_capable()
+                                    and has_option(args.fastpath, ["forward"], "--kernel-path"))
     bench_modes = have("bench", "echo") and have("bench", "thrift")
     if args.client is None:
         args.client = "fastpath" if bench_modes else "python"
