@@ -25,7 +25,8 @@ clients built in here instead (far slower: they check the peers and this script,
 figures say nothing about the servers).
 
 Usage: bench/framework.py [--quick] [--out FILE.md] [--json FILE] [--client fastpath|python]
-[--duration SECONDS] [--tables echo,forward] [--echo-sizes 32,64,...] [--servers NAME,...]
+[--duration SECONDS] [--tables echo,forward] [--echo-sizes 32,64,...] [--forward-sizes 32,...]
+[--servers NAME,...]
 [--no-build] [--peers-only]; FASTPATH_BIN selects
 the binary (otherwise target/release/fastpath, built first). Only the Python standard library
 is used. crates/bench/tests/peers.rs runs `--quick --client python --peers-only`.
@@ -468,7 +469,7 @@ def run_table(args, kind, tmp):
         servers = echo_servers(args)
         conns = args.echo_conns
     else:
-        sizes = QUICK_FORWARD_PAYLOADS if args.quick else FORWARD_PAYLOADS
+        sizes = args.forward_sizes or (QUICK_FORWARD_PAYLOADS if args.quick else FORWARD_PAYLOADS)
         configs = [(size, nsinks) for nsinks in args.sinks for size in sizes]
         servers = forward_servers(args)
         conns = args.forward_conns
@@ -584,6 +585,7 @@ def main():
     ap.add_argument("--forward-conns", type=int, default=8)
     ap.add_argument("--model", help="fastpath's --model (default: its own default)")
     ap.add_argument("--echo-sizes", help="echo buffer sizes, e.g. 32,64,4096 (default: all)")
+    ap.add_argument("--forward-sizes", help="forwarder payloads, e.g. 32,512 (default: all)")
     ap.add_argument("--servers", help="only these rows, by name, e.g. 'fastpath echo,"
                     "fastpath-kernel' (default: every server that is there)")
     ap.add_argument("--peers", default=os.path.join(REPO, "target", "peers"),
@@ -599,6 +601,8 @@ def main():
     args.duration = args.duration or (0.5 if args.quick else 5.0)
     args.sinks = [int(s) for s in (args.sinks or ("2" if args.quick else "2,4")).split(",")]
     args.echo_sizes = [int(s) for s in args.echo_sizes.split(",")] if args.echo_sizes else None
+    args.forward_sizes = ([int(s) for s in args.forward_sizes.split(",")]
+                          if args.forward_sizes else None)
     args.servers = [s.strip() for s in args.servers.split(",")] if args.servers else None
     tables = [t for t in args.tables.split(",") if t]
     for t in tables:
