@@ -285,7 +285,9 @@ const KERNEL_DESTINATIONS: u32 = 65536;
 /// is forwarded in user space from there on.
 const KERNEL_MAX_FRAME: usize = 32 * 1024;
 
-/// Whether `kernel_path = "auto"` forwards in the kernel (BENCHMARKS.md, "Kernel path").
+/// Whether `kernel_path = "auto"` forwards in the kernel: not on this kind of machine, where
+/// it is slower than user space and resets clients at saturation (BENCHMARKS.md, "Kernel
+/// path: the in-kernel Thrift forwarder").
 const AUTO_KERNEL_FORWARD: bool = false;
 
 /// Runs `fastpath echo`.
@@ -418,7 +420,8 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
             (KernelMode::Auto, Transport::Framed) if !AUTO_KERNEL_FORWARD => {
                 tracing::info!(
                 "kernel path: off (kernel_path = \"auto\": the in-kernel forwarder does not win \
-                 on this kind of machine, see BENCHMARKS.md; \"on\" forces it)"
+                 on this kind of machine and resets clients at saturation, see BENCHMARKS.md; \
+                 \"on\" forces it)"
             );
                 None
             }
