@@ -543,6 +543,16 @@ impl Forwarder {
             return Next::Drain;
         }
         if sock.io().draining && sock.queued() == 0 && self.relay.queued(n + route) == 0 {
+            // Closing drops what the kernel has not yet taken from the injector: wait until
+            // it has routed everything.
+            if self
+                .kernel
+                .as_ref()
+                .is_some_and(|k| !k.injector_drained(route))
+            {
+                *sock.io().deadline = Some(sock.io().now + KERNEL_CHECK);
+                return Next::Wait;
+            }
             return Next::Close;
         }
         Next::Read
@@ -834,8 +844,14 @@ impl Forwarder {
             return next;
         }
         if sock.io().draining && sock.queued() == 0 {
-            if self.kernel.as_ref().is_some_and(|k| k.held(route) > 0) {
-                // The kernel still sends what it took: closing now would drop it.
+            let n = self.destinations.len();
+            if self.kernel.as_ref().is_some_and(|k| {
+                k.held(route) > 0
+                    || (k.registered[route].is_some()
+                        && (self.relay.queued(n + route) > 0 || !k.injector_drained(route)))
+            }) {
+                // The kernel still sends what it took, or what its injector carries: closing
+                // now would drop it.
                 *sock.io().deadline = Some(sock.io().now + KERNEL_CHECK);
                 return Next::Wait;
             }
