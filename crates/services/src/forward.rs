@@ -516,11 +516,6 @@ impl Forwarder {
         }
         let k = self.kernel.as_ref().expect("checked above");
         if k.held(route) > k.max_held {
-            eprintln!(
-                "DEBUG injector {route} held back: held {} max {}",
-                k.held(route),
-                k.max_held
-            );
             *io.deadline = Some(io.now + KERNEL_CHECK);
             return Next::Wait;
         }
