@@ -20,7 +20,7 @@ const ON: &[&str] = &["--kernel-path", "on"];
 
 /// Whether this process may load BPF sockmap programs (CAP_BPF or CAP_SYS_ADMIN, and
 /// CAP_NET_ADMIN); skips `test` visibly if not. CI runs as root, which may.
-fn bpf_allowed(test: &str) -> bool {
+pub(crate) fn bpf_allowed(test: &str) -> bool {
     if bpf_capable() {
         return true;
     }
@@ -46,7 +46,7 @@ pub(crate) fn bpf_capable() -> bool {
 }
 
 /// The bpftool binary, or a visible skip.
-fn bpftool(test: &str) -> Option<&'static str> {
+pub(crate) fn bpftool(test: &str) -> Option<&'static str> {
     for path in ["/usr/sbin/bpftool", "/usr/bin/bpftool", "/sbin/bpftool"] {
         if std::path::Path::new(path).exists() {
             return Some(path);
@@ -57,7 +57,7 @@ fn bpftool(test: &str) -> Option<&'static str> {
 }
 
 /// The BPF maps and programs the process `pid` holds open: ("map" | "prog", id).
-fn bpf_objects(pid: u32) -> Vec<(&'static str, u32)> {
+pub(crate) fn bpf_objects(pid: u32) -> Vec<(&'static str, u32)> {
     let mut found = Vec::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
         return found;
@@ -79,7 +79,7 @@ fn bpf_objects(pid: u32) -> Vec<(&'static str, u32)> {
 }
 
 /// Whether bpftool still finds the object.
-fn bpf_object_exists(bpftool: &str, (kind, id): (&str, u32)) -> bool {
+pub(crate) fn bpf_object_exists(bpftool: &str, (kind, id): (&str, u32)) -> bool {
     Command::new(bpftool)
         .args([kind, "show", "id", &id.to_string()])
         .stdout(Stdio::null())
@@ -107,7 +107,7 @@ fn sockhash_id(pid: u32) -> u32 {
 }
 
 /// How many sockets the map `id` holds (bpftool reads each back as its cookie).
-fn sockets_in_map(bpftool: &str, id: u32) -> usize {
+pub(crate) fn sockets_in_map(bpftool: &str, id: u32) -> usize {
     let out = Command::new(bpftool)
         .args(["map", "dump", "id", &id.to_string(), "-j"])
         .output()
@@ -597,7 +597,7 @@ httptest!(kernel_echo_idle_timeout_counts_kernel_traffic, |model| {
 });
 
 /// Raises this process's RLIMIT_NOFILE to at least `n` (for many clients).
-fn raise_nofile(n: u64) {
+pub(crate) fn raise_nofile(n: u64) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -16,6 +16,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::str::FromStr;
 use std::sync::Arc;
 
+mod forward;
+pub use forward::{forward_path, Counts, ForwardPath, Joined};
+
 /// Whether a service uses the kernel path (`kernel_path` in its configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -512,7 +515,7 @@ mod imp {
         }
     }
 
-    fn io_reason(e: &std::io::Error, what: &str) -> Unavailable {
+    pub(super) fn io_reason(e: &std::io::Error, what: &str) -> Unavailable {
         match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => {
                 Unavailable::NoPrivileges(format!("{what}: {e}"))
@@ -524,7 +527,7 @@ mod imp {
         }
     }
 
-    fn program_reason(e: ProgramError, what: &str) -> Unavailable {
+    pub(super) fn program_reason(e: ProgramError, what: &str) -> Unavailable {
         match e {
             ProgramError::LoadError {
                 io_error,
