@@ -7,7 +7,8 @@ one run, against real peers built by bench/peers/framework/build.sh.
     runtime, one worker per core it may use). With a binary that has the kernel path and
     run as root, two fastpath rows: `fastpath echo` (--kernel-path off) and
     `fastpath-kernel` (--kernel-path on: the echo done by a BPF sockmap program).
-  * Forwarder, payloads 32 B .. 4 KiB, 2 and 4 destinations: `fastpath forward` against a
+  * Forwarder, payloads 32 B .. 4 KiB, 2 and 4 destinations: `fastpath forward` (and, when
+    --servers names it, `fastpath-kernel forward`: --kernel-path on) against a
     forwarder on libevent (the seed's baseline) and one on Apache Thrift's C++ library
     (TNonblockingServer, framed, its handler forwarding through generated clients).
 
@@ -24,7 +25,8 @@ clients built in here instead (far slower: they check the peers and this script,
 figures say nothing about the servers).
 
 Usage: bench/framework.py [--quick] [--out FILE.md] [--json FILE] [--client fastpath|python]
-[--duration SECONDS] [--tables echo,forward] [--echo-sizes 32,64,...] [--servers NAME,...]
+[--duration SECONDS] [--tables echo,forward] [--echo-sizes 32,64,...] [--forward-sizes 32,...]
+[--servers NAME,...]
 [--no-build] [--peers-only]; FASTPATH_BIN selects
 the binary (otherwise target/release/fastpath, built first). Only the Python standard library
 is used. crates/bench/tests/peers.rs runs `--quick --client python --peers-only`.
@@ -443,9 +445,15 @@ def echo_servers(args):
 def forward_servers(args):
     servers = []
     if args.fastpath_forward:
+        # With the kernel path in the binary, user space and kernel are two rows of one run.
+        off = ["--kernel-path", "off"] if args.fastpath_forward_kernel else []
         servers.append(("fastpath forward", lambda p, to: [
             args.fastpath, "forward", "--listen", f"127.0.0.1:{p}", "--to", ",".join(to),
-            "--workers", "1", *args.fastpath_model, *args.root]))
+            "--workers", "1", *off, *args.fastpath_model, *args.root]))
+    if args.fastpath_forward_kernel:
+        servers.append(("fastpath-kernel forward", lambda p, to: [
+            args.fastpath, "forward", "--listen", f"127.0.0.1:{p}", "--to", ",".join(to),
+            "--workers", "1", "--kernel-path", "on", *args.fastpath_model, *args.root]))
     servers.append(("libevent", lambda p, to: [
         os.path.join(args.peers, "libevent_forward"), str(p), *to]))
     servers.append(("thrift C++", lambda p, to: [
@@ -461,7 +469,7 @@ def run_table(args, kind, tmp):
         servers = echo_servers(args)
         conns = args.echo_conns
     else:
-        sizes = QUICK_FORWARD_PAYLOADS if args.quick else FORWARD_PAYLOADS
+        sizes = args.forward_sizes or (QUICK_FORWARD_PAYLOADS if args.quick else FORWARD_PAYLOADS)
         configs = [(size, nsinks) for nsinks in args.sinks for size in sizes]
         servers = forward_servers(args)
         conns = args.forward_conns
@@ -577,8 +585,10 @@ def main():
     ap.add_argument("--forward-conns", type=int, default=8)
     ap.add_argument("--model", help="fastpath's --model (default: its own default)")
     ap.add_argument("--echo-sizes", help="echo buffer sizes, e.g. 32,64,4096 (default: all)")
+    ap.add_argument("--forward-sizes", help="forwarder payloads, e.g. 32,512 (default: all)")
     ap.add_argument("--servers", help="only these rows, by name, e.g. 'fastpath echo,"
-                    "fastpath-kernel' (default: every server that is there)")
+                    "fastpath-kernel' (default: every server that is there but the "
+                    "`fastpath-kernel forward` row, which must be named)")
     ap.add_argument("--peers", default=os.path.join(REPO, "target", "peers"),
                     help="where build.sh puts the peers")
     ap.add_argument("--no-build", action="store_true", help="use the peers already built")
@@ -592,6 +602,8 @@ def main():
     args.duration = args.duration or (0.5 if args.quick else 5.0)
     args.sinks = [int(s) for s in (args.sinks or ("2" if args.quick else "2,4")).split(",")]
     args.echo_sizes = [int(s) for s in args.echo_sizes.split(",")] if args.echo_sizes else None
+    args.forward_sizes = ([int(s) for s in args.forward_sizes.split(",")]
+                          if args.forward_sizes else None)
     args.servers = [s.strip() for s in args.servers.split(",")] if args.servers else None
     tables = [t for t in args.tables.split(",") if t]
     for t in tables:
@@ -623,6 +635,14 @@ def main():
     # capabilities to load BPF programs (CAP_BPF or CAP_SYS_ADMIN, and CAP_NET_ADMIN).
     args.fastpath_kernel = (args.fastpath_echo and bpf_capable()
                             and has_option(args.fastpath, ["echo"], "--kernel-path"))
+    # The in-kernel forwarder (the `fastpath-kernel forward` row), likewise, but only when
+    # --servers names it: it resets clients the kernel cannot hold back when a destination
+    # falls behind, so at saturation it loses messages (BENCHMARKS.md), which would fail
+    # every default run.
+    args.fastpath_forward_kernel = (args.fastpath_forward and bpf_capable()
+                                    and bool(args.servers)
+                                    and "fastpath-kernel forward" in args.servers
+                                    and has_option(args.fastpath, ["forward"], "--kernel-path"))
     bench_modes = have("bench", "echo") and have("bench", "thrift")
     if args.client is None:
         args.client = "fastpath" if bench_modes else "python"

@@ -21,7 +21,7 @@ pub(crate) fn echo(model: Model, args: &[&str]) -> (Site, Server) {
     (site, server)
 }
 
-fn forward(model: Model, to: &[SocketAddr], args: &[&str]) -> (Site, Server) {
+pub(crate) fn forward(model: Model, to: &[SocketAddr], args: &[&str]) -> (Site, Server) {
     let site = Site::new();
     let list: Vec<String> = to.iter().map(|a| a.to_string()).collect();
     let mut builder = site
@@ -204,13 +204,13 @@ pub fn push_until_stalled(
 
 /// A TCP sink that records what arrives on every connection, in arrival order per
 /// connection.
-struct Sink {
-    addr: SocketAddr,
-    received: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+pub(crate) struct Sink {
+    pub(crate) addr: SocketAddr,
+    pub(crate) received: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 impl Sink {
-    fn start() -> Sink {
+    pub(crate) fn start() -> Sink {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -233,13 +233,13 @@ impl Sink {
         Sink { addr, received }
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.received.lock().unwrap().len()
     }
 }
 
 /// A framed `msg(key, payload)` as the official library writes it (strict header, oneway).
-fn framed_msg(seq: i32, key: i32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn framed_msg(seq: i32, key: i32, payload: &[u8]) -> Vec<u8> {
     let mut body = Vec::new();
     body.extend_from_slice(&0x8001_0004u32.to_be_bytes());
     body.extend_from_slice(&3u32.to_be_bytes());
@@ -257,9 +257,16 @@ fn framed_msg(seq: i32, key: i32, payload: &[u8]) -> Vec<u8> {
 }
 
 httptest!(forward_sends_each_message_to_key_mod_n, |model| {
+    forward_sends_by_key(model, &[]);
+});
+
+// The forwarder tests' bodies, shared with the kernel path's tests (kernel_forward.rs),
+// which run them with `--kernel-path on`: `extra` are more arguments for the server.
+
+pub(crate) fn forward_sends_by_key(model: Model, extra: &[&str]) {
     let sinks = [Sink::start(), Sink::start(), Sink::start()];
     let to: Vec<SocketAddr> = sinks.iter().map(|s| s.addr).collect();
-    let (_site, srv) = forward(model, &to, &[]);
+    let (_site, srv) = forward(model, &to, extra);
     let mut client = connect(srv.addr());
     let mut expected = [Vec::new(), Vec::new(), Vec::new()];
     for seq in 0..300 {
@@ -279,13 +286,19 @@ httptest!(forward_sends_each_message_to_key_mod_n, |model| {
             "destination {i} got other bytes than the messages for it, in order"
         );
     }
-});
+}
 
 httptest!(
     forward_closes_a_client_that_sends_garbage_and_says_why,
     |model| {
+        forward_refuses_garbage(model, &[]);
+    }
+);
+
+pub(crate) fn forward_refuses_garbage(model: Model, extra: &[&str]) {
+    {
         let sink = Sink::start();
-        let (_site, srv) = forward(model, &[sink.addr], &[]);
+        let (_site, srv) = forward(model, &[sink.addr], extra);
         let mut client = connect(srv.addr());
         client
             .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -304,15 +317,21 @@ httptest!(
         assert!(srv.wait_stderr(IO_TIMEOUT, "not the method msg"));
         assert_eq!(sink.len(), 0);
     }
-);
+}
 
 httptest!(
     forward_counts_what_an_unreachable_destination_misses,
     |model| {
+        forward_counts_unreachable(model, &[]);
+    }
+);
+
+pub(crate) fn forward_counts_unreachable(model: Model, extra: &[&str]) {
+    {
         // A port nobody listens on: connecting is refused.
         let down: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let up = Sink::start();
-        let (_site, srv) = forward(model, &[up.addr, down], &[]);
+        let (_site, srv) = forward(model, &[up.addr, down], extra);
         let mut client = connect(srv.addr());
         for seq in 0..20 {
             client.write_all(&framed_msg(seq, seq, b"payload")).unwrap();
@@ -328,9 +347,9 @@ httptest!(
             "the reachable destination did not get its messages"
         );
     }
-);
+}
 
-fn interop(model: Model, transport: &str) {
+pub(crate) fn interop(model: Model, transport: &str, extra: &[&str]) {
     let gen = tempfile::tempdir().unwrap();
     let idl =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/thrift/forwarder.thrift");
@@ -344,7 +363,9 @@ fn interop(model: Model, transport: &str) {
         .iter()
         .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
         .collect();
-    let (_site, srv) = forward(model, &to, &["--transport", transport]);
+    let mut args = vec!["--transport", transport];
+    args.extend_from_slice(extra);
+    let (_site, srv) = forward(model, &to, &args);
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/framework/forward_interop.py");
     let list: Vec<String> = ports.iter().map(u16::to_string).collect();
@@ -366,16 +387,22 @@ fn interop(model: Model, transport: &str) {
 }
 
 httptest!(forward_interop_with_apache_thrift_framed, |model| {
-    interop(model, "framed");
+    interop(model, "framed", &[]);
 });
 
 httptest!(forward_interop_with_apache_thrift_unframed, |model| {
-    interop(model, "unframed");
+    interop(model, "unframed", &[]);
 });
 
 httptest!(
     forward_makes_clients_wait_for_a_destination_that_stops_reading,
     |model| {
+        forward_waits_for_a_stuck_destination(model, &[]);
+    }
+);
+
+pub(crate) fn forward_waits_for_a_stuck_destination(model: Model, extra: &[&str]) {
+    {
         // Destination 0 accepts and never reads; destination 1 is healthy. A client sending to 0
         // is stopped once the queue and the socket buffers are full (bounded memory); another
         // client, sending to 1, goes on meanwhile.
@@ -383,11 +410,9 @@ httptest!(
         let stuck_addr = stuck.local_addr().unwrap();
         let held = thread::spawn(move || stuck.accept().map(|(conn, _)| conn));
         let healthy = Sink::start();
-        let (_site, srv) = forward(
-            model,
-            &[stuck_addr, healthy.addr],
-            &["--queue-limit", "256k"],
-        );
+        let mut args = vec!["--queue-limit", "256k"];
+        args.extend_from_slice(extra);
+        let (_site, srv) = forward(model, &[stuck_addr, healthy.addr], &args);
         let blocked = connect(srv.addr());
         let msg = framed_msg(0, 0, &[b'p'; 4000]);
         let pushed = push_until_stalled(
@@ -415,9 +440,13 @@ httptest!(
         );
         drop(held);
     }
-);
+}
 
 httptest!(forward_reconnects_a_destination_that_went_away, |model| {
+    forward_reconnects(model, &[]);
+});
+
+pub(crate) fn forward_reconnects(model: Model, extra: &[&str]) {
     // The destination closes its first connection after one message; later messages reach
     // it over a new connection.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -444,7 +473,7 @@ httptest!(forward_reconnects_a_destination_that_went_away, |model| {
         }
         (buf, rest)
     });
-    let (_site, srv) = forward(model, &[addr], &[]);
+    let (_site, srv) = forward(model, &[addr], extra);
     let mut client = connect(srv.addr());
     client.write_all(&msg).unwrap();
     // Time for the destination to close; a message sent into the closing connection may be
@@ -463,4 +492,4 @@ httptest!(forward_reconnects_a_destination_that_went_away, |model| {
         rest.ends_with(&last),
         "no message arrived over a second connection"
     );
-});
+}

@@ -597,7 +597,7 @@ httptest!(kernel_echo_idle_timeout_counts_kernel_traffic, |model| {
 });
 
 /// Raises this process's RLIMIT_NOFILE to at least `n` (for many clients).
-fn raise_nofile(n: u64) {
+pub(crate) fn raise_nofile(n: u64) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -17,7 +17,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 mod bridge;
-pub use bridge::{bridge_path, BridgePath, Joined};
+pub use bridge::{bridge_path, BridgePath, Joined as BridgeJoined};
+mod forward;
+pub use forward::{forward_path, Counts, ForwardPath, Joined};
 
 /// Whether a service uses the kernel path (`kernel_path` in its configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -65,6 +65,7 @@ const TABLE: &[Def] = &[
     def("sendTimeout", Kind::Duration, false, false),
     def("maxConnections", Kind::Count, false, false),
     def("logLevel", Kind::Level, false, false),
+    def("directory", Kind::Text, false, false),
 ];
 
 const NAMES: &[&str] = &[
@@ -83,6 +84,7 @@ const NAMES: &[&str] = &[
     "sendTimeout",
     "maxConnections",
     "logLevel",
+    "directory",
 ];
 
 /// Every option's name, in the table's order.
@@ -208,6 +210,9 @@ pub struct Options {
     pub max_connections: usize,
     /// logLevel.
     pub log_level: String,
+    /// directory: the working directory the server changes into before serving, where
+    /// relative paths in actions start; `None` to stay where it was started.
+    pub directory: Option<std::path::PathBuf>,
     /// Every option given, by name, as text (the last value wins), for `Cx::option`.
     values: Vec<(String, String)>,
     /// The defaults' texts, made on the first lookup of an option not given (by then the
@@ -232,6 +237,7 @@ impl Default for Options {
             send_timeout: Duration::from_secs(60),
             max_connections: 10_000,
             log_level: "info".to_string(),
+            directory: None,
             values: Vec::new(),
             defaults: OnceLock::new(),
             model_set: false,
@@ -342,6 +348,7 @@ impl Options {
             ("sendTimeout", Value::Duration(d)) => self.send_timeout = d,
             ("maxConnections", Value::Count(n)) => self.max_connections = n,
             ("logLevel", Value::Text(t)) => self.log_level = t,
+            ("directory", Value::Text(t)) => self.directory = Some(t.into()),
             _ => unreachable!("option {name}: value kind does not match the table"),
         }
         if def.model {
@@ -442,6 +449,10 @@ mod tests {
         assert_eq!(o.value("idleTimeout"), Some("60000ms"));
         assert_eq!(o.value("processServer"), Some("150"));
         assert_eq!(o.value("inetd"), None);
+        assert_eq!(o.directory, None);
+        o.apply_config(path, "directory /var/mail/nest\n").unwrap();
+        assert_eq!(o.directory.as_deref(), Some(Path::new("/var/mail/nest")));
+        assert_eq!(o.value("directory"), Some("/var/mail/nest"));
         let e = o
             .apply_config(path, "serverPort 1\n\nthreadServer 4\n")
             .unwrap_err();

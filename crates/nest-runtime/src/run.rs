@@ -113,6 +113,11 @@ pub fn run_with_args<S: Server>(
             .map_err(|e| format!("command line: {e}"))?;
     }
     init_log(&options);
+    // After config.nest and the command line are read (their relative paths are the
+    // caller's), before the patterns are compiled and anything is served.
+    if let Some(dir) = &options.directory {
+        std::env::set_current_dir(dir).map_err(|e| format!("directory {}: {e}", dir.display()))?;
+    }
     let inetd = options.inetd;
     let engine = Arc::new(Engine::new(server, options)?);
     if inetd {

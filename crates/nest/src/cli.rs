@@ -121,6 +121,22 @@ fn build(
         );
         return ExitCode::FAILURE;
     }
+    // The workspace's lock file: the project then builds with the versions fastpath was
+    // tested with, and cargo needs no registry for what is already downloaded (the project's
+    // only dependency is the runtime, so every entry it needs is there).
+    let workspace_lock = runtime.join("../../Cargo.lock");
+    if workspace_lock.is_file() {
+        let copied = std::fs::read(&workspace_lock)
+            .and_then(|lock| codegen::write_if_changed(&dir.join("Cargo.lock"), &lock));
+        if let Err(e) = copied {
+            eprintln!(
+                "fastpath nest: cannot copy {} into {}: {e}",
+                workspace_lock.display(),
+                dir.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
     println!("generated {}", dir.join("src/main.rs").display());
     if no_compile {
         return ExitCode::SUCCESS;
@@ -133,7 +149,12 @@ fn build(
         return ExitCode::FAILURE;
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target = dir.join("target");
+    // CARGO_TARGET_DIR, when set, is shared by every project built with it (each would
+    // otherwise compile the runtime and its dependencies again); else DIR/target.
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) if !t.is_empty() => absolute(Path::new(&t)),
+        _ => dir.join("target"),
+    };
     let result = Command::new(&cargo)
         .arg("build")
         .arg("--release")

@@ -501,6 +501,16 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
     }
 }
 
+/// Writes `data` to `path` unless it already holds exactly that: cargo rebuilds a path
+/// package whose files are newer than its last build, so rewriting an unchanged project would
+/// cost a release build each time.
+pub fn write_if_changed(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    if std::fs::read(path).is_ok_and(|old| old == data) {
+        return Ok(());
+    }
+    std::fs::write(path, data)
+}
+
 impl Project {
     /// Writes Cargo.toml and src/main.rs under `dir` (created if needed). Refuses a directory
     /// holding a Cargo.toml that this compiler did not write.
@@ -516,8 +526,8 @@ impl Project {
             }
         }
         std::fs::create_dir_all(dir.join("src"))?;
-        std::fs::write(&toml, &self.cargo_toml)?;
-        std::fs::write(dir.join("src/main.rs"), &self.main_rs)
+        write_if_changed(&toml, self.cargo_toml.as_bytes())?;
+        write_if_changed(&dir.join("src/main.rs"), self.main_rs.as_bytes())
     }
 
     /// rustc's and cargo's output with each `src/main.rs:L:C` followed by ` (SPEC:LINE)` when

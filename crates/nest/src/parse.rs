@@ -711,7 +711,7 @@ impl Parser {
                     );
                     return (out, map, None);
                 }
-                push(&mut out, &mut map, &regex_syntax::escape(&lit), here);
+                push(&mut out, &mut map, &escape_literal(&lit), here);
                 i = j + 1;
             } else if c == '\\' {
                 let Some(&e) = self.s.get(i + 1) else {
@@ -1052,5 +1052,36 @@ fn parse_unary(t: &[QTok], k: &mut usize) -> Option<Qual> {
         QTok::Name(n, p) => Some(Qual::State(n, p)),
         QTok::Last(n, p) => Some(Qual::LastSeen(n, p)),
         QTok::Op(_) => None,
+    }
+}
+
+/// A quoted literal as regular-expression text: metacharacters escaped, and control
+/// characters written as escapes (`\n`, `\r`, `\t`, `\x00`), so that the generated pattern
+/// stays on one line of the generated code and reads as the specification wrote it.
+fn escape_literal(lit: &str) -> String {
+    let mut out = String::new();
+    for c in regex_syntax::escape(lit).chars() {
+        match c {
+            '\n' => out.push_str(r"\n"),
+            '\r' => out.push_str(r"\r"),
+            '\t' => out.push_str(r"\t"),
+            c if c.is_control() => out.push_str(&format!(r"\x{{{:X}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod literal_tests {
+    use super::escape_literal;
+
+    #[test]
+    fn control_characters_in_literals_become_escapes() {
+        assert_eq!(escape_literal("a.b"), r"a\.b");
+        assert_eq!(escape_literal("\r\n"), r"\r\n");
+        assert_eq!(escape_literal("\t\0"), r"\t\x{0}");
+        let p = regex_syntax::parse(&escape_literal("x\r\n.\0")).unwrap();
+        assert_eq!(p, regex_syntax::parse("x\r\n\\.\0").unwrap());
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fastpath_drivers::Carrier;
 use fastpath_handover::HandoverMethod;
-use fastpath_kernel::{BridgePath, Joined, Mode, TakeOverError};
+use fastpath_kernel::{BridgeJoined, BridgePath, Mode, TakeOverError};
 
 use crate::config::Config;
 
@@ -21,7 +21,7 @@ const AUTO_SPLICES: &str = "kernel_path = \"auto\" splices until the kernel path
 /// One bridged connection's way through the kernel.
 pub(crate) struct KernelBridge {
     path: Arc<BridgePath>,
-    joined: Option<Joined>,
+    joined: Option<BridgeJoined>,
 }
 
 impl KernelBridge {

@@ -80,6 +80,12 @@ pub struct ForwardArgs {
     /// Bytes queued per destination and worker before clients wait (e.g. 1m).
     #[arg(long, value_parser = parse_size)]
     queue_limit: Option<u64>,
+    /// Forward in the kernel (BPF sockmap programs): auto, on or off.
+    #[arg(long, value_parser = parse_kernel_path)]
+    kernel_path: Option<KernelMode>,
+    /// Client sockets the kernel path holds at once; past it clients stay in user space.
+    #[arg(long)]
+    kernel_sockets: Option<u32>,
 }
 
 /// Settings read from a configuration file.
@@ -273,8 +279,20 @@ fn fail(why: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Sockets the echo's kernel path holds by default.
+/// Sockets the echo's and the forwarder's kernel paths hold by default.
 const DEFAULT_KERNEL_SOCKETS: u32 = 65536;
+
+/// Destination sockets (workers × destinations) the forwarder's kernel path holds.
+const KERNEL_DESTINATIONS: u32 = 65536;
+
+/// The longest message the forwarder's kernel path frames; a client that sends a longer one
+/// is forwarded in user space from there on.
+const KERNEL_MAX_FRAME: usize = 32 * 1024;
+
+/// Whether `kernel_path = "auto"` forwards in the kernel: not on this kind of machine, where
+/// it is slower than user space and resets clients at saturation (BENCHMARKS.md, "Kernel
+/// path: the in-kernel Thrift forwarder").
+const AUTO_KERNEL_FORWARD: bool = false;
 
 /// Runs `fastpath echo`.
 pub fn echo(args: EchoArgs) -> ExitCode {
@@ -334,7 +352,14 @@ pub fn echo(args: EchoArgs) -> ExitCode {
 
 /// Runs `fastpath forward`.
 pub fn forward(args: ForwardArgs) -> ExitCode {
-    let extra = ["to", "transport", "max_message", "queue_limit"];
+    let extra = [
+        "to",
+        "transport",
+        "max_message",
+        "queue_limit",
+        "kernel_path",
+        "kernel_sockets",
+    ];
     let (file, options, idle) = match settings(&args.common, &extra, 9100) {
         Ok(settings) => settings,
         Err(e) => return fail(e),
@@ -371,6 +396,66 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
     if let Some(idle) = idle {
         config.idle_timeout = idle;
     }
+    let mode = args.kernel_path.or(file.kernel_path).unwrap_or_default();
+    let sockets = args
+        .kernel_sockets
+        .or(file.kernel_sockets)
+        .unwrap_or(DEFAULT_KERNEL_SOCKETS);
+    if sockets == 0 {
+        return fail("--kernel-sockets must be at least 1");
+    }
+    let kernel = match (mode, config.transport) {
+        (KernelMode::Off, _) => {
+            tracing::info!("kernel path: off (kernel_path = \"off\")");
+            None
+        }
+        (KernelMode::On, Transport::Unframed) => {
+            return fail(
+                "kernel path: cannot be had: the kernel frames messages by their length, which \
+                 the unframed transport does not send",
+            )
+        }
+        (KernelMode::Auto, Transport::Unframed) => {
+            tracing::info!(
+                "kernel path: off (kernel_path = \"auto\": the unframed transport has no \
+                 lengths for the kernel to frame messages by)"
+            );
+            None
+        }
+        (KernelMode::On, _) if matches!(options.model, ModelKind::Threads | ModelKind::Prefork) => {
+            // The Apache Thrift interop test loses messages on these two models with the
+            // kernel path (BENCHMARKS.md, "Kernel path: the in-kernel Thrift forwarder"):
+            // until that is understood, they stay in user space.
+            return fail(format!(
+                "kernel path: cannot be had on the {} model (messages were lost there in \
+                 testing): use epoll, uring or percore",
+                options.model.name()
+            ));
+        }
+        (KernelMode::Auto, Transport::Framed) if !AUTO_KERNEL_FORWARD => {
+            tracing::info!(
+                "kernel path: off (kernel_path = \"auto\": the in-kernel forwarder does not win \
+                 on this kind of machine and resets clients at saturation, see BENCHMARKS.md; \
+                 \"on\" forces it)"
+            );
+            None
+        }
+        _ => {
+            // Below the receive buffer, past which the stream parser would abort a socket.
+            let max_frame = config.limits.max_message_bytes.min(KERNEL_MAX_FRAME) as u32;
+            let max_held = (config.queue_limit as u64 * 4).min(u64::from(u32::MAX)) as u32;
+            match fastpath_kernel::forward_path(
+                mode,
+                sockets,
+                KERNEL_DESTINATIONS,
+                max_frame,
+                max_held,
+            ) {
+                Ok(kernel) => kernel,
+                Err(e) => return fail(e),
+            }
+        }
+    };
     let config = Arc::new(config);
     let stats = Arc::new(ForwardStats::default());
     let to: Vec<String> = config.destinations.iter().map(|a| a.to_string()).collect();
@@ -381,13 +466,22 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
         to.join(", ")
     );
     let served = serve("forward", &options, |_| {
-        Forwarder::new(config.clone(), stats.clone())
+        Forwarder::with_kernel(config.clone(), stats.clone(), kernel.clone())
     });
     tracing::info!(
-        "forward: {} messages forwarded, {} undelivered, {} clients closed for bad input",
+        "forward: {} messages forwarded, {} undelivered, {} clients closed for bad input{}",
         stats.forwarded.load(Ordering::Relaxed),
         stats.undelivered.load(Ordering::Relaxed),
-        stats.refused_clients.load(Ordering::Relaxed)
+        stats.refused_clients.load(Ordering::Relaxed),
+        if kernel.is_some() {
+            format!(
+                "; {} clients in the kernel path (their messages the kernel forwarded are not \
+                 counted)",
+                stats.kernel_clients.load(Ordering::Relaxed)
+            )
+        } else {
+            String::new()
+        }
     );
     match served {
         Ok(()) => ExitCode::SUCCESS,

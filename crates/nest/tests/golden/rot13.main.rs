@@ -76,7 +76,11 @@ impl Server for Rot13 {
         let Connection { buffer, .. } = conn;
     }
 
-    fn end(&self, conn: &mut Connection, cx: &mut Cx<'_>) {}
+    fn end(&self, conn: &mut Connection, cx: &mut Cx<'_>) {
+        // rot13.nest:25
+        let Connection { buffer, .. } = conn;
+        cx.reply(format_args!("{}", "rot13: closing\n"));
+    }
 
     fn action(&self, rule: usize, conn: &mut Connection, cx: &mut Cx<'_>, m: &Captures<'_>) {
         match rule {
