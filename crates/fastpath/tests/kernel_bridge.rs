@@ -215,17 +215,17 @@ httptest!(
         let srv = site.serve_config(model, &text);
         let before = tcp_memory_pages();
         let mut conn = bridged(&srv);
-        // The client reads nothing for two seconds: the kernel gives up carrying the answer once
-        // it holds 1 MiB, and the backend is held back by TCP, as with splice.
+        // The client reads nothing: the kernel gives up carrying the answer once it holds
+        // 1 MiB, and the backend is held back by TCP, as with splice: what it has written
+        // stops growing (waited for up to 10 s, for a loaded machine).
         thread::sleep(Duration::from_secs(2));
-        let stalled = written.load(Ordering::SeqCst);
+        let stalled = wait_for(Duration::from_secs(10), || {
+            let before = written.load(Ordering::SeqCst);
+            thread::sleep(Duration::from_millis(500));
+            (written.load(Ordering::SeqCst) == before).then_some(before)
+        })
+        .expect("the backend is not held back");
         let during = tcp_memory_pages();
-        thread::sleep(Duration::from_millis(500));
-        assert_eq!(
-            written.load(Ordering::SeqCst),
-            stalled,
-            "the backend is not held back"
-        );
         let grown = during.saturating_sub(before) * 4096;
         eprintln!("held back after {stalled} bytes; TCP memory grew by {grown} bytes");
         assert!(
