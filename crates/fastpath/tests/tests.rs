@@ -26,6 +26,7 @@ mod logs;
 mod metrics;
 mod models;
 mod nest_check;
+mod nest_http;
 mod paths;
 mod precompressed;
 mod privileges;
