@@ -194,6 +194,9 @@ fn site() -> (Site, Files) {
     site.file("index.html", "<h1>home</h1>\n");
     site.file("f2k.bin", &files.small);
     site.file("big.bin", &files.big);
+    // Either side of the runtime's copy/sendfile crossover (8 KiB).
+    site.file("below.bin", pattern(8191, 3));
+    site.file("at.bin", pattern(8192, 4));
     site.file("docs/a b.txt", "spaced\n");
     site.mkdir("empty");
     site.write("secret.txt", "outside the root\n");
@@ -225,6 +228,11 @@ fn serves_files(model: &str) {
     let r = curl_reply(&[&server.url("/big.bin")]).unwrap();
     r.expect("200 OK", "application/octet-stream", 1 << 20);
     assert!(r.body == files.big, "1 MiB body differs");
+    for (path, len, seed) in [("/below.bin", 8191, 3), ("/at.bin", 8192, 4)] {
+        let r = curl_reply(&[&server.url(path)]).unwrap();
+        r.expect("200 OK", "application/octet-stream", len);
+        assert!(r.body == pattern(len, seed), "{path}: body differs");
+    }
     let r = curl_reply(&["-I", &server.url("/big.bin")]).unwrap();
     r.expect("200 OK", "application/octet-stream", 1 << 20);
     assert!(r.body.is_empty());

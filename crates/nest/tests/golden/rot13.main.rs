@@ -78,6 +78,10 @@ impl Server for Rot13 {
 
     fn end(&self, conn: &mut Connection, cx: &mut Cx<'_>) {}
 
+    fn client_speaks_first(&self) -> bool {
+        true
+    }
+
     fn action(&self, rule: usize, conn: &mut Connection, cx: &mut Cx<'_>, m: &Captures<'_>) {
         match rule {
             0 => {
