@@ -6,7 +6,6 @@ use std::fmt;
 use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -25,12 +24,30 @@ pub(crate) trait Sink {
     fn text(&mut self, args: fmt::Arguments<'_>);
     /// Queues `len` bytes of `file` from its start.
     fn file(&mut self, file: Arc<File>, len: u64);
+    /// Copies up to `len` bytes of `file` (from its current position, a fresh file's start)
+    /// into the output; returns how many were copied.
+    fn copy_file(&mut self, file: &File, len: u64) -> io::Result<u64> {
+        let mut buf = Vec::new();
+        let n = read_into(file, len, &mut buf);
+        self.bytes(&buf);
+        n
+    }
     /// Bytes queued and not yet sent.
     fn queued(&self) -> usize;
     /// Output can no longer be delivered (inetd: a write failed).
     fn failed(&self) -> bool {
         false
     }
+}
+
+/// Appends up to `len` bytes of `file` to `out`, read straight into its spare capacity (no
+/// zeroed buffer, no copy); what was read stays appended even when an error stops it.
+pub(crate) fn read_into(file: &File, len: u64, out: &mut Vec<u8>) -> io::Result<u64> {
+    out.reserve(len as usize);
+    let before = out.len();
+    let result = io::Read::read_to_end(&mut io::Read::take(file, len), out);
+    let n = (out.len() - before) as u64;
+    result.map(|_| n)
 }
 
 /// Output of a connection that has gone: dropped.
@@ -218,22 +235,13 @@ impl Cx<'_> {
     /// queued (fewer than its length only if a small file shrank since it was opened).
     pub fn reply_file(&mut self, file: ReplyFile) -> u64 {
         if file.len < COPY_BELOW {
-            let mut buf = [0u8; COPY_BELOW as usize];
-            let want = file.len as usize;
-            let mut got = 0;
-            while got < want {
-                match file.file.read_at(&mut buf[got..want], got as u64) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        tracing::info!("{}: reading a file to reply: {e}", self.who());
-                        break;
-                    }
+            return match self.sink.copy_file(&file.file, file.len) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::info!("{}: reading a file to reply: {e}", self.who());
+                    0
                 }
-            }
-            self.sink.bytes(&buf[..got]);
-            return got as u64;
+            };
         }
         self.sink.file(Arc::new(file.file), file.len);
         file.len
