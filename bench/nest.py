@@ -401,6 +401,9 @@ class Context(suite.Processes):
         self.commit = suite.git_commit()
         self.file_data = b""
         self.command = shlex.join(["bench/nest.py"] + sys.argv[1:])
+        for var in ("NEST_HTTP_BIN", "FASTPATH_BIN"):
+            if os.environ.get(var):
+                self.command = f"{var}={os.environ[var]} {self.command}"
         self.bench_display = (f"taskset -c {CLIENT_CPU} fastpath bench -t 1 -q --json "
                               f"-d {self.duration:g}s --conn-rate R --calls 1 --no-keepalive "
                               f"--timeout {self.timeout} --expect-length {FILE_SIZE} "
