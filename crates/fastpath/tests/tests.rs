@@ -29,6 +29,7 @@ mod metrics;
 mod models;
 mod nest_check;
 mod nest_examples;
+mod nest_http;
 mod paths;
 mod precompressed;
 mod privileges;

@@ -24,12 +24,30 @@ pub(crate) trait Sink {
     fn text(&mut self, args: fmt::Arguments<'_>);
     /// Queues `len` bytes of `file` from its start.
     fn file(&mut self, file: Arc<File>, len: u64);
+    /// Copies up to `len` bytes of `file` (from its current position, a fresh file's start)
+    /// into the output; returns how many were copied.
+    fn copy_file(&mut self, file: &File, len: u64) -> io::Result<u64> {
+        let mut buf = Vec::new();
+        let n = read_into(file, len, &mut buf);
+        self.bytes(&buf);
+        n
+    }
     /// Bytes queued and not yet sent.
     fn queued(&self) -> usize;
     /// Output can no longer be delivered (inetd: a write failed).
     fn failed(&self) -> bool {
         false
     }
+}
+
+/// Appends up to `len` bytes of `file` to `out`, read straight into its spare capacity (no
+/// zeroed buffer, no copy); what was read stays appended even when an error stops it.
+pub(crate) fn read_into(file: &File, len: u64, out: &mut Vec<u8>) -> io::Result<u64> {
+    out.reserve(len as usize);
+    let before = out.len();
+    let result = io::Read::read_to_end(&mut io::Read::take(file, len), out);
+    let n = (out.len() - before) as u64;
+    result.map(|_| n)
 }
 
 /// Output of a connection that has gone: dropped.
@@ -100,6 +118,28 @@ impl Captures<'_> {
     }
 }
 
+/// Files smaller than this are copied into the output rather than sent with sendfile: below
+/// it a copy costs less than sendfile's setup and a second send for the file alone.
+pub const COPY_BELOW: u64 = 8 * 1024;
+
+/// A file opened for a reply ([`Cx::open_reply`]).
+pub struct ReplyFile {
+    file: File,
+    len: u64,
+}
+
+impl ReplyFile {
+    /// Its size when it was opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it was empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// What an action asked for that the machine carries out after it.
 #[derive(Default)]
 pub(crate) struct Effects {
@@ -157,30 +197,54 @@ impl Cx<'_> {
         }
     }
 
-    /// `$fileReply(path)`: queues the file at `path`, whole, sent from the page cache with
-    /// sendfile (no copy through the server); returns its size. A path that cannot be opened
-    /// or is not a regular file is an error, logged, and nothing is queued.
+    /// `$fileReply(path)`: queues the file at `path`, whole, and returns its size. A path that
+    /// cannot be opened or is not a regular file is an error, logged, and nothing is queued.
+    /// A file of [`COPY_BELOW`] bytes or more is sent from the page cache with sendfile (no
+    /// copy through the server); a smaller one is read into the output, where it leaves with
+    /// what was queued before it in one send (fastpath's own crossover, bench/sizes.py).
     pub fn file_reply(&mut self, path: &str) -> io::Result<u64> {
-        let opened = File::open(path).and_then(|file| {
-            let meta = file.metadata()?;
-            if !meta.is_file() {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "not a regular file",
-                ));
-            }
-            Ok((file, meta.len()))
-        });
-        match opened {
-            Ok((file, len)) => {
-                self.sink.file(Arc::new(file), len);
-                Ok(len)
-            }
+        match self.open_reply(path) {
+            Ok(file) => Ok(self.reply_file(file)),
             Err(e) => {
                 tracing::info!("{}: $fileReply({path}): {e}", self.who());
                 Err(e)
             }
         }
+    }
+
+    /// Opens the regular file at `path` for [`Cx::reply_file`], so that an action can send
+    /// headers that depend on its size (`file.len()`) before it, with one open and one stat.
+    /// Errors are the caller's to report (nothing is logged: a missing file may be an
+    /// ordinary answer, such as a 404).
+    pub fn open_reply(&self, path: &str) -> io::Result<ReplyFile> {
+        let file = File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        Ok(ReplyFile {
+            file,
+            len: meta.len(),
+        })
+    }
+
+    /// Queues a file opened by [`Cx::open_reply`], as `$fileReply` does; returns the bytes
+    /// queued (fewer than its length only if a small file shrank since it was opened).
+    pub fn reply_file(&mut self, file: ReplyFile) -> u64 {
+        if file.len < COPY_BELOW {
+            return match self.sink.copy_file(&file.file, file.len) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::info!("{}: reading a file to reply: {e}", self.who());
+                    0
+                }
+            };
+        }
+        self.sink.file(Arc::new(file.file), file.len);
+        file.len
     }
 
     /// `$fileReceive(path[, len])`: once the action returns, the next `len` bytes of input

@@ -47,6 +47,10 @@ impl Sink for Stdout {
         let _ = self.buf.write_fmt(args);
     }
 
+    fn copy_file(&mut self, file: &File, len: u64) -> io::Result<u64> {
+        crate::cx::read_into(file, len, &mut self.buf)
+    }
+
     fn file(&mut self, file: Arc<File>, len: u64) {
         self.flush();
         if self.failed {

@@ -22,7 +22,7 @@ mod service;
 
 use std::net::SocketAddr;
 
-pub use cx::{Captures, Cx};
+pub use cx::{Captures, Cx, ReplyFile, COPY_BELOW};
 pub use machine::Machine;
 pub use run::{run, run_with_args};
 pub use service::NestService;
@@ -135,6 +135,13 @@ pub trait Server: Send + Sync + 'static {
     fn end(&self, conn: &mut Self::Conn, cx: &mut Cx<'_>);
     /// Rule `rule`'s action, with its match.
     fn action(&self, rule: usize, conn: &mut Self::Conn, cx: &mut Cx<'_>, m: &Captures<'_>);
+    /// START sends nothing, so the client speaks first: listeners then wait for its first
+    /// bytes before waking the server (TCP_DEFER_ACCEPT), which saves a wake-up, a read
+    /// that finds nothing and a poll registration per connection. The compiler says so when
+    /// START is absent or empty; the default keeps a greeting from being delayed.
+    fn client_speaks_first(&self) -> bool {
+        false
+    }
 }
 
 /// What generated code imports.

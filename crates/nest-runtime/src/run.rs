@@ -146,8 +146,8 @@ fn standalone<S: Server>(engine: Arc<Engine<S>>) -> Result<(), String> {
         service.workers = o.workers;
         service.settings = o.settings;
         service.driver = driver;
-        // START may greet the client: no TCP_DEFER_ACCEPT.
-        service.client_speaks_first = false;
+        // START may greet the client: TCP_DEFER_ACCEPT only when it cannot.
+        service.client_speaks_first = engine.server.client_speaks_first();
         return serve(name, &service, |_| NestService::new(engine.clone()))
             .map_err(|e| e.to_string());
     }

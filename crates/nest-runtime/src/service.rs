@@ -55,6 +55,11 @@ impl Sink for IoSink<'_> {
         self.output.push_file(file, 0, len);
     }
 
+    fn copy_file(&mut self, file: &File, len: u64) -> std::io::Result<u64> {
+        self.output
+            .write_with(self.pool, |out| crate::cx::read_into(file, len, out))
+    }
+
     fn queued(&self) -> usize {
         self.output.pending() as usize
     }

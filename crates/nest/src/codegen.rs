@@ -418,6 +418,14 @@ pub fn generate(spec: &Spec, stem: &str, runtime: &Path) -> Project {
         }
     }
 
+    if spec.start.as_ref().is_none_or(|a| is_empty_code(&a.code)) {
+        // START sends nothing: the listeners may wait for the client (TCP_DEFER_ACCEPT).
+        o.line("", None);
+        o.line("    fn client_speaks_first(&self) -> bool {", None);
+        o.line("        true", None);
+        o.line("    }", None);
+    }
+
     o.line("", None);
     o.line("    fn action(&self, rule: usize, conn: &mut Connection, cx: &mut Cx<'_>, m: &Captures<'_>) {", None);
     o.line("        match rule {", None);
@@ -564,4 +572,10 @@ impl Project {
         out.push_str(rest);
         out
     }
+}
+
+/// Whether action code holds nothing but whitespace and comments.
+fn is_empty_code(code: &str) -> bool {
+    let chars: Vec<char> = code.chars().chain(std::iter::once('}')).collect();
+    crate::rusttok::scan(&chars, 0, false).is_ok_and(|(toks, _)| toks.is_empty())
 }

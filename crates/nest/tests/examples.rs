@@ -355,3 +355,35 @@ fn blocks_nest_and_combine_their_qualifiers() {
     let lines: Vec<u32> = c.spec.rules.iter().map(|r| r.pos.line).collect();
     assert_eq!(lines, [7, 8, 10, 12]);
 }
+
+#[test]
+fn a_silent_start_lets_the_client_speak_first() {
+    let gen = |start: &str| {
+        let src = format!("%%\n{start}\"x\" {{ $reply(\"y\"); }}\n");
+        let c = compile("s.nest", &src);
+        assert!(!c.has_errors(), "{start}: {:?}", c.diags);
+        codegen::generate(&c.spec, "s", Path::new("/rt")).main_rs
+    };
+    let speaks = "fn client_speaks_first(&self) -> bool {\n        true\n    }";
+    // No START, an empty one, one with only comments: the listeners may defer accepting.
+    for start in [
+        "",
+        "START: {\n}\n",
+        "START: { // nothing to say\n /* still nothing */ }\n",
+    ] {
+        assert!(gen(start).contains(speaks), "{start:?}");
+    }
+    // A START that does anything may greet the client: the runtime's default (false) stays.
+    for start in [
+        "START: { $reply(\"hello\\n\"); }\n",
+        "START: { let _ = 1; }\n",
+    ] {
+        assert!(!gen(start).contains("fn client_speaks_first"), "{start:?}");
+    }
+    let (_, http10) = example("http10");
+    let p = codegen::generate(&http10, "http10", Path::new("/rt"));
+    assert!(p.main_rs.contains(speaks));
+    let (_, login) = example("login");
+    let p = codegen::generate(&login, "login", Path::new("/rt"));
+    assert!(!p.main_rs.contains("fn client_speaks_first"));
+}

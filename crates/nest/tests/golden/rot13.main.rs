@@ -82,6 +82,10 @@ impl Server for Rot13 {
         cx.reply(format_args!("{}", "rot13: closing\n"));
     }
 
+    fn client_speaks_first(&self) -> bool {
+        true
+    }
+
     fn action(&self, rule: usize, conn: &mut Connection, cx: &mut Cx<'_>, m: &Captures<'_>) {
         match rule {
             0 => {
