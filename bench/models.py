@@ -186,7 +186,7 @@ class Server(suite.Server):
         if self.model:
             # The configuration of bench/run.sh (one worker, access log off, long
             # keep-alive, high connection limit); the model on the command line.
-            cmd, _test, version = self.prepare_fastpath(self.model)
+            cmd, _test, version = self.prepare_fastpath(self.model, self.ctx.fastpath_bin)
             return cmd, None, version
         if self.name == "nginx":
             return self.prepare_nginx()
