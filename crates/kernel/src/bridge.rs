@@ -236,10 +236,9 @@ mod imp {
     use std::os::fd::{AsFd, AsRawFd, RawFd};
 
     use aya::maps::{Map, MapData, MapError};
-    use aya::programs::{ProgramError, SkSkb};
     use aya::{Ebpf, EbpfError, EbpfLoader};
 
-    use crate::imp::{io_reason, program_reason};
+    use crate::imp::{io_reason, load_and_attach};
     use crate::Unavailable;
 
     const BPF_SK_SKB_STREAM_VERDICT: u32 = 5;
@@ -290,25 +289,14 @@ mod imp {
                 "the bridge object has no hash `bridge_state`".into(),
             ));
         };
-        let program: &mut SkSkb = ebpf
-            .program_mut("bridge_verdict")
-            .ok_or_else(|| Unavailable::Failed("the bridge object has no `bridge_verdict`".into()))?
-            .try_into()
-            .map_err(|e: ProgramError| Unavailable::Failed(format!("bridge_verdict: {e}")))?;
-        program
-            .load()
-            .map_err(|e| program_reason(e, "loading bridge_verdict"))?;
-        let prog_fd = program
-            .fd()
-            .map_err(|e| program_reason(e, "bridge_verdict"))?
-            .as_fd()
-            .as_raw_fd();
-        crate::prog_attach(
-            prog_fd,
-            map.fd().as_fd().as_raw_fd(),
+        let map_fd = map.fd().as_fd().as_raw_fd();
+        load_and_attach(
+            &mut ebpf,
+            "bridge",
+            "bridge_verdict",
+            map_fd,
             BPF_SK_SKB_STREAM_VERDICT,
-        )
-        .map_err(|e| io_reason(&e, "attaching bridge_verdict to the sockhash"))?;
+        )?;
         Ok(Loaded {
             _ebpf: ebpf,
             map,

@@ -361,10 +361,9 @@ mod imp {
     use std::os::fd::{AsFd, AsRawFd, RawFd};
 
     use aya::maps::{Map, MapData, MapError};
-    use aya::programs::{ProgramError, SkSkb};
     use aya::{Ebpf, EbpfError, EbpfLoader};
 
-    use crate::imp::{io_reason, program_reason};
+    use crate::imp::{io_reason, load_and_attach};
     use crate::Unavailable;
 
     const BPF_SK_SKB_STREAM_PARSER: u32 = 4;
@@ -434,21 +433,7 @@ mod imp {
             ("fwd_parser", BPF_SK_SKB_STREAM_PARSER),
             ("fwd_verdict", BPF_SK_SKB_STREAM_VERDICT),
         ] {
-            let program: &mut SkSkb = ebpf
-                .program_mut(name)
-                .ok_or_else(|| Unavailable::Failed(format!("the forward object has no `{name}`")))?
-                .try_into()
-                .map_err(|e: ProgramError| Unavailable::Failed(format!("{name}: {e}")))?;
-            program
-                .load()
-                .map_err(|e| program_reason(e, &format!("loading {name}")))?;
-            let prog_fd = program
-                .fd()
-                .map_err(|e| program_reason(e, name))?
-                .as_fd()
-                .as_raw_fd();
-            crate::prog_attach(prog_fd, clients, attach)
-                .map_err(|e| io_reason(&e, &format!("attaching {name} to the sockhash")))?;
+            load_and_attach(&mut ebpf, "forward", name, clients, attach)?;
         }
         Ok(Loaded { _ebpf: ebpf, maps })
     }

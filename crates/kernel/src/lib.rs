@@ -517,6 +517,32 @@ pub(crate) mod imp {
         }
     }
 
+    /// Loads program `name` of the BPF object `object` (named in messages) and attaches it
+    /// to the sockmap or sockhash `map_fd` as `attach_type` (stream parser or verdict).
+    pub(crate) fn load_and_attach(
+        ebpf: &mut Ebpf,
+        object: &str,
+        name: &str,
+        map_fd: RawFd,
+        attach_type: u32,
+    ) -> Result<(), Unavailable> {
+        let program: &mut SkSkb = ebpf
+            .program_mut(name)
+            .ok_or_else(|| Unavailable::Failed(format!("the {object} object has no `{name}`")))?
+            .try_into()
+            .map_err(|e: ProgramError| Unavailable::Failed(format!("{name}: {e}")))?;
+        program
+            .load()
+            .map_err(|e| program_reason(e, &format!("loading {name}")))?;
+        let prog_fd = program
+            .fd()
+            .map_err(|e| program_reason(e, name))?
+            .as_fd()
+            .as_raw_fd();
+        super::prog_attach(prog_fd, map_fd, attach_type)
+            .map_err(|e| io_reason(&e, &format!("attaching {name} to the sockhash")))
+    }
+
     pub(crate) fn io_reason(e: &std::io::Error, what: &str) -> Unavailable {
         match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => {
@@ -575,25 +601,14 @@ pub(crate) mod imp {
                 "the echo object has no LRU hash `echo_state`".into(),
             ));
         };
-        let program: &mut SkSkb = ebpf
-            .program_mut("echo_verdict")
-            .ok_or_else(|| Unavailable::Failed("the echo object has no `echo_verdict`".into()))?
-            .try_into()
-            .map_err(|e: ProgramError| Unavailable::Failed(format!("echo_verdict: {e}")))?;
-        program
-            .load()
-            .map_err(|e| program_reason(e, "loading echo_verdict"))?;
-        let prog_fd = program
-            .fd()
-            .map_err(|e| program_reason(e, "echo_verdict"))?
-            .as_fd()
-            .as_raw_fd();
-        super::prog_attach(
-            prog_fd,
-            map.fd().as_fd().as_raw_fd(),
+        let map_fd = map.fd().as_fd().as_raw_fd();
+        load_and_attach(
+            &mut ebpf,
+            "echo",
+            "echo_verdict",
+            map_fd,
             BPF_SK_SKB_STREAM_VERDICT,
-        )
-        .map_err(|e| io_reason(&e, "attaching echo_verdict to the sockhash"))?;
+        )?;
         Ok(Loaded {
             _ebpf: ebpf,
             map,
