@@ -111,8 +111,9 @@ pub use contract::{
     CloseReason, ConnRef, Handler, Io, IoParts, Next, Opened, Origin, Worker, TICK,
 };
 pub use listener::{
-    adopt_handed, bind_into_group, bind_listeners, bind_listeners_with, ListenAddr, ListenOptions,
-    ListenerFeatures, Listeners, UnixSocketFile, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
+    adopt_handed, bind_into_group, bind_listeners, bind_listeners_with, inherited_sockets,
+    take_inherited, ListenAddr, ListenOptions, ListenerFeatures, Listeners, UnixSocketFile,
+    DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
 pub use model::{
     run, run_service, uring_available, worker_count, DriverConfig, Layout, Model, ModelKind,

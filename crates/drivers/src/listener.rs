@@ -538,6 +538,73 @@ pub fn bind_into_group(addr: SocketAddr, n: usize) -> io::Result<Vec<OwnedFd>> {
         .collect()
 }
 
+/// The listening sockets a service manager passed (systemd's socket activation): descriptors
+/// 3.. as `listen_fds` counts them, labelled with their `listen_fdnames`, when `listen_pid` is
+/// this process (else they were meant for a parent that exec'd this one without clearing
+/// them, and nothing is taken). The caller reads the three variables; [`take_inherited`]
+/// reads and removes them.
+pub fn inherited_sockets(
+    listen_pid: Option<&std::ffi::OsStr>,
+    listen_fds: Option<&std::ffi::OsStr>,
+    listen_fdnames: Option<&std::ffi::OsStr>,
+) -> io::Result<Vec<(OwnedFd, String)>> {
+    use std::os::fd::FromRawFd;
+    let ours = listen_pid.and_then(|p| p.to_str()) == Some(&std::process::id().to_string());
+    let Some(count) = listen_fds.filter(|_| ours) else {
+        return Ok(Vec::new());
+    };
+    let count: i32 = count
+        .to_str()
+        .and_then(|c| c.parse().ok())
+        .filter(|c| (0..=4096).contains(c))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("LISTEN_FDS={count:?} is not a count of descriptors"),
+            )
+        })?;
+    let names: Vec<String> = listen_fdnames
+        .map(|n| n.to_string_lossy().split(':').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let mut sockets = Vec::new();
+    for i in 0..count {
+        let fd = 3 + i;
+        // SAFETY: fcntl on a descriptor number only asks whether it is open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("LISTEN_FDS={count} but descriptor {fd} is not open"),
+            ));
+        }
+        // SAFETY: the service manager passed descriptors 3..3+LISTEN_FDS to this process
+        // (LISTEN_PID is ours) and nothing else in it owns them.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let label = match names.get(i as usize).filter(|n| !n.is_empty()) {
+            Some(name) => format!("inherited socket fd {fd} \"{name}\""),
+            None => format!("inherited socket fd {fd}"),
+        };
+        sockets.push((owned, label));
+    }
+    Ok(sockets)
+}
+
+/// [`inherited_sockets`] from the environment, whose three variables it removes so that no
+/// process started later takes them for its own. Call it before the process starts threads
+/// (the environment is not safe to change while another thread may read it).
+pub fn take_inherited() -> io::Result<Vec<(OwnedFd, String)>> {
+    let take = |name: &str| {
+        let value = std::env::var_os(name);
+        std::env::remove_var(name);
+        value
+    };
+    let (pid, fds, names) = (
+        take("LISTEN_PID"),
+        take("LISTEN_FDS"),
+        take("LISTEN_FDNAMES"),
+    );
+    inherited_sockets(pid.as_deref(), fds.as_deref(), names.as_deref())
+}
+
 /// Readies a listening socket handed over by the server this process replaces (see
 /// [`Listeners::from_inherited`] for the checks): its address.
 pub fn adopt_handed(fd: &OwnedFd) -> io::Result<ListenAddr> {

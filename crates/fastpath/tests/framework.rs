@@ -493,3 +493,52 @@ pub(crate) fn forward_reconnects(model: Model, extra: &[&str]) {
         "no message arrived over a second connection"
     );
 }
+
+/// Started by systemd's socket activation (a socket unit with `Accept=no`), a service serves
+/// the listening socket it was passed instead of binding its own.
+#[test]
+fn echo_serves_the_socket_passed_by_socket_activation() {
+    let activate = std::path::Path::new("/usr/bin/systemd-socket-activate");
+    if !activate.exists() {
+        return skip(
+            "echo under systemd-socket-activate",
+            Missing::Installable,
+            "systemd-socket-activate is not installed (apt-get install systemd)",
+        );
+    }
+    let port = free_port();
+    let child = Command::new(activate)
+        .args(["-l", &format!("127.0.0.1:{port}")])
+        .arg(BIN)
+        .args(["echo", "--plain", "--run-as-root", "--workers", "1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Reap(child);
+    // The first connection starts the service; it may take a moment to answer.
+    let until = Instant::now() + Duration::from_secs(10);
+    let echoed = loop {
+        if let Ok(mut client) = TcpStream::connect(("127.0.0.1", port)) {
+            client
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            client.write_all(b"activated").unwrap();
+            let mut back = [0u8; 9];
+            if client.read_exact(&mut back).is_ok() {
+                break back;
+            }
+        }
+        assert!(Instant::now() < until, "no echo on the activated socket");
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(&echoed, b"activated");
+}

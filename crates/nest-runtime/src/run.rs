@@ -1,14 +1,10 @@
 //! [`run`]: a generated server's `main`: command line, options, config.nest, then serving.
 
-use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fastpath_drivers::{
-    run as run_model, signals, uring_available, worker_count, DriverConfig, Listeners, ModelKind,
-};
+use fastpath_drivers::DriverConfig;
 use fastpath_sockets::{serve, ListenAddr, ServiceOptions};
 
 use crate::machine::Engine;
@@ -138,100 +134,16 @@ fn standalone<S: Server>(engine: Arc<Engine<S>>) -> Result<(), String> {
     driver.max_input = driver
         .max_input
         .max(o.input_buffer.saturating_mul(2) + 64 * 1024);
-    let inherited = inherited_sockets().map_err(|e| format!("socket activation: {e}"))?;
-    if inherited.is_empty() {
-        let mut service =
-            ServiceOptions::listening(vec![ListenAddr::Tcp(SocketAddr::new(o.address, o.port))]);
-        service.model = o.model;
-        service.workers = o.workers;
-        service.settings = o.settings;
-        service.driver = driver;
-        // START may greet the client: TCP_DEFER_ACCEPT only when it cannot.
-        service.client_speaks_first = engine.server.client_speaks_first();
-        return serve(name, &service, |_| NestService::new(engine.clone()))
-            .map_err(|e| e.to_string());
-    }
-    // Socket activation: serve the inherited sockets as `serve` serves its own.
-    fastpath_drivers::ignore_sigpipe();
-    let stop = signals::install_stop_handler();
-    let mut kind = o.model;
-    if kind == ModelKind::Uring {
-        if let Err(why) = uring_available() {
-            tracing::warn!("{name}: io_uring cannot run here ({why}): using the epoll model");
-            kind = ModelKind::Epoll;
-        }
-    }
-    let model = kind.with(&o.settings);
-    let workers = worker_count(o.workers);
-    let layout = model.layout(workers);
-    let listeners = Listeners::from_inherited(inherited, layout.listener_sets)
-        .map_err(|e| format!("socket activation: {e}"))?;
-    let addrs: Vec<String> = listeners
-        .local_addrs
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    tracing::info!(
-        "{name}: listening on {} (inherited; {} model, {})",
-        addrs.join(", "),
-        model.name(),
-        model.shape(workers)
-    );
-    run_model(
-        model,
-        listeners,
-        &driver,
-        |_| NestService::new(engine.clone()),
-        stop,
-    )
-    .map_err(|e| e.to_string())?;
-    tracing::info!("{name}: stopped");
-    Ok(())
-}
-
-/// The sockets systemd passed (`LISTEN_FDS` descriptors from 3, when `LISTEN_PID` is this
-/// process); the variables are removed so no child takes them for its own.
-fn inherited_sockets() -> std::io::Result<Vec<(OwnedFd, String)>> {
-    let take = |name: &str| {
-        let v = std::env::var_os(name);
-        // SAFETY (of remove_var): called before any thread is started.
-        std::env::remove_var(name);
-        v
-    };
-    let pid = take("LISTEN_PID");
-    let fds = take("LISTEN_FDS");
-    let names = take("LISTEN_FDNAMES");
-    let ours = pid.as_deref() == Some(OsString::from(std::process::id().to_string()).as_os_str());
-    let Some(count) = fds.filter(|_| ours) else {
-        return Ok(Vec::new());
-    };
-    let count: i32 = count
-        .to_str()
-        .and_then(|c| c.parse().ok())
-        .filter(|c| (0..=4096).contains(c))
-        .ok_or_else(|| std::io::Error::other(format!("LISTEN_FDS={count:?} is not a count")))?;
-    let names: Vec<String> = names
-        .map(|n| n.to_string_lossy().split(':').map(str::to_owned).collect())
-        .unwrap_or_default();
-    let mut sockets = Vec::new();
-    for i in 0..count {
-        let fd = 3 + i;
-        // SAFETY: fcntl only asks whether the descriptor is open.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            return Err(std::io::Error::other(format!(
-                "LISTEN_FDS={count} but descriptor {fd} is not open"
-            )));
-        }
-        // SAFETY: systemd passed descriptors 3.. to this process (LISTEN_PID is ours) and
-        // nothing else here owns them.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        let label = match names.get(i as usize).filter(|n| !n.is_empty()) {
-            Some(n) => format!("inherited socket fd {fd} \"{n}\""),
-            None => format!("inherited socket fd {fd}"),
-        };
-        sockets.push((owned, label));
-    }
-    Ok(sockets)
+    let mut service =
+        ServiceOptions::listening(vec![ListenAddr::Tcp(SocketAddr::new(o.address, o.port))]);
+    service.model = o.model;
+    service.workers = o.workers;
+    service.settings = o.settings;
+    service.driver = driver;
+    // START may greet the client: TCP_DEFER_ACCEPT only when it cannot. Under systemd's
+    // socket activation `serve` serves the sockets it passed instead of binding these.
+    service.client_speaks_first = engine.server.client_speaks_first();
+    serve(name, &service, |_| NestService::new(engine.clone())).map_err(|e| e.to_string())
 }
 
 /// Logs to standard error at the logLevel option; under inetd, standard error is often the

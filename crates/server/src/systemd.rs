@@ -14,9 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The first descriptor a service manager passes (after stdin, stdout and stderr).
-const LISTEN_FDS_START: i32 = 3;
-
 /// What systemd handed to this process, read once from the environment by [`Systemd::from_env`].
 pub struct Systemd {
     /// The inherited sockets, each with its label for messages (`fd 3 "web"`), or why they
@@ -71,10 +68,11 @@ impl Systemd {
         let watchdog_usec = take_var("WATCHDOG_USEC");
         let watchdog_pid = take_var("WATCHDOG_PID");
         let ours = |value: &Option<OsString>| value.as_deref() == Some(pid.as_ref());
-        let sockets = match listen_fds {
-            Some(count) if ours(&listen_pid) => inherited(&count, names.as_ref()),
-            _ => Ok(Vec::new()),
-        };
+        let sockets = fastpath_drivers::inherited_sockets(
+            listen_pid.as_deref(),
+            listen_fds.as_deref(),
+            names.as_deref(),
+        );
         let mut pass_on = Vec::new();
         if let Some(path) = &notify {
             pass_on.push(("NOTIFY_SOCKET", path.clone()));
@@ -95,43 +93,6 @@ impl Systemd {
             handed: crate::reload::Handed::from_env(),
         }
     }
-}
-
-/// Takes descriptors 3.. as `LISTEN_FDS` counts them, labelled with their `LISTEN_FDNAMES`.
-fn inherited(count: &OsString, names: Option<&OsString>) -> io::Result<Vec<(OwnedFd, String)>> {
-    let count: i32 = count
-        .to_str()
-        .and_then(|c| c.parse().ok())
-        .filter(|&c| (0..=4096).contains(&c))
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("LISTEN_FDS={count:?} is not a count of descriptors"),
-            )
-        })?;
-    let names: Vec<String> = names
-        .map(|n| n.to_string_lossy().split(':').map(str::to_owned).collect())
-        .unwrap_or_default();
-    let mut sockets = Vec::new();
-    for i in 0..count {
-        let fd = LISTEN_FDS_START + i;
-        // SAFETY: fcntl on a descriptor number only asks whether it is open.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("LISTEN_FDS={count} but descriptor {fd} is not open"),
-            ));
-        }
-        // SAFETY: the service manager passed descriptors 3..3+LISTEN_FDS to this process
-        // (LISTEN_PID is ours) and nothing else in it owns them.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        let label = match names.get(i as usize).filter(|n| !n.is_empty()) {
-            Some(name) => format!("inherited socket fd {fd} \"{name}\""),
-            None => format!("inherited socket fd {fd}"),
-        };
-        sockets.push((owned, label));
-    }
-    Ok(sockets)
 }
 
 /// A datagram socket connected to nothing, sending to the manager's notification socket.

@@ -1,8 +1,8 @@
 //! [`serve`]: runs a service the way fastpath's own services run.
 
 use fastpath_drivers::{
-    bind_listeners_with, run, signals, uring_available, worker_count, DriverConfig, Handler,
-    ListenAddr, ListenOptions, ModelKind, ModelSettings,
+    bind_listeners_with, run, signals, take_inherited, uring_available, worker_count, DriverConfig,
+    Handler, ListenAddr, ListenOptions, Listeners, ModelKind, ModelSettings,
 };
 use std::io;
 
@@ -53,8 +53,11 @@ impl Default for ServiceOptions {
 /// Runs the service whose worker handlers `make_handler(worker)` builds, under `name` in the
 /// logs, until SIGTERM or SIGQUIT (a graceful stop: new clients are refused, connections are
 /// told through [`Handler::on_drain`] and given the driver's grace period) or SIGINT (at
-/// once). Binds the listeners (an address in use is an error naming it), logs one line saying
-/// where it listens and on which model, and returns once every worker has stopped.
+/// once). Binds the listeners (an address in use is an error naming it) or, started by
+/// systemd's socket activation (`LISTEN_FDS` for this process), serves the sockets it passed
+/// instead; logs one line saying where it listens and on which model, and returns once every
+/// worker has stopped. Call it before starting threads: it takes the activation variables out
+/// of the environment.
 pub fn serve<H, F>(name: &str, options: &ServiceOptions, make_handler: F) -> io::Result<()>
 where
     H: Handler,
@@ -72,6 +75,34 @@ where
     let model = kind.with(&options.settings);
     let workers = worker_count(options.workers);
     let layout = model.layout(workers);
+    let inherited = take_inherited()
+        .map_err(|e| io::Error::new(e.kind(), format!("socket activation: {e}")))?;
+    let activated = !inherited.is_empty();
+    let listeners = if activated {
+        Listeners::from_inherited(inherited, layout.listener_sets)
+            .map_err(|e| io::Error::new(e.kind(), format!("socket activation: {e}")))?
+    } else {
+        bind(options, layout.listener_sets)?
+    };
+    let addrs: Vec<String> = listeners
+        .local_addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    tracing::info!(
+        "{name}: listening on {} ({}{} model, {})",
+        addrs.join(", "),
+        if activated { "inherited; " } else { "" },
+        model.name(),
+        model.shape(workers)
+    );
+    run(model, listeners, &options.driver, make_handler, stop)?;
+    tracing::info!("{name}: stopped");
+    Ok(())
+}
+
+/// Binds `options.listen`, with TCP_DEFER_ACCEPT where the client speaks first.
+fn bind(options: &ServiceOptions, sets: usize) -> io::Result<Listeners> {
     let listen = if options.client_speaks_first {
         ListenOptions::default()
     } else {
@@ -82,25 +113,11 @@ where
         .iter()
         .map(|addr| (addr.clone(), listen))
         .collect();
-    let listeners = bind_listeners_with(&specs, layout.listener_sets).map_err(|e| {
+    bind_listeners_with(&specs, sets).map_err(|e| {
         let addrs: Vec<String> = options.listen.iter().map(|a| a.to_string()).collect();
         io::Error::new(
             e.kind(),
             format!("cannot listen on {}: {e}", addrs.join(", ")),
         )
-    })?;
-    let addrs: Vec<String> = listeners
-        .local_addrs
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    tracing::info!(
-        "{name}: listening on {} ({} model, {})",
-        addrs.join(", "),
-        model.name(),
-        model.shape(workers)
-    );
-    run(model, listeners, &options.driver, make_handler, stop)?;
-    tracing::info!("{name}: stopped");
-    Ok(())
+    })
 }
