@@ -267,6 +267,21 @@ impl Forwarder {
         }
     }
 
+    /// Counts `len` bytes posted for `route`'s injector when they go through it (`target` is
+    /// not the destination itself: the kernel routes to it).
+    fn count_injected(&mut self, route: usize, target: usize, len: usize) {
+        if target == route {
+            return;
+        }
+        if let Some(injector) = self
+            .kernel
+            .as_mut()
+            .and_then(|k| k.injectors[route].as_mut())
+        {
+            injector.posted += len as u64;
+        }
+    }
+
     /// How long a client's deadline is: its idle timeout, or the next overflow check once it
     /// is in the kernel path.
     fn client_check(&self, joined: bool) -> Duration {
@@ -360,15 +375,7 @@ impl Forwarder {
             let route = (key as i64).rem_euclid(routes) as usize;
             if self.reach(route, io.now(), &mut io.worker()) {
                 let target = self.target(route);
-                if target != route {
-                    if let Some(inj) = self
-                        .kernel
-                        .as_mut()
-                        .and_then(|k| k.injectors[route].as_mut())
-                    {
-                        inj.posted += len as u64;
-                    }
-                }
+                self.count_injected(route, target, len);
                 // At the end the queue may pass its limit: the kernel bounded what came up.
                 self.relay.post(target, &tail[consumed..consumed + len], me);
                 self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
@@ -760,15 +767,7 @@ impl Forwarder {
             forwarded += 1;
             taken += len;
             let target = self.target(route);
-            if target != route {
-                if let Some(inj) = self
-                    .kernel
-                    .as_mut()
-                    .and_then(|k| k.injectors[route].as_mut())
-                {
-                    inj.posted += len as u64;
-                }
-            }
+            self.count_injected(route, target, len);
             let posted = if decoded {
                 sock.forward(&mut self.relay, target)
             } else {
