@@ -18,6 +18,7 @@ pub mod ast;
 pub mod check;
 pub mod cli;
 pub mod codegen;
+pub mod fuzzing;
 pub mod parse;
 pub mod pattern;
 pub mod rusttok;
