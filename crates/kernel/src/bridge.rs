@@ -233,52 +233,27 @@ pub fn bridge_path(
 
 #[cfg(kernel_path)]
 mod imp {
-    use std::os::fd::{AsFd, AsRawFd, RawFd};
+    use std::os::fd::{AsFd, AsRawFd};
 
-    use aya::maps::{Map, MapData, MapError};
-    use aya::{Ebpf, EbpfError, EbpfLoader};
+    use aya::maps::Map;
+    use aya::EbpfLoader;
 
-    use crate::imp::{io_reason, load_and_attach};
+    pub(super) use crate::imp::Loaded;
+    use crate::imp::{load_and_attach, load_object};
     use crate::Unavailable;
 
     const BPF_SK_SKB_STREAM_VERDICT: u32 = 5;
 
     static BRIDGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/bridge.bpf.o"));
 
-    /// What must stay open for the path to work: the object (program and its attachment) and
-    /// the maps.
-    pub(super) struct Loaded {
-        _ebpf: Ebpf,
-        map: MapData,
-        state: MapData,
-    }
-
-    // SAFETY: nothing here is touched after loading but the maps' descriptors, which any
-    // thread may use; the object is only kept to be dropped.
-    unsafe impl Sync for Loaded {}
-    unsafe impl Send for Loaded {}
-
-    impl Loaded {
-        pub(super) fn map_fd(&self) -> RawFd {
-            self.map.fd().as_fd().as_raw_fd()
-        }
-
-        pub(super) fn state_fd(&self) -> RawFd {
-            self.state.fd().as_fd().as_raw_fd()
-        }
-    }
-
     pub(super) fn load(sockets: u32) -> Result<Loaded, Unavailable> {
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries("bridge_socks", sockets)
-            .map_max_entries("bridge_state", sockets)
-            .load(BRIDGE)
-            .map_err(|e| match e {
-                EbpfError::MapError(MapError::CreateError { name, io_error }) => {
-                    io_reason(&io_error, &format!("creating the sockhash `{name}`"))
-                }
-                other => Unavailable::Failed(format!("loading the bridge object: {other}")),
-            })?;
+        let mut ebpf = load_object(
+            EbpfLoader::new()
+                .map_max_entries("bridge_socks", sockets)
+                .map_max_entries("bridge_state", sockets),
+            BRIDGE,
+            "bridge",
+        )?;
         let Some(Map::SockHash(map)) = ebpf.take_map("bridge_socks") else {
             return Err(Unavailable::Failed(
                 "the bridge object has no sockhash `bridge_socks`".into(),
@@ -297,11 +272,7 @@ mod imp {
             map_fd,
             BPF_SK_SKB_STREAM_VERDICT,
         )?;
-        Ok(Loaded {
-            _ebpf: ebpf,
-            map,
-            state,
-        })
+        Ok(Loaded::new(ebpf, map, state))
     }
 }
 

@@ -360,10 +360,10 @@ mod imp {
     use std::collections::HashMap;
     use std::os::fd::{AsFd, AsRawFd, RawFd};
 
-    use aya::maps::{Map, MapData, MapError};
-    use aya::{Ebpf, EbpfError, EbpfLoader};
+    use aya::maps::{Map, MapData};
+    use aya::{Ebpf, EbpfLoader};
 
-    use crate::imp::{io_reason, load_and_attach};
+    use crate::imp::{load_and_attach, load_object};
     use crate::Unavailable;
 
     const BPF_SK_SKB_STREAM_PARSER: u32 = 4;
@@ -394,22 +394,19 @@ mod imp {
         max_held: u32,
     ) -> Result<Loaded, Unavailable> {
         let states = capacity.saturating_mul(2).saturating_add(destinations);
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries("fwd_clients", capacity)
-            .map_max_entries("fwd_dests", destinations.max(1))
-            .map_max_entries("fwd_held", destinations.max(1))
-            .map_max_entries("fwd_state", states)
-            .map_max_entries("fwd_taken", states)
-            .override_global("max_frame", &max_frame, true)
-            .override_global("max_held", &max_held, true)
-            .override_global("max_up", &max_held, true)
-            .load(FORWARD)
-            .map_err(|e| match e {
-                EbpfError::MapError(MapError::CreateError { name, io_error }) => {
-                    io_reason(&io_error, &format!("creating the map `{name}`"))
-                }
-                other => Unavailable::Failed(format!("loading the forward object: {other}")),
-            })?;
+        let mut ebpf = load_object(
+            EbpfLoader::new()
+                .map_max_entries("fwd_clients", capacity)
+                .map_max_entries("fwd_dests", destinations.max(1))
+                .map_max_entries("fwd_held", destinations.max(1))
+                .map_max_entries("fwd_state", states)
+                .map_max_entries("fwd_taken", states)
+                .override_global("max_frame", &max_frame, true)
+                .override_global("max_held", &max_held, true)
+                .override_global("max_up", &max_held, true),
+            FORWARD,
+            "forward",
+        )?;
         let mut maps = HashMap::new();
         for name in [
             "fwd_clients",

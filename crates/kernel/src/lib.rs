@@ -494,27 +494,49 @@ pub(crate) mod imp {
 
     static ECHO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/echo.bpf.o"));
 
-    /// What must stay open for the path to work: the object (program and its attachment) and
-    /// the map.
-    pub(super) struct Loaded {
+    /// What must stay open for a path of one socket map and one state map to work (the echo,
+    /// the bridge): the object (program and its attachment) and the maps.
+    pub(crate) struct Loaded {
         _ebpf: Ebpf,
         map: MapData,
         state: MapData,
     }
 
-    // SAFETY: nothing here is touched after loading but the map's descriptor, which any
+    // SAFETY: nothing here is touched after loading but the maps' descriptors, which any
     // thread may use; the object is only kept to be dropped.
     unsafe impl Sync for Loaded {}
     unsafe impl Send for Loaded {}
 
     impl Loaded {
-        pub(super) fn map_fd(&self) -> RawFd {
+        pub(crate) fn new(ebpf: Ebpf, map: MapData, state: MapData) -> Loaded {
+            Loaded {
+                _ebpf: ebpf,
+                map,
+                state,
+            }
+        }
+
+        pub(crate) fn map_fd(&self) -> RawFd {
             self.map.fd().as_fd().as_raw_fd()
         }
 
-        pub(super) fn state_fd(&self) -> RawFd {
+        pub(crate) fn state_fd(&self) -> RawFd {
             self.state.fd().as_fd().as_raw_fd()
         }
+    }
+
+    /// Loads the BPF object `bytes` (named `object` in messages) with `loader`'s settings.
+    pub(crate) fn load_object(
+        loader: &mut EbpfLoader<'_>,
+        bytes: &[u8],
+        object: &str,
+    ) -> Result<Ebpf, Unavailable> {
+        loader.load(bytes).map_err(|e| match e {
+            EbpfError::MapError(MapError::CreateError { name, io_error }) => {
+                io_reason(&io_error, &format!("creating the map `{name}`"))
+            }
+            other => Unavailable::Failed(format!("loading the {object} object: {other}")),
+        })
     }
 
     /// Loads program `name` of the BPF object `object` (named in messages) and attaches it
@@ -577,17 +599,14 @@ pub(crate) mod imp {
     }
 
     pub(super) fn load(capacity: u32, max_held: u32) -> Result<Loaded, Unavailable> {
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries("echo_socks", capacity)
-            .map_max_entries("echo_state", capacity)
-            .override_global("max_held", &max_held, true)
-            .load(ECHO)
-            .map_err(|e| match e {
-                EbpfError::MapError(MapError::CreateError { name, io_error }) => {
-                    io_reason(&io_error, &format!("creating the sockhash `{name}`"))
-                }
-                other => Unavailable::Failed(format!("loading the echo object: {other}")),
-            })?;
+        let mut ebpf = load_object(
+            EbpfLoader::new()
+                .map_max_entries("echo_socks", capacity)
+                .map_max_entries("echo_state", capacity)
+                .override_global("max_held", &max_held, true),
+            ECHO,
+            "echo",
+        )?;
         let map = ebpf
             .take_map("echo_socks")
             .ok_or_else(|| Unavailable::Failed("the echo object has no map `echo_socks`".into()))?;
@@ -609,11 +628,7 @@ pub(crate) mod imp {
             map_fd,
             BPF_SK_SKB_STREAM_VERDICT,
         )?;
-        Ok(Loaded {
-            _ebpf: ebpf,
-            map,
-            state,
-        })
+        Ok(Loaded::new(ebpf, map, state))
     }
 }
 
