@@ -66,6 +66,9 @@ pub(crate) enum Expiry {
     Close(CloseReason),
     /// Call the handler's `on_timeout`.
     CallTimeout,
+    /// A joined connection's deadline: the loop asks its joint (a carried one may still be
+    /// busy, or due a recheck), else ends it.
+    Joint,
 }
 
 /// What the closing rule decided once a closing connection's output has all been sent.
@@ -168,7 +171,11 @@ impl Link {
             return None;
         }
         match self.state {
-            State::Lingering | State::Joined => Some(Expiry::Close(CloseReason::Done)),
+            State::Lingering => Some(Expiry::Close(CloseReason::Done)),
+            State::Joined => {
+                self.deadline = None;
+                Some(Expiry::Joint)
+            }
             State::Closing => {
                 self.deadline = None;
                 None
@@ -213,7 +220,7 @@ impl Link {
         &mut self,
         core: &mut Core<'_>,
         registry: &mut dyn Registry,
-    ) -> Option<Duration> {
+    ) -> Option<(Duration, Option<Box<dyn crate::splice::Carrier>>)> {
         let (upstreams, pool) = (&mut core.upstreams, &mut core.pool);
         self.upstream
             .after_call(registry, upstreams, pool, core.now)
@@ -505,14 +512,16 @@ mod tests {
     }
 
     #[test]
-    fn deadlines_end_lingering_and_joined_connections() {
+    fn deadlines_end_lingering_connections_and_ask_joints() {
         let now = Instant::now();
-        for state in [State::Lingering, State::Joined] {
-            let mut l = link();
-            l.state = state;
-            l.deadline = Some(now);
-            assert_eq!(l.expiry(now, false), Some(Expiry::Close(CloseReason::Done)));
-        }
+        let mut l = link();
+        l.state = State::Lingering;
+        l.deadline = Some(now);
+        assert_eq!(l.expiry(now, false), Some(Expiry::Close(CloseReason::Done)));
+        let mut l = link();
+        l.state = State::Joined;
+        l.deadline = Some(now);
+        assert_eq!(l.expiry(now, false), Some(Expiry::Joint));
         let mut l = link();
         l.state = State::Closing;
         l.deadline = Some(now);

@@ -127,4 +127,5 @@ pub use sys::ignore_sigpipe;
 /// libc, for [`syscall!`] expanded in other crates.
 #[doc(hidden)]
 pub use libc as __libc;
+pub use splice::Carrier;
 pub use upstream::{Spliced, UpstreamAddr, UpstreamPort, UpstreamState};

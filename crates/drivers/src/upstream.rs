@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
-use crate::splice::{Direction, Failure, Joint, PumpError, Side};
+use crate::splice::{Carrier, Direction, Failure, Joint, PumpError, Side};
 use crate::sys::{setsockopt_int, syscall};
 use crate::CloseReason;
 
@@ -81,8 +81,9 @@ pub(crate) struct BodySplice {
 
 /// Where a joined connection stands after a pump.
 pub(crate) enum JointStep {
-    /// Still joined; `moved` when bytes (or an end of stream) moved.
-    Going { moved: bool },
+    /// Still joined; `moved` when bytes (or an end of stream) moved; `recheck` when it must
+    /// be pumped again soon ([`crate::splice::CARRIED_RECHECK`]) whatever happens.
+    Going { moved: bool, recheck: bool },
     /// The backend's end has reached the client: the joint is done.
     Finished,
     /// A side failed: close the connection for this reason.
@@ -126,8 +127,9 @@ struct Port {
     splicing: bool,
     /// A connect that failed before any socket existed, reported within the same call.
     failed_now: Option<io::ErrorKind>,
-    /// The handler asked to join the connections, ending when idle this long.
-    join_request: Option<Duration>,
+    /// The handler asked to join the connections, ending when idle this long, through a
+    /// carrier if it gave one.
+    join_request: Option<(Duration, Option<Box<dyn Carrier>>)>,
     /// Body splices asked for during the call: bytes and idle time, towards the client and
     /// towards the upstream.
     splice_requests: [Option<(u64, Duration)>; 2],
@@ -182,8 +184,8 @@ impl Port {
         }
     }
 
-    fn join(&mut self, idle: Duration) {
-        self.join_request = Some(idle);
+    fn join(&mut self, idle: Duration, carrier: Option<Box<dyn Carrier>>) {
+        self.join_request = Some((idle, carrier));
     }
 
     fn splice_to_client(&mut self, len: u64, idle: Duration) {
@@ -362,7 +364,14 @@ impl UpstreamPort {
     /// unconsumed upstream input to the client. Without a connected upstream the connection
     /// is aborted.
     pub fn join(&mut self, idle: Duration) {
-        self.port().join(idle)
+        self.port().join(idle, None)
+    }
+
+    /// As [`UpstreamPort::join`], but the bytes are moved by `carrier` (see [`Carrier`]) once
+    /// what user space holds for either side has been sent, if nothing waits unread in either
+    /// socket then and the carrier takes them; otherwise through pipes as `join` does.
+    pub fn join_carried(&mut self, idle: Duration, carrier: Box<dyn Carrier>) {
+        self.port().join(idle, Some(carrier))
     }
 
     /// After the call, moves exactly `len` bytes of the upstream's stream to the client through
@@ -462,7 +471,7 @@ impl UpstreamPort {
     }
 
     /// The join the handler asked for during the call, if any.
-    fn take_join_request(&mut self) -> Option<Duration> {
+    fn take_join_request(&mut self) -> Option<(Duration, Option<Box<dyn Carrier>>)> {
         self.port.as_mut()?.join_request.take()
     }
 
@@ -482,7 +491,7 @@ impl UpstreamPort {
         pool: &mut UpstreamPool,
         buffers: &mut BufferPool,
         now: Instant,
-    ) -> Option<Duration> {
+    ) -> Option<(Duration, Option<Box<dyn Carrier>>)> {
         if self.apply(registry, pool, buffers, now) {
             self.notify = true;
         }
@@ -989,11 +998,13 @@ impl Upstream {
             },
             client_output_pending,
             upstream_output_pending,
+            self.input.ever_received(),
         );
         match pumped {
             Ok(pumped) if pumped.finished => JointStep::Finished,
             Ok(pumped) => JointStep::Going {
                 moved: pumped.moved,
+                recheck: pumped.recheck,
             },
             Err(PumpError::Client(e)) => {
                 tracing::debug!("joined client failed: {e}");

@@ -213,6 +213,9 @@ fn check(path: &Path) -> ExitCode {
             for note in config.model_notes() {
                 println!("{}: note: {note}", path.display());
             }
+            if let Some(kernel) = fastpath_server::kernel_report(&config) {
+                println!("{}: note: {kernel}", path.display());
+            }
             println!("{}: configuration ok", path.display());
             ExitCode::SUCCESS
         }

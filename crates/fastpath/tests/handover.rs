@@ -130,7 +130,7 @@ pub(crate) fn read_body(reader: &mut impl BufRead, headers: &[(String, String)])
 }
 
 /// Answers every request on a kept-alive connection with a text description of it.
-fn echo(stream: TcpStream, log: &BackendLog) {
+pub(crate) fn echo(stream: TcpStream, log: &BackendLog) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     while let Some((line, headers)) = read_head(&mut reader) {
@@ -289,7 +289,7 @@ fn by_path(stream: TcpStream, _log: &BackendLog) {
     }
 }
 
-fn config(backend: &Backend, route: &str, extra: &str) -> String {
+pub(crate) fn config(backend: &Backend, route: &str, extra: &str) -> String {
     format!(
         "root = \"root\"\n{extra}\n[timeouts]\nlinger = \"1s\"\n[[backend]]\nname = \"app\"\naddresses = \"{}\"\npublic_url = \"http://backend.example:8000\"\nconnect_timeout = \"1s\"\nresponse_timeout = \"1s\"\nmax_body_size = \"64m\"\n[[route]]\nbackend = \"app\"\n{route}\n",
         backend.addr
@@ -301,7 +301,7 @@ fn config_with(backend: &Backend, route: &str, keys: &str) -> String {
     config(backend, route, "").replace("[[route]]", &format!("{keys}\n[[route]]"))
 }
 
-fn site() -> Site {
+pub(crate) fn site() -> Site {
     let site = Site::new();
     site.file("index.html", "static index\n");
     site.file("page.txt", "static page\n");
@@ -471,10 +471,16 @@ httptest!(redirect_answers_307_to_the_public_url, |model| {
 });
 
 httptest!(bridge_hands_the_connection_over_for_good, |model| {
+    bridge_hands_the_connection_over(model, "");
+});
+
+/// The bridge test, with `extra` at the top of the configuration (kernel_bridge.rs runs it
+/// with the kernel path on); the server is returned for more checks.
+pub(crate) fn bridge_hands_the_connection_over(model: &'static str, extra: &str) -> Server {
     let backend = Backend::start(echo);
     let site = site();
     let route = "prefix = \"/ws/\"\nmethod = \"bridge\"";
-    let srv = site.serve_config(model, &config(&backend, route, ""));
+    let srv = site.serve_config(model, &config(&backend, route, extra));
     let mut conn = srv.connect();
     let r = conn.exchange("GET /ws/chat HTTP/1.1\r\nHost: t\r\nX-Test: 1\r\n\r\n");
     // The request reached the backend exactly as the client sent it.
@@ -494,7 +500,8 @@ httptest!(bridge_hands_the_connection_over_for_good, |model| {
         "{}",
         r.text()
     );
-});
+    srv
+}
 
 httptest!(a_refusing_backend_gives_502, |model| {
     let closed = TcpListener::bind("127.0.0.1:0")
@@ -688,71 +695,75 @@ httptest!(backend_connections_are_kept_for_the_idle_timeout, |model| {
 
 httptest!(
     hand_overs_that_fail_or_end_leave_no_descriptor_behind,
-    |model| {
-        let backend = Backend::start(by_path);
-        let dead = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let site = site();
-        let text = format!(
-            "root = \"root\"\nworkers = 1\n[timeouts]\nlinger = \"200ms\"\n\
+    |model| hand_overs_leave_nothing_behind(model, "")
+);
+
+/// The descriptor test, with `extra` in the `[handover]` table.
+pub(crate) fn hand_overs_leave_nothing_behind(model: &'static str, extra: &str) {
+    let backend = Backend::start(by_path);
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let site = site();
+    let text = format!(
+        "root = \"root\"\nworkers = 1\n[timeouts]\nlinger = \"200ms\"\n\
          [[backend]]\nname = \"app\"\naddresses = \"{}\"\nresponse_timeout = \"2s\"\n\
          [[backend]]\nname = \"dead\"\naddresses = \"{dead}\"\n\
          [[route]]\nbackend = \"app\"\nprefix = \"/ws/\"\nmethod = \"bridge\"\n\
          [[route]]\nbackend = \"app\"\nprefix = \"/app/\"\n\
-         [[route]]\nbackend = \"dead\"\nprefix = \"/dead/\"\n",
-            backend.addr
+         [[route]]\nbackend = \"dead\"\nprefix = \"/dead/\"\n\
+         [handover]\n{extra}\n",
+        backend.addr
+    );
+    let srv = site.serve_config(model, &text);
+    srv.get("/page.txt").assert_ok(200, "static page\n");
+    let baseline = sockets_and_pipes(srv.pid());
+    for _ in 0..10 {
+        srv.get("/app/ok").assert_ok(200, "ok\n");
+        srv.get("/app/garbage").assert_status(502);
+        srv.get("/dead/x").assert_status(502);
+        let mut conn = srv.connect();
+        conn.send("GET /app/cut HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut rest = Vec::new();
+        let _ = conn.stream().try_clone().unwrap().read_to_end(&mut rest);
+        // A client that leaves in the middle of a large answer.
+        let mut conn = srv.connect();
+        conn.send("GET /app/big HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut some = [0u8; 4096];
+        let _ = conn.stream().try_clone().unwrap().read(&mut some);
+        drop(conn);
+        // A bridged connection, ended by the client.
+        let mut conn = srv.connect();
+        conn.send(
+            "GET /ws/x HTTP/1.1\r\nHost: t\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nping",
         );
-        let srv = site.serve_config(model, &text);
-        srv.get("/page.txt").assert_ok(200, "static page\n");
-        let baseline = sockets_and_pipes(srv.pid());
-        for _ in 0..10 {
-            srv.get("/app/ok").assert_ok(200, "ok\n");
-            srv.get("/app/garbage").assert_status(502);
-            srv.get("/dead/x").assert_status(502);
-            let mut conn = srv.connect();
-            conn.send("GET /app/cut HTTP/1.1\r\nHost: t\r\n\r\n");
-            let mut rest = Vec::new();
-            let _ = conn.stream().try_clone().unwrap().read_to_end(&mut rest);
-            // A client that leaves in the middle of a large answer.
-            let mut conn = srv.connect();
-            conn.send("GET /app/big HTTP/1.1\r\nHost: t\r\n\r\n");
-            let mut some = [0u8; 4096];
-            let _ = conn.stream().try_clone().unwrap().read(&mut some);
-            drop(conn);
-            // A bridged connection, ended by the client.
-            let mut conn = srv.connect();
-            conn.send(
-                "GET /ws/x HTTP/1.1\r\nHost: t\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nping",
-            );
-            let mut stream = conn.stream().try_clone().unwrap();
-            let mut got = Vec::new();
-            let mut buf = [0u8; 256];
-            while !got.ends_with(b"ping") {
-                match stream.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
+        let mut stream = conn.stream().try_clone().unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while !got.ends_with(b"ping") {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
             }
-            assert!(got.ends_with(b"ping"), "{}", String::from_utf8_lossy(&got));
-            stream.shutdown(std::net::Shutdown::Write).unwrap();
-            let _ = stream.read_to_end(&mut got);
         }
-        // Kept backend connections may stay, a few per worker or child process; nothing
-        // else may (each round opens six connections, so a leak shows as dozens).
-        let allowed = baseline + 4 + 2 * children(srv.pid()).len();
-        let settled = wait_for(Duration::from_secs(10), || {
-            let n = sockets_and_pipes(srv.pid());
-            (n <= allowed).then_some(n)
-        });
-        assert!(
-            settled.is_some(),
-            "{} connections and pipes held, {baseline} at the start, {allowed} allowed",
-            sockets_and_pipes(srv.pid())
-        );
+        assert!(got.ends_with(b"ping"), "{}", String::from_utf8_lossy(&got));
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let _ = stream.read_to_end(&mut got);
     }
-);
+    // Kept backend connections may stay, a few per worker or child process; nothing
+    // else may (each round opens six connections, so a leak shows as dozens).
+    let allowed = baseline + 4 + 2 * children(srv.pid()).len();
+    let settled = wait_for(Duration::from_secs(10), || {
+        let n = sockets_and_pipes(srv.pid());
+        (n <= allowed).then_some(n)
+    });
+    assert!(
+        settled.is_some(),
+        "{} connections and pipes held, {baseline} at the start, {allowed} allowed",
+        sockets_and_pipes(srv.pid())
+    );
+}
 
 httptest!(
     clients_that_close_after_each_request_share_backend_connections,
@@ -1111,7 +1122,7 @@ httptest!(an_index_file_a_route_claims_goes_to_the_backend, |model| {
 
 /// After a request head, answers 101 and then echoes every byte until the client's end, then
 /// ends too: a protocol switch, as WebSocket does.
-fn upgrade_then_echo(stream: TcpStream, log: &BackendLog) {
+pub(crate) fn upgrade_then_echo(stream: TcpStream, log: &BackendLog) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     let Some((line, _)) = read_head(&mut reader) else {
@@ -1132,49 +1143,51 @@ fn upgrade_then_echo(stream: TcpStream, log: &BackendLog) {
 
 httptest!(
     a_bridge_carries_megabytes_both_ways_until_the_backend_ends,
-    |model| {
-        let backend = Backend::start(upgrade_then_echo);
-        let site = site();
-        let route = "prefix = \"/ws/\"\nmethod = \"bridge\"";
-        let srv = site.serve_config(model, &config(&backend, route, ""));
-        let mut conn = srv.connect();
-        // Bytes right behind the head go along with it.
-        conn.send("GET /ws/echo HTTP/1.1\r\nHost: t\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nearly bytes|");
-        let stream = conn.stream().try_clone().unwrap();
-        let mut writer = stream.try_clone().unwrap();
-        let payload: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
-        let sent = payload.clone();
-        let sender = std::thread::spawn(move || {
-            writer.write_all(&sent).unwrap();
-            // Half-close: the answer must still arrive in full.
-            writer.shutdown(std::net::Shutdown::Write).unwrap();
-        });
-        let mut received = Vec::new();
-        let mut reader = stream;
-        reader
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        reader.read_to_end(&mut received).unwrap();
-        sender.join().unwrap();
-        let head =
-            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n";
-        assert!(
-            received.starts_with(head),
-            "{:?}",
-            String::from_utf8_lossy(&received[..80.min(received.len())])
-        );
-        let echoed = &received[head.len()..];
-        assert_eq!(&echoed[..12], b"early bytes|");
-        assert_eq!(echoed.len(), 12 + payload.len());
-        assert!(echoed[12..] == payload[..], "the echoed bytes differ");
-        // Logged once, when handed over; the backend's answer is its own to log.
-        let logged = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("GET /ws/echo"));
-        assert!(
-            logged.as_deref().is_some_and(|l| l.contains("\" - - ")),
-            "{logged:?}"
-        );
-    }
+    |model| bridge_carries_megabytes(model, "")
 );
+
+/// The megabytes test, with `extra` at the top of the configuration.
+pub(crate) fn bridge_carries_megabytes(model: &'static str, extra: &str) {
+    let backend = Backend::start(upgrade_then_echo);
+    let site = site();
+    let route = "prefix = \"/ws/\"\nmethod = \"bridge\"";
+    let srv = site.serve_config(model, &config(&backend, route, extra));
+    let mut conn = srv.connect();
+    // Bytes right behind the head go along with it.
+    conn.send("GET /ws/echo HTTP/1.1\r\nHost: t\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nearly bytes|");
+    let stream = conn.stream().try_clone().unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let payload: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let sent = payload.clone();
+    let sender = std::thread::spawn(move || {
+        writer.write_all(&sent).unwrap();
+        // Half-close: the answer must still arrive in full.
+        writer.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut received = Vec::new();
+    let mut reader = stream;
+    reader
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    reader.read_to_end(&mut received).unwrap();
+    sender.join().unwrap();
+    let head = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n";
+    assert!(
+        received.starts_with(head),
+        "{:?}",
+        String::from_utf8_lossy(&received[..80.min(received.len())])
+    );
+    let echoed = &received[head.len()..];
+    assert_eq!(&echoed[..12], b"early bytes|");
+    assert_eq!(echoed.len(), 12 + payload.len());
+    assert!(echoed[12..] == payload[..], "the echoed bytes differ");
+    // Logged once, when handed over; the backend's answer is its own to log.
+    let logged = srv.wait_stdout_line(Duration::from_secs(5), |l| l.contains("GET /ws/echo"));
+    assert!(
+        logged.as_deref().is_some_and(|l| l.contains("\" - - ")),
+        "{logged:?}"
+    );
+}
 
 /// The byte at `i` of a large test body.
 fn body_byte(i: usize) -> u8 {
@@ -1464,12 +1477,17 @@ fn upload_paced(
 /// Uploads of 1, 3 and 20 MiB, by length and chunked, to a backend that reads far slower
 /// than the client sends, through `route`: 20 one after another, then 8 at once. Each must be
 /// answered, intact, and logged.
-fn uploads_to_a_slow_backend(model: &'static str, route: &str) {
+pub(crate) fn uploads_to_a_slow_backend(model: &'static str, route: &str) {
+    uploads_to_a_slow_backend_with(model, route, "")
+}
+
+/// [`uploads_to_a_slow_backend`] with `extra` at the top of the configuration.
+pub(crate) fn uploads_to_a_slow_backend_with(model: &'static str, route: &str, extra: &str) {
     let backend = Backend::start_with_receive_buffer(slow_sink, 64 * 1024);
     let site = site();
     // Backpressure is what this test is about, not timeouts (a test of their own): a
     // generous response timeout keeps a loaded machine from failing it.
-    let config = config(&backend, route, "")
+    let config = config(&backend, route, extra)
         .replace("response_timeout = \"1s\"", "response_timeout = \"10s\"");
     let srv = site.serve_config(model, &config);
     let addr = srv.addr();

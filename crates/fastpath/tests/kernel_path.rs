@@ -90,7 +90,7 @@ pub(crate) fn bpf_object_exists(bpftool: &str, (kind, id): (&str, u32)) -> bool 
 }
 
 /// The id of the server's sockhash (the echo's map of sockets).
-fn sockhash_id(pid: u32) -> u32 {
+pub(crate) fn sockhash_id(pid: u32) -> u32 {
     let dir = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap();
     for entry in dir.flatten() {
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();

@@ -20,6 +20,7 @@ mod framework;
 mod framework_bench;
 mod handover;
 mod handover_real;
+mod kernel_bridge;
 mod kernel_forward;
 mod kernel_path;
 mod limits;

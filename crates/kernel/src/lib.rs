@@ -16,6 +16,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::str::FromStr;
 use std::sync::Arc;
 
+mod bridge;
+pub use bridge::{bridge_path, BridgePath, Joined as BridgeJoined};
 mod forward;
 pub use forward::{forward_path, Counts, ForwardPath, Joined};
 
@@ -358,7 +360,7 @@ fn tcp_info(socket: BorrowedFd<'_>) -> io::Result<TcpInfo> {
     Ok(info)
 }
 
-fn socket_cookie(socket: BorrowedFd<'_>) -> io::Result<u64> {
+pub(crate) fn socket_cookie(socket: BorrowedFd<'_>) -> io::Result<u64> {
     let mut cookie: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
     // SAFETY: the kernel writes one u64.
@@ -380,7 +382,7 @@ fn socket_cookie(socket: BorrowedFd<'_>) -> io::Result<u64> {
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-const BPF_NOEXIST: u64 = 1;
+pub(crate) const BPF_NOEXIST: u64 = 1;
 
 /// `union bpf_attr` for the map element commands.
 #[repr(C)]
@@ -417,7 +419,7 @@ fn map_elem(cmd: libc::c_long, map_fd: RawFd, key: u64, value: u64, flags: u64) 
     Ok(())
 }
 
-fn map_update<K, V>(map_fd: RawFd, key: &K, value: &V, flags: u64) -> io::Result<()> {
+pub(crate) fn map_update<K, V>(map_fd: RawFd, key: &K, value: &V, flags: u64) -> io::Result<()> {
     map_elem(
         BPF_MAP_UPDATE_ELEM,
         map_fd,
@@ -427,7 +429,7 @@ fn map_update<K, V>(map_fd: RawFd, key: &K, value: &V, flags: u64) -> io::Result
     )
 }
 
-fn map_lookup<K, V>(map_fd: RawFd, key: &K, value: &mut V) -> io::Result<()> {
+pub(crate) fn map_lookup<K, V>(map_fd: RawFd, key: &K, value: &mut V) -> io::Result<()> {
     map_elem(
         BPF_MAP_LOOKUP_ELEM,
         map_fd,
@@ -437,7 +439,7 @@ fn map_lookup<K, V>(map_fd: RawFd, key: &K, value: &mut V) -> io::Result<()> {
     )
 }
 
-fn map_delete<K>(map_fd: RawFd, key: &K) -> io::Result<()> {
+pub(crate) fn map_delete<K>(map_fd: RawFd, key: &K) -> io::Result<()> {
     map_elem(BPF_MAP_DELETE_ELEM, map_fd, key as *const K as u64, 0, 0)
 }
 
@@ -455,7 +457,7 @@ struct ProgAttachAttr {
 
 /// Attaches a program to a sockmap (aya's attach wants its own 4-byte-valued map type).
 #[cfg_attr(not(kernel_path), allow(dead_code))]
-fn prog_attach(prog_fd: RawFd, map_fd: RawFd, attach_type: u32) -> io::Result<()> {
+pub(crate) fn prog_attach(prog_fd: RawFd, map_fd: RawFd, attach_type: u32) -> io::Result<()> {
     let attr = ProgAttachAttr {
         target_fd: map_fd as u32,
         attach_bpf_fd: prog_fd as u32,
@@ -479,7 +481,7 @@ fn prog_attach(prog_fd: RawFd, map_fd: RawFd, attach_type: u32) -> io::Result<()
 }
 
 #[cfg(kernel_path)]
-mod imp {
+pub(crate) mod imp {
     use std::os::fd::{AsFd, AsRawFd, RawFd};
 
     use aya::maps::{Map, MapData, MapError};
@@ -492,7 +494,8 @@ mod imp {
 
     static ECHO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/echo.bpf.o"));
 
-    /// What must stay open for the echo path to work: the object (program and its attachment) and the maps.
+    /// What must stay open for a path of one socket map and one state map to work (the echo,
+    /// the bridge): the object (program and its attachment) and the maps.
     pub(crate) struct Loaded {
         _ebpf: Ebpf,
         map: MapData,
@@ -574,7 +577,7 @@ mod imp {
         }
     }
 
-    pub(super) fn program_reason(e: ProgramError, what: &str) -> Unavailable {
+    pub(crate) fn program_reason(e: ProgramError, what: &str) -> Unavailable {
         match e {
             ProgramError::LoadError {
                 io_error,

@@ -177,6 +177,14 @@ pub struct HandoverConfig {
     pub cache_memory: usize,
     /// Larger backend responses are not cached; default 1 MiB.
     pub cache_max_response: usize,
+    /// Whether bridged connections are joined in the kernel (a BPF sockmap) rather than
+    /// spliced through pipes; default auto (see docs/configuration.md).
+    pub kernel_path: fastpath_kernel::Mode,
+    /// Bridged connections the kernel path holds at once, the whole server; default 4096.
+    pub kernel_bridges: u32,
+    /// Bytes the kernel may hold for one direction of a bridged connection beyond the
+    /// destination's send buffer; default 4 MiB.
+    pub kernel_hold: u32,
 }
 
 impl Default for HandoverConfig {
@@ -184,6 +192,9 @@ impl Default for HandoverConfig {
         HandoverConfig {
             cache_memory: 32 * 1024 * 1024,
             cache_max_response: 1024 * 1024,
+            kernel_path: fastpath_kernel::Mode::Auto,
+            kernel_bridges: 4096,
+            kernel_hold: 4 * 1024 * 1024,
         }
     }
 }

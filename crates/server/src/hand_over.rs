@@ -49,6 +49,8 @@ pub(crate) struct Backends {
     cache_hits: u64,
     cache_misses: u64,
     metrics: Option<WorkerMetrics>,
+    /// The kernel path of bridged connections, if loaded.
+    pub(crate) kernel_bridge: Option<Arc<fastpath_kernel::BridgePath>>,
 }
 
 /// A request the routes handed over, as the client sent it.
@@ -116,6 +118,7 @@ impl Backends {
             cache_hits: 0,
             cache_misses: 0,
             metrics,
+            kernel_bridge: None,
         }
     }
 
@@ -267,6 +270,11 @@ impl Backends {
         let start = Start {
             backend,
             bridge,
+            kernel: if bridge {
+                self.kernel_bridge.clone()
+            } else {
+                None
+            },
             staged,
             idempotent: matches!(
                 request.method,

@@ -184,6 +184,15 @@ impl HttpHandler {
         }
     }
 
+    /// Joins bridged connections in the kernel with `path` (splice without).
+    pub(crate) fn with_kernel_bridge(
+        mut self,
+        path: Option<Arc<fastpath_kernel::BridgePath>>,
+    ) -> Self {
+        self.backends.kernel_bridge = path;
+        self
+    }
+
     fn give_parser(&mut self, mut parser: Box<Parser>) {
         if self.parsers.len() < MAX_POOLED_PARSERS {
             parser.reset();

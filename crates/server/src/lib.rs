@@ -22,6 +22,7 @@ pub mod config;
 mod error_log;
 mod hand_over;
 mod handler;
+mod kernel_bridge;
 mod metrics;
 mod privileges;
 mod proxy;
@@ -65,6 +66,8 @@ pub enum ServeError {
     PidFile(std::path::PathBuf, io::Error),
     /// The event loops failed.
     Run(io::Error),
+    /// `kernel_path = "on"` and the kernel path cannot be had (why).
+    Kernel(String),
 }
 
 impl std::fmt::Display for ServeError {
@@ -80,6 +83,7 @@ impl std::fmt::Display for ServeError {
                 write!(f, "cannot write the pid file {}: {e}", path.display())
             }
             ServeError::Run(e) => write!(f, "server failed: {e}"),
+            ServeError::Kernel(why) => f.write_str(why),
         }
     }
 }
@@ -201,6 +205,9 @@ struct Shared {
     reporter: Arc<std::sync::atomic::AtomicUsize>,
     handlers: usize,
     metrics: Option<Arc<Metrics>>,
+    /// The kernel path of bridged connections, loaded once for the process (prefork's
+    /// children share the parent's).
+    kernel_bridge: Option<Arc<fastpath_kernel::BridgePath>>,
 }
 
 impl Shared {
@@ -214,6 +221,7 @@ impl Shared {
         metrics: Option<Arc<Metrics>>,
         unix_listeners: &[Option<&'static str>],
         generations: Option<&'static [AtomicU64]>,
+        kernel_bridge: Option<Arc<fastpath_kernel::BridgePath>>,
     ) -> Result<Shared, ServeError> {
         let watch = match (config.cache.enabled, single_threaded) {
             (false, _) => Watching::Off,
@@ -267,6 +275,7 @@ impl Shared {
             reporter: Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX)),
             handlers,
             metrics,
+            kernel_bridge,
         })
     }
 
@@ -286,6 +295,7 @@ impl Shared {
             (self.response_cache.clone(), self.reporter.clone()),
             self.metrics.as_ref().map(|m| m.for_worker(worker)),
         )
+        .with_kernel_bridge(self.kernel_bridge.clone())
     }
 }
 
@@ -294,6 +304,12 @@ impl Drop for Shared {
     fn drop(&mut self) {
         self.access_log.finish();
     }
+}
+
+/// What `fastpath check` says bridged connections get on this machine (the kernel path or
+/// splice, and why); `None` when no route bridges.
+pub fn kernel_report(config: &Config) -> Option<String> {
+    kernel_bridge::report(config)
 }
 
 /// Runs the server described by `config` until `stop` is set, on the addresses it names.
@@ -429,6 +445,9 @@ pub fn serve_with(
     // that serve open their own.
     virtual_hosts(config, Watching::Off)?;
     AccessLog::start_direct(&config.log.access).map_err(ServeError::AccessLog)?;
+    // Loaded while the process is still root, once: the workers and prefork's children
+    // share its maps (they go when the last process holding them exits).
+    let kernel_bridge = kernel_bridge::load(config).map_err(ServeError::Kernel)?;
     if let Some(switch) = &switch {
         tracing::info!("serving as {}", switch.who());
     }
@@ -454,6 +473,7 @@ pub fn serve_with(
             metrics.clone(),
             &unix_listeners,
             generations,
+            kernel_bridge.clone(),
         )
         .map_err(io::Error::other)?;
         if let Some(switch) = &switch {

@@ -31,6 +31,8 @@ use std::fs::File;
 use std::io::{self, Write as _};
 use std::path::Path;
 use std::sync::Arc;
+
+use crate::kernel_bridge::KernelBridge;
 use std::time::Instant;
 
 use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
@@ -224,6 +226,8 @@ pub(crate) struct Exchange {
     pub(crate) backend: usize,
     address: usize,
     bridge: bool,
+    /// A bridge joins in the kernel with this (see crate::kernel_bridge), else splices.
+    kernel: Option<Arc<fastpath_kernel::BridgePath>>,
     /// The request head (and for a bridge, the bytes read after it) waiting for the
     /// connection; kept after sending while the request may be sent again.
     staged: Vec<u8>,
@@ -302,6 +306,8 @@ fn pool_key(backend: usize, address: usize) -> u64 {
 pub(crate) struct Start<'a> {
     pub backend: usize,
     pub bridge: bool,
+    /// A bridge joins in the kernel with this, if loaded.
+    pub kernel: Option<Arc<fastpath_kernel::BridgePath>>,
     pub staged: Vec<u8>,
     /// The method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
     pub idempotent: bool,
@@ -392,6 +398,7 @@ impl Exchange {
             backend: start.backend,
             address,
             bridge: start.bridge,
+            kernel: start.kernel,
             staged: start.staged,
             staged_sent: false,
             // A body read whole can be sent again as well as a request without one.
@@ -718,9 +725,13 @@ impl Exchange {
                 // the backend's end reaches the client, or after the response timeout
                 // without a byte either way.
                 // The backend connection stays counted until the client connection closes.
-                parts
-                    .upstream
-                    .join(backends[self.backend].config().response_timeout);
+                let idle = backends[self.backend].config().response_timeout;
+                match self.kernel.take() {
+                    Some(path) => parts
+                        .upstream
+                        .join_carried(idle, Box::new(KernelBridge::new(path))),
+                    None => parts.upstream.join(idle),
+                }
                 return Some(Progress::Joined);
             }
             if out.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced) {

@@ -15,7 +15,7 @@ use crate::connection::{self, Closing, Link, Parts, State};
 use crate::contract::Outgoing;
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
-use crate::splice::{Joint, Side};
+use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::sys::{self, syscall};
 use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
@@ -63,6 +63,8 @@ pub(crate) struct Slot<C> {
     writable: bool,
     /// The peer's FIN (or an error) has been signalled: read until the end is seen.
     hangup: bool,
+    /// Both sockets are registered for their ends only ([`Joint::ends_only`]).
+    ends_only: bool,
 }
 
 /// One event loop: its listeners (none for a worker fed connections by someone else), its
@@ -594,13 +596,19 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     /// Joins a connection with its upstream as the handler asked; Abort when it cannot be.
-    fn join(&mut self, index: usize, idle: Duration, next: Next) -> Next {
+    fn join(
+        &mut self,
+        index: usize,
+        idle: Duration,
+        carrier: Option<Box<dyn Carrier>>,
+        next: Next,
+    ) -> Next {
         let slot = self.slots.at(index).expect("live slot");
         let link = &mut slot.link;
         let Some(up) = link.upstream.attached() else {
             return Next::Abort;
         };
-        let joint = match Joint::new(idle) {
+        let joint = match Joint::new(idle, carrier) {
             Ok(joint) => joint,
             Err(e) => {
                 tracing::warn!("cannot join a connection with its upstream: {e}");
@@ -619,6 +627,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// time, so the answer is not reset away): true then, to drive it on.
     fn pump(&mut self, index: usize) -> bool {
         let epoll = self.epoll_fd();
+        let token = self.slots.token(index);
         let slot = self.slots.at(index).expect("live slot");
         let link = &mut slot.link;
         let (Some(joint), Some(up)) = (slot.joint.as_mut(), link.upstream.attached()) else {
@@ -634,10 +643,46 @@ impl<'a, H: Handler> Worker<'a, H> {
             readable: &mut slot.readable,
             writable: &mut slot.writable,
         };
-        match up.pump_joint(joint, client, !link.output.is_empty()) {
-            JointStep::Going { moved } => {
+        let step = up.pump_joint(joint, client, !link.output.is_empty());
+        let ends_only = joint.ends_only();
+        if ends_only != slot.ends_only {
+            // A socket not registered yet (a join in the connection's first turn) is
+            // registered for everything; this is tried again on its next event.
+            // Room on a destination that was full (the kernel's sender waits for it, and a leg
+            // it stopped carrying may want copying), reported once per edge.
+            let events = if ends_only {
+                libc::EPOLLRDHUP | libc::EPOLLOUT | libc::EPOLLET
+            } else {
+                libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET
+            } as u32;
+            let mut ok = true;
+            for (fd, kind) in [
+                (link.fd.as_raw_fd(), CONNECTION),
+                (up.fd.as_raw_fd(), UPSTREAM),
+            ] {
+                let mut event = libc::epoll_event {
+                    events,
+                    u64: token.pack(kind),
+                };
+                ok &= syscall!(epoll_ctl(epoll, libc::EPOLL_CTL_MOD, fd, &mut event)).is_ok();
+            }
+            if ok {
+                slot.ends_only = ends_only;
+            }
+        }
+        match step {
+            JointStep::Going { moved, recheck } => {
                 if moved {
                     link.deadline = Some(self.core.now + joint.idle);
+                }
+                if ends_only {
+                    let at = self.core.now + CARRIED_CHECK;
+                    link.deadline = Some(link.deadline.map_or(at, |d| d.min(at)));
+                }
+                if recheck {
+                    let at = self.core.now + CARRIED_RECHECK;
+                    link.deadline = Some(link.deadline.map_or(at, |d| d.min(at)));
+                    self.core.note_deadline(token, link.deadline);
                 }
                 false
             }
@@ -684,6 +729,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         self.slots.insert(Slot {
             link,
             joint: None,
+            ends_only: false,
             conn,
             // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
             readable: true,
@@ -707,13 +753,31 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         };
         let slot = self.slots.at(index).expect("live slot");
         match slot.link.upstream_after_call(&mut self.core, &mut registry) {
-            Some(idle) => self.join(index, idle, next),
+            Some((idle, carrier)) => self.join(index, idle, carrier, next),
             None => next,
         }
     }
 
     fn proceed(&mut self, index: usize) {
         self.drive(index);
+    }
+
+    fn joint_expired(&mut self, index: usize) {
+        let slot = self.slots.at(index).expect("live slot");
+        let link = &mut slot.link;
+        let idle = match (slot.joint.as_ref(), link.upstream.attached()) {
+            (Some(joint), Some(up)) => joint
+                .carried_idle(link.fd.as_raw_fd(), up.fd.as_raw_fd())
+                .map(|quiet| (quiet, joint.idle)),
+            _ => None,
+        };
+        match idle {
+            Some((quiet, limit)) if quiet < limit => {
+                link.deadline = Some(self.core.now + (limit - quiet));
+                self.drive(index);
+            }
+            _ => self.close(index, CloseReason::Done),
+        }
     }
 
     fn close(&mut self, index: usize, reason: CloseReason) {

@@ -204,6 +204,10 @@ pub(crate) trait Engine<'a> {
     fn proceed(&mut self, index: usize);
     /// Ends connection `index` for `reason`.
     fn close(&mut self, index: usize, reason: CloseReason);
+    /// A joined connection's deadline came ([`Expiry::Joint`]): a carried joint that has
+    /// moved bytes since (the loop does not see them: TCP_INFO tells) or waits for a recheck
+    /// goes on; otherwise the joint was idle for its time and the connection ends.
+    fn joint_expired(&mut self, index: usize);
     /// Calls the handler for connection `index` once the kernel has let go of its output
     /// ([`Parts::busy`]); a loop whose handler is never busy never needs to.
     fn call_later(&mut self, _index: usize) {}
@@ -272,6 +276,7 @@ pub(crate) trait Engine<'a> {
             Some(Expiry::Close(reason)) => self.close(index, reason),
             Some(Expiry::CallTimeout) if self.call_and_apply(index, true) => self.proceed(index),
             Some(Expiry::CallTimeout) => {}
+            Some(Expiry::Joint) => self.joint_expired(index),
         }
     }
 

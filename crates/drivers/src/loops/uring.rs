@@ -76,7 +76,7 @@ use crate::connection::{self, Closing, Link, Parts, State};
 use crate::contract::Outgoing;
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
-use crate::splice::{Joint, Side};
+use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::sys::peer_addr;
 use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
@@ -300,6 +300,8 @@ impl<C> Conn<C> {
 /// sockets: the same kernel-side join as in the epoll model, with readiness from the ring.
 struct Joining {
     idle: Duration,
+    /// What the handler offered to move the bytes instead of pipes, until the joint is made.
+    carrier: Option<Box<dyn Carrier>>,
     joint: Option<Joint>,
     client_readable: bool,
     client_writable: bool,
@@ -1259,7 +1261,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         }
         if joining.joint.is_none() && !c.recv_armed && !c.up_ops.recv_armed {
-            match Joint::new(joining.idle) {
+            match Joint::new(joining.idle, joining.carrier.take()) {
                 Ok(joint) => {
                     joining.joint = Some(joint);
                     up.readable = true;
@@ -1278,9 +1280,19 @@ impl<'a, H: Handler> Worker<'a, H> {
                 writable: &mut joining.client_writable,
             };
             match up.pump_joint(joint, client, !c.link.output.is_empty()) {
-                JointStep::Going { moved } => {
+                JointStep::Going { moved, recheck } => {
                     if moved {
                         c.link.deadline = Some(self.core.now + joint.idle);
+                    }
+                    if joint.ends_only() {
+                        let at = self.core.now + CARRIED_CHECK;
+                        c.link.deadline = Some(c.link.deadline.map_or(at, |d| d.min(at)));
+                    }
+                    if recheck {
+                        let at = self.core.now + CARRIED_RECHECK;
+                        c.link.deadline = Some(c.link.deadline.map_or(at, |d| d.min(at)));
+                        self.core
+                            .note_deadline(Token { index, generation }, c.link.deadline);
                     }
                 }
                 JointStep::Finished => {
@@ -1303,18 +1315,24 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
         }
-        // Wait for what is missing: room or bytes on either socket.
+        // Wait for what is missing: room or bytes on either socket; only the ends while a
+        // carrier moves the bytes (see Joint::ends_only).
         let joined = joining.joint.is_some();
+        let input = if joining.joint.as_ref().is_some_and(Joint::ends_only) {
+            libc::POLLRDHUP
+        } else {
+            libc::POLLIN | libc::POLLRDHUP
+        };
         let mut client_events: i16 = 0;
         if joined && !joining.client_readable {
-            client_events |= libc::POLLIN | libc::POLLRDHUP;
+            client_events |= input;
         }
         if joined && !joining.client_writable {
             client_events |= libc::POLLOUT;
         }
         let mut upstream_events: i16 = 0;
         if joined && !up.readable {
-            upstream_events |= libc::POLLIN | libc::POLLRDHUP;
+            upstream_events |= input;
         }
         if !up.writable && (joined || !up.output.is_empty()) {
             upstream_events |= libc::POLLOUT;
@@ -1547,7 +1565,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
             index,
             generation,
         };
-        if let Some(idle) = c.link.upstream_after_call(&mut self.core, &mut registry) {
+        if let Some((idle, carrier)) = c.link.upstream_after_call(&mut self.core, &mut registry) {
             if c.link.upstream.attached().is_none() {
                 return Next::Abort;
             }
@@ -1564,6 +1582,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
             };
             c.join = Some(Box::new(Joining {
                 idle,
+                carrier,
                 joint: None,
                 client_readable: true,
                 client_writable: true,
@@ -1587,6 +1606,28 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
     }
 
     /// Ends a connection for the handler at once; the slot follows when the kernel is done.
+    fn joint_expired(&mut self, index: usize) {
+        let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
+            return;
+        };
+        let client_fd = c.link.fd.as_raw_fd();
+        let idle = match (c.join.as_ref(), c.link.upstream.attached()) {
+            (Some(joining), Some(up)) => joining.joint.as_ref().and_then(|joint| {
+                joint
+                    .carried_idle(client_fd, up.fd.as_raw_fd())
+                    .map(|quiet| (quiet, joint.idle))
+            }),
+            _ => None,
+        };
+        match idle {
+            Some((quiet, limit)) if quiet < limit => {
+                c.link.deadline = Some(self.core.now + (limit - quiet));
+                self.mark_dirty(index);
+            }
+            _ => self.close(index, CloseReason::Done),
+        }
+    }
+
     fn close(&mut self, index: usize, reason: CloseReason) {
         let generation = self.slots.generation(index);
         let Some(slot) = self.slots.at(index) else {

@@ -246,6 +246,12 @@ pub(super) const HANDOVER: TableSpec<HandoverConfig> = TableSpec { place: "in [h
     key("cache_memory", "\"32m\"", Size(0, |h, n| h.cache_memory = to_usize(n))),
     // Larger responses are never cached.
     key("cache_max_response", "\"1m\"", Size(0, |h, n| h.cache_max_response = to_usize(n))),
+    // Bridged connections joined in the kernel (BPF sockmap) or spliced: auto, on or off.
+    key("kernel_path", "\"auto\"", Text(|h, s| s.parse().map(|m| h.kernel_path = m))),
+    // Bridged connections the kernel path holds at once.
+    key("kernel_bridges", "4096", Count(1, 1 << 20, |h, n| h.kernel_bridges = n as u32)),
+    // Bytes the kernel may hold for a destination that does not read, per direction.
+    key("kernel_hold", "\"4m\"", Size(65_536, |h, n| h.kernel_hold = n.min(u32::MAX as u64) as u32)),
 ]};
 
 /// One `[[listen]]` table, as read.

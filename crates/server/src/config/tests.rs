@@ -1038,6 +1038,9 @@ fn full_handover_file() {
 [handover]
 cache_memory = "8m"
 cache_max_response = 65536
+kernel_path = "on"
+kernel_bridges = 100
+kernel_hold = "1m"
 
 [[route]]
 backend = "php"
@@ -1091,6 +1094,9 @@ unsafe_methods = false
         HandoverConfig {
             cache_memory: 8 << 20,
             cache_max_response: 65536,
+            kernel_path: fastpath_kernel::Mode::On,
+            kernel_bridges: 100,
+            kernel_hold: 1 << 20,
         }
     );
     assert_eq!(
@@ -1546,7 +1552,20 @@ fn handover_section_errors() {
         "[handover]\nmemory = 1",
         2,
         1,
-        "unknown key `memory` in [handover]; allowed keys: cache_memory, cache_max_response",
+        "unknown key `memory` in [handover]; allowed keys: cache_memory, cache_max_response, \
+         kernel_path, kernel_bridges, kernel_hold",
+    );
+    assert_error(
+        "[handover]\nkernel_path = \"yes\"",
+        2,
+        15,
+        "unknown kernel path `yes` (expected auto, on or off)",
+    );
+    assert_error(
+        "[handover]\nkernel_hold = \"1k\"",
+        2,
+        15,
+        "`kernel_hold` must be at least 65536",
     );
     assert_error("handover = 1", 1, 12, "`handover` must be a table");
     let c = ok("[handover]\ncache_memory = 0");

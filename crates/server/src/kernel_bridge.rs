@@ -1,0 +1,121 @@
+//! The bridge hand-over in the kernel: the engine's [`Carrier`] for a bridged connection, which
+//! puts the client and backend sockets in the kernel crate's sockmap ([`BridgePath`]) once the
+//! request head has been sent on, instead of splicing them through pipes. The engine keeps
+//! watching both descriptors (ends, resets, idle time); this only puts the pair in and takes
+//! it out.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+use fastpath_drivers::Carrier;
+use fastpath_handover::HandoverMethod;
+use fastpath_kernel::{BridgeJoined, BridgePath, Mode, TakeOverError};
+
+use crate::config::Config;
+
+/// Why `kernel_path = "auto"` splices, for the start line and `fastpath check`.
+const AUTO_SPLICES: &str = "kernel_path = \"auto\" splices until the kernel path has run \
+     longer; \"on\" joins in the kernel";
+
+/// One bridged connection's way through the kernel.
+pub(crate) struct KernelBridge {
+    path: Arc<BridgePath>,
+    joined: Option<BridgeJoined>,
+}
+
+impl KernelBridge {
+    pub(crate) fn new(path: Arc<BridgePath>) -> Self {
+        KernelBridge { path, joined: None }
+    }
+}
+
+impl Carrier for KernelBridge {
+    fn carry(&mut self, client: BorrowedFd<'_>, upstream: BorrowedFd<'_>) -> io::Result<()> {
+        match self.path.join(client, upstream) {
+            Ok(joined) => {
+                self.joined = Some(joined);
+                Ok(())
+            }
+            Err(TakeOverError::Full) => Err(io::Error::other(format!(
+                "the kernel path is full ({} bridged connections)",
+                self.path.capacity()
+            ))),
+            Err(TakeOverError::Io(e)) => Err(e),
+        }
+    }
+
+    fn stopped(&self, from_client: bool) -> Option<u64> {
+        self.path.stopped(self.joined?, from_client)
+    }
+
+    fn release(&mut self) {
+        if let Some(joined) = self.joined.take() {
+            self.path.leave(joined);
+        }
+    }
+}
+
+impl Drop for KernelBridge {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Whether any route bridges.
+fn bridges(config: &Config) -> bool {
+    config
+        .routes
+        .iter()
+        .any(|r| r.method == HandoverMethod::Bridge)
+}
+
+/// Loads the kernel path for bridged connections if the configuration bridges and asks for
+/// it, logging in one line what they get; `Err` when `kernel_path = "on"` cannot be had.
+pub(crate) fn load(config: &Config) -> Result<Option<Arc<BridgePath>>, String> {
+    if !bridges(config) {
+        return Ok(None);
+    }
+    let h = &config.handover;
+    // The kernel path costs less CPU per request than splice and gives more replies per
+    // second (BENCHMARKS.md, "Hand-over: the bridge in the kernel"), but `auto` splices until
+    // it has run longer: see docs/configuration.md.
+    if h.kernel_path == Mode::Auto {
+        tracing::info!("kernel path: off for bridged connections ({AUTO_SPLICES})");
+        return Ok(None);
+    }
+    fastpath_kernel::bridge_path(
+        h.kernel_path,
+        h.kernel_bridges,
+        h.kernel_hold,
+        "bridged connections",
+    )
+}
+
+/// What `fastpath check` says bridged connections will get on this machine; `None` when no
+/// route bridges.
+pub(crate) fn report(config: &Config) -> Option<String> {
+    if !bridges(config) {
+        return None;
+    }
+    let h = &config.handover;
+    let mode = h.kernel_path;
+    if mode == Mode::Off {
+        return Some("bridged connections: splice (kernel_path = \"off\")".to_string());
+    }
+    if mode == Mode::Auto {
+        return Some(format!("bridged connections: splice ({AUTO_SPLICES})"));
+    }
+    Some(match BridgePath::load(1, h.kernel_hold) {
+        Ok(_) => format!(
+            "bridged connections: in the kernel (BPF sockmap, {} at once, then splice; \
+             kernel_path = \"{}\")",
+            h.kernel_bridges,
+            mode.name()
+        ),
+        Err(why) => format!(
+            "bridged connections: kernel_path = \"on\" cannot be had here, the server will not \
+             start: {why}"
+        ),
+    })
+}
