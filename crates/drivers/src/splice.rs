@@ -345,7 +345,12 @@ impl Joint {
         }
         let (client_received, upstream_received) =
             (bytes_received(client), bytes_received(upstream));
-        let (client_written, upstream_written) = (bytes_written(client), bytes_written(upstream));
+        // Exact counts: nothing writes to either socket now (user space holds nothing for them
+        // and the carrier has not taken them yet).
+        let (client_written, upstream_written) = (
+            bytes_written_exactly(client),
+            bytes_written_exactly(upstream),
+        );
         let (
             Some(client_received),
             Some(upstream_received),
@@ -678,12 +683,38 @@ fn bytes_received(fd: RawFd) -> Option<u64> {
     tcp_info(fd).map(|i| i.bytes_received)
 }
 
-/// Every byte ever written to `fd`: acknowledged, plus what waits in its send queue.
+/// Every byte ever written to `fd` (acknowledged, plus what waits in its send queue), or
+/// fewer: the two counts come from two calls, and the acknowledgement count is read first, so
+/// an acknowledgement arriving in between makes the sum fall short, never overshoot. What
+/// waits for the kernel to finish writing may therefore only be judged later, never early.
 fn bytes_written(fd: RawFd) -> Option<u64> {
     let info = tcp_info(fd)?;
+    let outq = send_queue(fd)?;
+    Some(info.bytes_acked + outq)
+}
+
+/// Every byte ever written to `fd`, exactly, while nothing writes to it: the send queue is
+/// read on both sides of the acknowledgement count, and only a reading whose queue did not
+/// change between (no acknowledgement arrived) is taken. A baseline that fell short would
+/// make every later [`bytes_written`] overshoot, and a leg would copy (or end) before the
+/// carrier's last bytes reached the destination: bytes out of order, or cut short.
+fn bytes_written_exactly(fd: RawFd) -> Option<u64> {
+    for _ in 0..64 {
+        let before = send_queue(fd)?;
+        let info = tcp_info(fd)?;
+        if send_queue(fd)? == before {
+            return Some(info.bytes_acked + before);
+        }
+    }
+    // Acknowledgements kept arriving: the caller splices instead.
+    None
+}
+
+/// Bytes in `fd`'s send queue: written and not yet acknowledged.
+fn send_queue(fd: RawFd) -> Option<u64> {
     let mut outq: libc::c_int = 0;
     syscall!(ioctl(fd, libc::TIOCOUTQ, &mut outq)).ok()?;
-    Some(info.bytes_acked + outq.max(0) as u64)
+    Some(outq.max(0) as u64)
 }
 
 /// Bytes waiting unread in `fd`.
