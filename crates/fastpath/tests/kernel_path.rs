@@ -218,6 +218,44 @@ httptest!(
     }
 );
 
+httptest!(
+    kernel_echo_keeps_the_order_of_bytes_sent_across_the_hand_over,
+    |model| {
+        // The client streams its buffer in small pieces from the first byte on, so pieces
+        // arrive while the server echoes the first ones, waits for them to leave and hands
+        // the socket to the kernel: pieces user space took before the hand-over must come
+        // back before those the kernel echoes itself.
+        if !bpf_allowed("kernel_echo_keeps_the_order_of_bytes_sent_across_the_hand_over") {
+            return;
+        }
+        let (_site, srv) = echo(model, ON);
+        const SIZE: usize = 256 * 1024;
+        const PIECE: usize = 1400;
+        for seed in 0..12 {
+            let mut client = connect(srv.addr());
+            client.set_nodelay(true).unwrap();
+            let sent = pattern(seed, SIZE);
+            let mut writer = client.try_clone().unwrap();
+            let to_send = sent.clone();
+            let feeding = thread::spawn(move || {
+                writer.write_all(&(SIZE as u32).to_be_bytes()).unwrap();
+                for (i, piece) in to_send.chunks(PIECE).enumerate() {
+                    writer.write_all(piece).unwrap();
+                    if i % 8 == 0 {
+                        thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            });
+            let mut got = vec![0; SIZE];
+            client.read_exact(&mut got).unwrap();
+            feeding.join().unwrap();
+            if let Some(at) = got.iter().zip(&sent).position(|(a, b)| a != b) {
+                panic!("connection {seed}: the echo differs from byte {at} of {SIZE}");
+            }
+        }
+    }
+);
+
 // On, off and the reasons.
 
 httptest!(kernel_path_on_is_logged_and_holds_the_clients, |model| {

@@ -604,8 +604,22 @@ impl<'a, H: Handler> Worker<'a, H> {
                 self.cqes = cqes;
                 return;
             }
+            // A connection's received bytes first, then everything else, each in ring order:
+            // a handler called for another completion (its send finished) then sees every
+            // byte the kernel has taken from its socket. A handler that hands its socket to
+            // the kernel when it holds no input (the echo's kernel path) could otherwise do
+            // so with bytes still waiting here, and they would be sent after later ones the
+            // kernel had passed on itself. Receives run only inside the wait (the ring defers
+            // its task work), so none can be taken between this batch and the handler.
             for &(user_data, result, flags) in &cqes {
-                self.complete(user_data, result, flags);
+                if untoken(user_data).0 == Some(Op::Recv) {
+                    self.complete(user_data, result, flags);
+                }
+            }
+            for &(user_data, result, flags) in &cqes {
+                if untoken(user_data).0 != Some(Op::Recv) {
+                    self.complete(user_data, result, flags);
+                }
             }
             self.cqes = cqes;
         }
