@@ -55,9 +55,10 @@ fn assert_error(out: &Output, line: &str) {
 #[test]
 fn service_check_echo_kernel_path_off() {
     let site = Site::new();
-    let path = site.config("model = \"epoll\"\nkernel_path = \"off\"\nrun_as_root = true\n");
+    let path =
+        site.config("model = \"epoll\"\nworkers = 3\nkernel_path = \"off\"\nrun_as_root = true\n");
     let out = check("echo", &path);
-    assert_note(&out, &path, "model: epoll");
+    assert_note(&out, &path, "model: epoll (3 workers)");
     assert_note(&out, &path, "kernel path: off (kernel_path = \"off\")");
 }
 
@@ -95,10 +96,10 @@ fn service_check_says_what_the_echo_logs_at_start() {
     // auto without plain: on here if BPF can be had, off with the reason if not; either way
     // the check and the start say the same.
     let site = Site::new();
-    let text = "model = \"epoll\"\nkernel_path = \"auto\"\nrun_as_root = true\n";
+    let text = "model = \"epoll\"\nworkers = 3\nkernel_path = \"auto\"\nrun_as_root = true\n";
     let path = site.config(text);
     let out = check("echo", &path);
-    assert!(out.status.success(), "{}", show(&out));
+    assert_note(&out, &path, "model: epoll (3 workers)");
     let prefix = format!("{}: note: kernel path: ", path.display());
     let note = stdout(&out)
         .lines()
@@ -116,6 +117,11 @@ fn service_check_says_what_the_echo_logs_at_start() {
     assert!(
         srv.wait_stderr(IO_TIMEOUT, &note),
         "the start did not log `{note}`:\n{}",
+        srv.stderr()
+    );
+    assert!(
+        srv.wait_stderr(IO_TIMEOUT, "(epoll model, 3 workers)"),
+        "{}",
         srv.stderr()
     );
 }
@@ -230,7 +236,7 @@ fn service_check_forward_settings_the_service_refuses() {
     // auto, framed: user space on this kind of machine, and the check says so.
     let path = site.config("to = \"127.0.0.1:9201\"\nmodel = \"percore\"\nrun_as_root = true\n");
     let out = check("forward", &path);
-    assert_note(&out, &path, "model: percore");
+    assert_note(&out, &path, "model: percore (");
     assert_note(
         &out,
         &path,

@@ -2,6 +2,7 @@
 //! files: TOML with the same names as the options (`listen`, `model`, `workers`, ...);
 //! an option given on the command line wins over the file.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -311,31 +312,38 @@ fn options(
     });
     let model = common.model.clone().or(file.model.clone());
     let uring = fastpath_sockets::uring_available();
-    let model_note;
-    (options.model, model_note) = match model_kind(model.as_deref().unwrap_or("auto"))? {
+    // The model configured, the one that runs (io_uring falls back to epoll at start, in
+    // fastpath_sockets::serve), and why they differ or how the model was chosen.
+    let (configured, runs, why) = match model_kind(model.as_deref().unwrap_or("auto"))? {
         None => match &uring {
             Ok(()) => (
                 ModelKind::Uring,
-                "model: uring (model = \"auto\": io_uring runs here)".to_string(),
+                ModelKind::Uring,
+                "; model = \"auto\": io_uring runs here".to_string(),
             ),
             Err(why) => (
                 ModelKind::Epoll,
-                format!("model: epoll (model = \"auto\": io_uring cannot run here: {why})"),
+                ModelKind::Epoll,
+                format!("; model = \"auto\": io_uring cannot run here: {why}"),
             ),
         },
         Some(ModelKind::Uring) => match &uring {
-            Ok(()) => (ModelKind::Uring, "model: uring".to_string()),
-            // The service falls back to epoll at start (fastpath_sockets::serve).
+            Ok(()) => (ModelKind::Uring, ModelKind::Uring, String::new()),
             Err(why) => (
                 ModelKind::Uring,
-                format!(
-                    "model: epoll (io_uring cannot run here: {why}; uring falls back to epoll)"
-                ),
+                ModelKind::Epoll,
+                format!("; io_uring cannot run here: {why}, so uring falls back to epoll"),
             ),
         },
-        Some(kind) => (kind, format!("model: {}", kind.name())),
+        Some(kind) => (kind, kind, String::new()),
     };
+    options.model = configured;
     options.workers = common.workers.or(file.workers).unwrap_or(0);
+    // The shape the listening line gives at start.
+    let shape = runs
+        .with(&options.settings)
+        .shape(fastpath_sockets::worker_count(options.workers));
+    let model_note = format!("model: {} ({shape}{why})", runs.name());
     let mut driver = DriverConfig::default();
     if let Some(max) = common.max_connections.or(file.max_connections) {
         driver.max_connections = max;
@@ -675,16 +683,21 @@ pub fn check(service: Service, path: &Path) -> ExitCode {
     let shown = path.display();
     match outcome {
         Ok((setup, kernel_line)) => {
-            println!("{shown}: note: {}", setup.model_note);
-            println!("{shown}: note: {kernel_line}");
+            let mut report = format!(
+                "{shown}: note: {}\n{shown}: note: {kernel_line}\n",
+                setup.model_note
+            );
             // A note, not an error: the service may be started as another user than the check.
             if root_refusal(setup.run_as_root).is_some() {
-                println!(
+                report.push_str(&format!(
                     "{shown}: note: started as root, as this check is, the service refuses to \
-                     run without `run_as_root = true` (it needs no privileges)"
-                );
+                     run without `run_as_root = true` (it needs no privileges)\n"
+                ));
             }
-            println!("{shown}: configuration ok");
+            report.push_str(&format!("{shown}: configuration ok\n"));
+            // Not println!, which panics when the reader has gone (`| head -1`): the verdict
+            // is the exit status.
+            let _ = std::io::stdout().lock().write_all(report.as_bytes());
             ExitCode::SUCCESS
         }
         Err(e) => {
