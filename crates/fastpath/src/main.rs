@@ -4,7 +4,7 @@
 //! ```text
 //! fastpath serve [DIR] [--listen ADDR:PORT|unix:PATH] [--config FILE] [--workers N] [--model NAME]
 //!                [--run-as-root]
-//! fastpath check --config FILE
+//! fastpath check [--service echo|forward] FILE   (or --config FILE)
 //! fastpath reload [--pid-file FILE | --config FILE] [--upgrade]
 //! fastpath bench [OPTIONS] URL...   (see fastpath-bench)
 //! fastpath echo [--listen ADDR:PORT] [--plain] [--model NAME] [--config FILE] ...
@@ -68,11 +68,19 @@ enum Command {
         #[arg(long)]
         upgrade: bool,
     },
-    /// Validate a configuration file and print every error with its line and column.
+    /// Validate a configuration file and print every error with its line and column, then
+    /// what it gets on this machine (model, kernel path).
     Check {
         /// Configuration file (TOML).
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
+        /// Configuration file (TOML), as `serve --config` takes it.
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
+        /// Check a configuration of `fastpath echo` or `fastpath forward` rather than of the
+        /// server.
+        #[arg(long, value_enum)]
+        service: Option<fastpath_services::cli::Service>,
     },
     /// Load-test HTTP servers: closed loop, open loop by request or connection rate.
     Bench(Box<fastpath_bench::cli::BenchArgs>),
@@ -87,7 +95,17 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => check(&config),
+        Command::Check {
+            file,
+            config,
+            service,
+        } => {
+            let path = file.or(config).expect("clap requires one");
+            match service {
+                Some(service) => fastpath_services::cli::check(service, &path),
+                None => check(&path),
+            }
+        }
         Command::Bench(args) => fastpath_bench::cli::main(*args),
         Command::Echo(args) => with_log(|| fastpath_services::cli::echo(args)),
         Command::Forward(args) => with_log(|| fastpath_services::cli::forward(args)),

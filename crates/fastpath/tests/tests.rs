@@ -35,6 +35,7 @@ mod precompressed;
 mod privileges;
 mod ranges;
 mod reload;
+mod service_check;
 mod shared_cache;
 mod shutdown;
 mod sizes_bench;

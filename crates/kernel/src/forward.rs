@@ -333,25 +333,35 @@ pub fn forward_path(
     max_frame: u32,
     max_held: u32,
 ) -> Result<Option<Arc<ForwardPath>>, String> {
+    let (path, line) = forward_outcome(mode, capacity, destinations, max_frame, max_held)?;
+    tracing::info!("{line}");
+    Ok(path)
+}
+
+/// [`forward_path`] without the log: the path and the line saying what was decided (as
+/// [`crate::echo_outcome`]).
+pub fn forward_outcome(
+    mode: Mode,
+    capacity: u32,
+    destinations: u32,
+    max_frame: u32,
+    max_held: u32,
+) -> Result<(Option<Arc<ForwardPath>>, String), String> {
     if mode == Mode::Off {
-        tracing::info!("kernel path: off (kernel_path = \"off\")");
-        return Ok(None);
+        return Ok((None, "kernel path: off (kernel_path = \"off\")".to_string()));
     }
     match ForwardPath::load(capacity, destinations, max_frame, max_held) {
-        Ok(path) => {
-            tracing::info!(
+        Ok(path) => Ok((
+            Some(Arc::new(path)),
+            format!(
                 "kernel path: on (forward: sk_skb stream parser framing messages up to {max_frame} \
                  bytes, verdict redirecting `msg` calls to their destination's socket, sockhash \
                  of {capacity} clients; kernel_path = \"{}\")",
                 mode.name()
-            );
-            Ok(Some(Arc::new(path)))
-        }
+            ),
+        )),
         Err(why) if mode == Mode::On => Err(format!("kernel path: cannot be had: {why}")),
-        Err(why) => {
-            tracing::info!("kernel path: off: {why}");
-            Ok(None)
-        }
+        Err(why) => Ok((None, format!("kernel path: off: {why}"))),
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 mod bridge;
 pub use bridge::{bridge_path, BridgePath, Joined as BridgeJoined};
 mod forward;
-pub use forward::{forward_path, Counts, ForwardPath, Joined};
+pub use forward::{forward_outcome, forward_path, Counts, ForwardPath, Joined};
 
 /// Whether a service uses the kernel path (`kernel_path` in its configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -265,24 +265,34 @@ pub fn echo_path(
     max_held: u32,
     scope: &str,
 ) -> Result<Option<Arc<EchoPath>>, String> {
+    let (path, line) = echo_outcome(mode, capacity, max_held, scope)?;
+    tracing::info!("{line}");
+    Ok(path)
+}
+
+/// [`echo_path`] without the log: the path and the line saying what was decided, for a
+/// caller that prints it elsewhere (`fastpath check --service echo`). The path, if loaded, is
+/// released when dropped.
+pub fn echo_outcome(
+    mode: Mode,
+    capacity: u32,
+    max_held: u32,
+    scope: &str,
+) -> Result<(Option<Arc<EchoPath>>, String), String> {
     if mode == Mode::Off {
-        tracing::info!("kernel path: off (kernel_path = \"off\")");
-        return Ok(None);
+        return Ok((None, "kernel path: off (kernel_path = \"off\")".to_string()));
     }
     match EchoPath::load(capacity, max_held) {
-        Ok(path) => {
-            tracing::info!(
+        Ok(path) => Ok((
+            Some(Arc::new(path)),
+            format!(
                 "kernel path: on for {scope} (echo: sk_skb stream verdict redirecting each \
                  socket to itself, sockhash of {capacity} sockets; kernel_path = \"{}\")",
                 mode.name()
-            );
-            Ok(Some(Arc::new(path)))
-        }
+            ),
+        )),
         Err(why) if mode == Mode::On => Err(format!("kernel path: cannot be had: {why}")),
-        Err(why) => {
-            tracing::info!("kernel path: off: {why}");
-            Ok(None)
-        }
+        Err(why) => Ok((None, format!("kernel path: off: {why}"))),
     }
 }
 

@@ -2,7 +2,9 @@
 //! files: TOML with the same names as the options (`listen`, `model`, `workers`, ...);
 //! an option given on the command line wins over the file.
 
+use std::io::Write;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -13,7 +15,7 @@ use clap::Args;
 use fastpath_kernel::Mode as KernelMode;
 use fastpath_sockets::thrift::{Limits, Transport};
 use fastpath_sockets::{serve, units, DriverConfig, ListenAddr, ModelKind, ServiceOptions};
-use toml_edit::{DocumentMut, Item, Value};
+use toml_edit::{Document, Item, Value};
 
 use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder, AUTO_KERNEL_FROM};
 
@@ -115,81 +117,156 @@ const COMMON_KEYS: &[&str] = &[
     "run_as_root",
 ];
 
-/// Reads `path`, accepting the common keys and `extra` ones; every error is one line.
+/// Reads `path`, accepting the common keys and `extra` ones; every error is one line,
+/// `FILE:LINE:COLUMN: what` where the parser gives a position.
 fn read_file(path: &Path, extra: &[&str]) -> Result<FileSettings, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let doc: DocumentMut = text.parse().map_err(|e| format!("not TOML: {e}"))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read it: {e}", path.display()))?;
+    parse_file(&text, extra).map_err(|(span, e)| match span {
+        Some(span) => {
+            let (line, column) = position(&text, span.start);
+            format!("{}:{line}:{column}: {e}", path.display())
+        }
+        None => format!("{}: {e}", path.display()),
+    })
+}
+
+/// 1-based line and column (in characters) of a byte offset in `text`.
+fn position(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset.min(text.len())).unwrap_or(text);
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
+}
+
+/// An error, and where in the text it is when the parser knows.
+type Located = (Option<Range<usize>>, String);
+
+fn parse_file(text: &str, extra: &[&str]) -> Result<FileSettings, Located> {
+    let doc =
+        Document::parse(text).map_err(|e| (e.span(), format!("not TOML: {}", e.message())))?;
+    let table = doc.as_table();
     let mut settings = FileSettings::default();
-    for (key, item) in doc.iter() {
+    for (key, item) in table.iter() {
         if !COMMON_KEYS.contains(&key) && !extra.contains(&key) {
             let mut known: Vec<&str> = COMMON_KEYS.to_vec();
             known.extend_from_slice(extra);
-            return Err(format!(
-                "unknown key `{key}` (expected one of {})",
-                known.join(", ")
+            return Err((
+                table.key(key).and_then(|k| k.span()),
+                format!("unknown key `{key}` (expected one of {})", known.join(", ")),
             ));
         }
-        let bad = |what: &str| format!("`{key}` must be {what}");
-        let string = || item.as_str().ok_or_else(|| bad("a string"));
-        match key {
-            "listen" | "to" => {
-                let values: Vec<&Value> = match item {
-                    Item::Value(Value::Array(array)) => array.iter().collect(),
-                    Item::Value(value @ Value::String(_)) => vec![value],
-                    _ => return Err(bad("an address or a list of addresses")),
-                };
-                for value in values {
-                    let text = value.as_str().ok_or_else(|| bad("a list of strings"))?;
-                    if key == "listen" {
-                        let addr = text
-                            .parse()
-                            .map_err(|e| format!("`{key}`: `{text}`: {e}"))?;
-                        settings.listen.push(addr);
-                    } else {
-                        let addr = text
-                            .parse()
-                            .map_err(|_| format!("`{key}`: `{text}` is not an ADDR:PORT"))?;
-                        settings.to.push(addr);
-                    }
-                }
-            }
-            "model" => settings.model = Some(string()?.to_string()),
-            "kernel_path" => settings.kernel_path = Some(string()?.parse()?),
-            "kernel_sockets" => {
-                let n = item
-                    .as_integer()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| bad("a whole number from 1"))?;
-                settings.kernel_sockets = Some(n);
-            }
-            "transport" => settings.transport = Some(string()?.to_string()),
-            "workers" | "max_connections" => {
-                let n = item
-                    .as_integer()
-                    .filter(|&n| n >= 0)
-                    .ok_or_else(|| bad("a whole number"))? as usize;
-                if key == "workers" {
-                    settings.workers = Some(n);
-                } else {
-                    settings.max_connections = Some(n);
-                }
-            }
-            "idle_timeout" => settings.idle_timeout = Some(parse_duration(string()?)?),
-            "max_message" => settings.max_message = Some(parse_size(string()?)?),
-            "queue_limit" => settings.queue_limit = Some(parse_size(string()?)?),
-            "run_as_root" | "plain" => {
-                let on = item.as_bool().ok_or_else(|| bad("true or false"))?;
-                if key == "plain" {
-                    settings.plain = on;
-                } else {
-                    settings.run_as_root = on;
-                }
-            }
-            _ => unreachable!("keys are checked above"),
-        }
+        read_key(&mut settings, key, item)
+            .map_err(|(span, e)| (span.or_else(|| item.span()), e))?;
     }
     Ok(settings)
+}
+
+/// Reads one known key into `settings`; an error without a position is the value's.
+fn read_key(settings: &mut FileSettings, key: &str, item: &Item) -> Result<(), Located> {
+    let bad = |what: &str| (None, format!("`{key}` must be {what}"));
+    let string = || item.as_str().ok_or_else(|| bad("a string"));
+    match key {
+        "listen" | "to" => {
+            let values: Vec<&Value> = match item {
+                Item::Value(Value::Array(array)) => array.iter().collect(),
+                Item::Value(value @ Value::String(_)) => vec![value],
+                _ => return Err(bad("an address or a list of addresses")),
+            };
+            for element in values {
+                let at = element.span();
+                let text = element
+                    .as_str()
+                    .ok_or_else(|| (at.clone(), format!("`{key}` must be a list of strings")))?;
+                if key == "listen" {
+                    let addr = text
+                        .parse()
+                        .map_err(|e| (at, format!("`{key}`: `{text}`: {e}")))?;
+                    settings.listen.push(addr);
+                } else {
+                    let addr = text
+                        .parse()
+                        .map_err(|_| (at, format!("`{key}`: `{text}` is not an ADDR:PORT")))?;
+                    settings.to.push(addr);
+                }
+            }
+        }
+        "model" => {
+            let name = string()?;
+            value(model_kind(name))?;
+            settings.model = Some(name.to_string());
+        }
+        "kernel_path" => settings.kernel_path = Some(value(string()?.parse())?),
+        "kernel_sockets" => {
+            let n = item
+                .as_integer()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n > 0)
+                .ok_or_else(|| bad("a whole number from 1"))?;
+            settings.kernel_sockets = Some(n);
+        }
+        "transport" => {
+            let name = string()?;
+            value(transport(name))?;
+            settings.transport = Some(name.to_string());
+        }
+        "workers" | "max_connections" => {
+            let n = item
+                .as_integer()
+                .filter(|&n| n >= 0)
+                .ok_or_else(|| bad("a whole number"))? as usize;
+            if key == "workers" {
+                settings.workers = Some(n);
+            } else {
+                settings.max_connections = Some(n);
+            }
+        }
+        "idle_timeout" => settings.idle_timeout = Some(value(parse_duration(string()?))?),
+        "max_message" => settings.max_message = Some(value(parse_size(string()?))?),
+        "queue_limit" => settings.queue_limit = Some(value(parse_size(string()?))?),
+        "run_as_root" | "plain" => {
+            let on = item.as_bool().ok_or_else(|| bad("true or false"))?;
+            if key == "plain" {
+                settings.plain = on;
+            } else {
+                settings.run_as_root = on;
+            }
+        }
+        _ => unreachable!("keys are checked before"),
+    }
+    Ok(())
+}
+
+/// A value's error, at the value.
+fn value<T>(read: Result<T, String>) -> Result<T, Located> {
+    read.map_err(|e| (None, e))
+}
+
+/// A model by its name; `None` for auto.
+fn model_kind(name: &str) -> Result<Option<ModelKind>, String> {
+    if name == "auto" {
+        return Ok(None);
+    }
+    ModelKind::from_name(name).map(Some).ok_or_else(|| {
+        let names: Vec<&str> = ModelKind::ALL.iter().map(|k| k.name()).collect();
+        format!(
+            "unknown model `{name}` (expected auto or one of {})",
+            names.join(", ")
+        )
+    })
+}
+
+/// The forwarder's transport by its name.
+fn transport(name: &str) -> Result<Transport, String> {
+    match name {
+        "framed" => Ok(Transport::Framed),
+        "unframed" => Ok(Transport::Unframed),
+        other => Err(format!(
+            "unknown transport `{other}` (expected framed or unframed)"
+        )),
+    }
 }
 
 /// A size as the web server's configuration writes it (`64k`, `16MiB`, a bare number of
@@ -205,12 +282,24 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("`{s}` is not a duration (e.g. 500ms, 60s, 2m)"))
 }
 
+/// What a service's command line and configuration file come to, decided before it serves;
+/// `fastpath check --service` prints it, the start serves it.
+struct Setup {
+    options: ServiceOptions,
+    idle_timeout: Option<Duration>,
+    run_as_root: bool,
+    /// The model chosen, and why when not named.
+    model_note: String,
+}
+
 /// The service options from the command line over the file; an error says what is wrong.
+/// `starting`: refuses root without `run_as_root` (the check only notes it).
 fn options(
     common: &CommonArgs,
     file: &FileSettings,
     default_port: u16,
-) -> Result<(ServiceOptions, Option<Duration>), String> {
+    starting: bool,
+) -> Result<Setup, String> {
     let mut options = ServiceOptions::listening(if !common.listen.is_empty() {
         common.listen.clone()
     } else if !file.listen.is_empty() {
@@ -222,56 +311,70 @@ fn options(
         )))]
     });
     let model = common.model.clone().or(file.model.clone());
-    options.model = match model.as_deref() {
-        None | Some("auto") => {
-            if fastpath_sockets::uring_available().is_ok() {
-                ModelKind::Uring
-            } else {
-                ModelKind::Epoll
-            }
-        }
-        Some(name) => ModelKind::from_name(name).ok_or_else(|| {
-            let names: Vec<&str> = ModelKind::ALL.iter().map(|k| k.name()).collect();
-            format!(
-                "unknown model `{name}` (expected auto or one of {})",
-                names.join(", ")
-            )
-        })?,
+    let uring = fastpath_sockets::uring_available();
+    // The model configured, the one that runs (io_uring falls back to epoll at start, in
+    // fastpath_sockets::serve), and why they differ or how the model was chosen.
+    let (configured, runs, why) = match model_kind(model.as_deref().unwrap_or("auto"))? {
+        None => match &uring {
+            Ok(()) => (
+                ModelKind::Uring,
+                ModelKind::Uring,
+                "; model = \"auto\": io_uring runs here".to_string(),
+            ),
+            Err(why) => (
+                ModelKind::Epoll,
+                ModelKind::Epoll,
+                format!("; model = \"auto\": io_uring cannot run here: {why}"),
+            ),
+        },
+        Some(ModelKind::Uring) => match &uring {
+            Ok(()) => (ModelKind::Uring, ModelKind::Uring, String::new()),
+            Err(why) => (
+                ModelKind::Uring,
+                ModelKind::Epoll,
+                format!("; io_uring cannot run here: {why}, so uring falls back to epoll"),
+            ),
+        },
+        Some(kind) => (kind, kind, String::new()),
     };
+    options.model = configured;
     options.workers = common.workers.or(file.workers).unwrap_or(0);
+    // The shape the listening line gives at start.
+    let shape = runs
+        .with(&options.settings)
+        .shape(fastpath_sockets::worker_count(options.workers));
+    let model_note = format!("model: {} ({shape}{why})", runs.name());
     let mut driver = DriverConfig::default();
     if let Some(max) = common.max_connections.or(file.max_connections) {
         driver.max_connections = max;
     }
     options.driver = driver;
     let run_as_root = common.run_as_root || file.run_as_root;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 && !run_as_root {
-        return Err(
-            "refusing to run as root: these services need no privileges (pass --run-as-root \
-             to run as root anyway)"
-                .to_string(),
-        );
+    if let Some(why) = root_refusal(run_as_root).filter(|_| starting) {
+        return Err(why.to_string());
     }
-    Ok((options, common.idle_timeout.or(file.idle_timeout)))
+    Ok(Setup {
+        options,
+        idle_timeout: common.idle_timeout.or(file.idle_timeout),
+        run_as_root,
+        model_note,
+    })
+}
+
+/// Why a service started as root without `run_as_root` refuses to run; `None` if it runs.
+fn root_refusal(run_as_root: bool) -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    (unsafe { libc::geteuid() } == 0 && !run_as_root).then_some(
+        "refusing to run as root: these services need no privileges (pass --run-as-root to run \
+         as root anyway)",
+    )
 }
 
 fn load(common: &CommonArgs, extra: &[&str]) -> Result<FileSettings, String> {
     match &common.config {
-        Some(path) => read_file(path, extra).map_err(|e| format!("{}: {e}", path.display())),
+        Some(path) => read_file(path, extra),
         None => Ok(FileSettings::default()),
     }
-}
-
-/// The file's settings, and the service options from the command line over them.
-fn settings(
-    common: &CommonArgs,
-    extra: &[&str],
-    default_port: u16,
-) -> Result<(FileSettings, ServiceOptions, Option<Duration>), String> {
-    let file = load(common, extra)?;
-    let (options, idle) = options(common, &file, default_port)?;
-    Ok((file, options, idle))
 }
 
 fn fail(why: impl std::fmt::Display) -> ExitCode {
@@ -294,21 +397,37 @@ const KERNEL_MAX_FRAME: usize = 32 * 1024;
 /// path: the in-kernel Thrift forwarder").
 const AUTO_KERNEL_FORWARD: bool = false;
 
-/// Runs `fastpath echo`.
-pub fn echo(args: EchoArgs) -> ExitCode {
-    let (file, options, idle) = match settings(
-        &args.common,
-        &["plain", "kernel_path", "kernel_sockets"],
-        9000,
-    ) {
-        Ok(settings) => settings,
-        Err(e) => return fail(e),
-    };
+const ECHO_KEYS: &[&str] = &["plain", "kernel_path", "kernel_sockets"];
+
+const FORWARD_KEYS: &[&str] = &[
+    "to",
+    "transport",
+    "max_message",
+    "queue_limit",
+    "kernel_path",
+    "kernel_sockets",
+];
+
+/// The echo as it will run.
+struct EchoSetup {
+    setup: Setup,
+    config: EchoConfig,
+    kernel: Option<Arc<fastpath_kernel::EchoPath>>,
+    /// Buffer size from which connections go to the kernel path.
+    from: u32,
+    /// What the kernel path's outcome is, and why: the start-up log line.
+    kernel_line: String,
+}
+
+/// Everything `fastpath echo` decides before serving, the kernel path loaded if it is on.
+fn echo_setup(args: &EchoArgs, starting: bool) -> Result<EchoSetup, String> {
+    let file = load(&args.common, ECHO_KEYS)?;
+    let setup = options(&args.common, &file, 9000, starting)?;
     let mut config = EchoConfig {
         plain: args.plain || file.plain,
         ..EchoConfig::default()
     };
-    if let Some(idle) = idle {
+    if let Some(idle) = setup.idle_timeout {
         config.idle_timeout = idle;
     }
     let mode = args.kernel_path.or(file.kernel_path).unwrap_or_default();
@@ -317,7 +436,7 @@ pub fn echo(args: EchoArgs) -> ExitCode {
         .or(file.kernel_sockets)
         .unwrap_or(DEFAULT_KERNEL_SOCKETS);
     if sockets == 0 {
-        return fail("--kernel-sockets must be at least 1");
+        return Err("--kernel-sockets must be at least 1".to_string());
     }
     // What the kernel may hold for a client beyond its send buffer: as much as user space
     // queues for one.
@@ -330,19 +449,40 @@ pub fn echo(args: EchoArgs) -> ExitCode {
         ),
         _ => (0, "every connection".to_string()),
     };
-    let kernel = if mode == KernelMode::Auto && config.plain {
-        tracing::info!(
+    let (kernel, kernel_line) = if mode == KernelMode::Auto && config.plain {
+        (
+            None,
             "kernel path: off (kernel_path = \"auto\": plain echo announces no buffer size, \
              so nothing tells where it would win)"
-        );
-        None
+                .to_string(),
+        )
     } else {
-        match fastpath_kernel::echo_path(mode, sockets, max_held, &scope) {
-            Ok(kernel) => kernel,
-            Err(e) => return fail(e),
-        }
+        fastpath_kernel::echo_outcome(mode, sockets, max_held, &scope)?
     };
-    match serve("echo", &options, |_| {
+    Ok(EchoSetup {
+        setup,
+        config,
+        kernel,
+        from,
+        kernel_line,
+    })
+}
+
+/// Runs `fastpath echo`.
+pub fn echo(args: EchoArgs) -> ExitCode {
+    let echo = match echo_setup(&args, true) {
+        Ok(echo) => echo,
+        Err(e) => return fail(e),
+    };
+    tracing::info!("{}", echo.kernel_line);
+    let EchoSetup {
+        setup,
+        config,
+        kernel,
+        from,
+        ..
+    } = echo;
+    match serve("echo", &setup.options, |_| {
         Echo::with_kernel(config, kernel.clone(), from)
     }) {
         Ok(()) => ExitCode::SUCCESS,
@@ -350,20 +490,19 @@ pub fn echo(args: EchoArgs) -> ExitCode {
     }
 }
 
-/// Runs `fastpath forward`.
-pub fn forward(args: ForwardArgs) -> ExitCode {
-    let extra = [
-        "to",
-        "transport",
-        "max_message",
-        "queue_limit",
-        "kernel_path",
-        "kernel_sockets",
-    ];
-    let (file, options, idle) = match settings(&args.common, &extra, 9100) {
-        Ok(settings) => settings,
-        Err(e) => return fail(e),
-    };
+/// The forwarder as it will run.
+struct ForwardSetup {
+    setup: Setup,
+    config: ForwardConfig,
+    kernel: Option<Arc<fastpath_kernel::ForwardPath>>,
+    /// What the kernel path's outcome is, and why: the start-up log line.
+    kernel_line: String,
+}
+
+/// Everything `fastpath forward` decides before serving, the kernel path loaded if it is on.
+fn forward_setup(args: &ForwardArgs, starting: bool) -> Result<ForwardSetup, String> {
+    let file = load(&args.common, FORWARD_KEYS)?;
+    let setup = options(&args.common, &file, 9100, starting)?;
     let mut config = ForwardConfig {
         destinations: if args.to.is_empty() {
             file.to.clone()
@@ -373,16 +512,14 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
         ..ForwardConfig::default()
     };
     if config.destinations.is_empty() {
-        return fail("forward: no destinations: give --to ADDR:PORT,ADDR:PORT,... (in key order)");
+        return Err(
+            "forward: no destinations: give --to ADDR:PORT,ADDR:PORT,... (in key order)"
+                .to_string(),
+        );
     }
     config.transport = match args.transport.as_deref().or(file.transport.as_deref()) {
-        None | Some("framed") => Transport::Framed,
-        Some("unframed") => Transport::Unframed,
-        Some(other) => {
-            return fail(format!(
-                "unknown transport `{other}` (expected framed or unframed)"
-            ))
-        }
+        None => Transport::Framed,
+        Some(name) => transport(name)?,
     };
     if let Some(max) = args.max_message.or(file.max_message) {
         config.limits = Limits {
@@ -393,7 +530,7 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
     if let Some(limit) = args.queue_limit.or(file.queue_limit) {
         config.queue_limit = limit as usize;
     }
-    if let Some(idle) = idle {
+    if let Some(idle) = setup.idle_timeout {
         config.idle_timeout = idle;
     }
     let mode = args.kernel_path.or(file.kernel_path).unwrap_or_default();
@@ -402,60 +539,71 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
         .or(file.kernel_sockets)
         .unwrap_or(DEFAULT_KERNEL_SOCKETS);
     if sockets == 0 {
-        return fail("--kernel-sockets must be at least 1");
+        return Err("--kernel-sockets must be at least 1".to_string());
     }
-    let kernel = match (mode, config.transport) {
-        (KernelMode::Off, _) => {
-            tracing::info!("kernel path: off (kernel_path = \"off\")");
-            None
-        }
-        (KernelMode::On, Transport::Unframed) => {
-            return fail(
-                "kernel path: cannot be had: the kernel frames messages by their length, which \
-                 the unframed transport does not send",
-            )
-        }
-        (KernelMode::Auto, Transport::Unframed) => {
-            tracing::info!(
-                "kernel path: off (kernel_path = \"auto\": the unframed transport has no \
-                 lengths for the kernel to frame messages by)"
-            );
-            None
-        }
-        (KernelMode::On, _) if matches!(options.model, ModelKind::Threads | ModelKind::Prefork) => {
+    let off = |line: &str| Ok((None, line.to_string()));
+    let (kernel, kernel_line) = match (mode, config.transport) {
+        (KernelMode::Off, _) => off("kernel path: off (kernel_path = \"off\")"),
+        (KernelMode::On, Transport::Unframed) => Err(
+            "kernel path: cannot be had: the kernel frames messages by their length, which the \
+             unframed transport does not send"
+                .to_string(),
+        ),
+        (KernelMode::Auto, Transport::Unframed) => off(
+            "kernel path: off (kernel_path = \"auto\": the unframed transport has no lengths for \
+             the kernel to frame messages by)",
+        ),
+        (KernelMode::On, _)
+            if matches!(setup.options.model, ModelKind::Threads | ModelKind::Prefork) =>
+        {
             // The Apache Thrift interop test loses messages on these two models with the
             // kernel path (BENCHMARKS.md, "Kernel path: the in-kernel Thrift forwarder"):
             // until that is understood, they stay in user space.
-            return fail(format!(
+            Err(format!(
                 "kernel path: cannot be had on the {} model (messages were lost there in \
                  testing): use epoll, uring or percore",
-                options.model.name()
-            ));
+                setup.options.model.name()
+            ))
         }
-        (KernelMode::Auto, Transport::Framed) if !AUTO_KERNEL_FORWARD => {
-            tracing::info!(
-                "kernel path: off (kernel_path = \"auto\": the in-kernel forwarder does not win \
-                 on this kind of machine and resets clients at saturation, see BENCHMARKS.md; \
-                 \"on\" forces it)"
-            );
-            None
-        }
+        (KernelMode::Auto, Transport::Framed) if !AUTO_KERNEL_FORWARD => off(
+            "kernel path: off (kernel_path = \"auto\": the in-kernel forwarder does not win on \
+             this kind of machine and resets clients at saturation, see BENCHMARKS.md; \"on\" \
+             forces it)",
+        ),
         _ => {
             // Below the receive buffer, past which the stream parser would abort a socket.
             let max_frame = config.limits.max_message_bytes.min(KERNEL_MAX_FRAME) as u32;
             let max_held = (config.queue_limit as u64 * 4).min(u64::from(u32::MAX)) as u32;
-            match fastpath_kernel::forward_path(
+            fastpath_kernel::forward_outcome(
                 mode,
                 sockets,
                 KERNEL_DESTINATIONS,
                 max_frame,
                 max_held,
-            ) {
-                Ok(kernel) => kernel,
-                Err(e) => return fail(e),
-            }
+            )
         }
+    }?;
+    Ok(ForwardSetup {
+        setup,
+        config,
+        kernel,
+        kernel_line,
+    })
+}
+
+/// Runs `fastpath forward`.
+pub fn forward(args: ForwardArgs) -> ExitCode {
+    let forward = match forward_setup(&args, true) {
+        Ok(forward) => forward,
+        Err(e) => return fail(e),
     };
+    tracing::info!("{}", forward.kernel_line);
+    let ForwardSetup {
+        setup,
+        config,
+        kernel,
+        ..
+    } = forward;
     let config = Arc::new(config);
     let stats = Arc::new(ForwardStats::default());
     let to: Vec<String> = config.destinations.iter().map(|a| a.to_string()).collect();
@@ -465,7 +613,7 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
         if to.len() == 1 { "" } else { "s" },
         to.join(", ")
     );
-    let served = serve("forward", &options, |_| {
+    let served = serve("forward", &setup.options, |_| {
         Forwarder::with_kernel(config.clone(), stats.clone(), kernel.clone())
     });
     tracing::info!(
@@ -486,5 +634,145 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
+    }
+}
+
+/// Which service a configuration file is for (`fastpath check --service`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// `fastpath echo`.
+    Echo,
+    /// `fastpath forward`.
+    Forward,
+}
+
+/// `fastpath check --service echo|forward FILE`: reads `path` as the service would at start
+/// and prints what it gets on this machine (the model, the kernel path's outcome), as `FILE:
+/// note: ...` lines. A configuration the service would refuse fails, with the reason. The
+/// kernel path, if loaded to find out, is released on return.
+pub fn check(service: Service, path: &Path) -> ExitCode {
+    let common = CommonArgs {
+        config: Some(path.to_path_buf()),
+        ..CommonArgs::default()
+    };
+    let outcome = match service {
+        Service::Echo => echo_setup(
+            &EchoArgs {
+                common,
+                plain: false,
+                kernel_path: None,
+                kernel_sockets: None,
+            },
+            false,
+        )
+        .map(|echo| (echo.setup, echo.kernel_line)),
+        Service::Forward => forward_setup(
+            &ForwardArgs {
+                common,
+                to: Vec::new(),
+                transport: None,
+                max_message: None,
+                queue_limit: None,
+                kernel_path: None,
+                kernel_sockets: None,
+            },
+            false,
+        )
+        .map(|forward| (forward.setup, forward.kernel_line)),
+    };
+    let shown = path.display();
+    match outcome {
+        Ok((setup, kernel_line)) => {
+            let mut report = format!(
+                "{shown}: note: {}\n{shown}: note: {kernel_line}\n",
+                setup.model_note
+            );
+            // A note, not an error: the service may be started as another user than the check.
+            if root_refusal(setup.run_as_root).is_some() {
+                report.push_str(&format!(
+                    "{shown}: note: started as root, as this check is, the service refuses to \
+                     run without `run_as_root = true` (it needs no privileges)\n"
+                ));
+            }
+            report.push_str(&format!("{shown}: configuration ok\n"));
+            // Not println!, which panics when the reader has gone (`| head -1`): the verdict
+            // is the exit status.
+            let _ = std::io::stdout().lock().write_all(report.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // Errors from the file already name it; the others are about its settings.
+            if e.starts_with(&*shown.to_string()) {
+                eprintln!("{e}");
+            } else {
+                eprintln!("{shown}: {e}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_at(text: &str, extra: &[&str]) -> ((usize, usize), String) {
+        let (span, e) = parse_file(text, extra).err().expect("an error");
+        (position(text, span.expect("a position").start), e)
+    }
+
+    #[test]
+    fn positions_count_lines_and_characters() {
+        assert_eq!(position("", 0), (1, 1));
+        assert_eq!(position("ab\ncd", 4), (2, 2));
+        // Columns are characters, not bytes.
+        assert_eq!(position("# é\nx", 5), (2, 1));
+        assert_eq!(position("é = 1", 3), (1, 3));
+    }
+
+    #[test]
+    fn errors_point_at_the_key_or_the_value() {
+        let (at, e) = error_at("workers = 1\n  nope = 2\n", ECHO_KEYS);
+        assert_eq!(at, (2, 3));
+        assert!(e.starts_with("unknown key `nope`"), "{e}");
+        let (at, e) = error_at("workers = -1\n", ECHO_KEYS);
+        assert_eq!(
+            (at, e.as_str()),
+            ((1, 11), "`workers` must be a whole number")
+        );
+        // A bad element of a list: that element.
+        let (at, e) = error_at("to = [\"127.0.0.1:1\", 5]\n", FORWARD_KEYS);
+        assert_eq!(
+            (at, e.as_str()),
+            ((1, 22), "`to` must be a list of strings")
+        );
+        let (at, _) = error_at("plain = \"yes\"\n", ECHO_KEYS);
+        assert_eq!(at, (1, 9));
+        // A key only the forwarder knows.
+        let (at, e) = error_at("to = \"127.0.0.1:1\"\n", ECHO_KEYS);
+        assert_eq!(at, (1, 1));
+        assert!(e.starts_with("unknown key `to`"), "{e}");
+    }
+
+    #[test]
+    fn a_good_file_reads_every_key() {
+        let text = "listen = [\"127.0.0.1:1\"]\nmodel = \"auto\"\nworkers = 2\n\
+                    max_connections = 10\nidle_timeout = \"5s\"\nrun_as_root = true\n\
+                    to = \"127.0.0.1:2\"\ntransport = \"unframed\"\nmax_message = \"1m\"\n\
+                    queue_limit = \"64k\"\nkernel_path = \"off\"\nkernel_sockets = 3\n";
+        let s = parse_file(text, FORWARD_KEYS).map_err(|e| e.1).unwrap();
+        assert_eq!(s.listen.len(), 1);
+        assert_eq!(s.model.as_deref(), Some("auto"));
+        assert_eq!((s.workers, s.max_connections), (Some(2), Some(10)));
+        assert_eq!(s.idle_timeout, Some(Duration::from_secs(5)));
+        assert!(s.run_as_root);
+        assert_eq!(s.to, vec!["127.0.0.1:2".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(s.transport.as_deref(), Some("unframed"));
+        assert_eq!(
+            (s.max_message, s.queue_limit),
+            (Some(1 << 20), Some(64 << 10))
+        );
+        assert_eq!(s.kernel_path, Some(KernelMode::Off));
+        assert_eq!(s.kernel_sockets, Some(3));
     }
 }

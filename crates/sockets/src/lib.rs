@@ -95,9 +95,9 @@ pub use service::{serve, ServiceOptions};
 pub use thrift_socket::ThriftSocket;
 
 pub use fastpath_drivers::{
-    bind_listeners, run, run_service, uring_available, CloseReason, ConnRef, DriverConfig, Handler,
-    Io, IoParts, ListenAddr, ListenOptions, Listeners, Model, ModelKind, ModelSettings, Next,
-    Opened, Origin, Process, UpstreamAddr, Worker, TICK,
+    bind_listeners, run, run_service, uring_available, worker_count, CloseReason, ConnRef,
+    DriverConfig, Handler, Io, IoParts, ListenAddr, ListenOptions, Listeners, Model, ModelKind,
+    ModelSettings, Next, Opened, Origin, Process, UpstreamAddr, Worker, TICK,
 };
 
 /// Sizes and durations as configurations write them.
