@@ -7,9 +7,8 @@ one run, against real peers built by bench/peers/framework/build.sh.
     runtime, one worker per core it may use). With a binary that has the kernel path and
     run as root, two fastpath rows: `fastpath echo` (--kernel-path off) and
     `fastpath-kernel` (--kernel-path on: the echo done by a BPF sockmap program).
-  * Forwarder, payloads 32 B .. 4 KiB, 2 and 4 destinations: `fastpath forward` (and, when
-    --servers names it, `fastpath-kernel forward`: --kernel-path on) against a
-    forwarder on libevent (the seed's baseline) and one on Apache Thrift's C++ library
+  * Forwarder, payloads 32 B .. 4 KiB, 2 and 4 destinations: `fastpath forward` (its kernel
+    path is withdrawn, docs/framework.md) against a forwarder on libevent (the seed's baseline) and one on Apache Thrift's C++ library
     (TNonblockingServer, framed, its handler forwarding through generated clients).
 
 Every run: the server under test alone on CPU 0 (taskset), the load generator on CPU 1; over
@@ -445,15 +444,9 @@ def echo_servers(args):
 def forward_servers(args):
     servers = []
     if args.fastpath_forward:
-        # With the kernel path in the binary, user space and kernel are two rows of one run.
-        off = ["--kernel-path", "off"] if args.fastpath_forward_kernel else []
         servers.append(("fastpath forward", lambda p, to: [
             args.fastpath, "forward", "--listen", f"127.0.0.1:{p}", "--to", ",".join(to),
-            "--workers", "1", *off, *args.fastpath_model, *args.root]))
-    if args.fastpath_forward_kernel:
-        servers.append(("fastpath-kernel forward", lambda p, to: [
-            args.fastpath, "forward", "--listen", f"127.0.0.1:{p}", "--to", ",".join(to),
-            "--workers", "1", "--kernel-path", "on", *args.fastpath_model, *args.root]))
+            "--workers", "1", *args.fastpath_model, *args.root]))
     servers.append(("libevent", lambda p, to: [
         os.path.join(args.peers, "libevent_forward"), str(p), *to]))
     servers.append(("thrift C++", lambda p, to: [
@@ -587,8 +580,7 @@ def main():
     ap.add_argument("--echo-sizes", help="echo buffer sizes, e.g. 32,64,4096 (default: all)")
     ap.add_argument("--forward-sizes", help="forwarder payloads, e.g. 32,512 (default: all)")
     ap.add_argument("--servers", help="only these rows, by name, e.g. 'fastpath echo,"
-                    "fastpath-kernel' (default: every server that is there but the "
-                    "`fastpath-kernel forward` row, which must be named)")
+                    "fastpath-kernel' (default: every server that is there)")
     ap.add_argument("--peers", default=os.path.join(REPO, "target", "peers"),
                     help="where build.sh puts the peers")
     ap.add_argument("--no-build", action="store_true", help="use the peers already built")
@@ -635,14 +627,6 @@ def main():
     # capabilities to load BPF programs (CAP_BPF or CAP_SYS_ADMIN, and CAP_NET_ADMIN).
     args.fastpath_kernel = (args.fastpath_echo and bpf_capable()
                             and has_option(args.fastpath, ["echo"], "--kernel-path"))
-    # The in-kernel forwarder (the `fastpath-kernel forward` row), likewise, but only when
-    # --servers names it: it resets clients the kernel cannot hold back when a destination
-    # falls behind, so at saturation it loses messages (BENCHMARKS.md), which would fail
-    # every default run.
-    args.fastpath_forward_kernel = (args.fastpath_forward and bpf_capable()
-                                    and bool(args.servers)
-                                    and "fastpath-kernel forward" in args.servers
-                                    and has_option(args.fastpath, ["forward"], "--kernel-path"))
     bench_modes = have("bench", "echo") and have("bench", "thrift")
     if args.client is None:
         args.client = "fastpath" if bench_modes else "python"

@@ -6,7 +6,7 @@ use std::env;
 use std::path::PathBuf;
 use std::process::Command;
 
-const PROGRAMS: &[&str] = &["echo", "forward", "bridge"];
+const PROGRAMS: &[&str] = &["echo", "bridge"];
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(kernel_path)");

@@ -260,8 +260,7 @@ httptest!(forward_sends_each_message_to_key_mod_n, |model| {
     forward_sends_by_key(model, &[]);
 });
 
-// The forwarder tests' bodies, shared with the kernel path's tests (kernel_forward.rs),
-// which run them with `--kernel-path on`: `extra` are more arguments for the server.
+// The forwarder tests' bodies: `extra` are more arguments for the server.
 
 pub(crate) fn forward_sends_by_key(model: Model, extra: &[&str]) {
     let sinks = [Sink::start(), Sink::start(), Sink::start()];

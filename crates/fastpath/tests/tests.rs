@@ -21,7 +21,6 @@ mod framework_bench;
 mod handover;
 mod handover_real;
 mod kernel_bridge;
-mod kernel_forward;
 mod kernel_path;
 mod limits;
 mod logs;

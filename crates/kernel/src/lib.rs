@@ -18,8 +18,6 @@ use std::sync::Arc;
 
 mod bridge;
 pub use bridge::{bridge_path, BridgePath, Joined as BridgeJoined};
-mod forward;
-pub use forward::{forward_outcome, forward_path, Counts, ForwardPath, Joined};
 
 /// Whether a service uses the kernel path (`kernel_path` in its configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

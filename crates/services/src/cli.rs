@@ -82,12 +82,10 @@ pub struct ForwardArgs {
     /// Bytes queued per destination and worker before clients wait (e.g. 1m).
     #[arg(long, value_parser = parse_size)]
     queue_limit: Option<u64>,
-    /// Forward in the kernel (BPF sockmap programs): auto, on or off.
+    /// auto or off: the forwarder has no kernel path (withdrawn, see docs/framework.md); on
+    /// is refused, saying why.
     #[arg(long, value_parser = parse_kernel_path)]
     kernel_path: Option<KernelMode>,
-    /// Client sockets the kernel path holds at once; past it clients stay in user space.
-    #[arg(long)]
-    kernel_sockets: Option<u32>,
 }
 
 /// Settings read from a configuration file.
@@ -382,20 +380,17 @@ fn fail(why: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Sockets the echo's and the forwarder's kernel paths hold by default.
+/// Sockets the echo's kernel path holds by default.
 const DEFAULT_KERNEL_SOCKETS: u32 = 65536;
 
-/// Destination sockets (workers × destinations) the forwarder's kernel path holds.
-const KERNEL_DESTINATIONS: u32 = 65536;
-
-/// The longest message the forwarder's kernel path frames; a client that sends a longer one
-/// is forwarded in user space from there on.
-const KERNEL_MAX_FRAME: usize = 32 * 1024;
-
-/// Whether `kernel_path = "auto"` forwards in the kernel: not on this kind of machine, where
-/// it is slower than user space and resets clients at saturation (BENCHMARKS.md, "Kernel
-/// path: the in-kernel Thrift forwarder").
-const AUTO_KERNEL_FORWARD: bool = false;
+/// Why the Thrift forwarder has no kernel path (docs/framework.md, "The forwarder in the
+/// kernel, withdrawn"). Its stream parser reached a kernel BUG (tcp_collapse, under receive
+/// memory pressure, in the stream parser's work): the oops killed the kernel's one stream
+/// parser worker, after which every sockmap stream parser on the machine stalls until a
+/// reboot. It also lost messages at saturation and was slower than user space.
+const FORWARD_KERNEL_WITHDRAWN: &str = "the forwarder's kernel path is withdrawn: its BPF \
+     stream parser drove this kernel generation (6.14 and later) into a BUG under load, which \
+     leaves every stream parser on the machine stalled until a reboot (docs/framework.md)";
 
 const ECHO_KEYS: &[&str] = &["plain", "kernel_path", "kernel_sockets"];
 
@@ -405,7 +400,6 @@ const FORWARD_KEYS: &[&str] = &[
     "max_message",
     "queue_limit",
     "kernel_path",
-    "kernel_sockets",
 ];
 
 /// The echo as it will run.
@@ -494,7 +488,6 @@ pub fn echo(args: EchoArgs) -> ExitCode {
 struct ForwardSetup {
     setup: Setup,
     config: ForwardConfig,
-    kernel: Option<Arc<fastpath_kernel::ForwardPath>>,
     /// What the kernel path's outcome is, and why: the start-up log line.
     kernel_line: String,
 }
@@ -533,60 +526,18 @@ fn forward_setup(args: &ForwardArgs, starting: bool) -> Result<ForwardSetup, Str
     if let Some(idle) = setup.idle_timeout {
         config.idle_timeout = idle;
     }
-    let mode = args.kernel_path.or(file.kernel_path).unwrap_or_default();
-    let sockets = args
-        .kernel_sockets
-        .or(file.kernel_sockets)
-        .unwrap_or(DEFAULT_KERNEL_SOCKETS);
-    if sockets == 0 {
-        return Err("--kernel-sockets must be at least 1".to_string());
-    }
-    let off = |line: &str| Ok((None, line.to_string()));
-    let (kernel, kernel_line) = match (mode, config.transport) {
-        (KernelMode::Off, _) => off("kernel path: off (kernel_path = \"off\")"),
-        (KernelMode::On, Transport::Unframed) => Err(
-            "kernel path: cannot be had: the kernel frames messages by their length, which the \
-             unframed transport does not send"
-                .to_string(),
-        ),
-        (KernelMode::Auto, Transport::Unframed) => off(
-            "kernel path: off (kernel_path = \"auto\": the unframed transport has no lengths for \
-             the kernel to frame messages by)",
-        ),
-        (KernelMode::On, _)
-            if matches!(setup.options.model, ModelKind::Threads | ModelKind::Prefork) =>
-        {
-            // The Apache Thrift interop test loses messages on these two models with the
-            // kernel path (BENCHMARKS.md, "Kernel path: the in-kernel Thrift forwarder"):
-            // until that is understood, they stay in user space.
-            Err(format!(
-                "kernel path: cannot be had on the {} model (messages were lost there in \
-                 testing): use epoll, uring or percore",
-                setup.options.model.name()
+    let kernel_line = match args.kernel_path.or(file.kernel_path).unwrap_or_default() {
+        KernelMode::On => {
+            return Err(format!(
+                "kernel path: cannot be had: {FORWARD_KERNEL_WITHDRAWN}"
             ))
         }
-        (KernelMode::Auto, Transport::Framed) if !AUTO_KERNEL_FORWARD => off(
-            "kernel path: off (kernel_path = \"auto\": the in-kernel forwarder does not win on \
-             this kind of machine and resets clients at saturation, see BENCHMARKS.md; \"on\" \
-             forces it)",
-        ),
-        _ => {
-            // Below the receive buffer, past which the stream parser would abort a socket.
-            let max_frame = config.limits.max_message_bytes.min(KERNEL_MAX_FRAME) as u32;
-            let max_held = (config.queue_limit as u64 * 4).min(u64::from(u32::MAX)) as u32;
-            fastpath_kernel::forward_outcome(
-                mode,
-                sockets,
-                KERNEL_DESTINATIONS,
-                max_frame,
-                max_held,
-            )
-        }
-    }?;
+        KernelMode::Off => "kernel path: off (kernel_path = \"off\")".to_string(),
+        KernelMode::Auto => format!("kernel path: off ({FORWARD_KERNEL_WITHDRAWN})"),
+    };
     Ok(ForwardSetup {
         setup,
         config,
-        kernel,
         kernel_line,
     })
 }
@@ -598,12 +549,7 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     tracing::info!("{}", forward.kernel_line);
-    let ForwardSetup {
-        setup,
-        config,
-        kernel,
-        ..
-    } = forward;
+    let ForwardSetup { setup, config, .. } = forward;
     let config = Arc::new(config);
     let stats = Arc::new(ForwardStats::default());
     let to: Vec<String> = config.destinations.iter().map(|a| a.to_string()).collect();
@@ -614,22 +560,13 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
         to.join(", ")
     );
     let served = serve("forward", &setup.options, |_| {
-        Forwarder::with_kernel(config.clone(), stats.clone(), kernel.clone())
+        Forwarder::new(config.clone(), stats.clone())
     });
     tracing::info!(
-        "forward: {} messages forwarded, {} undelivered, {} clients closed for bad input{}",
+        "forward: {} messages forwarded, {} undelivered, {} clients closed for bad input",
         stats.forwarded.load(Ordering::Relaxed),
         stats.undelivered.load(Ordering::Relaxed),
         stats.refused_clients.load(Ordering::Relaxed),
-        if kernel.is_some() {
-            format!(
-                "; {} clients in the kernel path (their messages the kernel forwarded are not \
-                 counted)",
-                stats.kernel_clients.load(Ordering::Relaxed)
-            )
-        } else {
-            String::new()
-        }
     );
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -674,7 +611,6 @@ pub fn check(service: Service, path: &Path) -> ExitCode {
                 max_message: None,
                 queue_limit: None,
                 kernel_path: None,
-                kernel_sockets: None,
             },
             false,
         )
@@ -759,7 +695,7 @@ mod tests {
         let text = "listen = [\"127.0.0.1:1\"]\nmodel = \"auto\"\nworkers = 2\n\
                     max_connections = 10\nidle_timeout = \"5s\"\nrun_as_root = true\n\
                     to = \"127.0.0.1:2\"\ntransport = \"unframed\"\nmax_message = \"1m\"\n\
-                    queue_limit = \"64k\"\nkernel_path = \"off\"\nkernel_sockets = 3\n";
+                    queue_limit = \"64k\"\nkernel_path = \"off\"\n";
         let s = parse_file(text, FORWARD_KEYS).map_err(|e| e.1).unwrap();
         assert_eq!(s.listen.len(), 1);
         assert_eq!(s.model.as_deref(), Some("auto"));
@@ -773,6 +709,9 @@ mod tests {
             (Some(1 << 20), Some(64 << 10))
         );
         assert_eq!(s.kernel_path, Some(KernelMode::Off));
+        let s = parse_file("kernel_sockets = 3\n", ECHO_KEYS)
+            .map_err(|e| e.1)
+            .unwrap();
         assert_eq!(s.kernel_sockets, Some(3));
     }
 }
