@@ -228,13 +228,18 @@ fn print_config_errors(path: &Path, errors: &[ConfigError]) {
 fn check(path: &Path) -> ExitCode {
     match Config::load(path) {
         Ok(config) => {
+            let shown = path.display();
+            let mut report = String::new();
             for note in config.model_notes() {
-                println!("{}: note: {note}", path.display());
+                report.push_str(&format!("{shown}: note: {note}\n"));
             }
             if let Some(kernel) = fastpath_server::kernel_report(&config) {
-                println!("{}: note: {kernel}", path.display());
+                report.push_str(&format!("{shown}: note: {kernel}\n"));
             }
-            println!("{}: configuration ok", path.display());
+            report.push_str(&format!("{shown}: configuration ok\n"));
+            // Written once, and a reader that went away (`| head -1`) is not an error of the
+            // configuration: println! would panic on the broken pipe.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes());
             ExitCode::SUCCESS
         }
         Err(errors) => {

@@ -407,3 +407,29 @@ fn workers_beyond_the_limit_are_refused_on_the_command_line_too() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("5000 is more than 4096"), "{}", show(&out));
 }
+
+#[test]
+fn a_reader_that_went_away_is_not_a_crash() {
+    // `fastpath check FILE | head -1`, at its worst: nobody reads the report at all.
+    let site = Site::new();
+    let path = site.config("listen = \"127.0.0.1:8080\"\nmodel = \"uring\"\n");
+    let mut child = Command::new(BIN)
+        .arg("check")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -465,12 +465,12 @@ httptest!(past_a_full_map_connections_are_spliced, |model| {
     expect_sockets(&srv, 0);
 });
 
-httptest!(kernel_path_off_splices, |model| {
+/// A bridge with `setting` under `[handover]` splices, logs `line` and loads nothing.
+fn splices_and_says(model: &'static str, setting: &str, line: &str) {
     let addr = custom_backend(Arc::new(()), echo_slowly);
-    let (srv, _site) = serve_to(model, addr, "kernel_path = \"off\"");
+    let (srv, _site) = serve_to(model, addr, setting);
     let mut conn = bridged(&srv);
     round_trip(&mut conn, b"spliced");
-    let line = "kernel path: off for bridged connections (kernel_path = \"off\")";
     assert!(
         srv.wait_stderr(Duration::from_secs(1), line),
         "{}",
@@ -478,24 +478,23 @@ httptest!(kernel_path_off_splices, |model| {
     );
     assert!(
         bpf_objects(srv.pid()).is_empty(),
-        "kernel_path = \"off\" loaded BPF objects"
+        "`{setting}` loaded BPF objects"
+    );
+}
+
+httptest!(kernel_path_off_splices, |model| {
+    splices_and_says(
+        model,
+        "kernel_path = \"off\"",
+        "kernel path: off for bridged connections (kernel_path = \"off\")",
     );
 });
 
 httptest!(kernel_path_auto_splices_for_now, |model| {
-    let addr = custom_backend(Arc::new(()), echo_slowly);
-    let (srv, _site) = serve_to(model, addr, "");
-    let mut conn = bridged(&srv);
-    round_trip(&mut conn, b"spliced");
-    let line = "kernel path: off for bridged connections (kernel_path = \"auto\" splices";
-    assert!(
-        srv.wait_stderr(Duration::from_secs(1), line),
-        "{}",
-        srv.stderr()
-    );
-    assert!(
-        bpf_objects(srv.pid()).is_empty(),
-        "kernel_path = \"auto\" loaded BPF objects"
+    splices_and_says(
+        model,
+        "",
+        "kernel path: off for bridged connections (kernel_path = \"auto\" splices",
     );
 });
 
@@ -564,27 +563,10 @@ fn nothing_left_after(model: &'static str, signal: libc::c_int, test: &str) {
         return;
     };
     let addr = custom_backend(Arc::new(()), echo_slowly);
-    let (mut srv, _site) = serve_to(model, addr, "kernel_path = \"on\"");
+    let (srv, _site) = serve_to(model, addr, "kernel_path = \"on\"");
     let mut conn = bridged(&srv);
     round_trip(&mut conn, b"in the kernel");
-    let objects = bpf_objects(srv.pid());
-    assert!(
-        objects.iter().any(|o| o.0 == "prog") && objects.iter().any(|o| o.0 == "map"),
-        "no program or map found: {objects:?}"
-    );
-    // SIGKILL takes the whole process group: prefork's children hold the same descriptors.
-    if signal == libc::SIGKILL {
-        // SAFETY: kill(2) on the server's own process group.
-        unsafe { libc::kill(-(srv.pid() as i32), libc::SIGKILL) };
-    }
-    srv.stop(signal, Duration::from_secs(10));
-    let gone = wait_for(Duration::from_secs(5), || {
-        objects
-            .iter()
-            .all(|&o| !crate::kernel_path::bpf_object_exists(bpftool, o))
-            .then_some(())
-    });
-    assert!(gone.is_some(), "left behind after exit: {objects:?}");
+    crate::kernel_path::expect_released_after(srv, signal, bpftool);
 }
 
 httptest!(the_bridge_leaves_nothing_after_sigterm, |model| {

@@ -439,15 +439,21 @@ fn nothing_left_after(model: Model, signal: libc::c_int, test: &str) {
     let (true, Some(bpftool)) = (bpf_allowed(test), bpftool(test)) else {
         return;
     };
-    let (_site, mut srv) = echo(model, ON);
+    let (_site, srv) = echo(model, ON);
     let _client = started_client(srv.addr(), 32, 3);
+    expect_released_after(srv, signal, bpftool);
+}
+
+/// Stops `srv` with `signal` (SIGKILL: its whole process group, since prefork's workers hold
+/// the same descriptors) and checks that the BPF programs and maps it had loaded are gone.
+pub(crate) fn expect_released_after(mut srv: Server, signal: libc::c_int, bpftool: &str) {
     let objects = bpf_objects(srv.pid());
     assert!(
         objects.iter().any(|o| o.0 == "prog") && objects.iter().any(|o| o.0 == "map"),
         "no program or map found: {objects:?}"
     );
-    // SIGKILL takes the whole process group: prefork's workers hold the same descriptors.
     if signal == libc::SIGKILL {
+        // SAFETY: kill(2) on the server's own process group.
         unsafe { libc::kill(-(srv.pid() as i32), libc::SIGKILL) };
     }
     srv.stop(signal, Duration::from_secs(10));

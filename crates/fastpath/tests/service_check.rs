@@ -15,6 +15,30 @@ fn check(service: &str, path: &Path) -> Output {
     run(cmd)
 }
 
+/// `fastpath check FILE`: the file read as a server's configuration.
+fn check_server(path: &Path) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("check").arg(path);
+    run(cmd)
+}
+
+/// Starts `service` on the configuration at `path` (as root if run so) and returns how it
+/// ended: the tests here only start what the service refuses.
+fn start_refused(service: &str, path: &Path) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        service,
+        "--run-as-root",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+    ])
+    .arg(path);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    out
+}
+
 fn show(out: &Output) -> String {
     format!(
         "status: {}\n---- stdout ----\n{}\n---- stderr ----\n{}",
@@ -192,19 +216,7 @@ fn service_check_forward_kernel_path_on_is_refused_saying_why() {
         "{}",
         show(&out)
     );
-    let started = run({
-        let mut cmd = Command::new(BIN);
-        cmd.args([
-            "forward",
-            "--run-as-root",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-        ])
-        .arg(&path);
-        cmd
-    });
-    assert_eq!(started.status.code(), Some(1), "{}", show(&started));
+    let started = start_refused("forward", &path);
     assert!(stderr(&started).contains(why), "{}", show(&started));
 }
 
@@ -246,19 +258,7 @@ fn service_check_bad_key_and_bad_values_at_their_place() {
     );
     assert_error(&check("echo", &path), &unknown);
     // The start reads the file with the same parser: the same line.
-    let started = run({
-        let mut cmd = Command::new(BIN);
-        cmd.args([
-            "echo",
-            "--run-as-root",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-        ])
-        .arg(&path);
-        cmd
-    });
-    assert_eq!(started.status.code(), Some(1), "{}", show(&started));
+    let started = start_refused("echo", &path);
     assert!(stderr(&started).contains(&unknown), "{}", show(&started));
 
     let cases: &[(&str, &str, &str)] = &[
@@ -336,9 +336,7 @@ fn service_check_without_service_checks_a_server_configuration() {
     let site = Site::new();
     // A service's key is not a server's.
     let path = site.config("kernel_sockets = 64\n");
-    let mut cmd = Command::new(BIN);
-    cmd.arg("check").arg(&path);
-    let out = run(cmd);
+    let out = check_server(&path);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     assert!(
         stderr(&out).contains(&format!(
@@ -350,9 +348,7 @@ fn service_check_without_service_checks_a_server_configuration() {
     );
     // And the file names a server's.
     let path = site.config("model = \"epoll\"\n");
-    let mut cmd = Command::new(BIN);
-    cmd.arg("check").arg(&path);
-    let out = run(cmd);
+    let out = check_server(&path);
     assert!(out.status.success(), "{}", show(&out));
 }
 
