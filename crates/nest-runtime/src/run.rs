@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use clap::{error::ErrorKind, value_parser, Arg, ArgAction, ArgMatches, Command};
+
 use fastpath_drivers::DriverConfig;
 use fastpath_sockets::{serve, ListenAddr, ServiceOptions};
 
@@ -26,69 +28,120 @@ pub fn run<S: Server>(server: S) -> ! {
     }
 }
 
-const HELP: &str = "\
-Options:
-  --config PATH      the runtime options file (default: config.nest beside the binary;
-                     the NEST_CONFIG environment variable sets it too)
-  --port P           listen on port P (the serverPort option)
-  --listen ADDR:PORT listen on ADDR:PORT (serverAddress and serverPort)
-  --model 'NAME [N]' run on another model than the specification's (processServer N,
-                     threadServer N, eventServer [N], uringServer [N], percoreServer)
-  --help             this text
-A standalone server also serves the sockets systemd passes (LISTEN_FDS).";
+/// The generated server's command line. The flags that set options are kept in the order
+/// given, so that the last of `--port` and `--listen` decides the port, as the last of two
+/// lines in config.nest would.
+fn command_line(name: &'static str, file: &'static str) -> Command {
+    Command::new(name)
+        .about(format!("A server built from {file}"))
+        .after_help("A standalone server also serves the sockets systemd passes (LISTEN_FDS).")
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .value_name("PATH")
+                .value_parser(value_parser!(PathBuf))
+                .help(
+                    "The runtime options file (default: config.nest beside the binary; the \
+                     NEST_CONFIG environment variable sets it too)",
+                ),
+        )
+        .arg(
+            Arg::new("port")
+                .long("port")
+                .value_name("P")
+                .action(ArgAction::Append)
+                .value_parser(value_parser!(u16))
+                .help("Listen on port P (the serverPort option)"),
+        )
+        .arg(
+            Arg::new("listen")
+                .long("listen")
+                .value_name("ADDR:PORT")
+                .action(ArgAction::Append)
+                .value_parser(value_parser!(SocketAddr))
+                .help("Listen on ADDR:PORT (serverAddress and serverPort)"),
+        )
+        .arg(
+            Arg::new("model")
+                .long("model")
+                .value_name("'NAME [N]'")
+                .action(ArgAction::Append)
+                .value_parser(parse_model)
+                .help(
+                    "Run on another model than the specification's (processServer N, \
+                     threadServer N, eventServer [N], uringServer [N], percoreServer)",
+                ),
+        )
+}
+
+/// `--model 'NAME [N]'`: a model option's name and its value.
+fn parse_model(v: &str) -> Result<(&'static str, String), String> {
+    let (name, n) = v.split_once(' ').unwrap_or((v, ""));
+    let name = crate::options::names()
+        .iter()
+        .copied()
+        .find(|known| *known == name && crate::options::is_model(known))
+        .ok_or_else(|| format!("`{name}` is not a model option"))?;
+    Ok((name, n.trim().to_string()))
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+struct CommandLine {
+    config: Option<PathBuf>,
+    /// Options set on the command line, in its order: (option, value).
+    overrides: Vec<(&'static str, String)>,
+}
+
+/// Reads `args`; `None` when the help was asked for (and printed).
+fn parse_command_line(
+    name: &'static str,
+    file: &'static str,
+    args: impl IntoIterator<Item = String>,
+) -> Result<Option<CommandLine>, String> {
+    let matches = match command_line(name, file)
+        .try_get_matches_from(std::iter::once(name.to_string()).chain(args))
+    {
+        Ok(matches) => matches,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp) => {
+            let _ = e.print();
+            return Ok(None);
+        }
+        Err(e) => return Err(e.render().to_string().trim_end().to_string()),
+    };
+    // (position on the command line, option, value)
+    let mut overrides: Vec<(usize, &'static str, String)> = Vec::new();
+    for (at, port) in indexed::<u16>(&matches, "port") {
+        overrides.push((at, "serverPort", port.to_string()));
+    }
+    for (at, addr) in indexed::<SocketAddr>(&matches, "listen") {
+        overrides.push((at, "serverAddress", addr.ip().to_string()));
+        overrides.push((at, "serverPort", addr.port().to_string()));
+    }
+    for (at, (option, n)) in indexed::<(&'static str, String)>(&matches, "model") {
+        overrides.push((at, option, n.clone()));
+    }
+    // Stable: --listen's address stays before its port.
+    overrides.sort_by_key(|o| o.0);
+    Ok(Some(CommandLine {
+        config: matches.get_one::<PathBuf>("config").cloned(),
+        overrides: overrides.into_iter().map(|(_, o, v)| (o, v)).collect(),
+    }))
+}
 
 /// Runs `server` with command-line arguments `args` (without the program's name); returns
-/// once it has stopped, or why it could not start.
+/// once it has stopped (or printed its help), or why it could not start.
 pub fn run_with_args<S: Server>(
     server: S,
     args: impl IntoIterator<Item = String>,
 ) -> Result<(), String> {
     let spec = server.spec();
     let mut options = Options::from_spec(spec.file, spec.options)?;
-    let mut config: Option<PathBuf> = std::env::var_os("NEST_CONFIG").map(PathBuf::from);
-    let mut overrides: Vec<(&str, String)> = Vec::new();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |flag: &str| {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "--help" | "-h" => {
-                println!("{}: a server built from {}\n{HELP}", spec.name, spec.file);
-                return Ok(());
-            }
-            "--config" => config = Some(PathBuf::from(value("--config")?)),
-            "--port" => overrides.push(("serverPort", value("--port")?)),
-            "--listen" => {
-                let v = value("--listen")?;
-                let addr: SocketAddr = v
-                    .parse()
-                    .map_err(|_| format!("--listen: `{v}` is not ADDR:PORT"))?;
-                overrides.push(("serverAddress", addr.ip().to_string()));
-                overrides.push(("serverPort", addr.port().to_string()));
-            }
-            "--model" => {
-                let v = value("--model")?;
-                let (name, n) = v.split_once(' ').unwrap_or((&v, ""));
-                if !crate::options::is_model(name) {
-                    return Err(format!("--model: `{name}` is not a model option"));
-                }
-                let name = crate::options::names()
-                    .iter()
-                    .find(|n| **n == name)
-                    .expect("a model option");
-                overrides.push((name, n.trim().to_string()));
-            }
-            _ => return Err(format!("unknown argument `{arg}` (try --help)")),
-        }
-    }
+    let Some(CommandLine { config, overrides }) = parse_command_line(spec.name, spec.file, args)?
+    else {
+        return Ok(());
+    };
+    let config = config.or_else(|| std::env::var_os("NEST_CONFIG").map(PathBuf::from));
     // config.nest: a given path must exist; the default one may not.
     let (path, given) = match config {
         Some(p) => (p, true),
@@ -120,6 +173,16 @@ pub fn run_with_args<S: Server>(
         return crate::inetd::serve(&engine);
     }
     standalone(engine)
+}
+
+/// The values of the flag `id` with their positions on the command line.
+fn indexed<'m, T: Clone + Send + Sync + 'static>(
+    matches: &'m ArgMatches,
+    id: &str,
+) -> impl Iterator<Item = (usize, &'m T)> {
+    let values = matches.get_many::<T>(id).into_iter().flatten();
+    let at = matches.indices_of(id).into_iter().flatten();
+    at.zip(values)
 }
 
 fn standalone<S: Server>(engine: Arc<Engine<S>>) -> Result<(), String> {
@@ -172,4 +235,57 @@ fn is_socket(fd: i32) -> bool {
     // SAFETY: fstat into a zeroed struct of the right type.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     (unsafe { libc::fstat(fd, &mut stat) }) == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Option<CommandLine>, String> {
+        parse_command_line("rot13", "rot13.nest", args.iter().map(|a| a.to_string()))
+    }
+
+    #[test]
+    fn the_last_of_port_and_listen_decides_the_port() {
+        let line = parse(&["--listen", "127.0.0.2:7000", "--port=7001"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            line.overrides,
+            vec![
+                ("serverAddress", "127.0.0.2".to_string()),
+                ("serverPort", "7000".to_string()),
+                ("serverPort", "7001".to_string()),
+            ]
+        );
+        let line = parse(&["--port", "7001", "--listen", "127.0.0.2:7000"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(line.overrides.last().unwrap().1, "7000");
+        assert_eq!(line.config, None);
+    }
+
+    #[test]
+    fn a_model_with_its_count_and_a_config_file() {
+        let line = parse(&["--model", "threadServer 8", "--config", "my.nest"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(line.overrides, vec![("threadServer", "8".to_string())]);
+        assert_eq!(line.config, Some(PathBuf::from("my.nest")));
+    }
+
+    #[test]
+    fn bad_arguments_say_what_is_wrong() {
+        let e = parse(&["--model", "fastServer"]).unwrap_err();
+        assert!(e.contains("`fastServer` is not a model option"), "{e}");
+        let e = parse(&["--listen", "nowhere"]).unwrap_err();
+        assert!(e.contains("--listen"), "{e}");
+        let e = parse(&["--port", "99999"]).unwrap_err();
+        assert!(e.contains("99999"), "{e}");
+        let e = parse(&["--bogus"]).unwrap_err();
+        assert!(e.contains("--bogus"), "{e}");
+        // A model option that is not a model.
+        let e = parse(&["--model", "serverPort 80"]).unwrap_err();
+        assert!(e.contains("not a model option"), "{e}");
+    }
 }
