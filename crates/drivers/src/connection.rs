@@ -295,7 +295,9 @@ impl<H: Handler> Parts<'_, '_, H> {
     /// back to the pool and notes a deadline the sweep would find late.
     #[inline]
     pub(crate) fn call(self, timeout: bool) -> Next {
-        let draining = self.core.stopping();
+        // A connection told to drain on its own (an outgoing one whose client is gone, see
+        // the epoll loop's `close_outgoing`) goes on seeing it.
+        let draining = self.core.stopping() || self.link.drain_told;
         let mut io = self.link.io(self.core, self.token, draining);
         let next = if timeout {
             self.handler.on_timeout(self.conn, &mut io)

@@ -211,6 +211,11 @@ pub(crate) struct Sink {
 
 impl Sink {
     pub(crate) fn start() -> Sink {
+        Sink::start_after(Duration::ZERO)
+    }
+
+    /// A sink that reads nothing for `pause` after each connection opens.
+    pub(crate) fn start_after(pause: Duration) -> Sink {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -220,6 +225,7 @@ impl Sink {
                 let Ok(mut conn) = conn else { return };
                 let shared = shared.clone();
                 thread::spawn(move || {
+                    thread::sleep(pause);
                     let mut buf = [0; 65536];
                     while let Ok(n) = conn.read(&mut buf) {
                         if n == 0 {
@@ -384,6 +390,54 @@ pub(crate) fn interop(model: Model, transport: &str, extra: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+httptest!(
+    forward_delivers_what_it_queued_after_the_client_has_gone,
+    |model| {
+        // Clients that send a burst to three destinations and close at once, one after
+        // another and a few at a time: their last messages are queued for a destination as
+        // the client's end arrives. Where a worker serves one client at a time (prefork,
+        // threads), its destination connections outlive the client only to send what they
+        // hold; closing them at once lost the last few messages of some clients.
+        let sinks = [Sink::start(), Sink::start(), Sink::start()];
+        let to: Vec<SocketAddr> = sinks.iter().map(|s| s.addr).collect();
+        let (_site, srv) = forward(model, &to, &[]);
+        let mut expected = [0usize; 3];
+        for round in 0..10 {
+            let senders: Vec<_> = (0..4)
+                .map(|c| {
+                    let mut burst = Vec::new();
+                    for seq in 0..60 {
+                        let key = round * 1000 + c * 100 + seq;
+                        burst.push((key, framed_msg(seq, key, &pattern(key as usize, 700))));
+                    }
+                    for (key, msg) in &burst {
+                        expected[key.rem_euclid(3) as usize] += msg.len();
+                    }
+                    let addr = srv.addr();
+                    thread::spawn(move || {
+                        let mut client = connect(addr);
+                        let bytes: Vec<u8> = burst.into_iter().flat_map(|(_, m)| m).collect();
+                        client.write_all(&bytes).unwrap();
+                    })
+                })
+                .collect();
+            for sender in senders {
+                sender.join().unwrap();
+            }
+        }
+        let arrived = wait_for(Duration::from_secs(20), || {
+            (0..3).all(|d| sinks[d].len() >= expected[d]).then_some(())
+        });
+        let got: Vec<usize> = sinks.iter().map(Sink::len).collect();
+        assert!(
+            arrived.is_some(),
+            "{got:?} of {expected:?} bytes arrived\n{}",
+            srv.stderr()
+        );
+        assert_eq!(got, expected.to_vec(), "more arrived than was sent");
+    }
+);
 
 httptest!(forward_interop_with_apache_thrift_framed, |model| {
     interop(model, "framed", &[]);
