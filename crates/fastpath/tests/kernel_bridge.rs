@@ -19,7 +19,9 @@ use crate::handover::{
     hand_overs_leave_nothing_behind, site, upgrade_then_echo, uploads_to_a_slow_backend_with,
     Backend,
 };
-use crate::kernel_path::{bpf_allowed, bpf_objects, bpftool, sockets_in_map, sockhash_id};
+use crate::kernel_path::{
+    bpf_allowed, bpf_objects, bpftool, raise_nofile, sockets_in_map, sockhash_id,
+};
 use crate::util::*;
 
 /// The top of a configuration that turns the kernel path on.
@@ -537,23 +539,6 @@ fn check_says_what_bridged_connections_get() {
     cmd.arg("check").arg("--config").arg(&path);
     let out = run(cmd);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("bridged connections"));
-}
-
-/// Raises this process's RLIMIT_NOFILE to at least `n` (for many clients).
-fn raise_nofile(n: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit write and read one rlimit.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        if lim.rlim_cur < n as libc::rlim_t {
-            lim.rlim_cur = n as libc::rlim_t;
-            lim.rlim_max = lim.rlim_max.max(lim.rlim_cur);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
 }
 
 /// Starts a server with the bridge's kernel path, bridges a connection, stops the server
