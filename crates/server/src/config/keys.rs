@@ -16,7 +16,7 @@
 //!    say), with its default in that struct's `Default`.
 //! 2. Add one entry to the table here:
 //!
-//!    ```ignore
+//!    ```text
 //!    // Most `/`-separated segments in a request path.
 //!    key("max_segments", "64", Count(1, MAX_USIZE, |l, n| l.max_segments = to_usize(n))),
 //!    ```
