@@ -61,6 +61,26 @@ impl Site {
             .prefix("fastpath-test-")
             .tempdir()
             .expect("create temporary directory");
+        Site::made(tmp)
+    }
+
+    /// A site in memory (/dev/shm where there is one), for tests that rewrite files as fast
+    /// as they can and time the server's answers: on a disk shared with other work, a file
+    /// renamed over another is flushed by the file system (ext4) and an open in the same
+    /// directory can wait seconds behind it, which is the disk's latency, not the server's.
+    pub fn in_memory() -> Site {
+        let shm = Path::new("/dev/shm");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("fastpath-test-");
+        let tmp = if shm.is_dir() {
+            builder.tempdir_in(shm)
+        } else {
+            builder.tempdir()
+        };
+        Site::made(tmp.expect("create temporary directory"))
+    }
+
+    fn made(tmp: tempfile::TempDir) -> Site {
         fs::create_dir(tmp.path().join("root")).unwrap();
         fs::create_dir(tmp.path().join("outside")).unwrap();
         Site { tmp }
