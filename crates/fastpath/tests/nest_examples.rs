@@ -5,14 +5,15 @@
 //! activation. One build serves every model: a generated server takes `--model 'NAME [N]'`.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::util::*;
+use fastpath_testkit::Listening;
 
 /// Every model, as a generated server's `--model` names it.
 const MODELS: [&str; 5] = [
@@ -107,10 +108,13 @@ fn smtp_inetd() -> PathBuf {
 }
 
 /// A running example server; SIGTERM and wait on drop.
-struct Nest {
-    child: Child,
-    addr: SocketAddr,
-    log: Arc<Mutex<String>>,
+struct Nest(Listening);
+
+impl std::ops::Deref for Nest {
+    type Target = Listening;
+    fn deref(&self) -> &Listening {
+        &self.0
+    }
 }
 
 impl Nest {
@@ -130,36 +134,8 @@ impl Nest {
     }
 
     /// A started server (standard error piped): waits for its "listening on" line.
-    fn adopt(mut child: Child) -> Nest {
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let log2 = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                log2.lock().unwrap().push_str(&format!("{line}\n"));
-                if let Some(at) = line.find("listening on ") {
-                    let rest = &line[at + "listening on ".len()..];
-                    let _ = tx.send(rest.split([' ', ',']).next().unwrap().to_string());
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(a) => a.parse().unwrap(),
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the server did not start: {}", log.lock().unwrap());
-            }
-        };
-        Nest { child, addr, log }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
+    fn adopt(child: Child) -> Nest {
+        Nest(Listening::adopt(child, START_TIMEOUT))
     }
 
     fn port(&self) -> String {
@@ -169,30 +145,7 @@ impl Nest {
     /// The log once it holds `text` (a line written as a connection closes may come a moment
     /// after the client saw the close), or as it is after 10 s.
     fn wait_log(&self, text: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(10);
-        loop {
-            let log = self.log.lock().unwrap().clone();
-            if log.contains(text) || Instant::now() > until {
-                return log;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Nest {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.wait_log(text, Duration::from_secs(10))
     }
 }
 

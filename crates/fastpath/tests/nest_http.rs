@@ -2,14 +2,15 @@
 //! with `fastpath nest build` (once per test run) and run on every model with `--model`,
 //! fetched by curl (`-0`), Python's http.client and raw sockets.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use crate::util::*;
+use fastpath_testkit::Listening;
 
 /// The generated server, built once: the project goes under the target directory, so later
 /// runs rebuild only what changed.
@@ -38,16 +39,20 @@ fn http10() -> &'static Path {
     })
 }
 
-/// A running http10 server on one model; SIGTERM and wait on drop.
-struct Http10 {
-    child: Child,
-    addr: SocketAddr,
-    log: Arc<Mutex<String>>,
+/// A running http10 server on one model; SIGTERM and wait on drop (its log shown if the
+/// test failed).
+struct Http10(Listening);
+
+impl std::ops::Deref for Http10 {
+    type Target = Listening;
+    fn deref(&self) -> &Listening {
+        &self.0
+    }
 }
 
 impl Http10 {
     fn start(root: &Path, model: &str) -> Http10 {
-        let mut child = Command::new(http10())
+        let child = Command::new(http10())
             .args(["--listen", "127.0.0.1:0", "--model", model])
             .env("DOCUMENT_ROOT", root)
             .env_remove("NEST_CONFIG")
@@ -56,29 +61,7 @@ impl Http10 {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start http10");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let log2 = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                log2.lock().unwrap().push_str(&format!("{line}\n"));
-                if let Some(at) = line.find("listening on ") {
-                    let rest = &line[at + "listening on ".len()..];
-                    let _ = tx.send(rest.split([' ', ',']).next().unwrap().to_string());
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(a) => a.parse().unwrap(),
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("http10 did not start: {}", log.lock().unwrap());
-            }
-        };
-        Http10 { child, addr, log }
+        Http10(Listening::adopt(child, START_TIMEOUT))
     }
 
     fn url(&self, path: &str) -> String {
@@ -93,21 +76,6 @@ impl Http10 {
         let mut out = Vec::new();
         c.read_to_end(&mut out).unwrap();
         out
-    }
-}
-
-impl Drop for Http10 {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = wait_for(Duration::from_secs(10), || {
-            self.child.try_wait().ok().flatten()
-        });
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("http10 log:\n{}", self.log.lock().unwrap());
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! What fastpath's test suites share: a skip that shows (and fails under CI when CI could
-//! have installed what is missing), and the Apache Thrift compiler and Python library that
-//! the interop tests check against.
+//! have installed what is missing), the Apache Thrift compiler and Python library that
+//! the interop tests check against, and a server started as a child process
+//! ([`Listening`]).
 //!
 //! ```no_run
 //! use fastpath_testkit::{skip, thrift_py, Missing};
@@ -13,6 +14,9 @@
 //!     skip("kernel path", Missing::Environment, "no BPF file system");
 //! }
 //! ```
+
+mod listening;
+pub use listening::Listening;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -2,13 +2,14 @@
 //! the shape the compiler generates) and runs them as real processes on real sockets.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use fastpath_testkit::Listening;
 
 /// Every model, as the `--model` option line names it.
 pub const MODELS: [&str; 5] = [
@@ -58,10 +59,13 @@ pub fn example(name: &str) -> PathBuf {
 }
 
 /// A running example server; SIGTERM and wait on drop.
-pub struct Server {
-    pub child: Child,
-    pub addr: SocketAddr,
-    pub log: Arc<Mutex<String>>,
+pub struct Server(Listening);
+
+impl std::ops::Deref for Server {
+    type Target = Listening;
+    fn deref(&self) -> &Listening {
+        &self.0
+    }
 }
 
 impl Server {
@@ -80,74 +84,14 @@ impl Server {
     }
 
     /// A started server (its standard error piped): waits for its "listening on" line.
-    pub fn adopt(mut child: Child) -> Server {
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let log2 = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                {
-                    let mut log = log2.lock().unwrap();
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-                if let Some(at) = line.find("listening on ") {
-                    let rest = &line[at + "listening on ".len()..];
-                    let addr = rest.split([' ', ',']).next().unwrap().to_string();
-                    let _ = tx.send(addr);
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(a) => a.parse().unwrap(),
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the server did not start: {}", log.lock().unwrap());
-            }
-        };
-        Server { child, addr, log }
-    }
-
-    pub fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    }
-
-    pub fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+    pub fn adopt(child: Child) -> Server {
+        Server(Listening::adopt(child, Duration::from_secs(20)))
     }
 
     /// Waits until the log contains `text` (a line written as the connection closes may come
     /// a moment after the client saw the close).
     pub fn wait_log(&self, text: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(5);
-        loop {
-            let log = self.log();
-            if log.contains(text) || Instant::now() > until {
-                return log;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.wait_log(text, Duration::from_secs(5))
     }
 }
 
