@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-use fastpath_testkit::Listening;
+use fastpath_testkit::{openbsd_inetd, Listening, Reaped, OPENBSD_INETD};
 
 /// Every model, as a generated server's `--model` names it.
 const MODELS: [&str; 5] = [
@@ -561,17 +561,6 @@ fn silent_clients_are_closed_smtp(server: &Nest, model: &str) {
 // ---------------------------------------------------------------------------
 // inetd and socket activation
 
-/// Stops a superserver we started, by its pid.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child by its pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
 /// Waits until something listens on `port` (the superserver started).
 fn wait_listening(port: u16) {
     let until = Instant::now() + START_TIMEOUT;
@@ -583,8 +572,7 @@ fn wait_listening(port: u16) {
 
 #[test]
 fn nest_smtp_inetd_under_openbsd_inetd() {
-    let inetd = Path::new("/usr/sbin/inetd");
-    if !inetd.exists() {
+    if !Path::new(OPENBSD_INETD).exists() {
         return skip(
             "nest smtp under inetd",
             Missing::Installable,
@@ -594,28 +582,16 @@ fn nest_smtp_inetd_under_openbsd_inetd() {
     let server = smtp_inetd();
     let (dir, maildir, cfg) = maildir();
     let port = free_port();
-    let conf = dir.path().join("inetd.conf");
     // inetd runs the server with the arguments of its line: the config file with the
     // maildir. `nowait`: a process per connection, the connection on 0, 1 and 2.
-    std::fs::write(
-        &conf,
-        format!(
-            "127.0.0.1:{port} stream tcp nowait root {} smtp_inetd --config {}\n",
+    let inetd = openbsd_inetd(
+        dir.path(),
+        &format!(
+            "127.0.0.1:{port} stream tcp nowait root {} smtp_inetd --config {}",
             server.display(),
             cfg.display()
         ),
-    )
-    .unwrap();
-    // -d: in the foreground, its debugging lines on standard error.
-    let child = Command::new(inetd)
-        .arg("-d")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reaped = Reaped(child);
+    );
     wait_listening(port);
     let Some(out) = swaks(&port.to_string(), "inetd@example.org", "openbsd-inetd") else {
         return;
@@ -645,10 +621,7 @@ fn nest_smtp_inetd_under_openbsd_inetd() {
         got.ends_with("\r\n421 mx.example.org closing connection\r\n"),
         "{got:?}"
     );
-    // SAFETY: signals our own child by its pid.
-    unsafe { libc::kill(reaped.0.id() as i32, libc::SIGTERM) };
-    let mut err = String::new();
-    let _ = reaped.0.stderr.take().unwrap().read_to_string(&mut err);
+    let err = inetd.stop();
     assert!(!err.contains("exit status 0x1"), "{err}");
 }
 

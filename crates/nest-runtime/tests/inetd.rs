@@ -7,10 +7,11 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{example, read_to_close, read_until, send, skip, Server, MODELS};
+use fastpath_testkit::{openbsd_inetd, Reaped, OPENBSD_INETD};
 
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -29,17 +30,6 @@ fn connect(port: u16) -> TcpStream {
             Err(e) if Instant::now() > until => panic!("nothing listens on {port}: {e}"),
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
-    }
-}
-
-/// Stops a superserver we started, by its pid.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        // SAFETY: signals our own child by its pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
     }
 }
 
@@ -161,8 +151,7 @@ fn a_listening_socket_is_refused_with_the_fix() {
 
 #[test]
 fn under_openbsd_inetd() {
-    let inetd = Path::new("/usr/sbin/inetd");
-    if !inetd.exists() {
+    if !Path::new(OPENBSD_INETD).exists() {
         return skip(
             "nest inetd",
             "inetd is not installed (apt-get install openbsd-inetd)",
@@ -170,34 +159,19 @@ fn under_openbsd_inetd() {
     }
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let conf = dir.path().join("inetd.conf");
     let server = example("rot13_inetd");
-    std::fs::write(
-        &conf,
-        format!(
-            "127.0.0.1:{port} stream tcp nowait root {} rot13_inetd\n",
+    let inetd = openbsd_inetd(
+        dir.path(),
+        &format!(
+            "127.0.0.1:{port} stream tcp nowait root {} rot13_inetd",
             server.display()
         ),
-    )
-    .unwrap();
-    // -d: in the foreground, with its debugging lines on standard error.
-    let child = Command::new(inetd)
-        .arg("-d")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reaped = Reaped(child);
+    );
     session(port);
     session(port);
     // inetd passes the socket as standard error too: the server must not log into it,
     // which the exact replies above show. Done: stop inetd and look at what it said.
-    // SAFETY: signals our own child by its pid.
-    unsafe { libc::kill(reaped.0.id() as i32, libc::SIGTERM) };
-    let mut err = String::new();
-    let _ = reaped.0.stderr.take().unwrap().read_to_string(&mut err);
+    let err = inetd.stop();
     assert!(!err.contains("exit status 0x1"), "{err}");
 }
 

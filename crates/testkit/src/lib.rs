@@ -1,7 +1,7 @@
 //! What fastpath's test suites share: a skip that shows (and fails under CI when CI could
 //! have installed what is missing), the Apache Thrift compiler and Python library that
-//! the interop tests check against, and a server started as a child process
-//! ([`Listening`]).
+//! the interop tests check against, a server started as a child process ([`Listening`]),
+//! and the superservers around one ([`openbsd_inetd`], [`Reaped`]).
 //!
 //! ```no_run
 //! use fastpath_testkit::{skip, thrift_py, Missing};
@@ -16,7 +16,9 @@
 //! ```
 
 mod listening;
+mod superserver;
 pub use listening::Listening;
+pub use superserver::{openbsd_inetd, Reaped, OPENBSD_INETD};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
