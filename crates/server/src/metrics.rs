@@ -504,13 +504,8 @@ impl WorkerMetrics {
         memory: usize,
         entries: usize,
     ) {
-        let block = &self
-            .metrics
-            .worker(worker.min(self.metrics.workers - 1))
-            .content;
-        block.evictions.store(evictions, Relaxed);
-        block.memory.store(memory as u64, Relaxed);
-        block.entries.store(entries as u64, Relaxed);
+        let block = &self.carrier(worker).content;
+        publish_shared(block, evictions, memory, entries);
     }
 
     /// Publishes the figures of the worker's backend response cache.
@@ -527,13 +522,13 @@ impl WorkerMetrics {
         memory: usize,
         entries: usize,
     ) {
-        let block = &self
-            .metrics
-            .worker(worker.min(self.metrics.workers - 1))
-            .response;
-        block.evictions.store(evictions, Relaxed);
-        block.memory.store(memory as u64, Relaxed);
-        block.entries.store(entries as u64, Relaxed);
+        let block = &self.carrier(worker).response;
+        publish_shared(block, evictions, memory, entries);
+    }
+
+    /// The series of `worker`, which carries a cache the process's workers share.
+    fn carrier(&self, worker: usize) -> &WorkerBlock {
+        self.metrics.worker(worker.min(self.metrics.workers - 1))
     }
 
     /// The index of the worker these counters are.
@@ -542,12 +537,18 @@ impl WorkerMetrics {
     }
 }
 
+/// The part of [`publish`] a shared cache's carrier publishes (hits and misses are each
+/// worker's own).
+fn publish_shared(block: &CacheBlock, evictions: u64, memory: usize, entries: usize) {
+    block.evictions.store(evictions, Relaxed);
+    block.memory.store(memory as u64, Relaxed);
+    block.entries.store(entries as u64, Relaxed);
+}
+
 fn publish(block: &CacheBlock, stats: CacheStats, memory: usize, entries: usize) {
     block.hits.store(stats.hits, Relaxed);
     block.misses.store(stats.misses, Relaxed);
-    block.evictions.store(stats.evictions, Relaxed);
-    block.memory.store(memory as u64, Relaxed);
-    block.entries.store(entries as u64, Relaxed);
+    publish_shared(block, stats.evictions, memory, entries);
 }
 
 /// The status a request on the metrics listener gets: the exposition for a GET or HEAD of
