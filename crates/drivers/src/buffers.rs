@@ -172,6 +172,9 @@ enum Segment {
     Inline { end: usize },
     /// Bytes shared with a cache; `pos` bytes already sent.
     Shared { data: Arc<[u8]>, pos: usize },
+    /// Inline bytes written while the kernel was reading `Output::buf` (see
+    /// [`Output::freeze`]), in a buffer of their own; `pos` bytes already sent.
+    Owned { data: Vec<u8>, pos: usize },
     /// A file range sent with sendfile.
     File {
         file: Arc<File>,
@@ -223,6 +226,9 @@ pub struct Output {
     /// Bytes ever queued and not dropped by [`Output::clear`]: what was sent is this less
     /// what is pending.
     queued: u64,
+    /// The kernel is reading the inline buffer (an io_uring send in flight): writes go to
+    /// buffers of their own, which cannot move what it reads.
+    frozen: bool,
 }
 
 impl Output {
@@ -250,6 +256,12 @@ impl Output {
         pool: &mut BufferPool,
         write: impl FnOnce(&mut Vec<u8>) -> R,
     ) -> R {
+        if self.frozen {
+            let mut data = pool.take();
+            let result = write(&mut data);
+            self.push_owned(data, pool);
+            return result;
+        }
         if self.buf.capacity() == 0 {
             self.buf = pool.take();
         }
@@ -295,6 +307,29 @@ impl Output {
         self.pending += len as u64;
         self.queued += len as u64;
         self.segments.push_back(Segment::Inline { end: len });
+    }
+
+    /// Queues `data` as it is, in its own allocation (an empty one goes back to `pool`).
+    fn push_owned(&mut self, data: Vec<u8>, pool: &mut BufferPool) {
+        if data.is_empty() {
+            pool.give(data);
+            return;
+        }
+        self.pending += data.len() as u64;
+        self.queued += data.len() as u64;
+        self.segments.push_back(Segment::Owned { data, pos: 0 });
+    }
+
+    /// The kernel reads the inline buffer from now until [`Output::thaw`] (an io_uring send
+    /// is in flight): bytes written meanwhile go to buffers of their own, so that nothing it
+    /// reads moves. Shared buffers and file ranges are queued as always.
+    pub(crate) fn freeze(&mut self) {
+        self.frozen = true;
+    }
+
+    /// The kernel is done reading (see [`Output::freeze`]).
+    pub(crate) fn thaw(&mut self) {
+        self.frozen = false;
     }
 
     /// Queues a buffer shared with a cache.
@@ -440,6 +475,7 @@ impl Output {
                     s
                 }
                 Segment::Shared { data, pos } => &data[*pos..],
+                Segment::Owned { data, pos } => &data[*pos..],
                 Segment::File { .. } => {
                     file_follows = true;
                     break;
@@ -474,6 +510,16 @@ impl Output {
                     }
                 }
                 Segment::Shared { data, pos } => {
+                    let left = data.len() - *pos;
+                    if n >= left {
+                        n -= left;
+                        self.segments.pop_front();
+                    } else {
+                        *pos += n;
+                        n = 0;
+                    }
+                }
+                Segment::Owned { data, pos } => {
                     let left = data.len() - *pos;
                     if n >= left {
                         n -= left;
@@ -583,6 +629,40 @@ mod tests {
         out.advance(5);
         assert!(out.front_is_file());
         assert_eq!(out.gather(&mut iov), (0, true));
+    }
+
+    #[test]
+    fn writes_while_frozen_leave_the_inline_bytes_where_they_are() {
+        let mut pool = BufferPool::default();
+        let mut out = Output::default();
+        out.write_with(&mut pool, |b| b.extend_from_slice(b"head"));
+        let mut iov: [libc::iovec; 4] = unsafe { std::mem::zeroed() };
+        assert_eq!(out.gather(&mut iov), (1, false));
+        let reading = iov[0].iov_base;
+        out.freeze();
+        for _ in 0..64 {
+            out.write_with(&mut pool, |b| b.extend_from_slice(&[b'x'; 1024]));
+        }
+        assert_eq!(out.gather(&mut iov).0, 4);
+        assert_eq!(
+            iov[0].iov_base, reading,
+            "the bytes being sent did not move"
+        );
+        out.advance(4);
+        out.thaw();
+        out.write_with(&mut pool, |b| b.extend_from_slice(b"tail"));
+        assert_eq!(out.pending(), 64 * 1024 + 4);
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).unwrap();
+            got
+        });
+        assert_eq!(out.flush(a.as_raw_fd(), &mut pool).unwrap(), Flush::Done);
+        drop(a);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), 64 * 1024 + 4);
+        assert!(got.ends_with(b"xtail"));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
+use crate::linked::{LinkEntry, PoolKey, Reach};
 use crate::loops::Core;
 use crate::slab::Token;
 use crate::sys::syscall;
@@ -35,6 +36,9 @@ pub(crate) enum State {
     Joined,
     /// Reading nothing and making no call until woken ([`Next::Wait`]); queued output is sent.
     Waiting,
+    /// A linked connection released for reuse, in the worker's pool: nothing is expected on
+    /// it, so anything that arrives (bytes, an end) closes it, as does its idle deadline.
+    Idle,
 }
 
 /// The driver's half of one connection: everything but the handler's own state.
@@ -57,6 +61,18 @@ pub(crate) struct Link {
     pub(crate) drain_told: bool,
     /// The service opened this connection ([`Io::connect`]).
     pub(crate) outgoing: bool,
+    /// The connection this one is linked to ([`Io::connect_linked`]); `None` for one that
+    /// serves itself, or an idle linked one.
+    pub(crate) owner: Option<Token>,
+    /// The connections linked to this one.
+    pub(crate) links: Vec<LinkEntry>,
+    /// Where this linked connection goes when released for reuse.
+    pub(crate) pool: Option<PoolKey>,
+    /// Taken from the idle pool: it carried an earlier exchange.
+    pub(crate) reused: bool,
+    /// Counted against the connection limit (linked connections are not: they are the
+    /// clients' own, and a client refused for its backend's connection would be wrong).
+    pub(crate) counted: bool,
 }
 
 /// What the tick sweep does with a connection whose deadline has passed.
@@ -95,13 +111,29 @@ impl Link {
             upstream,
             drain_told: false,
             outgoing: false,
+            owner: None,
+            links: Vec::new(),
+            pool: None,
+            reused: false,
+            counted: true,
         }
+    }
+
+    /// A linked connection that may go back to the idle pool: connected, its exchange
+    /// finished on both sides (nothing unread or unsent), its peer still there.
+    pub(crate) fn fit_for_reuse(&self) -> bool {
+        self.state == State::Reading
+            && !self.eof
+            && self.input.is_empty()
+            && self.output.is_empty()
+            && (self.output.sent() > 0 || self.input.ever_received())
     }
 
     /// What the handler sees of this connection in a call.
     pub(crate) fn io<'a>(
         &'a mut self,
         core: &'a mut Core<'_>,
+        reach: Reach<'a>,
         me: Token,
         draining: bool,
     ) -> Io<'a> {
@@ -110,6 +142,9 @@ impl Link {
             me,
             fd: self.fd.as_raw_fd(),
             requests: &mut core.requests,
+            idle: &mut core.idle,
+            links: &mut self.links,
+            reach,
             pool: &mut core.pool,
             input: &mut self.input,
             output: &mut self.output,
@@ -125,6 +160,10 @@ impl Link {
     /// out by closing the connection. A joined connection stays joined whatever it asked,
     /// until the joint ends.
     pub(crate) fn apply(&mut self, next: Next, joined: bool) -> bool {
+        if self.owner.is_some() {
+            // A linked connection's state is its owner's to change (release, join).
+            return true;
+        }
         self.state = match next {
             Next::Abort => return false,
             _ if joined => State::Joined,
@@ -171,7 +210,7 @@ impl Link {
             return None;
         }
         match self.state {
-            State::Lingering => Some(Expiry::Close(CloseReason::Done)),
+            State::Lingering | State::Idle => Some(Expiry::Close(CloseReason::Done)),
             State::Joined => {
                 self.deadline = None;
                 Some(Expiry::Joint)
@@ -204,13 +243,17 @@ impl Link {
     /// on its peer or on a wake; a closing, lingering or joined connection has nothing more
     /// for the handler to decide. A waiting one reads again from now on.
     pub(crate) fn take_wake(&mut self) -> bool {
+        if self.owner.is_some() {
+            // Its owner is called for it instead.
+            return false;
+        }
         match self.state {
             State::Waiting => {
                 self.state = State::Reading;
                 true
             }
             State::Reading | State::Draining => true,
-            State::Closing | State::Lingering | State::Joined => false,
+            State::Closing | State::Lingering | State::Joined | State::Idle => false,
         }
     }
 
@@ -254,22 +297,44 @@ impl Link {
     }
 }
 
+/// What a closing connection leaves to settle beyond its slot (see
+/// [`crate::loops::Engine::settle`]).
+pub(crate) struct Departure {
+    pub(crate) owner: Option<Token>,
+    pub(crate) links: Vec<LinkEntry>,
+    /// The pool key of an idle linked connection.
+    pub(crate) idle_key: Option<u64>,
+}
+
+impl Link {
+    /// Takes what [`Departure`] says from a closing connection.
+    pub(crate) fn departure(&mut self) -> Departure {
+        Departure {
+            owner: self.owner,
+            links: std::mem::take(&mut self.links),
+            idle_key: self
+                .pool
+                .filter(|_| self.state == State::Idle)
+                .map(|pool| pool.key),
+        }
+    }
+}
+
 /// Builds a new connection's [`Link`] and calls the handler's `on_open` with it.
 #[inline]
 /// `token` is the slot the connection will be put in.
 pub(crate) fn open<H: Handler>(
     handler: &mut H,
-    fd: OwnedFd,
+    mut link: Link,
     opened: Opened,
-    upstream: UpstreamPort,
     core: &mut Core<'_>,
+    reach: Reach<'_>,
     token: Token,
 ) -> (Link, H::Conn, Next) {
-    let mut link = Link::new(fd, upstream);
     link.drain_told = core.draining;
     link.outgoing = opened.is_outgoing();
     let draining = core.stopping();
-    let (conn, next) = handler.on_open(opened, &mut link.io(core, token, draining));
+    let (conn, next) = handler.on_open(opened, &mut link.io(core, reach, token, draining));
     link.input.release_if_empty(&mut core.pool);
     (link, conn, next)
 }
@@ -282,6 +347,8 @@ pub(crate) struct Parts<'w, 'a, H: Handler> {
     pub(crate) core: &'w mut Core<'a>,
     pub(crate) link: &'w mut Link,
     pub(crate) conn: &'w mut H::Conn,
+    /// The loop's other connections, for the linked ones.
+    pub(crate) reach: Reach<'w>,
     pub(crate) token: Token,
     /// The kernel is reading the connection's output (an io_uring send in flight): the
     /// handler, which may write, must not be called now.
@@ -295,10 +362,15 @@ impl<H: Handler> Parts<'_, '_, H> {
     /// back to the pool and notes a deadline the sweep would find late.
     #[inline]
     pub(crate) fn call(self, timeout: bool) -> Next {
+        if let Some(owner) = self.link.owner {
+            // A linked connection's news is its owner's to handle.
+            self.core.requests.woken.push(owner);
+            return Next::Read;
+        }
         // A connection told to drain on its own (an outgoing one whose client is gone, see
         // the epoll loop's `close_outgoing`) goes on seeing it.
         let draining = self.core.stopping() || self.link.drain_told;
-        let mut io = self.link.io(self.core, self.token, draining);
+        let mut io = self.link.io(self.core, self.reach, self.token, draining);
         let next = if timeout {
             self.handler.on_timeout(self.conn, &mut io)
         } else {
@@ -315,7 +387,7 @@ impl<H: Handler> Parts<'_, '_, H> {
     /// [`Parts::busy`]; a later sweep tries again). `None` when the handler was not called or
     /// leaves the connection as it is.
     pub(crate) fn drain(self) -> Option<Next> {
-        if self.link.drain_told || self.busy {
+        if self.link.drain_told || self.busy || self.link.owner.is_some() {
             return None;
         }
         self.link.drain_told = true;
@@ -325,9 +397,10 @@ impl<H: Handler> Parts<'_, '_, H> {
         ) {
             return None;
         }
-        let next = self
-            .handler
-            .on_drain(self.conn, &mut self.link.io(self.core, self.token, true));
+        let next = self.handler.on_drain(
+            self.conn,
+            &mut self.link.io(self.core, self.reach, self.token, true),
+        );
         self.link.input.release_if_empty(&mut self.core.pool);
         self.core.note_deadline(self.token, self.link.deadline);
         next
@@ -352,13 +425,16 @@ pub(crate) fn closed<H: Handler>(
     handler: &mut H,
     conn: H::Conn,
     reason: CloseReason,
+    counted: bool,
     core: &mut Core<'_>,
 ) {
     let mut worker = Worker {
         requests: &mut core.requests,
     };
     handler.on_close(conn, reason, &mut worker);
-    core.active.fetch_sub(1, Ordering::Relaxed);
+    if counted {
+        core.active.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -390,6 +466,15 @@ mod tests {
             stop: &stop,
         };
         f(&mut Core::new(env, BufferPool::default()));
+    }
+
+    /// A loop slot with no connection, for a reach that lends nothing.
+    struct NoSlot;
+
+    impl crate::linked::HasLink for NoSlot {
+        fn link_mut(&mut self) -> Option<&mut Link> {
+            None
+        }
     }
 
     /// Counts `on_drain` calls and answers them with `answer`.
@@ -428,12 +513,15 @@ mod tests {
                 calls: 0,
                 answer: Some(Next::Close),
             };
+            let mut slots = crate::slab::Slab::<NoSlot>::default();
             let mut drain = |handler: &mut Drained, link: &mut Link, busy: bool| {
+                let (raw, ids) = slots.split();
                 Parts {
                     handler,
                     core: &mut *core,
                     link,
                     conn: &mut (),
+                    reach: Reach::new(raw, ids),
                     token,
                     busy,
                     joined: false,

@@ -19,10 +19,12 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
+use crate::connection::{Link, State};
+use crate::linked::{IdlePool, LinkEntry, Linked, PoolKey, Reach};
 use crate::slab::Token;
 use crate::upstream::{start_connect, UpstreamAddr, UpstreamPort};
 
@@ -109,6 +111,12 @@ pub struct Io<'a> {
     pub(crate) fd: RawFd,
     /// What the handler asks of the worker beyond this connection, carried out after the call.
     pub(crate) requests: &'a mut Requests,
+    /// The connections linked to this one ([`Io::connect_linked`]).
+    pub(crate) links: &'a mut Vec<LinkEntry>,
+    /// The worker's other connections, for the linked ones, and its slot names.
+    pub(crate) reach: Reach<'a>,
+    /// The worker's idle linked connections.
+    pub(crate) idle: &'a mut IdlePool,
 }
 
 /// What [`Io::parts`] lends: the parts of a connection that a call may need at once.
@@ -151,6 +159,10 @@ impl ConnRef {
 pub(crate) struct Requests {
     pub(crate) woken: Vec<Token>,
     pub(crate) outgoing: Vec<Outgoing>,
+    /// Linked connections a call reached ([`Io::linked`]): moved on after it.
+    pub(crate) touched: Vec<Token>,
+    /// Linked connections let go of and not fit for reuse: closed after the call.
+    pub(crate) to_close: Vec<Token>,
     /// Kept for its allocation: the wakes already taken in [`Requests::take_woken`].
     seen: std::collections::HashSet<Token>,
 }
@@ -158,6 +170,13 @@ pub(crate) struct Requests {
 impl Requests {
     pub(crate) fn is_empty(&self) -> bool {
         self.woken.is_empty() && self.outgoing.is_empty()
+    }
+
+    /// The opening connection `token` names, if it is still waiting to be put in its slot.
+    fn pending(&mut self, token: Token) -> Option<&mut Outgoing> {
+        self.outgoing
+            .iter_mut()
+            .find(|outgoing| outgoing.token == Some(token))
     }
 
     /// The connections woken since the last time, each once, in the order they were first
@@ -174,10 +193,13 @@ impl Requests {
 }
 
 /// An outgoing connection whose connect is under way, to be opened as a connection of the
-/// worker.
+/// worker: its link is made at once, so that an owner can queue bytes for it in the call
+/// that opened it.
 pub(crate) struct Outgoing {
-    pub(crate) fd: OwnedFd,
+    pub(crate) link: Box<Link>,
     pub(crate) opened: Opened,
+    /// The slot reserved for a linked connection (whose owner has its name already).
+    pub(crate) token: Option<Token>,
 }
 
 impl Io<'_> {
@@ -302,6 +324,152 @@ impl Io<'_> {
     pub fn connect(&mut self, addr: impl Into<UpstreamAddr>, tag: u64) -> io::Result<()> {
         self.worker().connect(addr, tag)
     }
+
+    /// Opens a connection to `addr` linked to this one (see the `linked` module of this
+    /// crate): its events wake this connection, whose calls reach it with [`Io::linked`]. With
+    /// `pool`, an idle connection released under the same key is taken if there is one (no
+    /// system call: it is ready at once, [`Linked::reused`] says so), and a released one goes
+    /// back there ([`Io::release`]). Otherwise the connect starts now; bytes queued meanwhile
+    /// go once it has completed, and a connect that fails closes it with
+    /// [`CloseReason::ConnectFailed`]. An error here means no connection was started (no
+    /// descriptor left, an address that cannot be used).
+    pub fn connect_linked(
+        &mut self,
+        addr: impl Into<UpstreamAddr>,
+        pool: Option<PoolKey>,
+    ) -> io::Result<ConnRef> {
+        if let Some(pool) = pool {
+            while let Some(token) = self.idle.take(pool.key) {
+                let Some(link) = self.reach.link(token, self.me) else {
+                    continue;
+                };
+                if link.state != State::Idle {
+                    continue;
+                }
+                link.state = State::Reading;
+                link.owner = Some(self.me);
+                link.reused = true;
+                link.deadline = None;
+                link.pool = Some(pool);
+                self.links.push(LinkEntry {
+                    token,
+                    closed: None,
+                });
+                self.requests.touched.push(token);
+                return Ok(ConnRef(token));
+            }
+        }
+        let addr = addr.into();
+        let (fd, _) = start_connect(&addr)?;
+        let peer = match addr {
+            UpstreamAddr::Tcp(addr) => addr,
+            UpstreamAddr::Unix(_) => crate::common::UNKNOWN_PEER,
+        };
+        let token = self.reach.ids.reserve();
+        let mut link = Box::new(Link::new(fd, UpstreamPort::default()));
+        link.owner = Some(self.me);
+        link.pool = pool;
+        link.counted = false;
+        self.requests.outgoing.push(Outgoing {
+            link,
+            opened: Opened {
+                peer,
+                origin: Origin::Linked {
+                    owner: ConnRef(self.me),
+                },
+            },
+            token: Some(token),
+        });
+        self.links.push(LinkEntry {
+            token,
+            closed: None,
+        });
+        Ok(ConnRef(token))
+    }
+
+    /// The linked connection `conn` ([`Io::connect_linked`]), to take its input and queue its
+    /// output during this call; what is queued is sent once the call is over. `Err` with why
+    /// it closed once it has (then [`Io::release`] forgets it), or [`CloseReason::Done`] for
+    /// one this connection does not hold.
+    pub fn linked(&mut self, conn: ConnRef) -> Result<Linked<'_>, CloseReason> {
+        let token = conn.0;
+        match self.links.iter().find(|entry| entry.token == token) {
+            None => return Err(CloseReason::Done),
+            Some(LinkEntry {
+                closed: Some(reason),
+                ..
+            }) => return Err(*reason),
+            Some(_) => {}
+        }
+        if self.requests.pending(token).is_some() {
+            let outgoing = self.requests.pending(token).expect("found above");
+            return Ok(Linked {
+                link: &mut outgoing.link,
+                pool: self.pool,
+                token,
+                pending: true,
+            });
+        }
+        let Some(link) = self.reach.link(token, self.me) else {
+            return Err(CloseReason::Error);
+        };
+        self.requests.touched.push(token);
+        Ok(Linked {
+            link,
+            pool: self.pool,
+            token,
+            pending: false,
+        })
+    }
+
+    /// The connections linked to this one, open or closed, that it has not let go of.
+    pub fn links(&self) -> impl Iterator<Item = ConnRef> + '_ {
+        self.links.iter().map(|entry| ConnRef(entry.token))
+    }
+
+    /// Lets go of the linked connection `conn`: with `reuse`, if it was opened with a pool key
+    /// and holds nothing unread or unsent (its peer may send nothing unasked), it goes to the
+    /// worker's idle connections for the next [`Io::connect_linked`] under that key, at once
+    /// (the next request of this very call may take it); otherwise it is closed after the
+    /// call. A connection that has closed is forgotten.
+    pub fn release(&mut self, conn: ConnRef, reuse: bool) {
+        let token = conn.0;
+        let Some(at) = self.links.iter().position(|entry| entry.token == token) else {
+            return;
+        };
+        let entry = self.links.swap_remove(at);
+        if entry.closed.is_some() {
+            return;
+        }
+        if let Some(at) = self
+            .requests
+            .outgoing
+            .iter()
+            .position(|outgoing| outgoing.token == Some(token))
+        {
+            // Not opened yet: dropping it closes its descriptor.
+            self.requests.outgoing.swap_remove(at);
+            self.reach.ids.unreserve(token);
+            return;
+        }
+        let draining = self.draining;
+        let now = self.now;
+        let Some(link) = self.reach.link(token, self.me) else {
+            return;
+        };
+        let pool = link
+            .pool
+            .filter(|_| reuse && !draining && link.fit_for_reuse());
+        if let Some(pool) = pool {
+            if self.idle.put(pool.key, token) {
+                link.state = State::Idle;
+                link.owner = None;
+                link.deadline = Some(now + pool.idle);
+                return;
+            }
+        }
+        self.requests.to_close.push(token);
+    }
 }
 
 /// The worker a handler runs on, as far as one connection's call may reach beyond its own
@@ -336,11 +504,12 @@ impl Worker<'_> {
             UpstreamAddr::Unix(_) => crate::common::UNKNOWN_PEER,
         };
         self.requests.outgoing.push(Outgoing {
-            fd,
+            link: Box::new(Link::new(fd, UpstreamPort::default())),
             opened: Opened {
                 peer,
                 origin: Origin::Outgoing { tag },
             },
+            token: None,
         });
         Ok(())
     }
@@ -369,6 +538,12 @@ pub enum Origin {
         /// The service's tag.
         tag: u64,
     },
+    /// Opened by connection `owner` with [`Io::connect_linked`]: it serves that connection,
+    /// whose calls handle its events (see [`Io::linked`]).
+    Linked {
+        /// The connection that opened it.
+        owner: ConnRef,
+    },
 }
 
 impl Opened {
@@ -395,13 +570,13 @@ impl Opened {
     pub fn listener(&self) -> Option<usize> {
         match self.origin {
             Origin::Accepted { listener } => Some(listener),
-            Origin::Outgoing { .. } => None,
+            Origin::Outgoing { .. } | Origin::Linked { .. } => None,
         }
     }
 
-    /// Whether the service opened this connection ([`Io::connect`]).
+    /// Whether the service opened this connection ([`Io::connect`], [`Io::connect_linked`]).
     pub fn is_outgoing(&self) -> bool {
-        matches!(self.origin, Origin::Outgoing { .. })
+        matches!(self.origin, Origin::Outgoing { .. } | Origin::Linked { .. })
     }
 }
 

@@ -94,6 +94,7 @@ mod buffers;
 mod common;
 mod connection;
 mod contract;
+mod linked;
 mod listener;
 pub mod liveness;
 mod loops;
@@ -105,11 +106,13 @@ mod splice;
 mod sys;
 pub mod units;
 mod upstream;
+mod worker_core;
 
 pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
 pub use contract::{
     CloseReason, ConnRef, Handler, Io, IoParts, Next, Opened, Origin, Worker, TICK,
 };
+pub use linked::{Linked, PoolKey, Spliced, LINKED_INPUT_MAX};
 pub use listener::{
     adopt_handed, bind_into_group, bind_listeners, bind_listeners_with, inherited_sockets,
     take_inherited, ListenAddr, ListenOptions, ListenerFeatures, Listeners, UnixSocketFile,
@@ -128,4 +131,4 @@ pub use sys::ignore_sigpipe;
 #[doc(hidden)]
 pub use libc as __libc;
 pub use splice::Carrier;
-pub use upstream::{Spliced, UpstreamAddr, UpstreamPort, UpstreamState};
+pub use upstream::{UpstreamAddr, UpstreamPort, UpstreamState};

@@ -36,117 +36,204 @@ impl Token {
 }
 
 /// Slots holding `T`s, reused lowest-freed-last, each with its generation.
+///
+/// The names ([`SlotIds`]: generations and free indexes) are kept apart from the values, so
+/// that a slot can be reserved while values are borrowed: a handler call that opens a
+/// connection names it at once ([`SlotIds::reserve`]), and the loop puts the connection in
+/// the reserved slot after the call ([`Slab::insert_at`]).
 pub(crate) struct Slab<T> {
-    entries: Vec<Entry<T>>,
+    values: Vec<Option<T>>,
+    ids: SlotIds,
+    /// Slots holding a value.
+    live: usize,
+}
+
+/// The generation of every slot and the free ones, apart from the values.
+#[derive(Default)]
+pub(crate) struct SlotIds {
+    generations: Vec<u32>,
     free: Vec<usize>,
 }
 
-struct Entry<T> {
-    generation: u32,
-    value: Option<T>,
+impl SlotIds {
+    /// Takes a free slot (or a new one) for a value to be inserted later with
+    /// [`Slab::insert_at`]: nothing else is given the slot meanwhile.
+    pub(crate) fn reserve(&mut self) -> Token {
+        let index = self.free.pop().unwrap_or_else(|| {
+            self.generations.push(0);
+            self.generations.len() - 1
+        });
+        Token {
+            index,
+            generation: self.generations[index],
+        }
+    }
+
+    /// Gives back a reserved slot that will not be filled.
+    pub(crate) fn unreserve(&mut self, token: Token) {
+        self.retire(token.index);
+    }
+
+    /// Whether `token` names slot `token.index` as it is now (filled or reserved).
+    #[inline]
+    pub(crate) fn is_current(&self, token: Token) -> bool {
+        self.generations.get(token.index) == Some(&token.generation)
+    }
+
+    /// Bumps the slot's generation and frees it.
+    fn retire(&mut self, index: usize) {
+        let generation = &mut self.generations[index];
+        *generation = (*generation + 1) & GENERATION_MASK;
+        self.free.push(index);
+    }
 }
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
         Slab {
-            entries: Vec::new(),
-            free: Vec::new(),
+            values: Vec::new(),
+            ids: SlotIds::default(),
+            live: 0,
         }
     }
 }
 
 impl<T> Slab<T> {
-    /// The token the next [`Slab::insert`] will return, for a value that must know its name
-    /// before it exists.
+    /// Reserves a slot (see [`SlotIds::reserve`]).
     #[inline]
-    pub(crate) fn next_token(&self) -> Token {
-        let index = self.free.last().copied().unwrap_or(self.entries.len());
-        let generation = self.entries.get(index).map_or(0, |entry| entry.generation);
-        Token { index, generation }
+    pub(crate) fn reserve(&mut self) -> Token {
+        self.ids.reserve()
     }
 
-    /// Puts `value` in a free slot (or a new one) and names it.
+    /// Gives back a reserved slot that will not be filled.
     #[inline]
-    pub(crate) fn insert(&mut self, value: T) -> Token {
-        let index = match self.free.pop() {
-            Some(index) => index,
-            None => {
-                self.entries.push(Entry {
-                    generation: 0,
-                    value: None,
-                });
-                self.entries.len() - 1
-            }
-        };
-        let entry = &mut self.entries[index];
-        entry.value = Some(value);
-        Token {
-            index,
-            generation: entry.generation,
+    pub(crate) fn unreserve(&mut self, token: Token) {
+        self.ids.unreserve(token);
+    }
+
+    /// Puts `value` in a slot reserved for it.
+    #[inline]
+    pub(crate) fn insert_at(&mut self, token: Token, value: T) {
+        debug_assert!(self.ids.is_current(token), "a reserved slot");
+        if self.values.len() <= token.index {
+            self.values.resize_with(token.index + 1, || None);
         }
+        let slot = &mut self.values[token.index];
+        debug_assert!(slot.is_none(), "a reserved slot is empty");
+        *slot = Some(value);
+        self.live += 1;
     }
 
-    /// The token of the live slot `index`.
+    /// Puts `value` in a free slot (reusing the most recently freed first).
+    #[cfg(test)]
+    pub(crate) fn insert(&mut self, value: T) -> Token {
+        let token = self.reserve();
+        self.insert_at(token, value);
+        token
+    }
+
+    /// The token of slot `index` as it is now.
     #[inline]
     pub(crate) fn token(&self, index: usize) -> Token {
         Token {
             index,
-            generation: self.entries[index].generation,
+            generation: self.ids.generations[index],
         }
     }
 
-    /// The value `token` names, if its slot still holds the same generation.
+    /// The value `token` names, if its slot still holds the value it was made for.
     #[inline]
     pub(crate) fn get_mut(&mut self, token: Token) -> Option<&mut T> {
-        let entry = self.entries.get_mut(token.index)?;
-        if entry.generation != token.generation {
+        if !self.ids.is_current(token) {
             return None;
         }
-        entry.value.as_mut()
+        self.values.get_mut(token.index)?.as_mut()
     }
 
     /// The value in slot `index`, whatever its generation.
     #[inline]
     pub(crate) fn at(&mut self, index: usize) -> Option<&mut T> {
-        self.entries.get_mut(index)?.value.as_mut()
+        self.values.get_mut(index)?.as_mut()
     }
 
-    /// Empties slot `index` for reuse under a new generation, returning what it held.
+    /// Empties slot `index` and frees it under a new generation.
     #[inline]
     pub(crate) fn remove(&mut self, index: usize) -> Option<T> {
-        let entry = self.entries.get_mut(index)?;
-        let value = entry.value.take()?;
-        entry.generation = (entry.generation + 1) & GENERATION_MASK;
-        self.free.push(index);
+        let value = self.values.get_mut(index)?.take()?;
+        self.ids.retire(index);
+        self.live -= 1;
         Some(value)
     }
 
-    /// One past the highest slot index ever used: sweeps walk `0..capacity()`.
+    /// The number of slots there have been (filled, reserved or free): indexes run below it.
     #[inline]
     pub(crate) fn capacity(&self) -> usize {
-        self.entries.len()
+        self.ids.generations.len()
     }
 
-    /// The live values.
+    /// The values, in slot order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
-        self.entries.iter().filter_map(|e| e.value.as_ref())
+        self.values.iter().filter_map(Option::as_ref)
     }
 
-    /// The live values, mutably.
+    /// The values, in slot order.
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.entries.iter_mut().filter_map(|e| e.value.as_mut())
+        self.values.iter_mut().filter_map(Option::as_mut)
     }
 
-    /// The generation slot `index` has now.
+    /// The current generation of slot `index`.
     #[inline]
     pub(crate) fn generation(&self, index: usize) -> u32 {
-        self.entries[index].generation
+        self.ids.generations[index]
     }
 
-    /// How many slots hold a value.
+    /// Slots holding a value.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.entries.len() - self.free.len()
+        self.live
+    }
+
+    /// The values seen through a raw pointer, and the slot names apart, for a handler call
+    /// that borrows one slot's value and may reach others (see `Reach`).
+    pub(crate) fn split(&mut self) -> (RawSlots<'_, T>, &mut SlotIds) {
+        let raw = RawSlots {
+            base: self.values.as_mut_ptr(),
+            len: self.values.len(),
+            _values: std::marker::PhantomData,
+        };
+        (raw, &mut self.ids)
+    }
+}
+
+/// The values of a [`Slab`] as a raw pointer, for borrowing several slots' values at once
+/// while the slab itself stays untouched (no value is added or removed meanwhile, so the
+/// pointer stays valid for the borrow it came from).
+pub(crate) struct RawSlots<'a, T> {
+    base: *mut Option<T>,
+    len: usize,
+    _values: std::marker::PhantomData<&'a mut Vec<Option<T>>>,
+}
+
+impl<'a, T> RawSlots<'a, T> {
+    /// The value in slot `index`.
+    ///
+    /// # Safety
+    /// No other live reference may point into the same slot's value: each slot is borrowed
+    /// at most once at a time through this (or any other) path.
+    #[inline]
+    pub(crate) unsafe fn get(&self, index: usize) -> Option<&'a mut T> {
+        if index >= self.len {
+            return None;
+        }
+        // SAFETY: `index` is within the vector this pointer came from, which is neither
+        // resized nor otherwise borrowed for 'a; the caller guarantees the slot is not
+        // borrowed twice.
+        unsafe { (*self.base.add(index)).as_mut() }
+    }
+
+    /// The pointer and length, for a type-erased view (see `Reach`).
+    pub(crate) fn into_raw(self) -> (*mut Option<T>, usize) {
+        (self.base, self.len)
     }
 }
 
@@ -156,14 +243,14 @@ impl<T> std::ops::Index<usize> for Slab<T> {
     /// The value in slot `index`; panics if the slot is empty (a bug in the loop).
     #[inline]
     fn index(&self, index: usize) -> &T {
-        self.entries[index].value.as_ref().expect("a live slot")
+        self.values[index].as_ref().expect("a live slot")
     }
 }
 
 impl<T> std::ops::IndexMut<usize> for Slab<T> {
     #[inline]
     fn index_mut(&mut self, index: usize) -> &mut T {
-        self.entries[index].value.as_mut().expect("a live slot")
+        self.values[index].as_mut().expect("a live slot")
     }
 }
 
@@ -205,12 +292,39 @@ mod tests {
             let token = slab.insert(());
             slab.remove(token.index);
         }
-        slab.entries[0].generation = GENERATION_MASK;
+        slab.ids.generations[0] = GENERATION_MASK;
         let token = slab.insert(());
         slab.remove(token.index);
         let wrapped = slab.insert(());
         assert_eq!(wrapped.generation, 0);
         let (_, unpacked) = Token::unpack(wrapped.pack(1));
         assert_eq!(slab.get_mut(unpacked), Some(&mut ()));
+    }
+}
+
+#[cfg(test)]
+mod reservation_tests {
+    use super::*;
+
+    #[test]
+    fn a_reserved_slot_is_given_to_nothing_else_until_filled() {
+        let mut slab = Slab::default();
+        let reserved = slab.reserve();
+        let other = slab.insert("other");
+        assert_ne!(other.index, reserved.index);
+        assert_eq!(slab.get_mut(reserved), None);
+        slab.insert_at(reserved, "reserved");
+        assert_eq!(slab.get_mut(reserved), Some(&mut "reserved"));
+        assert_eq!(slab.len(), 2);
+    }
+
+    #[test]
+    fn an_unreserved_slot_is_free_under_a_new_generation() {
+        let mut slab: Slab<&str> = Slab::default();
+        let reserved = slab.reserve();
+        slab.ids.unreserve(reserved);
+        let next = slab.insert("next");
+        assert_eq!(next.index, reserved.index);
+        assert_ne!(next.generation, reserved.generation);
     }
 }

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
+use crate::linked::Spliced;
 use crate::splice::{Carrier, Direction, Failure, Joint, PumpError, Side};
 use crate::sys::{setsockopt_int, syscall};
 use crate::CloseReason;
@@ -56,21 +57,6 @@ pub enum UpstreamState {
     Failed(io::ErrorKind),
     /// The backend finished sending (end of stream); what it sent is still in `input`.
     Ended,
-}
-
-/// Where a body splice ([`UpstreamPort::splice_to_client`], [`UpstreamPort::splice_to_upstream`])
-/// stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Spliced {
-    /// None asked for (or the last one's outcome was taken).
-    None,
-    /// Bytes are still moving.
-    Running,
-    /// Every byte moved.
-    Done,
-    /// It failed: the source ended early, by its end of stream or an error (`UnexpectedEof`);
-    /// the destination failed (the error's kind); or no pipe could be made.
-    Failed(io::ErrorKind),
 }
 
 /// One body splice under way, and the idle time after which the handler's deadline fires.

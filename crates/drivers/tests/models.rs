@@ -974,6 +974,265 @@ fn upstream_over_a_unix_socket() {
 }
 
 // ---------------------------------------------------------------------------
+// Linked connections: outgoing connections that serve the connection that opened them.
+
+use fastpath_drivers::{ConnRef, PoolKey};
+
+/// Relays each client line to a backend over a linked connection and its answer back; with
+/// `pool`, the backend connection is released for reuse after every answer. A line of
+/// several words goes to as many backend connections at once, and their answers come back
+/// in order, joined by spaces.
+struct LinkedRelay {
+    upstream: UpstreamAddr,
+    pool: Option<PoolKey>,
+    log: Arc<Log>,
+}
+
+#[derive(Default)]
+struct LinkedRelayConn {
+    /// The backend connections of the line in flight, one per word, in order.
+    backends: Vec<ConnRef>,
+    /// The answers received so far.
+    answers: Vec<String>,
+}
+
+impl LinkedRelay {
+    /// Collects what the backends answered; true once every one has.
+    fn collect(&self, conn: &mut LinkedRelayConn, io: &mut Io<'_>) -> bool {
+        while let Some(&backend) = conn.backends.get(conn.answers.len()) {
+            let answer = match io.linked(backend) {
+                Err(reason) => format!("failed:{reason:?}"),
+                Ok(mut linked) => {
+                    let data = linked.input().data();
+                    if let Some(end) = data.iter().position(|&b| b == b'\n') {
+                        let answer = String::from_utf8_lossy(&data[..end]).into_owned();
+                        linked.input_mut().consume(end + 1);
+                        answer
+                    } else if linked.eof() {
+                        "ended".to_owned()
+                    } else {
+                        return false;
+                    }
+                }
+            };
+            conn.answers.push(answer);
+        }
+        for backend in conn.backends.drain(..) {
+            io.release(backend, true);
+        }
+        let line = conn.answers.join(" ");
+        conn.answers.clear();
+        io.write(format!("{line}\n").as_bytes());
+        true
+    }
+}
+
+impl Handler for LinkedRelay {
+    type Conn = LinkedRelayConn;
+
+    fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (LinkedRelayConn, Next) {
+        if let fastpath_drivers::Origin::Linked { .. } = opened.origin() {
+            self.log.opens.fetch_add(1, Ordering::SeqCst);
+        }
+        io.set_deadline(Some(io.now() + IO_TIMEOUT));
+        (LinkedRelayConn::default(), Next::Read)
+    }
+
+    fn on_ready(&mut self, conn: &mut LinkedRelayConn, io: &mut Io<'_>) -> Next {
+        loop {
+            if !conn.backends.is_empty() && !self.collect(conn, io) {
+                return Next::Read;
+            }
+            let Some(end) = io.input().data().iter().position(|&b| b == b'\n') else {
+                return if io.eof() { Next::Close } else { Next::Read };
+            };
+            let line = String::from_utf8_lossy(&io.input().data()[..end]).into_owned();
+            io.input_mut().consume(end + 1);
+            for word in line.split(' ') {
+                match io.connect_linked(self.upstream.clone(), self.pool) {
+                    Ok(backend) => {
+                        let mut linked = io.linked(backend).expect("just opened");
+                        linked.write(format!("{word}\n").as_bytes());
+                        conn.backends.push(backend);
+                    }
+                    Err(e) => io.write(format!("cannot connect: {:?}\n", e.kind()).as_bytes()),
+                }
+            }
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut LinkedRelayConn, _io: &mut Io<'_>) -> Next {
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: LinkedRelayConn, reason: CloseReason, _worker: &mut Worker<'_>) {
+        self.log.closes.lock().unwrap().push(reason);
+    }
+}
+
+fn linked_relay_server(model: Model, upstream: UpstreamAddr, pooled: bool) -> Server {
+    let pool = pooled.then_some(PoolKey {
+        key: 1,
+        idle: Duration::from_secs(4),
+    });
+    Server::start(model, DriverConfig::default(), move |_, log| LinkedRelay {
+        upstream: upstream.clone(),
+        pool,
+        log,
+    })
+}
+
+/// Sends `line` and returns the answer line, without its newline.
+fn ask(conn: &mut TcpStream, reader: &mut BufReader<TcpStream>, line: &str) -> String {
+    conn.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut answer = String::new();
+    reader.read_line(&mut answer).unwrap();
+    answer.trim_end_matches('\n').to_owned()
+}
+
+for_each_model!(linked_round_trips_reuse_one_backend_connection, |model| {
+    let upper = upper_server();
+    let server = linked_relay_server(model, UpstreamAddr::Tcp(upper.addr), true);
+    let mut conn = server.connect();
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    for word in ["one", "two", "three", "four"] {
+        assert_eq!(ask(&mut conn, &mut reader, word), word.to_uppercase());
+    }
+    // Released after each answer and taken again from the worker's idle connections.
+    assert_eq!(upper.accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(server.log.opens.load(Ordering::SeqCst), 1);
+});
+
+for_each_model!(
+    a_connection_holds_many_linked_connections_at_once,
+    |model| {
+        let upper = upper_server();
+        let server = linked_relay_server(model, UpstreamAddr::Tcp(upper.addr), false);
+        let mut conn = server.connect();
+        let mut reader = BufReader::new(conn.try_clone().unwrap());
+        let words: Vec<String> = (0..12).map(|i| format!("word{i}")).collect();
+        let line = words.join(" ");
+        assert_eq!(ask(&mut conn, &mut reader, &line), line.to_uppercase());
+        assert_eq!(ask(&mut conn, &mut reader, &line), line.to_uppercase());
+        // Not pooled: every word had a connection of its own, each closed once answered.
+        assert_eq!(upper.accepted.load(Ordering::SeqCst), 24);
+        let closes = server.log.wait_closes(24);
+        assert!(closes.iter().all(|&r| r == CloseReason::Done), "{closes:?}");
+    }
+);
+
+for_each_model!(
+    a_refused_linked_connection_is_reported_to_its_owner,
+    |model| {
+        // A port nobody listens on: bind, note the port, close.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let server = linked_relay_server(model, UpstreamAddr::Tcp(closed), true);
+        let mut conn = server.connect();
+        let mut reader = BufReader::new(conn.try_clone().unwrap());
+        assert_eq!(ask(&mut conn, &mut reader, "hello"), "failed:ConnectFailed");
+        // The owner goes on: the next line tries again.
+        assert_eq!(ask(&mut conn, &mut reader, "again"), "failed:ConnectFailed");
+        assert_eq!(
+            server.log.wait_closes(2),
+            [CloseReason::ConnectFailed, CloseReason::ConnectFailed]
+        );
+    }
+);
+
+for_each_model!(
+    an_idle_linked_connection_its_peer_closed_is_not_reused,
+    |model| {
+        // A backend that answers one line per connection, then closes it.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let mut writer = stream.try_clone().unwrap();
+                let mut line = String::new();
+                if BufReader::new(stream).read_line(&mut line).is_ok() {
+                    let _ = writer.write_all(line.to_uppercase().as_bytes());
+                }
+            }
+        });
+        let server = linked_relay_server(model, UpstreamAddr::Tcp(addr), true);
+        let mut conn = server.connect();
+        let mut reader = BufReader::new(conn.try_clone().unwrap());
+        for word in ["first", "second", "third"] {
+            assert_eq!(ask(&mut conn, &mut reader, word), word.to_uppercase());
+            // The backend's end reaches the idle connection, which is closed, not lent again.
+            let until = Instant::now() + IO_TIMEOUT;
+            while server.log.closes().len() < accepted.load(Ordering::SeqCst)
+                && Instant::now() < until
+            {
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+);
+
+for_each_model!(linked_connections_close_with_their_owner, |model| {
+    // A backend that never answers, and says when its connection ends.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (ended_tx, ended) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let ended_tx = ended_tx.clone();
+            thread::spawn(move || {
+                let mut sink = Vec::new();
+                let _ = stream.read_to_end(&mut sink);
+                let _ = ended_tx.send(sink);
+            });
+        }
+    });
+    let server = linked_relay_server(model, UpstreamAddr::Tcp(addr), true);
+    let mut conn = server.connect();
+    conn.write_all(b"a b c\n").unwrap();
+    thread::sleep(Duration::from_millis(100));
+    drop(conn);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(
+            ended
+                .recv_timeout(IO_TIMEOUT)
+                .expect("the backend connection ended"),
+        );
+    }
+    seen.sort();
+    assert_eq!(seen, [b"a\n".to_vec(), b"b\n".to_vec(), b"c\n".to_vec()]);
+});
+
+#[test]
+fn a_linked_connection_over_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("upper.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut writer = stream.try_clone().unwrap();
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                let _ = writer.write_all(format!("{}\n", line.to_uppercase()).as_bytes());
+            }
+        }
+    });
+    let server = linked_relay_server(Model::Epoll, UpstreamAddr::Unix(path), true);
+    let mut conn = server.connect();
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    assert_eq!(ask(&mut conn, &mut reader, "unix"), "UNIX");
+}
+
+// ---------------------------------------------------------------------------
 // The thread pool's own promises.
 
 /// Counts handler calls running at once across all pool threads, keeping the highest count,

@@ -13,6 +13,7 @@ use crate::buffers::{BufferPool, Flush};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Link, Parts, State};
 use crate::contract::Outgoing;
+use crate::linked::{HasLink, Reach, LINKED_INPUT_MAX};
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
@@ -65,6 +66,12 @@ pub(crate) struct Slot<C> {
     hangup: bool,
     /// Both sockets are registered for their ends only ([`Joint::ends_only`]).
     ends_only: bool,
+}
+
+impl<C> HasLink for Slot<C> {
+    fn link_mut(&mut self) -> Option<&mut Link> {
+        Some(&mut self.link)
+    }
 }
 
 /// One event loop: its listeners (none for a worker fed connections by someone else), its
@@ -191,7 +198,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         if !self.core.draining {
             return false;
         }
-        let open = self.slots.len();
+        let open = self.open_count();
         self.core.drain_done(open)
     }
 
@@ -237,19 +244,30 @@ impl<'a, H: Handler> Worker<'a, H> {
         let mut client_gone = false;
         // Outgoing connections the handler asked for open at the end of a turn: the client
         // may be gone before they are, and they still have its messages to send.
-        while self.slots.len() > 0 || !self.core.requests.outgoing.is_empty() {
+        while self.open_count() > 0 || !self.core.requests.outgoing.is_empty() {
             if self.core.stop.load(Ordering::Relaxed) || self.drained() {
                 self.close_all(CloseReason::Shutdown);
                 break;
             }
             self.turn(&mut events, gate)?;
-            if !client_gone && self.slots.values().all(|slot| slot.link.outgoing) {
+            if !client_gone
+                && self
+                    .slots
+                    .values()
+                    .all(|slot| slot.link.outgoing || slot.link.state == State::Idle)
+            {
                 client_gone = true;
                 self.close_outgoing();
             }
         }
         self.tell_last_close();
         Ok(())
+    }
+
+    /// Open connections, less the idle linked ones kept for reuse: those wait for the next
+    /// client of a worker serving one at a time, and close at a graceful stop.
+    fn open_count(&self) -> usize {
+        self.slots.len() - self.core.idle.len()
     }
 
     /// Calls the last-close hook, once per served connection.
@@ -445,7 +463,13 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn open(&mut self, fd: OwnedFd, opened: Opened) {
-        let Some(index) = self.open_slot(fd, opened, UpstreamPort::new(true, true)) else {
+        self.open_link(Link::new(fd, UpstreamPort::new(true, true)), opened, None);
+    }
+
+    /// Opens a connection (in the slot reserved for it, if one was), serves it as far as it
+    /// goes, and registers it if it must wait.
+    fn open_link(&mut self, link: Link, opened: Opened, token: Option<Token>) {
+        let Some(index) = self.open_slot(link, opened, token) else {
             return;
         };
         self.drive(index);
@@ -483,7 +507,13 @@ impl<'a, H: Handler> Worker<'a, H> {
             let fd = link.fd.as_raw_fd();
             if !link.output.is_empty() && slot.writable {
                 match link.output.flush(fd, &mut self.core.pool) {
-                    Ok(Flush::Done) => link.send_deadline = None,
+                    Ok(Flush::Done) => {
+                        link.send_deadline = None;
+                        if let Some(owner) = link.owner {
+                            // What the owner queued has gone: it may queue more.
+                            self.core.requests.woken.push(owner);
+                        }
+                    }
                     Ok(Flush::WouldBlock) => {
                         slot.writable = false;
                         link.send_deadline = Some(self.core.now + self.core.config.send_timeout);
@@ -573,15 +603,36 @@ impl<'a, H: Handler> Worker<'a, H> {
                         }
                     }
                 }
+                State::Idle => {
+                    // Nothing is due on an idle connection: anything that comes makes it
+                    // unfit for reuse.
+                    if !slot.readable {
+                        return;
+                    }
+                    let mut byte = [0u8; 1];
+                    match syscall!(read(fd, byte.as_mut_ptr() as *mut libc::c_void, 1)) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            slot.readable = false;
+                            return;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        _ => {
+                            self.close(index, CloseReason::PeerGone);
+                            return;
+                        }
+                    }
+                }
                 State::Reading => {
                     let mut got = false;
                     // A splice to the upstream takes the client's bytes itself, and a
-                    // backend that takes no more holds the client back.
+                    // backend that takes no more holds the client back; a linked connection
+                    // holds at most so much its owner has not taken.
                     let splicing = link
                         .upstream
                         .attached()
                         .is_some_and(|up| up.to_upstream.is_some());
-                    let held = link.upstream.holds_client_back();
+                    let held = link.upstream.holds_client_back()
+                        || (link.owner.is_some() && link.input.len() >= LINKED_INPUT_MAX);
                     if slot.readable && !link.eof && !splicing && !held {
                         if link.input.len() >= self.core.config.max_input {
                             warn_input_left!(link.input.len(), self.core.config.max_input);
@@ -736,14 +787,22 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         (&mut self.handler, &mut self.core)
     }
 
+    fn open_parts(&mut self) -> (&mut H, &mut Core<'a>, Reach<'_>) {
+        let (raw, ids) = self.slots.split();
+        (&mut self.handler, &mut self.core, Reach::new(raw, ids))
+    }
+
     fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, H>> {
         let token = self.slots.token(index);
-        let slot = self.slots.at(index)?;
+        let (raw, ids) = self.slots.split();
+        // SAFETY: the only slot borrowed here; the reach lends others, never this one.
+        let slot = unsafe { raw.get(index) }?;
         Some(Parts {
             handler: &mut self.handler,
             core: &mut self.core,
             link: &mut slot.link,
             conn: &mut slot.conn,
+            reach: Reach::new(raw, ids),
             token,
             busy: false,
             joined: slot.joint.is_some(),
@@ -754,17 +813,20 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         &mut self.slots
     }
 
-    fn insert(&mut self, link: Link, conn: H::Conn) -> Token {
-        self.slots.insert(Slot {
-            link,
-            joint: None,
-            ends_only: false,
-            conn,
-            // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
-            readable: true,
-            writable: true,
-            hangup: false,
-        })
+    fn insert(&mut self, token: Token, link: Link, conn: H::Conn) {
+        self.slots.insert_at(
+            token,
+            Slot {
+                link,
+                joint: None,
+                ends_only: false,
+                conn,
+                // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
+                readable: true,
+                writable: true,
+                hangup: false,
+            },
+        );
     }
 
     /// Carries out what a handler call asked of the upstream.
@@ -810,6 +872,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
     }
 
     fn close(&mut self, index: usize, reason: CloseReason) {
+        let token = self.slots.token(index);
         let Some(mut slot) = self.slots.remove(index) else {
             return;
         };
@@ -817,12 +880,21 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         let epoll = self.epoll_fd();
         slot.link
             .release(&mut self.core, &mut EpollRegistry { epoll, token: 0 });
-        if self.slots.len() == 0 && self.core.requests.outgoing.is_empty() {
-            self.tell_last_close();
-        }
+        let departure = slot.link.departure();
+        let counted = slot.link.counted;
         // Closing the descriptor also removes it from the epoll set.
         drop(slot.link);
-        connection::closed(&mut self.handler, slot.conn, reason, &mut self.core);
+        self.settle(token, departure, reason);
+        if self.open_count() == 0 && self.core.requests.outgoing.is_empty() {
+            self.tell_last_close();
+        }
+        connection::closed(
+            &mut self.handler,
+            slot.conn,
+            reason,
+            counted,
+            &mut self.core,
+        );
     }
 
     fn watch_listeners_again(&mut self) -> bool {
@@ -836,7 +908,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
     }
 
     fn open_outgoing(&mut self, outgoing: Outgoing) {
-        self.open(outgoing.fd, outgoing.opened);
+        self.open_link(*outgoing.link, outgoing.opened, outgoing.token);
     }
 }
 

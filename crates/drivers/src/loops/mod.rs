@@ -6,174 +6,21 @@
 pub(crate) mod epoll;
 pub(crate) mod uring;
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::buffers::BufferPool;
-use crate::common::AcceptPause;
-use crate::connection::{self, Expiry, Link, Parts};
-use crate::contract::{Outgoing, Requests};
+use crate::connection::{self, Departure, Expiry, Link, Parts};
+use crate::contract::Outgoing;
+use crate::linked::{HasLink, Reach};
 use crate::slab::{Slab, Token};
-use crate::upstream::UpstreamPort;
-use crate::upstream::{UpstreamPool, IDLE_UPSTREAMS_PER_KEY};
-use crate::{common, signals, CloseReason, DriverConfig, Handler, Listeners, Next, Opened, TICK};
-
-/// What a worker shares with the other workers of its model.
-#[derive(Clone, Copy)]
-pub(crate) struct Env<'a> {
-    pub(crate) config: &'a DriverConfig,
-    /// Open connections across all workers, for the connection limit.
-    pub(crate) active: &'a AtomicUsize,
-    pub(crate) stop: &'a AtomicBool,
-}
+pub(crate) use crate::worker_core::{tick_handler, Core, Env};
+use crate::{common, CloseReason, DriverConfig, Handler, Listeners, Next, Opened};
 
 /// Rounds of wakes ([`crate::Io::wake`]) carried out before the loop looks at the kernel
 /// again: wakes that wake others are followed a few steps, while a connection that keeps
 /// waking itself (a service taking its turn in parts) cannot keep the loop from its events.
 pub(crate) const WAKE_ROUNDS: usize = 4;
-
-/// Runs the handler's [`Handler::on_tick`] with the worker's requests at hand.
-pub(crate) fn tick_handler<H: Handler>(handler: &mut H, core: &mut Core<'_>, now: Instant) {
-    let mut worker = crate::Worker {
-        requests: &mut core.requests,
-    };
-    handler.on_tick(now, &mut worker);
-}
-
-/// What every loop's worker keeps besides its connections and its kernel interface.
-pub(crate) struct Core<'a> {
-    pub(crate) config: &'a DriverConfig,
-    pub(crate) active: &'a AtomicUsize,
-    pub(crate) stop: &'a AtomicBool,
-    pub(crate) pool: BufferPool,
-    /// The time of this loop iteration.
-    pub(crate) now: Instant,
-    pub(crate) accept_pause: AcceptPause,
-    /// Idle upstream connections, kept for reuse.
-    pub(crate) upstreams: UpstreamPool,
-    /// When the tick work (the deadline sweep, [`Handler::on_tick`]) is due next.
-    pub(crate) next_tick: Instant,
-    /// Deadlines the sweep would find late: those due before the next tick, earliest first,
-    /// with the slot they were set for. An entry outlives a deadline that was moved or a
-    /// connection that closed; the slot's current deadline decides when it comes due.
-    timers: BinaryHeap<Reverse<(Instant, usize, u32)>>,
-    /// A graceful stop has begun in this worker ([`Core::drain_begins`]).
-    pub(crate) draining: bool,
-    /// When the grace period of a graceful stop is over.
-    drain_deadline: Option<Instant>,
-    /// What handlers asked of the worker beyond their own connection ([`crate::Io::wake`],
-    /// [`crate::Io::connect`]), carried out by the loop after the events at hand.
-    pub(crate) requests: Requests,
-}
-
-impl<'a> Core<'a> {
-    pub(crate) fn new(env: Env<'a>, pool: BufferPool) -> Self {
-        Core {
-            config: env.config,
-            active: env.active,
-            stop: env.stop,
-            pool,
-            now: Instant::now(),
-            accept_pause: AcceptPause::default(),
-            upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
-            next_tick: Instant::now() + TICK,
-            timers: BinaryHeap::new(),
-            draining: false,
-            drain_deadline: None,
-            requests: Requests::default(),
-        }
-    }
-
-    /// True once, on the first look after a graceful stop was asked for ([`signals::DRAIN`]):
-    /// the worker then stops accepting and tells its connections; the grace period starts.
-    pub(crate) fn drain_begins(&mut self) -> bool {
-        if self.draining || !signals::draining() {
-            return false;
-        }
-        self.draining = true;
-        self.drain_deadline = Some(Instant::now() + self.config.shutdown_timeout);
-        crate::liveness::beat();
-        true
-    }
-
-    /// Whether a graceful stop has been asked for, for what a handler is told: the flag itself
-    /// and not only this worker's having begun, so that a request that arrives in the same
-    /// turn as the signal is answered as the last one.
-    pub(crate) fn stopping(&self) -> bool {
-        self.draining || signals::draining()
-    }
-
-    /// Whether a graceful stop's grace period is over.
-    pub(crate) fn grace_over(&self) -> bool {
-        self.drain_deadline.is_some_and(|at| Instant::now() >= at)
-    }
-
-    /// Whether a draining worker with `open` connections is done: none is left, or the grace
-    /// period is over (which is logged with the number it cuts off).
-    pub(crate) fn drain_done(&self, open: usize) -> bool {
-        if open > 0 && self.grace_over() {
-            tracing::warn!(
-                "shutdown grace period over: closing {open} connection{} still open",
-                if open == 1 { "" } else { "s" }
-            );
-            return true;
-        }
-        open == 0
-    }
-
-    /// Notes the deadline a handler left on slot `token` if the sweep, every [`TICK`], would
-    /// find it late: a service's short timer fires on time, while the usual long ones (header
-    /// and keep-alive timeouts) cost one comparison.
-    pub(crate) fn note_deadline(&mut self, token: Token, deadline: Option<Instant>) {
-        if let Some(at) = deadline.filter(|&at| at < self.next_tick) {
-            self.timers
-                .push(Reverse((at, token.index, token.generation)));
-        }
-    }
-
-    /// When the loop must be awake next: the next tick, or an earlier noted deadline.
-    pub(crate) fn wake_at(&self) -> Instant {
-        match self.timers.peek() {
-            Some(Reverse((at, _, _))) => (*at).min(self.next_tick),
-            None => self.next_tick,
-        }
-    }
-
-    /// The next slot whose noted deadline has come by `now`, if any.
-    fn next_due(&mut self) -> Option<Token> {
-        let &Reverse((at, index, generation)) = self.timers.peek()?;
-        if at > self.now {
-            return None;
-        }
-        self.timers.pop();
-        Some(Token { index, generation })
-    }
-
-    /// Whether the tick work is due now; if it is, the next one is a [`TICK`] away.
-    fn tick_due(&mut self) -> bool {
-        if self.now < self.next_tick {
-            return false;
-        }
-        self.next_tick = self.now + TICK;
-        crate::liveness::beat();
-        true
-    }
-
-    /// Counts a newly accepted connection in: true when it may open, false when the limit was
-    /// reached and it has been refused (the caller then drops, and so closes, `fd`).
-    pub(crate) fn admit<H: Handler>(&self, fd: &OwnedFd, handler: &H) -> bool {
-        common::admit_with(
-            self.active,
-            self.config.max_connections,
-            fd,
-            handler.refusal(),
-        )
-    }
-}
 
 /// The connection engine a loop runs on. What is the same for every loop is written here
 /// once, as provided methods: calling the handler and applying its [`Next`], opening a
@@ -185,17 +32,20 @@ pub(crate) trait Engine<'a> {
     /// The service.
     type H: Handler;
     /// What the loop keeps for one connection slot.
-    type Slot;
+    type Slot: HasLink;
 
     /// The worker's handler and core, borrowed together.
     fn handler_and_core(&mut self) -> (&mut Self::H, &mut Core<'a>);
+    /// The handler and core with the loop's slots seen for a call that borrows no slot yet
+    /// (a connection's `on_open`, before it has one).
+    fn open_parts(&mut self) -> (&mut Self::H, &mut Core<'a>, Reach<'_>);
     /// The loop's connection slots.
     fn slots(&mut self) -> &mut Slab<Self::Slot>;
     /// The live connection in slot `index` with the handler and core, or `None` (a free slot,
     /// or one whose connection is closed while the kernel still has operations on it).
     fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, Self::H>>;
-    /// Puts a connection just opened in a slot.
-    fn insert(&mut self, link: Link, conn: <Self::H as Handler>::Conn) -> Token;
+    /// Puts a connection just opened in the slot reserved for it.
+    fn insert(&mut self, token: Token, link: Link, conn: <Self::H as Handler>::Conn);
     /// Carries out what a handler call asked of the upstream (registering it with the
     /// kernel interface, a join); the answer to apply, Abort when a join cannot be made.
     fn after_call(&mut self, index: usize, next: Next) -> Next;
@@ -223,30 +73,92 @@ pub(crate) trait Engine<'a> {
         self.handler_and_core().1
     }
 
-    /// Whether `token` still names the connection it was made for.
+    /// Whether `token` still names the connection it was made for, open or closing.
     fn is_current(&mut self, token: Token) -> bool {
         self.slots().get_mut(token).is_some()
     }
 
-    /// Opens a connection in a new slot: the handler's `on_open`, its deadline noted, its
-    /// answer applied. The slot's index, or `None` when the connection is already closed.
-    fn open_slot(&mut self, fd: OwnedFd, opened: Opened, upstream: UpstreamPort) -> Option<usize> {
-        let token = self.slots().next_token();
-        let (handler, core) = self.handler_and_core();
-        let (link, conn, next) = connection::open(handler, fd, opened, upstream, core, token);
+    /// Whether `token` names a connection that is still open.
+    fn is_live(&mut self, token: Token) -> bool {
+        self.slots()
+            .get_mut(token)
+            .is_some_and(|slot| slot.link_mut().is_some())
+    }
+
+    /// Opens a connection in a slot (the one reserved for it, or a new one): the handler's
+    /// `on_open`, its deadline noted, its answer applied. The slot's index, or `None` when the
+    /// connection is already closed.
+    fn open_slot(&mut self, link: Link, opened: Opened, token: Option<Token>) -> Option<usize> {
+        let token = token.unwrap_or_else(|| self.slots().reserve());
+        let (handler, core, reach) = self.open_parts();
+        let (link, conn, next) = connection::open(handler, link, opened, core, reach, token);
         let deadline = link.deadline;
-        let token = self.insert(link, conn);
+        self.insert(token, link, conn);
         self.core().note_deadline(token, deadline);
         let index = token.index;
         let next = self.after_call(index, next);
+        self.after_links();
         self.apply(index, next).then_some(index)
     }
 
     /// Calls the handler's `on_ready` (or `on_timeout`) for connection `index`, then carries
-    /// out what it asked of the upstream.
+    /// out what it asked of the upstream and of its linked connections.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
         let next = self.parts(index).expect("live connection").call(timeout);
-        self.after_call(index, next)
+        let next = self.after_call(index, next);
+        self.after_links();
+        next
+    }
+
+    /// Carries out what a call asked of linked connections: those let go of and unfit for
+    /// reuse are closed, those it reached are moved on (their output sent, their reading
+    /// resumed).
+    fn after_links(&mut self) {
+        let requests = &mut self.core().requests;
+        if requests.to_close.is_empty() && requests.touched.is_empty() {
+            return;
+        }
+        for token in std::mem::take(&mut self.core().requests.to_close) {
+            if self.is_live(token) {
+                self.close(token.index, CloseReason::Done);
+            }
+        }
+        let mut touched = std::mem::take(&mut self.core().requests.touched);
+        touched.dedup();
+        for &token in &touched {
+            if self.is_live(token) {
+                self.proceed(token.index);
+            }
+        }
+        touched.clear();
+        if self.core().requests.touched.is_empty() {
+            // Kept for its allocation.
+            self.core().requests.touched = touched;
+        }
+    }
+
+    /// What closing connection `me` leaves to settle beyond its slot: its owner hears why it
+    /// closed (and is woken), an idle one leaves the pool, and the connections it held close
+    /// with it (those not opened yet are dropped when their turn comes).
+    fn settle(&mut self, me: Token, departure: Departure, reason: CloseReason) {
+        if let Some(owner) = departure.owner {
+            if let Some(parts) = self.slots().get_mut(owner) {
+                if let Some(link) = parts.link_mut() {
+                    if let Some(entry) = link.links.iter_mut().find(|e| e.token == me) {
+                        entry.closed = Some(reason);
+                    }
+                    self.core().requests.woken.push(owner);
+                }
+            }
+        }
+        if let Some(key) = departure.idle_key {
+            self.core().idle.remove(key, me);
+        }
+        for entry in departure.links {
+            if entry.closed.is_none() && self.is_live(entry.token) {
+                self.close(entry.token.index, CloseReason::Done);
+            }
+        }
     }
 
     /// Records what the handler asked for; false when the connection is gone.
@@ -281,13 +193,19 @@ pub(crate) trait Engine<'a> {
     }
 
     /// Calls `on_drain` for the connections that have not heard of the graceful stop yet
-    /// (those busy now are told by a later sweep).
+    /// (those busy now are told by a later sweep), after closing the idle linked ones.
     fn tell_drain(&mut self) {
+        for token in self.core().idle.drain() {
+            if self.is_live(token) {
+                self.close(token.index, CloseReason::Done);
+            }
+        }
         for index in 0..self.slots().capacity() {
             let Some(next) = self.parts(index).and_then(Parts::drain) else {
                 continue;
             };
             let next = self.after_call(index, next);
+            self.after_links();
             if self.apply(index, next) {
                 self.proceed(index);
             }
@@ -325,7 +243,15 @@ pub(crate) trait Engine<'a> {
                 break;
             }
             for outgoing in std::mem::take(&mut self.core().requests.outgoing) {
-                self.core().active.fetch_add(1, Ordering::Relaxed);
+                if let Some(token) = outgoing.token {
+                    // A linked connection whose owner closed before it was opened.
+                    if !outgoing.link.owner.is_some_and(|owner| self.is_live(owner)) {
+                        self.slots().unreserve(token);
+                        continue;
+                    }
+                } else {
+                    self.core().active.fetch_add(1, Ordering::Relaxed);
+                }
                 self.open_outgoing(outgoing);
             }
             let mut woken = self.core().requests.take_woken();

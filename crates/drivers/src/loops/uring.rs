@@ -74,6 +74,7 @@ use crate::buffers::{BufferPool, Flush, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Link, Parts, State};
 use crate::contract::Outgoing;
+use crate::linked::{HasLink, Reach, LINKED_INPUT_MAX};
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
@@ -250,9 +251,14 @@ fn wants_input<C>(c: &Conn<C>) -> bool {
     if c.link.eof || c.join.is_some() {
         return false;
     }
+    if c.link.owner.is_some() {
+        // A linked connection holds at most so much its owner has not taken.
+        return c.link.state == State::Reading && c.link.input.len() < LINKED_INPUT_MAX;
+    }
     match c.link.state {
-        // Late input is read and discarded, as the epoll model does while lingering.
-        State::Closing | State::Lingering => true,
+        // Late input is read and discarded, as the epoll model does while lingering; on an
+        // idle connection, anything that arrives makes it unfit for reuse.
+        State::Closing | State::Lingering | State::Idle => true,
         // While the handler cannot take input (a send in flight, draining, or an upstream
         // that is connecting or takes no more: `holds_client_back`), the receive pauses once
         // some has piled up; only then, so that a request without a body costs no cancel.
@@ -447,6 +453,12 @@ pub(crate) struct Slot<C> {
     /// The output of a closed connection that an in-flight SENDMSG may still be reading.
     retired_output: Option<Output>,
     conn: Option<Conn<C>>,
+}
+
+impl<C> HasLink for Slot<C> {
+    fn link_mut(&mut self) -> Option<&mut Link> {
+        self.conn.as_mut().map(|c| &mut c.link)
+    }
 }
 
 /// The live connection in slot `index` with the generation its operations carry and the
@@ -777,13 +789,14 @@ impl<'a, H: Handler> Worker<'a, H> {
     fn open(&mut self, fd: OwnedFd, listener: usize) {
         // Multishot accept reports no address; one getpeername per connection stands in.
         let peer = peer_addr(fd.as_raw_fd()).unwrap_or(UNKNOWN_PEER);
-        self.open_with(fd, Opened::new(peer, listener));
+        let link = Link::new(fd, UpstreamPort::new(true, false));
+        self.open_with(link, Opened::new(peer, listener), None);
     }
 
-    fn open_with(&mut self, fd: OwnedFd, opened: Opened) {
+    fn open_with(&mut self, link: Link, opened: Opened, token: Option<Token>) {
         // The receive is armed before the next wait; with TCP_DEFER_ACCEPT the request is
         // usually there already and completes within that same enter.
-        if let Some(index) = self.open_slot(fd, opened, UpstreamPort::new(true, false)) {
+        if let Some(index) = self.open_slot(link, opened, token) {
             self.mark_dirty(index);
         }
     }
@@ -866,6 +879,17 @@ impl<'a, H: Handler> Worker<'a, H> {
             self.mark_dirty(index);
             return;
         }
+        if c.link.state == State::Idle {
+            // An idle connection that hears anything is unfit for reuse.
+            match received {
+                Received::Stopped => self.mark_dirty(index),
+                received => {
+                    self.drop_received(received);
+                    self.close(index, CloseReason::PeerGone);
+                }
+            }
+            return;
+        }
         match received {
             Received::Bytes(bid, buf) => {
                 if matches!(c.link.state, State::Closing | State::Lingering) {
@@ -882,6 +906,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 // receive goes on delivering until its pause takes effect).
                 if c.link.state == State::Reading
                     && !c.ready_pending
+                    && c.link.owner.is_none()
                     && !c.link.upstream.waits_to_send()
                     && c.link.input.len() >= self.core.config.max_input
                 {
@@ -909,6 +934,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                     State::Lingering => self.close(index, CloseReason::Done),
                     // Seen by the handler once the output has drained; a joint sees it itself.
                     State::Closing | State::Draining | State::Joined | State::Waiting => {}
+                    State::Idle => unreachable!("handled above"),
                     State::Reading => {
                         if self.ready(index) {
                             self.mark_dirty(index);
@@ -959,6 +985,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         let c = self.slots[index].conn.as_mut().expect("live connection");
         c.sending = Sending::Idle;
+        c.link.output.thaw();
         if result < 0 && matches!(-result, libc::EAGAIN | libc::EINTR) {
             self.mark_dirty(index);
             return;
@@ -970,6 +997,10 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         c.link.output.advance(result as usize);
         c.link.send_deadline = None;
+        if let Some(owner) = c.link.owner.filter(|_| c.link.output.is_empty()) {
+            // What the owner queued has gone: it may queue more.
+            self.core.requests.woken.push(owner);
+        }
         if c.ready_pending && c.link.state == State::Reading {
             c.ready_pending = false;
             if !self.call_and_apply(index, false) {
@@ -1164,7 +1195,11 @@ impl<'a, H: Handler> Worker<'a, H> {
                             return;
                         }
                     }
-                    State::Closing | State::Lingering | State::Joined | State::Waiting => {}
+                    State::Closing
+                    | State::Lingering
+                    | State::Joined
+                    | State::Waiting
+                    | State::Idle => {}
                 }
             }
         }
@@ -1212,7 +1247,11 @@ impl<'a, H: Handler> Worker<'a, H> {
             c.link.output.release_if_empty(&mut self.core.pool);
             match c.link.state {
                 // A joined connection was handed to flush_joined above.
-                State::Reading | State::Lingering | State::Joined | State::Waiting => break,
+                State::Reading
+                | State::Lingering
+                | State::Joined
+                | State::Waiting
+                | State::Idle => break,
                 State::Draining => {
                     c.link.state = State::Reading;
                     if !self.call_and_apply(index, false) {
@@ -1421,6 +1460,9 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         let (count, file_follows) = c.link.output.gather(&mut msg.iov);
+        // Until the send completes: bytes its owner queues for a linked connection meanwhile
+        // must not move these.
+        c.link.output.freeze();
         // SAFETY: all-zero is a valid msghdr; the fields that matter are set below.
         msg.hdr = unsafe { std::mem::zeroed() };
         msg.hdr.msg_iov = msg.iov.as_mut_ptr();
@@ -1526,14 +1568,23 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         &mut self.slots
     }
 
+    fn open_parts(&mut self) -> (&mut H, &mut Core<'a>, Reach<'_>) {
+        let (raw, ids) = self.slots.split();
+        (&mut self.handler, &mut self.core, Reach::new(raw, ids))
+    }
+
     fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, H>> {
-        let (generation, _, c) = live(&mut self.slots, index)?;
+        let token = self.slots.token(index);
+        let (raw, ids) = self.slots.split();
+        // SAFETY: the only slot borrowed here; the reach lends others, never this one.
+        let c = unsafe { raw.get(index) }?.conn.as_mut()?;
         Some(Parts {
             handler: &mut self.handler,
             core: &mut self.core,
             link: &mut c.link,
             conn: &mut c.conn,
-            token: Token { index, generation },
+            reach: Reach::new(raw, ids),
+            token,
             // The handler may write, which must wait until the kernel has read the bytes it
             // is sending.
             busy: c.sending == Sending::Msg,
@@ -1541,24 +1592,27 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         })
     }
 
-    fn insert(&mut self, link: Link, conn: H::Conn) -> Token {
-        self.slots.insert(Slot {
-            in_flight: 0,
-            msg: None,
-            retired_fd: None,
-            retired_output: None,
-            conn: Some(Conn {
-                link,
-                conn,
-                up_ops: UpstreamOps::default(),
-                recv_armed: false,
-                recv_cancelled: false,
-                sending: Sending::Idle,
-                ready_pending: false,
-                dirty: false,
-                join: None,
-            }),
-        })
+    fn insert(&mut self, token: Token, link: Link, conn: H::Conn) {
+        self.slots.insert_at(
+            token,
+            Slot {
+                in_flight: 0,
+                msg: None,
+                retired_fd: None,
+                retired_output: None,
+                conn: Some(Conn {
+                    link,
+                    conn,
+                    up_ops: UpstreamOps::default(),
+                    recv_armed: false,
+                    recv_cancelled: false,
+                    sending: Sending::Idle,
+                    ready_pending: false,
+                    dirty: false,
+                    join: None,
+                }),
+            },
+        );
     }
 
     /// Carries out what a handler call asked of the upstream.
@@ -1673,11 +1727,14 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         };
         cancel_upstream_ops(registry.sqes, registry.ops, index, generation);
         c.link.release(&mut self.core, &mut registry);
+        let departure = c.link.departure();
+        let counted = c.link.counted;
         slot.retired_fd = Some(c.link.fd);
-        connection::closed(&mut self.handler, c.conn, reason, &mut self.core);
         if slot.in_flight == 0 {
             self.free_slot(index);
         }
+        self.settle(Token { index, generation }, departure, reason);
+        connection::closed(&mut self.handler, c.conn, reason, counted, &mut self.core);
     }
 
     fn call_later(&mut self, index: usize) {
@@ -1697,7 +1754,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
     }
 
     fn open_outgoing(&mut self, outgoing: Outgoing) {
-        self.open_with(outgoing.fd, outgoing.opened);
+        self.open_with(*outgoing.link, outgoing.opened, outgoing.token);
     }
 }
 
