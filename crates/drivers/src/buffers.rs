@@ -158,6 +158,19 @@ impl Input {
         buf
     }
 
+    /// Moves the unconsumed bytes to the end of `to` (what a connection received before it
+    /// was joined with another goes to the other).
+    pub(crate) fn move_to(&mut self, to: &mut Output, pool: &mut BufferPool) {
+        let unread = self.data();
+        if unread.is_empty() {
+            return;
+        }
+        to.write_with(pool, |buf| buf.extend_from_slice(unread));
+        let n = unread.len();
+        self.consume(n);
+        self.release_if_empty(pool);
+    }
+
     /// Hands the buffer back to the pool if nothing is left in it.
     pub(crate) fn release_if_empty(&mut self, pool: &mut BufferPool) {
         if self.is_empty() && self.buf.capacity() > 0 {
@@ -229,6 +242,8 @@ pub struct Output {
     /// The kernel is reading the inline buffer (an io_uring send in flight): writes go to
     /// buffers of their own, which cannot move what it reads.
     frozen: bool,
+    /// What [`Output::clear`] dropped while frozen, kept until the kernel is done reading.
+    retired: Option<Box<(Vec<u8>, VecDeque<Segment>)>>,
 }
 
 impl Output {
@@ -330,6 +345,7 @@ impl Output {
     /// The kernel is done reading (see [`Output::freeze`]).
     pub(crate) fn thaw(&mut self) {
         self.frozen = false;
+        self.retired = None;
     }
 
     /// Queues a buffer shared with a cache.
@@ -358,6 +374,12 @@ impl Output {
 
     /// Drops everything queued.
     pub fn clear(&mut self, pool: &mut BufferPool) {
+        if self.frozen && !self.segments.is_empty() {
+            // The kernel may still read these bytes: kept whole until it is done.
+            let buf = std::mem::take(&mut self.buf);
+            let segments = std::mem::take(&mut self.segments);
+            self.retired = Some(Box::new((buf, segments)));
+        }
         self.segments.clear();
         self.queued -= self.pending;
         self.pending = 0;

@@ -10,14 +10,13 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::buffers::{BufferPool, Input, Output};
-use crate::linked::{LinkEntry, PoolKey, Reach};
+use crate::linked::{LinkEntry, PoolKey, Reach, Splices};
 use crate::loops::Core;
 use crate::slab::Token;
 use crate::sys::syscall;
-use crate::upstream::{Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Io, Next, Opened, Worker};
 
 /// Where a connection is in its life, as far as the driver is concerned.
@@ -32,7 +31,8 @@ pub(crate) enum State {
     /// Shut down for writing; late input is read and dropped until the peer's end or the
     /// linger time, so that closing does not reset the response away.
     Lingering,
-    /// Joined with its upstream in the kernel ([`crate::UpstreamPort::join`]).
+    /// Joined with another connection in the kernel ([`crate::Io::join`]): the owner carries
+    /// the joint, and its partner (a linked connection) is moved with it.
     Joined,
     /// Reading nothing and making no call until woken ([`Next::Wait`]); queued output is sent.
     Waiting,
@@ -55,7 +55,6 @@ pub(crate) struct Link {
     pub(crate) eof: bool,
     /// Discard late input before closing even if none is buffered ([`Next::Linger`]).
     pub(crate) linger: bool,
-    pub(crate) upstream: UpstreamPort,
     /// The handler has heard of the graceful stop ([`Handler::on_drain`]), or the connection
     /// was opened after it began.
     pub(crate) drain_told: bool,
@@ -73,6 +72,8 @@ pub(crate) struct Link {
     /// Counted against the connection limit (linked connections are not: they are the
     /// clients' own, and a client refused for its backend's connection would be wrong).
     pub(crate) counted: bool,
+    /// Body splices with the owner of this linked connection.
+    pub(crate) splices: Option<Box<Splices>>,
 }
 
 /// What the tick sweep does with a connection whose deadline has passed.
@@ -98,7 +99,7 @@ pub(crate) enum Closing {
 
 impl Link {
     #[inline]
-    pub(crate) fn new(fd: OwnedFd, upstream: UpstreamPort) -> Self {
+    pub(crate) fn new(fd: OwnedFd) -> Self {
         Link {
             fd,
             input: Input::default(),
@@ -108,7 +109,6 @@ impl Link {
             send_deadline: None,
             eof: false,
             linger: false,
-            upstream,
             drain_told: false,
             outgoing: false,
             owner: None,
@@ -116,6 +116,7 @@ impl Link {
             pool: None,
             reused: false,
             counted: true,
+            splices: None,
         }
     }
 
@@ -126,6 +127,7 @@ impl Link {
             && !self.eof
             && self.input.is_empty()
             && self.output.is_empty()
+            && self.splices.as_ref().is_none_or(|splices| splices.idle())
             && (self.output.sent() > 0 || self.input.ever_received())
     }
 
@@ -145,13 +147,13 @@ impl Link {
             idle: &mut core.idle,
             links: &mut self.links,
             reach,
+            can_splice: core.can_splice,
             pool: &mut core.pool,
             input: &mut self.input,
             output: &mut self.output,
             eof: self.eof,
             now,
             deadline: &mut self.deadline,
-            upstream: &mut self.upstream,
             draining,
         }
     }
@@ -257,36 +259,20 @@ impl Link {
         }
     }
 
-    /// Carries out what a handler call asked of the upstream (see
-    /// [`UpstreamPort::after_call`]): `Some(idle)` when it asked for a join.
-    pub(crate) fn upstream_after_call(
-        &mut self,
-        core: &mut Core<'_>,
-        registry: &mut dyn Registry,
-    ) -> Option<(Duration, Option<Box<dyn crate::splice::Carrier>>)> {
-        let (upstreams, pool) = (&mut core.upstreams, &mut core.pool);
-        self.upstream
-            .after_call(registry, upstreams, pool, core.now)
-    }
-
-    /// The joint with the upstream is done (the backend's end has reached the client): the
-    /// upstream is let go of and the connection closes like any other, its late input
-    /// discarded for the linger time so the answer is not reset away.
-    pub(crate) fn unjoin(&mut self, core: &mut Core<'_>, registry: &mut dyn Registry) {
-        self.upstream
-            .close(registry, &mut core.upstreams, &mut core.pool, core.now);
+    /// The joint is done (the partner's end has reached this connection's peer): the
+    /// connection closes like any other, its late input discarded for the linger time so the
+    /// answer is not reset away.
+    pub(crate) fn unjoin(&mut self) {
         self.state = State::Closing;
         self.linger = true;
         self.deadline = None;
     }
 
     /// Gives back what a closed connection holds: its queued output and unread input to the
-    /// pool, its upstream to the worker's idle upstreams (or closed).
-    pub(crate) fn release(&mut self, core: &mut Core<'_>, registry: &mut dyn Registry) {
+    /// pool.
+    pub(crate) fn release(&mut self, core: &mut Core<'_>) {
         self.output.clear(&mut core.pool);
         self.drop_input(&mut core.pool);
-        self.upstream
-            .close(registry, &mut core.upstreams, &mut core.pool, core.now);
     }
 
     /// Drops what the peer sent and the handler has not consumed.
@@ -353,7 +339,7 @@ pub(crate) struct Parts<'w, 'a, H: Handler> {
     /// The kernel is reading the connection's output (an io_uring send in flight): the
     /// handler, which may write, must not be called now.
     pub(crate) busy: bool,
-    /// Joined with its upstream: whatever the handler answers, it stays joined.
+    /// Joined with another connection: whatever the handler answers, it stays joined.
     pub(crate) joined: bool,
 }
 
@@ -447,10 +433,7 @@ mod tests {
         // where the test expects Closing::Now.
         let fd = syscall!(dup(0)).expect("dup");
         // SAFETY: dup returned a fresh descriptor that nothing else owns.
-        Link::new(
-            unsafe { OwnedFd::from_raw_fd(fd) },
-            UpstreamPort::new(false, false),
-        )
+        Link::new(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     /// Runs `f` with a worker's [`Core`] under the default configuration.
@@ -593,7 +576,7 @@ mod tests {
             l.expiry(now, false),
             Some(Expiry::Close(CloseReason::SendTimeout))
         );
-        l.send_deadline = Some(now + Duration::from_secs(1));
+        l.send_deadline = Some(now + std::time::Duration::from_secs(1));
         assert_eq!(l.expiry(now, true), None, "the handler is busy: next sweep");
         assert_eq!(l.deadline, Some(now));
         assert_eq!(l.expiry(now, false), Some(Expiry::CallTimeout));

@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 use crate::buffers::{BufferPool, Input, Output};
 use crate::connection::{Link, State};
 use crate::linked::{IdlePool, LinkEntry, Linked, PoolKey, Reach};
+use crate::outgoing::{start_connect, UpstreamAddr};
 use crate::slab::Token;
-use crate::upstream::{start_connect, UpstreamAddr, UpstreamPort};
+use crate::splice::Carrier;
 
 /// How often deadlines are checked and [`Handler::on_tick`] runs.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -99,9 +100,6 @@ pub struct Io<'a> {
     pub(crate) now: Instant,
     /// When [`Handler::on_timeout`] should be called; `None` for never.
     pub(crate) deadline: &'a mut Option<Instant>,
-    /// The connection's upstream (a backend connection on the same loop). While one is
-    /// attached, [`Handler::on_ready`] is also called for what happens upstream.
-    pub(crate) upstream: &'a mut UpstreamPort,
     /// The server is stopping gracefully: finish what has begun (the request being read, the
     /// response being sent) and then close, taking no further requests.
     pub(crate) draining: bool,
@@ -117,6 +115,8 @@ pub struct Io<'a> {
     pub(crate) reach: Reach<'a>,
     /// The worker's idle linked connections.
     pub(crate) idle: &'a mut IdlePool,
+    /// The loop can splice bodies between linked connections.
+    pub(crate) can_splice: bool,
 }
 
 /// What [`Io::parts`] lends: the parts of a connection that a call may need at once.
@@ -128,8 +128,6 @@ pub struct IoParts<'b> {
     pub output: &'b mut Output,
     /// The worker's buffer pool.
     pub pool: &'b mut BufferPool,
-    /// The connection's upstream.
-    pub upstream: &'b mut UpstreamPort,
     /// When [`Handler::on_timeout`] should be called ([`Io::set_deadline`]).
     pub deadline: &'b mut Option<Instant>,
 }
@@ -163,6 +161,8 @@ pub(crate) struct Requests {
     pub(crate) touched: Vec<Token>,
     /// Linked connections let go of and not fit for reuse: closed after the call.
     pub(crate) to_close: Vec<Token>,
+    /// The join the call asked for ([`Io::join`]).
+    pub(crate) join: Option<JoinRequest>,
     /// Kept for its allocation: the wakes already taken in [`Requests::take_woken`].
     seen: std::collections::HashSet<Token>,
 }
@@ -170,13 +170,6 @@ pub(crate) struct Requests {
 impl Requests {
     pub(crate) fn is_empty(&self) -> bool {
         self.woken.is_empty() && self.outgoing.is_empty()
-    }
-
-    /// The opening connection `token` names, if it is still waiting to be put in its slot.
-    fn pending(&mut self, token: Token) -> Option<&mut Outgoing> {
-        self.outgoing
-            .iter_mut()
-            .find(|outgoing| outgoing.token == Some(token))
     }
 
     /// The connections woken since the last time, each once, in the order they were first
@@ -190,6 +183,13 @@ impl Requests {
         }
         woken
     }
+}
+
+/// A join of the calling connection with one of its linked connections.
+pub(crate) struct JoinRequest {
+    pub(crate) partner: Token,
+    pub(crate) idle: Duration,
+    pub(crate) carrier: Option<Box<dyn Carrier>>,
 }
 
 /// An outgoing connection whose connect is under way, to be opened as a connection of the
@@ -236,14 +236,14 @@ impl Io<'_> {
         (self.output, self.pool)
     }
 
-    /// The connection's buffers and upstream lent at once, for code that works on several
-    /// of them together (relaying input to output, an upstream's bytes to the client).
+    /// The connection's buffers lent at once, for code that works on several of them
+    /// together (relaying input to output). [`Io::linked`] lends a linked connection's
+    /// buffers beside this one's.
     pub fn parts(&mut self) -> IoParts<'_> {
         IoParts {
             input: self.input,
             output: self.output,
             pool: self.pool,
-            upstream: self.upstream,
             deadline: self.deadline,
         }
     }
@@ -269,12 +269,6 @@ impl Io<'_> {
     /// open for ever if its peer goes silent.
     pub fn set_deadline(&mut self, deadline: Option<Instant>) {
         *self.deadline = deadline;
-    }
-
-    /// The connection's upstream (a backend connection on the same loop). While one is
-    /// attached, [`Handler::on_ready`] is also called for what happens upstream.
-    pub fn upstream(&mut self) -> &mut UpstreamPort {
-        self.upstream
     }
 
     /// Whether the server is stopping gracefully: finish what has begun (the request being
@@ -351,10 +345,9 @@ impl Io<'_> {
                 link.reused = true;
                 link.deadline = None;
                 link.pool = Some(pool);
-                self.links.push(LinkEntry {
-                    token,
-                    closed: None,
-                });
+                // The last exchange's splice outcomes are not this one's.
+                link.splices = None;
+                self.links.push(LinkEntry::new(token));
                 self.requests.touched.push(token);
                 return Ok(ConnRef(token));
             }
@@ -366,7 +359,7 @@ impl Io<'_> {
             UpstreamAddr::Unix(_) => crate::common::UNKNOWN_PEER,
         };
         let token = self.reach.ids.reserve();
-        let mut link = Box::new(Link::new(fd, UpstreamPort::default()));
+        let mut link = Box::new(Link::new(fd));
         link.owner = Some(self.me);
         link.pool = pool;
         link.counted = false;
@@ -380,46 +373,87 @@ impl Io<'_> {
             },
             token: Some(token),
         });
-        self.links.push(LinkEntry {
-            token,
-            closed: None,
-        });
+        self.links.push(LinkEntry::new(token));
         Ok(ConnRef(token))
     }
 
-    /// The linked connection `conn` ([`Io::connect_linked`]), to take its input and queue its
-    /// output during this call; what is queued is sent once the call is over. `Err` with why
-    /// it closed once it has (then [`Io::release`] forgets it), or [`CloseReason::Done`] for
-    /// one this connection does not hold.
+    /// The linked connection `conn` ([`Io::connect_linked`]), lent with this connection's
+    /// own buffers, to take its input and queue its output during this call; what is queued
+    /// is sent once the call is over. `Err` with why it closed once it has (then
+    /// [`Io::release`] forgets it), or [`CloseReason::Done`] for one this connection does not
+    /// hold.
     pub fn linked(&mut self, conn: ConnRef) -> Result<Linked<'_>, CloseReason> {
         let token = conn.0;
-        match self.links.iter().find(|entry| entry.token == token) {
-            None => return Err(CloseReason::Done),
-            Some(LinkEntry {
-                closed: Some(reason),
-                ..
-            }) => return Err(*reason),
-            Some(_) => {}
-        }
-        if self.requests.pending(token).is_some() {
-            let outgoing = self.requests.pending(token).expect("found above");
-            return Ok(Linked {
-                link: &mut outgoing.link,
-                pool: self.pool,
-                token,
-                pending: true,
-            });
-        }
-        let Some(link) = self.reach.link(token, self.me) else {
-            return Err(CloseReason::Error);
+        let Some(at) = self.links.iter().position(|entry| entry.token == token) else {
+            return Err(CloseReason::Done);
         };
-        self.requests.touched.push(token);
+        let entry = &mut self.links[at];
+        if let Some(reason) = entry.closed {
+            return Err(reason);
+        }
+        let (link, pending) = match self
+            .requests
+            .outgoing
+            .iter_mut()
+            .find(|outgoing| outgoing.token == Some(token))
+        {
+            Some(outgoing) => (&mut *outgoing.link, true),
+            None => {
+                let Some(link) = self.reach.link(token, self.me) else {
+                    return Err(CloseReason::Error);
+                };
+                self.requests.touched.push(token);
+                (link, false)
+            }
+        };
         Ok(Linked {
-            link,
+            input: &mut link.input,
+            output: &mut link.output,
+            own_input: self.input,
+            own_output: self.output,
             pool: self.pool,
+            eof: link.eof,
+            reused: link.reused,
             token,
-            pending: false,
+            pending,
+            splices: &mut link.splices,
+            entry,
+            can_splice: self.can_splice,
         })
+    }
+
+    /// Whether this loop can splice bodies between linked connections
+    /// ([`Linked::splice_in`], [`Linked::splice_out`]). Where it cannot (the io_uring loop,
+    /// whose receives take the bytes as they arrive), handlers copy instead. [`Io::join`]
+    /// works on every loop.
+    pub fn can_splice(&self) -> bool {
+        self.can_splice
+    }
+
+    /// Joins this connection and the linked connection `conn` for good, after the call:
+    /// bytes queued on either side are sent first, then everything either side sends goes
+    /// to the other through kernel pipes (splice), each end of stream is passed on, and both
+    /// close when both directions have ended, either side fails, or nothing moves for
+    /// `idle`. Neither is called again except [`Handler::on_close`]; unconsumed input of
+    /// either goes to the other. A connection that cannot be joined (gone, not opened yet)
+    /// is aborted.
+    pub fn join(&mut self, conn: ConnRef, idle: Duration) {
+        self.requests.join = Some(JoinRequest {
+            partner: conn.0,
+            idle,
+            carrier: None,
+        });
+    }
+
+    /// As [`Io::join`], but the bytes are moved by `carrier` (see [`Carrier`]) once what user
+    /// space holds for either side has been sent, if nothing waits unread in either socket
+    /// then and the carrier takes them; otherwise through pipes as `join` does.
+    pub fn join_carried(&mut self, conn: ConnRef, idle: Duration, carrier: Box<dyn Carrier>) {
+        self.requests.join = Some(JoinRequest {
+            partner: conn.0,
+            idle,
+            carrier: Some(carrier),
+        });
     }
 
     /// The connections linked to this one, open or closed, that it has not let go of.
@@ -504,7 +538,7 @@ impl Worker<'_> {
             UpstreamAddr::Unix(_) => crate::common::UNKNOWN_PEER,
         };
         self.requests.outgoing.push(Outgoing {
-            link: Box::new(Link::new(fd, UpstreamPort::default())),
+            link: Box::new(Link::new(fd)),
             opened: Opened {
                 peer,
                 origin: Origin::Outgoing { tag },

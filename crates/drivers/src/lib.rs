@@ -6,21 +6,27 @@
 //! deadline passes ([`Handler::on_timeout`]) and when the connection is gone
 //! ([`Handler::on_close`]). Each call sees the connection through an [`Io`]: the [`Input`]
 //! received and not yet consumed, the [`Output`] to queue inline bytes, shared buffers or file
-//! ranges in (sent with sendfile), the deadline, and an [`UpstreamPort`] for a backend
-//! connection on the same loop. It answers with a [`Next`] that says what the connection waits
-//! for. Connections of a worker reach each other: a call may wake another connection
-//! ([`Io::wake`], by the [`ConnRef`] it kept from [`Io::me`]), a connection may wait for such a
-//! wake instead of input ([`Next::Wait`]), and a service may open outgoing connections
-//! ([`Io::connect`]) that are then served like accepted ones; the service API in
-//! `fastpath-sockets` builds on these. The HTTP server is one such handler; every model runs the same handler code, so a
+//! ranges in (sent with sendfile), and the deadline. It answers with a [`Next`] that says what
+//! the connection waits for. Connections of a worker reach each other: a call may wake another
+//! connection ([`Io::wake`], by the [`ConnRef`] it kept from [`Io::me`]), a connection may
+//! wait for such a wake instead of input ([`Next::Wait`]), and a service may open outgoing
+//! connections ([`Io::connect`]) that are then served like accepted ones; the service API in
+//! `fastpath-sockets` builds on these. A connection may also open connections linked to it
+//! ([`Io::connect_linked`]: a proxy's backend connections, any number at once, reused from
+//! the worker's idle ones without a system call), whose events wake it and whose buffers its
+//! calls reach ([`Io::linked`]); it may splice a body between itself and one of them, or join
+//! with one for good in the kernel ([`Io::join`]). The HTTP server is one such handler; every model runs the same handler code, so a
 //! model is chosen by configuration without touching the protocol.
 //!
 //! The layout of the crate follows that split:
 //!
 //! - `contract.rs`: what a service implements and sees ([`Handler`], [`Io`], [`Next`]);
+//! - `linked.rs`: linked connections, the idle pool, and the splices between a connection and
+//!   a linked one; `outgoing.rs`: where outgoing connections go and how a connect starts;
 //! - `connection.rs`: the connection engine every loop shares (states, the handler's
-//!   [`Next`] applied, the closing and deadline rules, close accounting), and `slab.rs`, the
-//!   slots that events name by index and generation;
+//!   [`Next`] applied, the closing and deadline rules, close accounting), `worker_core.rs`,
+//!   what a worker keeps besides its connections, and `slab.rs`, the slots that events name
+//!   by index and generation;
 //! - `loops/`: the event loops. What is the same for every loop (opening a connection,
 //!   calling the handler and applying its answer, deadlines and the tick sweep, wakes, a
 //!   graceful stop) is written once in `loops/mod.rs` as the provided methods of the loops'
@@ -99,13 +105,13 @@ mod listener;
 pub mod liveness;
 mod loops;
 mod model;
+mod outgoing;
 mod pools;
 pub mod signals;
 mod slab;
 mod splice;
 mod sys;
 pub mod units;
-mod upstream;
 mod worker_core;
 
 pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
@@ -130,5 +136,5 @@ pub use sys::ignore_sigpipe;
 /// libc, for [`syscall!`] expanded in other crates.
 #[doc(hidden)]
 pub use libc as __libc;
+pub use outgoing::UpstreamAddr;
 pub use splice::Carrier;
-pub use upstream::{UpstreamAddr, UpstreamPort, UpstreamState};

@@ -32,6 +32,7 @@ use crate::buffers::{BufferPool, Input, Output};
 use crate::connection::Link;
 use crate::contract::ConnRef;
 use crate::slab::{RawSlots, SlotIds, Token};
+use crate::splice::{Direction, Failure, PumpError, Pumped, Side};
 use crate::CloseReason;
 
 /// Unconsumed input past which a linked connection stops reading until its owner takes some:
@@ -58,6 +59,19 @@ pub(crate) struct LinkEntry {
     pub(crate) token: Token,
     /// It closed (for this reason), and the owner has not let go of it yet.
     pub(crate) closed: Option<CloseReason>,
+    /// A body splice between the two may be under way: the loop pumps it when either side
+    /// is ready, and does not read the owner's socket meanwhile if it goes outward.
+    pub(crate) splicing: bool,
+}
+
+impl LinkEntry {
+    pub(crate) fn new(token: Token) -> Self {
+        LinkEntry {
+            token,
+            closed: None,
+            splicing: false,
+        }
+    }
 }
 
 /// What the loop's slot type gives a call that reaches other connections.
@@ -161,9 +175,10 @@ impl IdlePool {
 
 /// Where a body splice between an owner and a linked connection stands
 /// ([`Linked::splice_to_owner`], [`Linked::splice_from_owner`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Spliced {
     /// None asked for (or the last one's outcome was taken).
+    #[default]
     None,
     /// Bytes are still moving.
     Running,
@@ -174,15 +189,58 @@ pub enum Spliced {
     Failed(std::io::ErrorKind),
 }
 
-/// A linked connection as its owner's call sees it ([`crate::Io::linked`]): its input to
-/// take, its output to queue bytes in (sent once the call is over, after what it holds), and
-/// where it stands.
+/// Body splices between a linked connection and its owner (see [`Linked::splice_in`]),
+/// kept on the linked connection.
+#[derive(Default)]
+pub(crate) struct Splices {
+    /// From the linked connection's socket to the owner's.
+    pub(crate) inward: Option<BodySplice>,
+    /// From the owner's socket to the linked connection's.
+    pub(crate) outward: Option<BodySplice>,
+    /// How the last splice each way ended, until another one starts.
+    pub(crate) outcomes: [Spliced; 2],
+}
+
+/// Indexes of [`Splices::outcomes`].
+pub(crate) const INWARD: usize = 0;
+pub(crate) const OUTWARD: usize = 1;
+
+/// One body splice under way, and the idle time after which the owner's deadline fires.
+pub(crate) struct BodySplice {
+    pub(crate) direction: Direction,
+    pub(crate) idle: Duration,
+}
+
+impl Splices {
+    /// Neither way is moving.
+    pub(crate) fn idle(&self) -> bool {
+        self.inward.is_none() && self.outward.is_none()
+    }
+}
+
+/// A linked connection as its owner's call sees it ([`crate::Io::linked`]), lent together
+/// with the owner's own buffers: its input to take, its output to queue bytes in (sent once
+/// the call is over, after what it holds), and where it stands.
 pub struct Linked<'a> {
-    pub(crate) link: &'a mut Link,
-    pub(crate) pool: &'a mut BufferPool,
+    /// What the linked connection's peer sent and the owner has not consumed.
+    pub input: &'a mut Input,
+    /// What goes to the linked connection's peer.
+    pub output: &'a mut Output,
+    /// The owner's own input, lent beside.
+    pub own_input: &'a mut Input,
+    /// The owner's own output, lent beside.
+    pub own_output: &'a mut Output,
+    /// The worker's buffer pool, for the outputs' writes.
+    pub pool: &'a mut BufferPool,
+    pub(crate) eof: bool,
+    pub(crate) reused: bool,
     pub(crate) token: Token,
     /// Opened during this call: not in a slot yet.
     pub(crate) pending: bool,
+    pub(crate) splices: &'a mut Option<Box<Splices>>,
+    pub(crate) entry: &'a mut LinkEntry,
+    /// The loop can splice bodies.
+    pub(crate) can_splice: bool,
 }
 
 impl Linked<'_> {
@@ -191,57 +249,227 @@ impl Linked<'_> {
         ConnRef(self.token)
     }
 
-    /// Bytes received and not yet consumed.
-    pub fn input(&self) -> &Input {
-        &self.link.input
-    }
-
-    /// Bytes received, to [`Input::consume`] what the owner takes.
-    pub fn input_mut(&mut self) -> &mut Input {
-        &mut self.link.input
-    }
-
-    /// Queues inline bytes.
+    /// Queues inline bytes for the linked connection.
     pub fn write(&mut self, bytes: &[u8]) {
-        self.link
-            .output
+        self.output
             .write_with(self.pool, |buf| buf.extend_from_slice(bytes));
     }
 
-    /// Queues inline bytes produced by `write`.
-    pub fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-        self.link.output.write_with(self.pool, write)
-    }
-
-    /// Queues `len` bytes of `file` from `offset`.
+    /// Queues `len` bytes of `file` from `offset` for the linked connection.
     pub fn push_file(&mut self, file: Arc<File>, offset: u64, len: u64) {
-        self.link.output.push_file(file, offset, len);
+        self.output.push_file(file, offset, len);
     }
 
-    /// Queued output, for its size ([`Output::pending`]) and what was sent.
-    pub fn output(&self) -> &Output {
-        &self.link.output
-    }
-
-    /// The peer has finished sending.
+    /// The linked connection's peer has finished sending.
     pub fn eof(&self) -> bool {
-        self.link.eof
+        self.eof
     }
 
     /// A byte has moved either way, so the connect has succeeded.
     pub fn connected(&self) -> bool {
-        self.link.output.sent() > 0 || self.link.input.ever_received()
+        self.output.sent() > 0 || self.input.ever_received()
     }
 
     /// The connection was taken from the pool of idle ones: it carried an earlier exchange,
     /// and its peer may have closed it just before this one's bytes reached it (RFC 9112
     /// §9.3.1: an idempotent request can go again on another connection).
     pub fn reused(&self) -> bool {
-        self.link.reused
+        self.reused
     }
 
     /// Opened during this call and still being connected: its bytes go once it is.
     pub fn is_new(&self) -> bool {
         self.pending
     }
+
+    /// After the call, moves exactly `len` bytes of the linked connection's stream to the
+    /// owner's socket through a kernel pipe (splice), after what the owner's output and the
+    /// linked input already hold; meanwhile nothing is read from the linked connection into
+    /// its input. The owner is woken when it is over ([`Linked::spliced_in`]); each time
+    /// bytes move, the owner's deadline is pushed to `idle` from then, so its timeout fires
+    /// only when nothing moved for that long. Where the loop cannot splice
+    /// ([`crate::Io::can_splice`]) it fails at once.
+    pub fn splice_in(&mut self, len: u64, idle: Duration) {
+        self.start_splice(INWARD, len, idle);
+    }
+
+    /// After the call, moves exactly `len` bytes of the owner's stream to the linked
+    /// connection through a kernel pipe, after what the linked output already holds;
+    /// meanwhile nothing is read from the owner's socket into its input. As
+    /// [`Linked::splice_in`] otherwise.
+    pub fn splice_out(&mut self, len: u64, idle: Duration) {
+        self.start_splice(OUTWARD, len, idle);
+    }
+
+    /// Where the splice towards the owner stands; a finished one's outcome is shown until
+    /// another splice that way.
+    pub fn spliced_in(&self) -> Spliced {
+        self.spliced(INWARD)
+    }
+
+    /// Where the splice from the owner stands.
+    pub fn spliced_out(&self) -> Spliced {
+        self.spliced(OUTWARD)
+    }
+
+    fn spliced(&self, way: usize) -> Spliced {
+        self.splices
+            .as_ref()
+            .map_or(Spliced::None, |splices| splices.outcomes[way])
+    }
+
+    fn start_splice(&mut self, way: usize, len: u64, idle: Duration) {
+        let splices = self.splices.get_or_insert_with(Box::default);
+        let made = if self.can_splice && !self.pending {
+            Direction::new(Some(len), false)
+        } else {
+            Err(std::io::ErrorKind::Unsupported.into())
+        };
+        match made {
+            Ok(direction) => {
+                splices.outcomes[way] = Spliced::Running;
+                let splice = Some(BodySplice { direction, idle });
+                if way == INWARD {
+                    splices.inward = splice;
+                } else {
+                    splices.outward = splice;
+                }
+                self.entry.splicing = true;
+            }
+            Err(e) => {
+                if self.can_splice {
+                    tracing::warn!("cannot make a pipe to splice a body through: {e}");
+                }
+                splices.outcomes[way] = Spliced::Failed(e.kind());
+            }
+        }
+    }
+}
+
+/// Where a joined connection stands after a pump.
+pub(crate) enum JointStep {
+    /// Still joined; `moved` when bytes (or an end of stream) moved; `recheck` when it must
+    /// be pumped again soon ([`crate::splice::CARRIED_RECHECK`]) whatever happens.
+    Going { moved: bool, recheck: bool },
+    /// The linked side's end has reached the owner: the joint is done.
+    Finished,
+    /// A side failed: close the owner (and with it the linked side) for this reason.
+    Close(CloseReason),
+}
+
+impl JointStep {
+    /// What a pump of a joint (the owner as its client side) means for the two connections.
+    pub(crate) fn of(pumped: Result<Pumped, PumpError>) -> JointStep {
+        match pumped {
+            Ok(pumped) if pumped.finished => JointStep::Finished,
+            Ok(pumped) => JointStep::Going {
+                moved: pumped.moved,
+                recheck: pumped.recheck,
+            },
+            Err(PumpError::Client(e)) => {
+                tracing::debug!("joined client failed: {e}");
+                JointStep::Close(CloseReason::PeerGone)
+            }
+            Err(PumpError::Upstream(e)) => {
+                tracing::debug!("joined linked connection failed: {e}");
+                JointStep::Close(CloseReason::Error)
+            }
+        }
+    }
+}
+
+/// What pumping the body splices of a linked connection achieved.
+pub(crate) struct SplicePump {
+    /// Bytes moved: push the owner's deadline to `idle` from now.
+    pub(crate) moved: Option<Duration>,
+    /// A splice finished or failed: the owner must hear of it.
+    pub(crate) news: bool,
+}
+
+impl Splices {
+    /// Moves body bytes spliced either way between the `owner` and the `linked` connection's
+    /// sockets, each after what user space still holds for the same destination.
+    pub(crate) fn pump(
+        &mut self,
+        owner: Side<'_>,
+        linked: Side<'_>,
+        owner_output_pending: bool,
+        linked_output_pending: bool,
+    ) -> SplicePump {
+        let mut result = SplicePump {
+            moved: None,
+            news: false,
+        };
+        if !owner_output_pending {
+            if let Some(splice) = self.inward.as_mut() {
+                let pumped =
+                    splice
+                        .direction
+                        .pump(linked.fd, linked.readable, owner.fd, owner.writable);
+                result.news |= settle(
+                    &mut self.inward,
+                    &mut self.outcomes[INWARD],
+                    pumped,
+                    &mut result.moved,
+                );
+            }
+        }
+        if !linked_output_pending {
+            if let Some(splice) = self.outward.as_mut() {
+                let pumped =
+                    splice
+                        .direction
+                        .pump(owner.fd, owner.readable, linked.fd, linked.writable);
+                result.news |= settle(
+                    &mut self.outward,
+                    &mut self.outcomes[OUTWARD],
+                    pumped,
+                    &mut result.moved,
+                );
+            }
+        }
+        result
+    }
+}
+
+/// Records a splice pump's result; true when the splice is over (done or failed).
+fn settle(
+    slot: &mut Option<BodySplice>,
+    outcome: &mut Spliced,
+    pumped: Result<bool, Failure>,
+    moved: &mut Option<Duration>,
+) -> bool {
+    let Some(splice) = slot.as_ref() else {
+        return false;
+    };
+    let over = match pumped {
+        Ok(any) => {
+            if any {
+                *moved = Some(splice.idle);
+            }
+            if splice.direction.is_done() {
+                *outcome = if splice.direction.fell_short() {
+                    Spliced::Failed(std::io::ErrorKind::UnexpectedEof)
+                } else {
+                    Spliced::Done
+                };
+                true
+            } else {
+                false
+            }
+        }
+        // Which side failed matters to the owner (whose fault it was), not how.
+        Err(Failure::Source(_)) => {
+            *outcome = Spliced::Failed(std::io::ErrorKind::UnexpectedEof);
+            true
+        }
+        Err(Failure::Destination(e)) => {
+            *outcome = Spliced::Failed(e.kind());
+            true
+        }
+    };
+    if over {
+        *slot = None;
+    }
+    over
 }

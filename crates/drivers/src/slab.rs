@@ -156,6 +156,20 @@ impl<T> Slab<T> {
         self.values.get_mut(index)?.as_mut()
     }
 
+    /// The values in two different slots at once.
+    pub(crate) fn pair(&mut self, a: usize, b: usize) -> Option<(&mut T, &mut T)> {
+        if a == b || a.max(b) >= self.values.len() {
+            return None;
+        }
+        let (low, high) = self.values.split_at_mut(a.max(b));
+        let (first, second) = (low[a.min(b)].as_mut()?, high[0].as_mut()?);
+        Some(if a < b {
+            (first, second)
+        } else {
+            (second, first)
+        })
+    }
+
     /// Empties slot `index` and frees it under a new generation.
     #[inline]
     pub(crate) fn remove(&mut self, index: usize) -> Option<T> {
@@ -326,5 +340,15 @@ mod reservation_tests {
         let next = slab.insert("next");
         assert_eq!(next.index, reserved.index);
         assert_ne!(next.generation, reserved.generation);
+    }
+
+    #[test]
+    fn a_pair_is_two_different_slots_in_the_order_asked() {
+        let mut slab = Slab::default();
+        let a = slab.insert(1);
+        let b = slab.insert(2);
+        let (x, y) = slab.pair(b.index, a.index).expect("two live slots");
+        assert_eq!((*x, *y), (2, 1));
+        assert!(slab.pair(a.index, a.index).is_none());
     }
 }

@@ -14,7 +14,6 @@ use crate::common::{self, AcceptPause};
 use crate::contract::Requests;
 use crate::linked::IdlePool;
 use crate::slab::Token;
-use crate::upstream::{UpstreamPool, IDLE_UPSTREAMS_PER_KEY};
 use crate::{signals, DriverConfig, Handler, TICK};
 
 /// What a worker shares with the other workers of its model.
@@ -43,10 +42,10 @@ pub(crate) struct Core<'a> {
     /// The time of this loop iteration.
     pub(crate) now: Instant,
     pub(crate) accept_pause: AcceptPause,
-    /// Idle upstream connections, kept for reuse.
-    pub(crate) upstreams: UpstreamPool,
     /// Idle linked connections, kept for reuse ([`crate::Io::release`]).
     pub(crate) idle: IdlePool,
+    /// The loop can splice bodies between linked connections (the epoll loop).
+    pub(crate) can_splice: bool,
     /// When the tick work (the deadline sweep, [`Handler::on_tick`]) is due next.
     pub(crate) next_tick: Instant,
     /// Deadlines the sweep would find late: those due before the next tick, earliest first,
@@ -71,8 +70,8 @@ impl<'a> Core<'a> {
             pool,
             now: Instant::now(),
             accept_pause: AcceptPause::default(),
-            upstreams: UpstreamPool::new(IDLE_UPSTREAMS_PER_KEY),
             idle: IdlePool::default(),
+            can_splice: false,
             next_tick: Instant::now() + TICK,
             timers: BinaryHeap::new(),
             draining: false,

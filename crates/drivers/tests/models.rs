@@ -806,11 +806,11 @@ for_each_model!(stop_ends_run_and_closes_everything, |model| {
 });
 
 // ---------------------------------------------------------------------------
-// Upstream connections (the proxy hand-over), on the models that run them.
+// Linked connections: outgoing connections that serve the connection that opened them.
 
-use fastpath_drivers::{Spliced, UpstreamAddr, UpstreamState};
+use fastpath_drivers::{ConnRef, PoolKey, Spliced, UpstreamAddr};
 
-/// A line server upstream: answers each line upper-cased, counts connections.
+/// A line server behind: answers each line upper-cased, counts connections.
 struct UpperServer {
     addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
@@ -842,142 +842,6 @@ fn upper_server() -> UpperServer {
     UpperServer { addr, accepted }
 }
 
-/// Relays each client line to the upstream and its answer back, releasing the upstream for
-/// reuse after every answer.
-struct Relay {
-    upstream: UpstreamAddr,
-}
-
-#[derive(Default)]
-struct RelayConn {
-    /// The line waiting to be sent upstream.
-    pending: Option<Vec<u8>>,
-}
-
-impl Handler for Relay {
-    type Conn = RelayConn;
-
-    fn on_open(&mut self, _opened: Opened, _io: &mut Io<'_>) -> (RelayConn, Next) {
-        (RelayConn::default(), Next::Read)
-    }
-
-    fn on_ready(&mut self, conn: &mut RelayConn, io: &mut Io<'_>) -> Next {
-        loop {
-            match io.upstream().state() {
-                UpstreamState::Failed(kind) => {
-                    io.write(format!("failed {kind:?}\n").as_bytes());
-                    io.upstream().release(false);
-                    conn.pending = None;
-                }
-                UpstreamState::Connecting => return Next::Read,
-                UpstreamState::Connected => {
-                    if let Some(line) = conn.pending.take() {
-                        let parts = io.parts();
-                        let out = parts.upstream.output().unwrap();
-                        out.write_with(parts.pool, |b| b.extend_from_slice(&line));
-                    }
-                    let input = io.upstream().input().unwrap();
-                    if let Some(end) = input.data().iter().position(|&b| b == b'\n') {
-                        let answer = input.data()[..=end].to_vec();
-                        input.consume(end + 1);
-                        io.write(&answer);
-                        io.upstream().release(true);
-                    } else {
-                        return Next::Read;
-                    }
-                }
-                UpstreamState::Ended => {
-                    io.write(b"ended\n");
-                    io.upstream().release(false);
-                }
-                UpstreamState::None => {}
-            }
-            if conn.pending.is_some() {
-                return Next::Read;
-            }
-            let Some(end) = io.input().data().iter().position(|&b| b == b'\n') else {
-                return if io.eof() { Next::Close } else { Next::Read };
-            };
-            conn.pending = Some(io.input().data()[..=end].to_vec());
-            io.input_mut().consume(end + 1);
-            io.upstream()
-                .connect(1, self.upstream.clone(), Duration::from_secs(4));
-            if !matches!(io.upstream().state(), UpstreamState::Failed(_)) {
-                return Next::Read;
-            }
-        }
-    }
-
-    fn on_timeout(&mut self, _conn: &mut RelayConn, _io: &mut Io<'_>) -> Next {
-        Next::Close
-    }
-
-    fn on_close(&mut self, _conn: RelayConn, _reason: CloseReason, _worker: &mut Worker<'_>) {}
-}
-
-fn relay_server(model: Model, upstream: UpstreamAddr) -> Server {
-    Server::start(model, DriverConfig::default(), move |_, _| Relay {
-        upstream: upstream.clone(),
-    })
-}
-
-for_each_model!(upstream_round_trips_reuse_one_backend_connection, |model| {
-    let upper = upper_server();
-    let server = relay_server(model, UpstreamAddr::Tcp(upper.addr));
-    let mut conn = server.connect();
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    for word in ["one", "two", "three", "four"] {
-        conn.write_all(format!("{word}\n").as_bytes()).unwrap();
-        let mut answer = String::new();
-        reader.read_line(&mut answer).unwrap();
-        assert_eq!(answer, format!("{}\n", word.to_uppercase()));
-    }
-    // Released after each answer and taken again from the worker's pool.
-    assert_eq!(upper.accepted.load(Ordering::SeqCst), 1);
-});
-
-for_each_model!(upstream_refused_is_reported_to_the_handler, |model| {
-    // A port nobody listens on: bind, note the port, close.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let server = relay_server(model, UpstreamAddr::Tcp(closed));
-    let mut conn = server.connect();
-    conn.write_all(b"hello\n").unwrap();
-    let mut answer = String::new();
-    BufReader::new(conn).read_line(&mut answer).unwrap();
-    assert_eq!(answer, "failed ConnectionRefused\n");
-});
-
-#[test]
-fn upstream_over_a_unix_socket() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("upper.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let mut writer = stream.try_clone().unwrap();
-            for line in BufReader::new(stream).lines() {
-                let Ok(line) = line else { break };
-                let _ = writer.write_all(format!("{}\n", line.to_uppercase()).as_bytes());
-            }
-        }
-    });
-    let server = relay_server(Model::Epoll, UpstreamAddr::Unix(path));
-    let mut conn = server.connect();
-    conn.write_all(b"unix\n").unwrap();
-    let mut answer = String::new();
-    BufReader::new(conn).read_line(&mut answer).unwrap();
-    assert_eq!(answer, "UNIX\n");
-}
-
-// ---------------------------------------------------------------------------
-// Linked connections: outgoing connections that serve the connection that opened them.
-
-use fastpath_drivers::{ConnRef, PoolKey};
-
 /// Relays each client line to a backend over a linked connection and its answer back; with
 /// `pool`, the backend connection is released for reuse after every answer. A line of
 /// several words goes to as many backend connections at once, and their answers come back
@@ -1002,11 +866,11 @@ impl LinkedRelay {
         while let Some(&backend) = conn.backends.get(conn.answers.len()) {
             let answer = match io.linked(backend) {
                 Err(reason) => format!("failed:{reason:?}"),
-                Ok(mut linked) => {
-                    let data = linked.input().data();
+                Ok(linked) => {
+                    let data = linked.input.data();
                     if let Some(end) = data.iter().position(|&b| b == b'\n') {
                         let answer = String::from_utf8_lossy(&data[..end]).into_owned();
-                        linked.input_mut().consume(end + 1);
+                        linked.input.consume(end + 1);
                         answer
                     } else if linked.eof() {
                         "ended".to_owned()
@@ -1389,9 +1253,10 @@ fn clients_beyond_the_pool_wait_for_a_thread() {
 }
 
 // ---------------------------------------------------------------------------
-// Joined connections: client and upstream spliced together in the kernel.
+// Joined connections: a client and its linked connection spliced together in the kernel.
 
-/// Connects upstream on the first input and joins the two; counts calls after the join.
+/// Opens a linked connection on the first input and joins the two once it is connected;
+/// counts calls after the join.
 struct Joiner {
     upstream: UpstreamAddr,
     idle: Duration,
@@ -1401,6 +1266,7 @@ struct Joiner {
 
 #[derive(Default)]
 struct JoinerConn {
+    backend: Option<ConnRef>,
     joined: bool,
 }
 
@@ -1416,21 +1282,27 @@ impl Handler for Joiner {
             self.calls_after_join.fetch_add(1, Ordering::SeqCst);
             return Next::Read;
         }
-        match io.upstream().state() {
-            UpstreamState::None if !io.input().is_empty() => {
-                io.upstream()
-                    .connect(7, self.upstream.clone(), Duration::from_secs(4));
-                Next::Read
+        let Some(backend) = conn.backend else {
+            if io.input().is_empty() {
+                return Next::Read;
             }
-            UpstreamState::Connected => {
+            match io.connect_linked(self.upstream.clone(), None) {
+                Ok(backend) => conn.backend = Some(backend),
+                Err(_) => return Next::Abort,
+            }
+            // Woken again once the linked connection is open.
+            return Next::Wait;
+        };
+        match io.linked(backend) {
+            Err(_) => Next::Abort,
+            Ok(linked) if linked.is_new() => Next::Wait,
+            Ok(_) => {
                 // Everything the client sent so far is still unconsumed: the join passes
                 // it on.
-                io.upstream().join(self.idle);
+                io.join(backend, self.idle);
                 conn.joined = true;
                 Next::Read
             }
-            UpstreamState::Failed(_) => Next::Abort,
-            _ => Next::Read,
         }
     }
 
@@ -1491,7 +1363,11 @@ for_each_joining_model!(
         // The client's end of stream reached the backend, whose end came back.
         answer.clear();
         assert_eq!(reader.read_line(&mut answer).unwrap(), 0);
-        assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+        // The client and its linked connection.
+        assert_eq!(
+            server.log.wait_closes(2),
+            vec![CloseReason::Done, CloseReason::Done]
+        );
         assert_eq!(
             calls.load(Ordering::SeqCst),
             0,
@@ -1517,7 +1393,10 @@ for_each_joining_model!(an_idle_joint_ends, |model| {
         waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
         "{waited:?}"
     );
-    assert_eq!(server.log.wait_closes(1), vec![CloseReason::Done]);
+    assert_eq!(
+        server.log.wait_closes(2),
+        vec![CloseReason::Done, CloseReason::Done]
+    );
 });
 
 for_each_joining_model!(a_joint_whose_backend_vanishes_closes_the_client, |model| {
@@ -1541,43 +1420,6 @@ for_each_joining_model!(a_joint_whose_backend_vanishes_closes_the_client, |model
     assert!(started.elapsed() < Duration::from_secs(3));
     server.log.wait_closes(1);
 });
-
-for_each_model!(
-    a_parked_upstream_the_backend_closed_is_not_reused,
-    |model| {
-        // Answers one line per connection, then closes it (as a backend with a short keep-alive
-        // timeout does).
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counter = accepted.clone();
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { return };
-                counter.fetch_add(1, Ordering::SeqCst);
-                let mut writer = stream.try_clone().unwrap();
-                let mut line = String::new();
-                if BufReader::new(stream).read_line(&mut line).is_ok() {
-                    let _ = writer.write_all(line.to_uppercase().as_bytes());
-                    // Closed a moment after the answer: while the relay has it parked.
-                    thread::sleep(Duration::from_millis(10));
-                }
-            }
-        });
-        let server = relay_server(model, UpstreamAddr::Tcp(addr));
-        let mut conn = server.connect();
-        let mut reader = BufReader::new(conn.try_clone().unwrap());
-        for word in ["one", "two", "three"] {
-            conn.write_all(format!("{word}\n").as_bytes()).unwrap();
-            let mut answer = String::new();
-            reader.read_line(&mut answer).unwrap();
-            assert_eq!(answer, format!("{}\n", word.to_uppercase()));
-            // Let the backend's close arrive while the connection is parked.
-            thread::sleep(Duration::from_millis(50));
-        }
-        assert_eq!(accepted.load(Ordering::SeqCst), 3);
-    }
-);
 
 // ---------------------------------------------------------------------------
 // Body splices: a counted stretch of one side's stream moved to the other in the kernel.
@@ -1617,17 +1459,16 @@ fn bytes_server() -> SocketAddr {
     addr
 }
 
-/// Relays one command line to the bytes server and splices the counted bytes: a download's
-/// body to the client, an upload's body to the server.
+/// Relays one command line to the bytes server over a linked connection and splices the
+/// counted bytes: a download's body to the client, an upload's body to the server.
 struct Splicer {
     upstream: UpstreamAddr,
 }
 
 #[derive(Default)]
 struct SplicerConn {
-    /// The command sent upstream, and the length to splice.
-    command: Option<(Vec<u8>, u64, bool)>,
-    started: bool,
+    /// The backend connection and the command's length and direction (`up`: an upload).
+    command: Option<(ConnRef, u64, bool)>,
 }
 
 impl Handler for Splicer {
@@ -1639,82 +1480,88 @@ impl Handler for Splicer {
 
     fn on_ready(&mut self, conn: &mut SplicerConn, io: &mut Io<'_>) -> Next {
         let idle = Duration::from_secs(5);
-        match io.upstream().state() {
-            UpstreamState::None => {
-                let Some(end) = io.input().data().iter().position(|&b| b == b'\n') else {
-                    return Next::Read;
-                };
-                let line = io.input().data()[..=end].to_vec();
-                io.input_mut().consume(end + 1);
-                let text = String::from_utf8_lossy(&line).trim().to_string();
-                let (n, up) = match text.strip_prefix("up ") {
-                    Some(n) => (n.parse().unwrap(), true),
-                    None => (text.parse().unwrap(), false),
-                };
-                conn.command = Some((line, n, up));
-                conn.started = false;
-                io.upstream()
-                    .connect(9, self.upstream.clone(), Duration::from_secs(4));
-                Next::Read
+        let Some((backend, n, up)) = conn.command else {
+            let Some(end) = io.input().data().iter().position(|&b| b == b'\n') else {
+                return Next::Read;
+            };
+            let line = io.input().data()[..=end].to_vec();
+            io.input_mut().consume(end + 1);
+            let text = String::from_utf8_lossy(&line).trim().to_string();
+            let (n, up) = match text.strip_prefix("up ") {
+                Some(n) => (n.parse().unwrap(), true),
+                None => (text.parse().unwrap(), false),
+            };
+            let pool = PoolKey {
+                key: 9,
+                idle: Duration::from_secs(4),
+            };
+            let Ok(backend) = io.connect_linked(self.upstream.clone(), Some(pool)) else {
+                return Next::Close;
+            };
+            let mut linked = io.linked(backend).expect("just opened");
+            linked.write(&line);
+            if up {
+                // What already arrived goes through user space; the rest is spliced.
+                let have = (linked.own_input.len() as u64).min(n);
+                let data = linked.own_input.data()[..have as usize].to_vec();
+                linked.own_input.consume(have as usize);
+                linked.write(&data);
+                // Spliced once the connection is open (the splice needs its socket).
+                conn.command = Some((backend, n - have, true));
+            } else {
+                conn.command = Some((backend, n, false));
             }
-            UpstreamState::Connected if !conn.started => {
-                let (line, n, up) = conn.command.clone().unwrap();
-                let parts = io.parts();
-                let out = parts.upstream.output().unwrap();
-                out.write_with(parts.pool, |b| b.extend_from_slice(&line));
-                if up {
-                    // What already arrived goes through user space; the rest is spliced.
-                    let have = (io.input().len() as u64).min(n);
-                    let data = io.input().data()[..have as usize].to_vec();
-                    io.input_mut().consume(have as usize);
-                    let parts = io.parts();
-                    let out = parts.upstream.output().unwrap();
-                    out.write_with(parts.pool, |b| b.extend_from_slice(&data));
-                    io.upstream().splice_to_upstream(n - have, idle);
-                } else {
-                    io.upstream().splice_to_client(n, idle);
-                }
-                conn.started = true;
-                Next::Read
+            return Next::Wait;
+        };
+        let mut linked = match io.linked(backend) {
+            Ok(linked) => linked,
+            Err(reason) => {
+                io.write(format!("backend gone: {reason:?}\n").as_bytes());
+                return Next::Close;
             }
-            UpstreamState::Connected => {
-                let (_, _, up) = conn.command.clone().unwrap();
-                if up {
-                    match io.upstream().to_upstream() {
-                        Spliced::Running => return Next::Read,
-                        Spliced::Failed(kind) => {
-                            io.write(format!("failed {kind:?}\n").as_bytes());
-                            return Next::Close;
-                        }
-                        _ => {}
-                    }
-                    let input = io.upstream().input().unwrap();
-                    let Some(end) = input.data().iter().position(|&b| b == b'\n') else {
-                        return Next::Read;
-                    };
-                    let answer = input.data()[..=end].to_vec();
-                    input.consume(end + 1);
-                    io.write(&answer);
-                } else {
-                    match io.upstream().to_client() {
-                        Spliced::Running => return Next::Read,
-                        Spliced::Done => io.write(b"done\n"),
-                        other => {
-                            io.write(format!("failed {other:?}\n").as_bytes());
-                            return Next::Close;
-                        }
-                    }
-                }
-                io.upstream().release(true);
-                conn.command = None;
-                Next::Read
-            }
-            UpstreamState::Failed(_) | UpstreamState::Ended => {
-                io.write(b"upstream gone\n");
-                Next::Close
-            }
-            UpstreamState::Connecting => Next::Read,
+        };
+        if linked.is_new() {
+            return Next::Wait;
         }
+        let spliced = if up {
+            linked.spliced_out()
+        } else {
+            linked.spliced_in()
+        };
+        match spliced {
+            Spliced::None if up => {
+                linked.splice_out(n, idle);
+                return Next::Wait;
+            }
+            Spliced::None => {
+                linked.splice_in(n, idle);
+                return Next::Wait;
+            }
+            Spliced::Running => return Next::Wait,
+            Spliced::Failed(kind) => {
+                linked.own_output.write_with(linked.pool, |b| {
+                    b.extend_from_slice(format!("failed {kind:?}\n").as_bytes())
+                });
+                return Next::Close;
+            }
+            Spliced::Done if up => {
+                let Some(end) = linked.input.data().iter().position(|&b| b == b'\n') else {
+                    return Next::Wait;
+                };
+                let answer = linked.input.data()[..=end].to_vec();
+                linked.input.consume(end + 1);
+                linked
+                    .own_output
+                    .write_with(linked.pool, |b| b.extend_from_slice(&answer));
+            }
+            Spliced::Done => linked
+                .own_output
+                .write_with(linked.pool, |b| b.extend_from_slice(b"done\n")),
+        }
+        io.release(backend, true);
+        conn.command = None;
+        // The next command may be here already.
+        self.on_ready(conn, io)
     }
 
     fn on_timeout(&mut self, _conn: &mut SplicerConn, _io: &mut Io<'_>) -> Next {

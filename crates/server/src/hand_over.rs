@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::CacheStats;
-use fastpath_drivers::{BufferPool, Output, UpstreamPort};
+use fastpath_drivers::{BufferPool, Output};
 use fastpath_handover::{redirect_location, BackendState, Found, HandoverMethod, SharedCache};
 use fastpath_http::{
     only_chunked, write_age_and_end, BodyForwarding, BodyFraming, Limits, Metadata, Request,
@@ -70,7 +70,6 @@ pub(crate) struct Incoming<'r> {
 pub(crate) struct Sink<'s> {
     pub(crate) output: &'s mut Output,
     pub(crate) pool: &'s mut BufferPool,
-    pub(crate) upstream: &'s mut UpstreamPort,
     pub(crate) deadline: &'s mut Option<Instant>,
     pub(crate) now: Instant,
 }
@@ -293,14 +292,7 @@ impl Backends {
         if let Some(metrics) = &self.metrics {
             metrics.backend_request(backend);
         }
-        match Exchange::start(
-            start,
-            &mut self.states,
-            sink.upstream,
-            sink.deadline,
-            sink.now,
-            parser,
-        ) {
+        match Exchange::start(start, &mut self.states, sink.deadline, sink.now, parser) {
             Ok(exchange) => {
                 // The body is read here rather than by the backend: a client waiting for
                 // 100 Continue gets it from here (RFC 9110 §10.1.1), as nginx sends it.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::ContentCache;
-use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Worker};
+use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Origin, Worker};
 use fastpath_handover::{BackendState, Routes, SharedCache};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
 
@@ -128,6 +128,26 @@ pub(crate) struct HttpConn {
     scrape: bool,
     /// Counted as idle between requests in the metrics.
     idle: bool,
+    /// A backend connection of a client connection's exchange: its events step that
+    /// exchange, so the handler is never called for it but at its open and close.
+    backend: bool,
+}
+
+impl HttpConn {
+    /// The state of a backend connection (see [`HttpConn::backend`]).
+    fn backend(opened: Opened) -> Self {
+        HttpConn {
+            peer: Peer::Tcp(opened.peer()),
+            phase: Phase::Head,
+            parser: None,
+            requests: 0,
+            head_started: None,
+            deferred: None,
+            scrape: false,
+            idle: false,
+            backend: true,
+        }
+    }
 }
 
 /// An access-log entry held until its response has been sent or cut short.
@@ -332,7 +352,6 @@ impl HttpHandler {
                     let mut sink = Sink {
                         output: parts.output,
                         pool: parts.pool,
-                        upstream: parts.upstream,
                         deadline: parts.deadline,
                         now,
                     };
@@ -783,6 +802,9 @@ impl Handler for HttpHandler {
     type Conn = HttpConn;
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (HttpConn, Next) {
+        if let Origin::Linked { .. } = opened.origin() {
+            return (HttpConn::backend(opened), Next::Read);
+        }
         if self.settings.send_buffer > 0 {
             set_send_buffer(io, self.settings.send_buffer);
         }
@@ -801,6 +823,7 @@ impl Handler for HttpHandler {
             deferred: None,
             scrape: false,
             idle: false,
+            backend: false,
         };
         if let Some(metrics) = &self.metrics {
             metrics.opened();
@@ -874,6 +897,10 @@ impl Handler for HttpHandler {
     }
 
     fn on_close(&mut self, mut conn: HttpConn, reason: CloseReason, _worker: &mut Worker<'_>) {
+        if conn.backend {
+            // Its exchange heard why through the client connection's call.
+            return;
+        }
         if let Some(sent) = conn.deferred.as_ref().and_then(|d| d.closing_sent) {
             self.settle_because(&mut conn, sent, true, Some(ended_because(reason)));
         }

@@ -5,11 +5,14 @@
 //! response head, relays it with hop-by-hop fields replaced, and relays the body by its
 //! framing, so the client connection stays with fastpath and its next request may be
 //! static again; the backend connection goes back to the worker's pool when the response
-//! allowed it. Bridge mode hands the connection over for good: once the backend connection
-//! is up, the request head goes to it and the driver joins the two connections in the kernel
-//! (splice through pipes, [`UpstreamPort::join`]): the bytes read after the head and
-//! everything after them go to the backend, its bytes come back, and nothing is parsed or
-//! even copied through fastpath again.
+//! allowed it. The backend connection is a connection of the worker linked to the client's
+//! ([`Io::connect_linked`]): its events wake the client connection, whose calls step the
+//! exchange with both connections' buffers at hand ([`Io::linked`]). Bridge mode hands the
+//! connection over for good: once the backend connection is up, the request head goes to it
+//! and the driver joins the two connections in the kernel (splice through pipes,
+//! [`Io::join`]): the bytes read after the head and everything after them go to the
+//! backend, its bytes come back, and nothing is parsed or even copied through fastpath
+//! again.
 //!
 //! Buffering (per backend, on by default, as nginx's `proxy_request_buffering` and
 //! `proxy_buffering` are): a request body is read whole before a backend connection is
@@ -35,7 +38,9 @@ use std::sync::Arc;
 use crate::kernel_bridge::KernelBridge;
 use std::time::Instant;
 
-use fastpath_drivers::{BufferPool, Input, Io, Next, Output, Spliced, UpstreamPort, UpstreamState};
+use fastpath_drivers::{
+    BufferPool, CloseReason, ConnRef, Input, Io, Next, Output, PoolKey, Spliced,
+};
 use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture, Fill};
 use fastpath_http::{
     BodyForwarding, BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser,
@@ -44,6 +49,10 @@ use fastpath_http::{
 
 /// Client output queued past which relaying from the backend pauses.
 const RELAY_HIGH_WATER: u64 = 256 * 1024;
+/// Backend output queued past which the client's request body is not read: what the client
+/// sends meanwhile has nowhere to go, and TCP holds it back instead of its bytes piling up
+/// here. Reading resumes once the backend takes bytes again (its drain wakes the exchange).
+const BACKEND_HIGH_WATER: u64 = 64 * 1024;
 /// Times a request is sent again after a reused backend connection turned out closed. Each
 /// try takes another kept connection or opens a new one; a new one that fails ends it.
 const MAX_REPLAYS: u8 = 4;
@@ -263,6 +272,13 @@ pub(crate) struct Exchange {
     counted: bool,
     /// The connection to the backend has been established.
     connected: bool,
+    /// The backend connection, a connection of the worker linked to the client's; `None`
+    /// until it is asked for (the first step, or once a body read whole is).
+    conn: Option<ConnRef>,
+    /// The connect could not even start (no descriptor left, an unusable address).
+    connect_error: Option<io::ErrorKind>,
+    /// The backend connection was taken from the idle ones (see `may_replay`).
+    reused: bool,
     /// When the backend must have answered (or connected) by.
     pub(crate) deadline: Instant,
     pub(crate) log_line: Vec<u8>,
@@ -333,12 +349,12 @@ impl Exchange {
         }
     }
 
-    /// Starts connecting to an address of the backend; `Err(status)` when none can be used
-    /// (every address is at the connection limit: 503).
+    /// Starts an exchange: the backend connection is asked for at its first step, once the
+    /// request head has been consumed; `Err(status)` when none can be used (every address is
+    /// at the connection limit: 503).
     pub(crate) fn start(
         start: Start<'_>,
         backends: &mut [BackendState],
-        upstream: &mut UpstreamPort,
         deadline: &mut Option<Instant>,
         now: Instant,
         parser: Box<ResponseParser>,
@@ -422,6 +438,9 @@ impl Exchange {
             reusable: false,
             counted: false,
             connected: false,
+            conn: None,
+            connect_error: None,
+            reused: false,
             deadline: first_deadline,
             log_line: start.log_line,
             referer: start.referer.map(<[u8]>::to_vec),
@@ -431,7 +450,10 @@ impl Exchange {
             started: now,
         };
         if !reading {
-            exchange.connect(backends, upstream);
+            // Counted now, so the next request sees the connection taken; connected at the
+            // first step.
+            backends[exchange.backend].opened(exchange.address);
+            exchange.counted = true;
         }
         *deadline = Some(first_deadline);
         Ok(exchange)
@@ -520,18 +542,30 @@ impl Exchange {
         };
         self.address = address;
         self.deadline = io.now() + state.config().connect_timeout;
-        self.connect(backends, io.upstream());
+        state.opened(address);
+        self.counted = true;
+        self.connect(backends, io);
         io.set_deadline(Some(self.deadline));
-        Progress::Wait(Next::Read)
+        self.step(backends, io)
     }
 
-    fn connect(&mut self, backends: &mut [BackendState], upstream: &mut UpstreamPort) {
-        let state = &mut backends[self.backend];
+    /// Asks for a backend connection to the chosen address (counted already): an idle one
+    /// kept for it if there is one, else a new one.
+    fn connect(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) {
+        let state = &backends[self.backend];
         let addr = state.address(self.address).clone();
-        state.opened(self.address);
-        self.counted = true;
-        let idle = state.config().idle_timeout;
-        upstream.connect(pool_key(self.backend, self.address), addr, idle);
+        let pool = PoolKey {
+            key: pool_key(self.backend, self.address),
+            idle: state.config().idle_timeout,
+        };
+        self.staged_sent = false;
+        match io.connect_linked(addr, Some(pool)) {
+            Ok(conn) => {
+                self.conn = Some(conn);
+                self.reused = io.linked(conn).is_ok_and(|linked| linked.reused());
+            }
+            Err(e) => self.connect_error = Some(e.kind()),
+        }
     }
 
     /// The client's HTTP version.
@@ -571,7 +605,9 @@ impl Exchange {
 
     /// Lets go of the backend connection (for reuse when the response allowed it).
     pub(crate) fn release(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) {
-        io.upstream().release(self.reusable && !self.bridge);
+        if let Some(conn) = self.conn.take() {
+            io.release(conn, self.reusable && !self.bridge);
+        }
         self.forget(backends);
     }
 
@@ -593,7 +629,7 @@ impl Exchange {
             // A body read whole is queued at once, and the driver says nothing until the
             // backend has taken all of it: the response timeout counts from the end of the
             // request, so while the backend still takes the body it starts again.
-            let unsent = io.upstream().pending_output();
+            let unsent = self.backend_output(io);
             if unsent > 0 && unsent < self.unsent_at_deadline {
                 self.unsent_at_deadline = unsent;
                 self.deadline = io.now() + backends[self.backend].config().response_timeout;
@@ -601,7 +637,11 @@ impl Exchange {
                 return Progress::Wait(Next::Read);
             }
         }
-        if io.upstream().state() == UpstreamState::Connecting {
+        let connecting = match self.conn {
+            Some(conn) => io.linked(conn).is_ok_and(|linked| !linked.connected()),
+            None => self.counted,
+        };
+        if connecting {
             backends[self.backend].failed(self.address, io.now());
         }
         let progress = if self.status == 0 {
@@ -615,12 +655,12 @@ impl Exchange {
     /// Whether the request can go again on another connection: nothing of a response came
     /// back, and the connection that failed had carried an earlier exchange (so the backend
     /// may have closed it while it was idle, before the request reached it).
-    fn may_replay(&self, upstream: &UpstreamPort) -> bool {
+    fn may_replay(&self) -> bool {
         self.replayable
             && self.replays < MAX_REPLAYS
             && self.status == 0
             && self.relayed == 0
-            && upstream.reused()
+            && self.reused
     }
 
     /// Sends the request again on another connection to the same address: the closed one
@@ -629,13 +669,21 @@ impl Exchange {
         self.replays += 1;
         self.parser.reset();
         self.reusable = false;
-        self.staged_sent = false;
-        self.forget(backends);
+        if let Some(conn) = self.conn.take() {
+            io.release(conn, false);
+        }
         self.connected = false;
-        self.connect(backends, io.upstream());
+        self.connect(backends, io);
         self.deadline = io.now() + backends[self.backend].config().connect_timeout;
         io.set_deadline(Some(self.deadline));
-        Progress::Wait(Next::Read)
+        self.step(backends, io)
+    }
+
+    /// Bytes queued for the backend and not sent yet.
+    fn backend_output(&self, io: &mut Io<'_>) -> u64 {
+        self.conn
+            .and_then(|conn| io.linked(conn).ok())
+            .map_or(0, |linked| linked.output.pending())
     }
 
     /// Moves the exchange forward with whatever arrived on either side.
@@ -643,27 +691,48 @@ impl Exchange {
         if let RequestBody::Reading(_) = self.body {
             return self.read_body(backends, io);
         }
-        match io.upstream().state() {
-            UpstreamState::Connecting => return Progress::Wait(Next::Read),
-            UpstreamState::None => return Progress::Failed(502),
-            UpstreamState::Failed(kind) => return self.connection_failed(backends, io, kind),
-            UpstreamState::Connected | UpstreamState::Ended => {}
+        if self.conn.is_none() && self.connect_error.is_none() {
+            self.connect(backends, io);
+        }
+        if let Some(kind) = self.connect_error.take() {
+            return self.connection_failed(backends, io, &format!("{kind:?}"));
+        }
+        let conn = self.conn.expect("asked for above");
+        let (connected, ended) = match io.linked(conn) {
+            Ok(linked) => (linked.connected(), linked.eof()),
+            Err(reason) => return self.connection_failed(backends, io, why_closed(reason)),
+        };
+        if let Some(progress) = self.send(backends, io, connected) {
+            return progress;
+        }
+        if !connected {
+            // The request waits in the connection's output; the client is not read
+            // meanwhile, so that a body has nowhere to pile up.
+            io.set_deadline(Some(self.deadline));
+            return Progress::Wait(Next::Wait);
         }
         if !self.connected {
             self.connected = true;
             backends[self.backend].succeeded(self.address);
             self.deadline = io.now() + backends[self.backend].config().response_timeout;
         }
-        if let Some(progress) = self.send(backends, io) {
-            return progress;
-        }
-        if self.unsent_at_deadline > 0 && io.upstream().pending_output() == 0 {
+        let unsent = self.backend_output(io);
+        if self.unsent_at_deadline > 0 && unsent == 0 {
             // The last of a body read whole has gone to the backend: the request has ended
             // here, and the response timeout counts from now.
             self.unsent_at_deadline = 0;
             self.deadline = io.now() + backends[self.backend].config().response_timeout;
         }
-        self.receive(backends, io)
+        match self.receive(backends, io, ended) {
+            // A body still to forward waits while the backend takes no more of it.
+            Progress::Wait(Next::Read)
+                if unsent >= BACKEND_HIGH_WATER
+                    && matches!(self.body, RequestBody::Length(_) | RequestBody::Chunked(_)) =>
+            {
+                Progress::Wait(Next::Wait)
+            }
+            progress => progress,
+        }
     }
 
     /// Ends the exchange's use of a backend connection that must not carry another
@@ -686,14 +755,14 @@ impl Exchange {
         &mut self,
         backends: &mut [BackendState],
         io: &mut Io<'_>,
-        kind: std::io::ErrorKind,
+        why: &str,
     ) -> Progress {
         self.reusable = false;
-        if self.may_replay(io.upstream()) {
+        if self.may_replay() {
             return self.replay(backends, io);
         }
         if self.status == 0 && self.relayed == 0 {
-            tracing::warn!("backend connection failed: {kind:?}");
+            tracing::warn!("backend connection failed: {why}");
             backends[self.backend].failed(self.address, io.now());
             return self.drop_connection(backends, io, Progress::Failed(502));
         }
@@ -702,81 +771,87 @@ impl Exchange {
 
     /// The request side: the staged head, then body bytes from the client. `Some` when
     /// the exchange goes no further as a proxy: joined (a bridge), or failed.
-    fn send(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Option<Progress> {
+    fn send(
+        &mut self,
+        backends: &mut [BackendState],
+        io: &mut Io<'_>,
+        connected: bool,
+    ) -> Option<Progress> {
         let now = io.now();
-        let parts = io.parts();
-        if let Some(out) = parts.upstream.output() {
-            if !self.staged_sent && !self.staged.is_empty() {
-                self.staged_sent = true;
-                let staged = &self.staged;
-                out.write_with(parts.pool, |b| b.extend_from_slice(staged));
-                if let RequestBody::Whole(buffer) = &self.body {
-                    buffer.send(out, parts.pool);
-                    self.unsent_at_deadline = out.pending();
+        let can_splice = io.can_splice();
+        let conn = self.conn?;
+        let response_timeout = backends[self.backend].config().response_timeout;
+        let mut linked = io.linked(conn).ok()?;
+        if !self.staged_sent && !self.staged.is_empty() {
+            self.staged_sent = true;
+            let staged = &self.staged;
+            linked
+                .output
+                .write_with(linked.pool, |b| b.extend_from_slice(staged));
+            if let RequestBody::Whole(buffer) = &self.body {
+                buffer.send(linked.output, linked.pool);
+                self.unsent_at_deadline = linked.output.pending();
+            }
+            if !self.replayable {
+                // Never sent again: a bridged connection need not hold it for its life.
+                self.staged = Vec::new();
+            }
+        }
+        if self.bridge {
+            if !connected {
+                return None;
+            }
+            // From here on the kernel moves the bytes (splice through pipes); what the client
+            // sent after the head is passed on by the join. The joint ends when the backend's
+            // end reaches the client, or after the response timeout without a byte either
+            // way. The backend connection stays counted until the client connection closes.
+            match self.kernel.take() {
+                Some(path) => {
+                    io.join_carried(conn, response_timeout, Box::new(KernelBridge::new(path)))
                 }
-                if !self.replayable {
-                    // Never sent again: a bridged connection need not hold it for its life.
-                    self.staged = Vec::new();
+                None => io.join(conn, response_timeout),
+            }
+            return Some(Progress::Joined);
+        }
+        if linked.output.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced)
+        {
+            let max_body = backends[self.backend].config().max_body_size;
+            match forward_body(
+                &mut self.body,
+                linked.own_input,
+                linked.output,
+                linked.pool,
+                &mut self.streamed,
+                max_body,
+            ) {
+                Ok(0) => {}
+                // The response timeout counts from the end of the request: a body that
+                // takes longer than it to upload is not a backend failing to answer.
+                Ok(_) => self.deadline = now + response_timeout,
+                Err(status) => {
+                    // The backend has part of a body that will never be whole. A response
+                    // already begun cannot be followed by an error page.
+                    let progress = if self.status == 0 {
+                        Progress::Failed(status)
+                    } else {
+                        Progress::Broken(CLIENT_GONE)
+                    };
+                    return Some(self.drop_connection(backends, io, progress));
                 }
             }
-            if self.bridge {
-                // From here on the kernel moves the bytes (splice through pipes); what the
-                // client sent after the head is passed on by the join. The joint ends when
-                // the backend's end reaches the client, or after the response timeout
-                // without a byte either way.
-                // The backend connection stays counted until the client connection closes.
-                let idle = backends[self.backend].config().response_timeout;
-                match self.kernel.take() {
-                    Some(path) => parts
-                        .upstream
-                        .join_carried(idle, Box::new(KernelBridge::new(path))),
-                    None => parts.upstream.join(idle),
-                }
-                return Some(Progress::Joined);
-            }
-            if out.pending() < RELAY_HIGH_WATER && !matches!(self.body, RequestBody::Spliced) {
-                let max_body = backends[self.backend].config().max_body_size;
-                let streamed = &mut self.streamed;
-                match forward_body(
-                    &mut self.body,
-                    parts.input,
-                    out,
-                    parts.pool,
-                    streamed,
-                    max_body,
-                ) {
-                    Ok(0) => {}
-                    // The response timeout counts from the end of the request: a body that
-                    // takes longer than it to upload is not a backend failing to answer.
-                    Ok(_) => {
-                        self.deadline = now + backends[self.backend].config().response_timeout;
-                    }
-                    Err(status) => {
-                        // The backend has part of a body that will never be whole. A response
-                        // already begun cannot be followed by an error page.
-                        let progress = if self.status == 0 {
-                            Progress::Failed(status)
-                        } else {
-                            Progress::Broken(CLIENT_GONE)
-                        };
-                        return Some(self.drop_connection(backends, io, progress));
-                    }
-                }
-                if let RequestBody::Length(left) = self.body {
-                    if left >= SPLICE_MIN_BODY
-                        && io.input().is_empty()
-                        && io.upstream().can_splice()
-                    {
-                        let idle = backends[self.backend].config().response_timeout;
-                        io.upstream().splice_to_upstream(left, idle);
-                        self.body = RequestBody::Spliced;
-                    }
+            if let RequestBody::Length(left) = self.body {
+                if left >= SPLICE_MIN_BODY
+                    && linked.own_input.is_empty()
+                    && can_splice
+                    && !linked.is_new()
+                {
+                    linked.splice_out(left, response_timeout);
+                    self.body = RequestBody::Spliced;
                 }
             }
         }
         if let RequestBody::Spliced = self.body {
-            let response_timeout = backends[self.backend].config().response_timeout;
-            match io.upstream().to_upstream() {
+            match linked.spliced_out() {
                 // The driver pushes the connection's deadline on while bytes move.
                 Spliced::Running => {
                     if let Some(moving) = io.deadline() {
@@ -806,9 +881,12 @@ impl Exchange {
         None
     }
 
-    /// The response side: the head (after any interim ones), then the body.
-    fn receive(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
-        let ended = io.upstream().state() == UpstreamState::Ended;
+    /// The response side: the head (after any interim ones), then the body; `ended` when
+    /// the backend has finished sending.
+    fn receive(&mut self, backends: &mut [BackendState], io: &mut Io<'_>, ended: bool) -> Progress {
+        let Some(conn) = self.conn else {
+            return Progress::Failed(502);
+        };
         loop {
             // Buffering, the backend is read whatever the client's pace (see `Spill`).
             if io.output().pending() >= RELAY_HIGH_WATER && !self.reads_ahead() {
@@ -818,13 +896,11 @@ impl Exchange {
             if let Response::Body { .. } = self.response {
                 return self.receive_body(backends, io, ended);
             }
-            let replay_on_end =
-                ended && io.upstream().pending_input() == 0 && self.may_replay(io.upstream());
-            let parts = io.parts();
-            let Some(input) = parts.upstream.input() else {
+            let Ok(linked) = io.linked(conn) else {
                 return Progress::Failed(502);
             };
-            match self.receive_head(input, parts.output, parts.pool) {
+            let replay_on_end = ended && linked.input.is_empty() && self.may_replay();
+            match self.receive_head(linked.input, linked.own_output, linked.pool) {
                 // Relayed (an interim head, or the final one): go on with what follows.
                 Ok(true) => continue,
                 Ok(false) if replay_on_end => return self.replay(backends, io),
@@ -939,9 +1015,8 @@ impl Exchange {
         io: &mut Io<'_>,
         ended: bool,
     ) -> Progress {
-        let to_client = io.upstream().to_client();
         // Splicing goes at the client's pace: not while reading ahead of it.
-        let can_splice = io.upstream().can_splice() && !self.reads_ahead();
+        let can_splice = io.can_splice() && !self.reads_ahead();
         let config = backends[self.backend].config();
         let idle = config.response_timeout;
         let spill_limits = (
@@ -949,8 +1024,8 @@ impl Exchange {
             config.max_temp_file_size,
             config.temp_dir.as_path(),
         );
-        let parts = io.parts();
-        let Some(input) = parts.upstream.input() else {
+        let now = io.now();
+        let Some(Ok(mut linked)) = self.conn.map(|conn| io.linked(conn)) else {
             return Progress::Failed(502);
         };
         let Response::Body {
@@ -963,7 +1038,7 @@ impl Exchange {
         };
         let relay = *relay;
         let done = if let Some(len) = self.splicing {
-            match to_client {
+            match linked.spliced_in() {
                 // The driver pushes the deadline on while bytes move.
                 Spliced::Running => return Progress::Wait(Next::Read),
                 Spliced::Done => {
@@ -1001,15 +1076,15 @@ impl Exchange {
             });
             let capturing = capture.is_some();
             let mut sink = BodySink {
-                out: parts.output,
-                pool: parts.pool,
+                out: linked.own_output,
+                pool: linked.pool,
                 capture,
                 spill: self
                     .spill
                     .as_deref_mut()
                     .map(|spill| (spill, spill_limits.0, spill_limits.1, spill_limits.2)),
             };
-            let done = match relay_body(&relay, remaining, decoder, input, &mut sink) {
+            let done = match relay_body(&relay, remaining, decoder, linked.input, &mut sink) {
                 Ok((moved, done)) => {
                     self.relayed += moved;
                     done
@@ -1026,11 +1101,11 @@ impl Exchange {
                 && can_splice
                 && matches!(relay, BodyRelay::Length(_))
                 && *remaining >= SPLICE_MIN_BODY
-                && input.is_empty()
+                && linked.input.is_empty()
             {
-                io.upstream().splice_to_client(*remaining, idle);
+                linked.splice_in(*remaining, idle);
                 self.splicing = Some(*remaining);
-                io.set_deadline(Some(io.now() + idle));
+                io.set_deadline(Some(now + idle));
                 return Progress::Wait(Next::Read);
             }
             done
@@ -1038,7 +1113,7 @@ impl Exchange {
         if done {
             // Whatever the backend sent past the response leaves its connection unusable.
             let body_sent = !self.body_unsent();
-            self.reusable &= body_sent && input.is_empty();
+            self.reusable &= body_sent && linked.input.is_empty();
             self.release(backends, io);
             return Progress::Finished {
                 close: self.client_close,
@@ -1053,8 +1128,18 @@ impl Exchange {
             };
             return self.drop_connection(backends, io, progress);
         }
-        io.set_deadline(Some(io.now() + idle));
+        io.set_deadline(Some(now + idle));
         Progress::Wait(Next::Read)
+    }
+}
+
+/// What the log says of a backend connection that closed, by why it did.
+fn why_closed(reason: CloseReason) -> &'static str {
+    match reason {
+        CloseReason::ConnectFailed => "the connect failed",
+        CloseReason::PeerGone => "the backend closed it",
+        CloseReason::SendTimeout => "the backend took nothing for the send timeout",
+        _ => "a socket error",
     }
 }
 

@@ -12,19 +12,16 @@ use std::time::{Duration, Instant};
 use crate::buffers::{BufferPool, Flush};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Link, Parts, State};
-use crate::contract::Outgoing;
-use crate::linked::{HasLink, Reach, LINKED_INPUT_MAX};
+use crate::contract::{JoinRequest, Outgoing};
+use crate::linked::{HasLink, JointStep, Reach, LINKED_INPUT_MAX};
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
-use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
+use crate::splice::{Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::sys::{self, syscall};
-use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
 
 /// What an epoll token names (the kind of a packed [`Token`]).
 const CONNECTION: u8 = 1;
-/// The upstream socket of the connection the token names.
-const UPSTREAM: u8 = 2;
 /// A listener: the token's index is its place in the worker's list.
 const LISTENER: u8 = 3;
 /// Events taken from one epoll_wait.
@@ -57,8 +54,10 @@ fn new_events(n: usize) -> Vec<libc::epoll_event> {
 /// and what readiness said of the socket.
 pub(crate) struct Slot<C> {
     link: Link,
-    /// The kernel-side join with the upstream, once the handler has asked for it.
+    /// The kernel-side join with a linked connection, once the handler has asked for it.
     joint: Option<Box<Joint>>,
+    /// The linked connection joined with this one.
+    partner: Option<Token>,
     conn: C,
     readable: bool,
     writable: bool,
@@ -113,6 +112,9 @@ impl<'a, H: Handler> Worker<'a, H> {
             slots: Slab::default(),
             core: Core::new(env, BufferPool::default()),
         };
+        // Its readiness tells when a socket can give or take: bodies can go socket to socket
+        // through a pipe.
+        worker.core.can_splice = true;
         if !worker.listeners.is_empty() {
             worker.ensure_epoll()?;
             worker.watch_listeners(true)?;
@@ -312,7 +314,6 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// been ticked meanwhile.
     pub(crate) fn tick(&mut self) {
         self.core.now = Instant::now();
-        self.core.upstreams.sweep(self.core.now);
         let now = self.core.now;
         crate::loops::tick_handler(&mut self.handler, &mut self.core, now);
     }
@@ -383,22 +384,6 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         };
         let flags = event.events as i32;
-        if kind == UPSTREAM {
-            if let Some(up) = slot.link.upstream.attached() {
-                let hup = libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR;
-                if flags & (libc::EPOLLIN | hup) != 0 {
-                    up.readable = true;
-                }
-                if flags & hup != 0 {
-                    up.hangup = true;
-                }
-                if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
-                    up.writable = true;
-                }
-                self.drive(token.index);
-            }
-            return;
-        }
         if flags & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
             slot.readable = true;
         }
@@ -463,7 +448,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn open(&mut self, fd: OwnedFd, opened: Opened) {
-        self.open_link(Link::new(fd, UpstreamPort::new(true, true)), opened, None);
+        self.open_link(Link::new(fd), opened, None);
     }
 
     /// Opens a connection (in the slot reserved for it, if one was), serves it as far as it
@@ -525,43 +510,38 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
             if link.state == State::Joined {
+                if let Some(owner) = link.owner {
+                    // A joined linked connection is moved with its owner.
+                    if self.is_live(owner) {
+                        self.drive(owner.index);
+                    }
+                    return;
+                }
                 if !self.pump(index) {
                     return;
                 }
                 continue;
             }
-            let mut upstream_news = std::mem::take(&mut link.upstream.notify);
-            if let Some(up) = link.upstream.attached() {
-                if up.to_client.is_some() || up.to_upstream.is_some() {
-                    let pumped = up.pump_splices(
-                        Side {
-                            fd,
-                            readable: &mut slot.readable,
-                            writable: &mut slot.writable,
-                        },
-                        !link.output.is_empty(),
-                    );
-                    if let Some(idle) = pumped.moved {
-                        link.deadline = Some(self.core.now + idle);
-                    }
-                    upstream_news |= pumped.news;
-                }
-                upstream_news |= up.service(&mut self.core.pool);
+            // Body splices with linked connections go on whenever either side is ready; the
+            // socket a splice reads from is not read into the input meanwhile.
+            let mut feeding = false;
+            if link.links.iter().any(|entry| entry.splicing) {
+                feeding = self.pump_owned_splices(index);
+            } else if let Some(owner) = link.owner.filter(|_| link.splices.is_some()) {
+                self.pump_splice(owner, index);
             }
+            let Some(slot) = self.slots.at(index) else {
+                return;
+            };
+            let link = &mut slot.link;
             match link.state {
-                // Handled before the upstream's service above.
+                // Handled above.
                 State::Joined => return,
                 // Nothing is read until a wake.
                 State::Waiting => return,
                 State::Draining => {
                     if !link.output.is_empty() {
-                        if !upstream_news {
-                            return;
-                        }
-                        if !self.call_and_apply(index, false) {
-                            return;
-                        }
-                        continue;
+                        return;
                     }
                     link.state = State::Reading;
                     if !self.call_and_apply(index, false) {
@@ -624,16 +604,12 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
                 State::Reading => {
                     let mut got = false;
-                    // A splice to the upstream takes the client's bytes itself, and a
-                    // backend that takes no more holds the client back; a linked connection
-                    // holds at most so much its owner has not taken.
-                    let splicing = link
-                        .upstream
-                        .attached()
-                        .is_some_and(|up| up.to_upstream.is_some());
-                    let held = link.upstream.holds_client_back()
-                        || (link.owner.is_some() && link.input.len() >= LINKED_INPUT_MAX);
-                    if slot.readable && !link.eof && !splicing && !held {
+                    // A linked connection holds at most so much its owner has not taken, and
+                    // reads nothing while a splice takes its bytes to the owner.
+                    let held = link.owner.is_some()
+                        && (link.input.len() >= LINKED_INPUT_MAX
+                            || link.splices.as_ref().is_some_and(|s| s.inward.is_some()));
+                    if slot.readable && !link.eof && !feeding && !held {
                         if link.input.len() >= self.core.config.max_input {
                             warn_input_left!(link.input.len(), self.core.config.max_input);
                             self.close(index, CloseReason::Error);
@@ -664,7 +640,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                             }
                         }
                     }
-                    if !got && !upstream_news {
+                    if !got {
                         return;
                     }
                     if !self.call_and_apply(index, false) {
@@ -675,59 +651,60 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
     }
 
-    /// Joins a connection with its upstream as the handler asked; Abort when it cannot be.
-    fn join(
-        &mut self,
-        index: usize,
-        idle: Duration,
-        carrier: Option<Box<dyn Carrier>>,
-        next: Next,
-    ) -> Next {
-        let slot = self.slots.at(index).expect("live slot");
-        let link = &mut slot.link;
-        let Some(up) = link.upstream.attached() else {
-            return Next::Abort;
-        };
-        let joint = match Joint::new(idle, carrier) {
-            Ok(joint) => joint,
-            Err(e) => {
-                tracing::warn!("cannot join a connection with its upstream: {e}");
-                return Next::Abort;
-            }
-        };
-        // What either side sent that the handler has not passed on goes first.
-        up.cross_over(&mut link.input, &mut link.output, &mut self.core.pool);
-        slot.joint = Some(Box::new(joint));
-        link.deadline = Some(self.core.now + idle);
-        next
-    }
-
-    /// Moves bytes of a joined connection; closes it when the joint is broken. When the joint
-    /// is done, the connection closes like any other (its late input discarded for the linger
-    /// time, so the answer is not reset away): true then, to drive it on.
+    /// Moves bytes of a joined connection and its partner; closes them when the joint is
+    /// broken. When the joint is done, the partner closes and the connection closes like any
+    /// other (its late input discarded for the linger time, so the answer is not reset
+    /// away): true then, to drive it on.
     fn pump(&mut self, index: usize) -> bool {
-        let epoll = self.epoll_fd();
         let token = self.slots.token(index);
-        let slot = self.slots.at(index).expect("live slot");
-        let link = &mut slot.link;
-        let (Some(joint), Some(up)) = (slot.joint.as_mut(), link.upstream.attached()) else {
+        let epoll = self.epoll_fd();
+        let partner = self
+            .slots
+            .at(index)
+            .and_then(|slot| slot.partner)
+            .filter(|&p| self.is_live(p));
+        let pair = partner.and_then(|p| self.slots.pair(index, p.index));
+        let Some((slot, other)) = pair else {
             self.close(index, CloseReason::Error);
             return false;
         };
-        if up.flush_joined_output(&mut self.core.pool).is_err() {
-            self.close(index, CloseReason::Error);
-            return false;
+        let partner = partner.expect("paired above");
+        // What user space holds for the partner goes first.
+        if !other.link.output.is_empty() && other.writable {
+            match other
+                .link
+                .output
+                .flush(other.link.fd.as_raw_fd(), &mut self.core.pool)
+            {
+                Ok(Flush::Done) => {}
+                Ok(Flush::WouldBlock) => other.writable = false,
+                Err(_) => {
+                    self.close(index, CloseReason::Error);
+                    return false;
+                }
+            }
         }
-        let client = Side {
-            fd: link.fd.as_raw_fd(),
-            readable: &mut slot.readable,
-            writable: &mut slot.writable,
-        };
-        let step = up.pump_joint(joint, client, !link.output.is_empty());
+        let joint = slot
+            .joint
+            .as_mut()
+            .expect("a joined connection has its joint");
+        let pumped = joint.pump(
+            Side {
+                fd: slot.link.fd.as_raw_fd(),
+                readable: &mut slot.readable,
+                writable: &mut slot.writable,
+            },
+            Side {
+                fd: other.link.fd.as_raw_fd(),
+                readable: &mut other.readable,
+                writable: &mut other.writable,
+            },
+            !slot.link.output.is_empty(),
+            !other.link.output.is_empty(),
+            other.link.input.ever_received(),
+        );
         let ends_only = joint.ends_only();
         if ends_only != slot.ends_only {
-            // A socket not registered yet (a join in the connection's first turn) is
-            // registered for everything; this is tried again on its next event.
             // Room on a destination that was full (the kernel's sender waits for it, and a leg
             // it stopped carrying may want copying), reported once per edge.
             let events = if ends_only {
@@ -736,13 +713,13 @@ impl<'a, H: Handler> Worker<'a, H> {
                 libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET
             } as u32;
             let mut ok = true;
-            for (fd, kind) in [
-                (link.fd.as_raw_fd(), CONNECTION),
-                (up.fd.as_raw_fd(), UPSTREAM),
+            for (fd, token) in [
+                (slot.link.fd.as_raw_fd(), token),
+                (other.link.fd.as_raw_fd(), partner),
             ] {
                 let mut event = libc::epoll_event {
                     events,
-                    u64: token.pack(kind),
+                    u64: token.pack(CONNECTION),
                 };
                 ok &= syscall!(epoll_ctl(epoll, libc::EPOLL_CTL_MOD, fd, &mut event)).is_ok();
             }
@@ -750,7 +727,8 @@ impl<'a, H: Handler> Worker<'a, H> {
                 slot.ends_only = ends_only;
             }
         }
-        match step {
+        let link = &mut slot.link;
+        match JointStep::of(pumped) {
             JointStep::Going { moved, recheck } => {
                 if moved {
                     link.deadline = Some(self.core.now + joint.idle);
@@ -768,7 +746,9 @@ impl<'a, H: Handler> Worker<'a, H> {
             }
             JointStep::Finished => {
                 slot.joint = None;
-                link.unjoin(&mut self.core, &mut EpollRegistry { epoll, token: 0 });
+                slot.partner = None;
+                link.unjoin();
+                self.close(partner.index, CloseReason::Done);
                 true
             }
             JointStep::Close(reason) => {
@@ -776,6 +756,70 @@ impl<'a, H: Handler> Worker<'a, H> {
                 false
             }
         }
+    }
+
+    /// Pumps the body splices of the connections linked to owner `index`; true while one of
+    /// them takes the owner's own bytes (its socket is not read into its input meanwhile).
+    fn pump_owned_splices(&mut self, index: usize) -> bool {
+        let owner = self.slots.token(index);
+        let splicing: Vec<Token> = self.slots[index]
+            .link
+            .links
+            .iter()
+            .filter(|entry| entry.splicing)
+            .map(|entry| entry.token)
+            .collect();
+        let mut feeding = false;
+        for linked in splicing {
+            if self.is_live(linked) {
+                feeding |= self.pump_splice(owner, linked.index);
+            }
+        }
+        feeding
+    }
+
+    /// Moves the body splices between linked connection `index` and its `owner`, each after
+    /// what user space still holds for the same destination; the owner is woken when one is
+    /// over. True while one takes the owner's bytes.
+    fn pump_splice(&mut self, owner: Token, index: usize) -> bool {
+        if !self.is_live(owner) {
+            return false;
+        }
+        let token = self.slots.token(index);
+        let Some((slot, linked)) = self.slots.pair(owner.index, index) else {
+            return false;
+        };
+        let me = linked.link.fd.as_raw_fd();
+        let Some(splices) = linked.link.splices.as_mut() else {
+            return false;
+        };
+        let pumped = splices.pump(
+            Side {
+                fd: slot.link.fd.as_raw_fd(),
+                readable: &mut slot.readable,
+                writable: &mut slot.writable,
+            },
+            Side {
+                fd: me,
+                readable: &mut linked.readable,
+                writable: &mut linked.writable,
+            },
+            !slot.link.output.is_empty(),
+            !linked.link.output.is_empty(),
+        );
+        let feeding = splices.outward.is_some();
+        if splices.idle() {
+            if let Some(entry) = slot.link.links.iter_mut().find(|e| e.token == token) {
+                entry.splicing = false;
+            }
+        }
+        if let Some(idle) = pumped.moved {
+            slot.link.deadline = Some(self.core.now + idle);
+        }
+        if pumped.news {
+            self.core.requests.woken.push(owner);
+        }
+        feeding
     }
 }
 
@@ -809,6 +853,44 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         })
     }
 
+    /// Joins connection `index` with its linked connection as its call asked; Abort when it
+    /// cannot be.
+    fn join(&mut self, index: usize, join: JoinRequest, next: Next) -> Next {
+        let owner = self.slots.token(index);
+        let partner = join.partner;
+        let fit = self
+            .slots
+            .get_mut(partner)
+            .is_some_and(|p| p.link.owner == Some(owner) && p.link.state == State::Reading);
+        if !fit {
+            return Next::Abort;
+        }
+        let joint = match Joint::new(join.idle, join.carrier) {
+            Ok(joint) => joint,
+            Err(e) => {
+                tracing::warn!("cannot join a connection with its linked connection: {e}");
+                return Next::Abort;
+            }
+        };
+        let (slot, other) = self
+            .slots
+            .pair(index, partner.index)
+            .expect("two live connections");
+        // What either side sent that the handler has not passed on goes first.
+        slot.link
+            .input
+            .move_to(&mut other.link.output, &mut self.core.pool);
+        other
+            .link
+            .input
+            .move_to(&mut slot.link.output, &mut self.core.pool);
+        other.link.state = State::Joined;
+        slot.joint = Some(Box::new(joint));
+        slot.partner = Some(partner);
+        slot.link.deadline = Some(self.core.now + join.idle);
+        next
+    }
+
     fn slots(&mut self) -> &mut Slab<Slot<H::Conn>> {
         &mut self.slots
     }
@@ -819,6 +901,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
             Slot {
                 link,
                 joint: None,
+                partner: None,
                 ends_only: false,
                 conn,
                 // With TCP_DEFER_ACCEPT the request is usually already here: read it at once.
@@ -829,36 +912,20 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         );
     }
 
-    /// Carries out what a handler call asked of the upstream.
-    fn after_call(&mut self, index: usize, next: Next) -> Next {
-        if self
-            .slots
-            .at(index)
-            .is_some_and(|slot| slot.link.upstream.unused())
-        {
-            return next;
-        }
-        let mut registry = EpollRegistry {
-            epoll: self.epoll_fd(),
-            token: self.slots.token(index).pack(UPSTREAM),
-        };
-        let slot = self.slots.at(index).expect("live slot");
-        match slot.link.upstream_after_call(&mut self.core, &mut registry) {
-            Some((idle, carrier)) => self.join(index, idle, carrier, next),
-            None => next,
-        }
-    }
-
     fn proceed(&mut self, index: usize) {
         self.drive(index);
     }
 
     fn joint_expired(&mut self, index: usize) {
+        let partner = self.slots.at(index).and_then(|slot| slot.partner);
+        let partner_fd = partner
+            .and_then(|p| self.slots.get_mut(p))
+            .map(|p| p.link.fd.as_raw_fd());
         let slot = self.slots.at(index).expect("live slot");
         let link = &mut slot.link;
-        let idle = match (slot.joint.as_ref(), link.upstream.attached()) {
-            (Some(joint), Some(up)) => joint
-                .carried_idle(link.fd.as_raw_fd(), up.fd.as_raw_fd())
+        let idle = match (slot.joint.as_ref(), partner_fd) {
+            (Some(joint), Some(fd)) => joint
+                .carried_idle(link.fd.as_raw_fd(), fd)
                 .map(|quiet| (quiet, joint.idle)),
             _ => None,
         };
@@ -877,9 +944,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
             return;
         };
         let reason = connection::closing(&mut self.handler, &mut slot.conn, &slot.link, reason);
-        let epoll = self.epoll_fd();
-        slot.link
-            .release(&mut self.core, &mut EpollRegistry { epoll, token: 0 });
+        slot.link.release(&mut self.core);
         let departure = slot.link.departure();
         let counted = slot.link.counted;
         // Closing the descriptor also removes it from the epoll set.
@@ -909,26 +974,5 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
 
     fn open_outgoing(&mut self, outgoing: Outgoing) {
         self.open_link(*outgoing.link, outgoing.opened, outgoing.token);
-    }
-}
-
-/// Registers upstream sockets of one connection with the worker's epoll instance.
-struct EpollRegistry {
-    epoll: RawFd,
-    token: u64,
-}
-
-impl Registry for EpollRegistry {
-    fn register(&mut self, fd: RawFd) -> io::Result<()> {
-        let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-            u64: self.token,
-        };
-        syscall!(epoll_ctl(self.epoll, libc::EPOLL_CTL_ADD, fd, &mut event)).map(|_| ())
-    }
-
-    fn deregister(&mut self, fd: RawFd) {
-        let mut event = libc::epoll_event { events: 0, u64: 0 };
-        let _ = syscall!(epoll_ctl(self.epoll, libc::EPOLL_CTL_DEL, fd, &mut event));
     }
 }

@@ -10,8 +10,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::connection::{self, Departure, Expiry, Link, Parts};
-use crate::contract::Outgoing;
+use crate::connection::{self, Departure, Expiry, Link, Parts, State};
+use crate::contract::{JoinRequest, Outgoing};
 use crate::linked::{HasLink, Reach};
 use crate::slab::{Slab, Token};
 pub(crate) use crate::worker_core::{tick_handler, Core, Env};
@@ -46,9 +46,9 @@ pub(crate) trait Engine<'a> {
     fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, Self::H>>;
     /// Puts a connection just opened in the slot reserved for it.
     fn insert(&mut self, token: Token, link: Link, conn: <Self::H as Handler>::Conn);
-    /// Carries out what a handler call asked of the upstream (registering it with the
-    /// kernel interface, a join); the answer to apply, Abort when a join cannot be made.
-    fn after_call(&mut self, index: usize, next: Next) -> Next;
+    /// Joins connection `index` with one of its linked connections as its call asked; the
+    /// answer to apply, Abort when the join cannot be made.
+    fn join(&mut self, index: usize, join: JoinRequest, next: Next) -> Next;
     /// Moves connection `index` on after a call: sends, reads, closes as far as it can go
     /// (epoll), or lists it for the preparation of the next submission (io_uring).
     fn proceed(&mut self, index: usize);
@@ -97,15 +97,23 @@ pub(crate) trait Engine<'a> {
         self.core().note_deadline(token, deadline);
         let index = token.index;
         let next = self.after_call(index, next);
-        self.after_links();
         self.apply(index, next).then_some(index)
     }
 
     /// Calls the handler's `on_ready` (or `on_timeout`) for connection `index`, then carries
-    /// out what it asked of the upstream and of its linked connections.
+    /// out what it asked of its linked connections.
     fn call(&mut self, index: usize, timeout: bool) -> Next {
         let next = self.parts(index).expect("live connection").call(timeout);
-        let next = self.after_call(index, next);
+        self.after_call(index, next)
+    }
+
+    /// Carries out what a call of connection `index` asked beyond its own connection: a join
+    /// (whose failure turns the answer into Abort), and what it did to linked connections.
+    fn after_call(&mut self, index: usize, next: Next) -> Next {
+        let next = match self.core().requests.join.take() {
+            Some(join) => self.join(index, join, next),
+            None => next,
+        };
         self.after_links();
         next
     }
@@ -126,7 +134,13 @@ pub(crate) trait Engine<'a> {
         let mut touched = std::mem::take(&mut self.core().requests.touched);
         touched.dedup();
         for &token in &touched {
-            if self.is_live(token) {
+            // A joined one is moved with its owner, whose call this is: not from inside it.
+            let moves_alone = self
+                .slots()
+                .get_mut(token)
+                .and_then(|slot| slot.link_mut())
+                .is_some_and(|link| link.state != State::Joined);
+            if moves_alone {
                 self.proceed(token.index);
             }
         }
@@ -205,7 +219,6 @@ pub(crate) trait Engine<'a> {
                 continue;
             };
             let next = self.after_call(index, next);
-            self.after_links();
             if self.apply(index, next) {
                 self.proceed(index);
             }
@@ -243,16 +256,19 @@ pub(crate) trait Engine<'a> {
                 break;
             }
             for outgoing in std::mem::take(&mut self.core().requests.outgoing) {
-                if let Some(token) = outgoing.token {
-                    // A linked connection whose owner closed before it was opened.
-                    if !outgoing.link.owner.is_some_and(|owner| self.is_live(owner)) {
-                        self.slots().unreserve(token);
-                        continue;
-                    }
-                } else {
+                let Some(token) = outgoing.token else {
                     self.core().active.fetch_add(1, Ordering::Relaxed);
-                }
+                    self.open_outgoing(outgoing);
+                    continue;
+                };
+                let Some(owner) = outgoing.link.owner.filter(|&owner| self.is_live(owner)) else {
+                    // A linked connection whose owner closed before it was opened.
+                    self.slots().unreserve(token);
+                    continue;
+                };
                 self.open_outgoing(outgoing);
+                // It can be reached now (a join, a splice).
+                self.core().requests.woken.push(owner);
             }
             let mut woken = self.core().requests.take_woken();
             for token in woken.drain(..) {
@@ -289,9 +305,7 @@ pub(crate) trait Engine<'a> {
         if self.core().draining {
             self.tell_drain();
         }
-        let core = self.core();
-        let now = core.now;
-        core.upstreams.sweep(now);
+        let now = self.core().now;
         let (handler, core) = self.handler_and_core();
         tick_handler(handler, core, now);
     }

@@ -27,31 +27,27 @@
 //! completed: it happens once per connection, and an IORING_OP_SHUTDOWN would have to wait
 //! for that completion all the same.
 //!
-//! A connection's upstream (the proxy hand-over) is connected and written to with plain system
-//! calls, which are rare or almost always complete at once, with an IORING_OP_POLL_ADD to wait
-//! for a connect or for room to send; it is received from with a multishot receive into the
-//! same provided buffers, so a proxied exchange costs one system call of its own (the send to
-//! the backend) and its share of the loop's io_uring_enter. A keep-alive client's upstream
-//! stays parked on it; when the client leaves, the upstream goes to the worker's pool, but
-//! is lent to another connection only once every operation of the slot it came from has
-//! completed (a cancelled receive could otherwise take the next owner's bytes), and not at
-//! all if one of them saw bytes or an end on it.
+//! A linked connection (a proxy's backend connection, see `linked.rs`) is a connection like
+//! any other: its own multishot receive and its own sends, batched with the rest. Its owner
+//! may queue bytes for it while a SENDMSG of it is in flight: those go to buffers of their own
+//! ([`Output`]'s freeze), so nothing the kernel reads moves. An idle one in the worker's pool
+//! keeps its receive armed, so a backend that closes it (or sends anything unasked) is seen,
+//! and it is closed rather than lent again.
 //!
 //! A join (the bridge hand-over) cancels both multishot receives; what they deliver until
 //! they end crosses over through user space, and then the two sockets are spliced together
-//! as in the epoll model, woken by one-shot IORING_OP_POLL_ADDs (see `Joining`). Body splices
-//! inside a proxied exchange are not offered ([`UpstreamPort::can_splice`] says so): they
-//! would need the receives stopped and restarted around every large body, so bodies are
-//! copied. A copied request body is received only as fast as the backend takes it: while the
-//! upstream is connecting, or its socket is full with more queued behind it
-//! (`UpstreamPort::holds_client_back`), the client's receive pauses once [`RECV_PAUSE`] has
-//! piled up, and input waiting for the upstream does not count against
-//! [`DriverConfig::max_input`] (a multishot receive delivers a little more before it stops).
+//! as in the epoll model, woken by one-shot IORING_OP_POLL_ADDs, each armed in its own slot
+//! (see `Joining`). Body splices between a connection and a linked one are not offered
+//! ([`crate::Io::can_splice`] says so): they would need the receives stopped and restarted
+//! around every large body, so bodies are copied. A copied request body is received only as
+//! fast as the backend takes it: the proxy waits ([`crate::Next::Wait`]) while the backend
+//! connection is connecting or holds too much, and the client's receive pauses once
+//! [`RECV_PAUSE`] has piled up.
 //!
 //! Rules that keep the kernel's view of our memory sound:
 //!
-//! - a connection has at most one receive and one send (SENDMSG or POLL_ADD) in flight, and
-//!   its upstream at most one receive and one POLL_ADD, each counted on its slot; a slot, its descriptor and the memory a send reads are released
+//! - a connection has at most one receive and one send (SENDMSG or POLL_ADD) in flight, each
+//!   counted on its slot; a slot, its descriptor and the memory a send reads are released
 //!   only once every operation naming the slot has completed. The slot's generation is part
 //!   of every operation's user_data, so a late cancellation can never hit the slot's next
 //!   connection;
@@ -73,13 +69,12 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use crate::buffers::{BufferPool, Flush, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Link, Parts, State};
-use crate::contract::Outgoing;
-use crate::linked::{HasLink, Reach, LINKED_INPUT_MAX};
+use crate::contract::{JoinRequest, Outgoing};
+use crate::linked::{HasLink, JointStep, Reach, LINKED_INPUT_MAX};
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::sys::peer_addr;
-use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
 use bufring::BufRing;
 
@@ -93,9 +88,10 @@ const RECV_BUFFERS: u16 = 256;
 /// The buffer group of the receive ring.
 const RECV_GROUP: u16 = 0;
 /// Unconsumed input past which the receive is paused while the handler is not looking at
-/// input (draining output) or has nowhere to put it (an upstream still connecting, or one
-/// that takes no more), so a client that pipelines without reading, or uploads faster than
-/// the backend reads, is held back by TCP as under epoll instead of filling memory.
+/// input (draining output) or has nowhere to put it (waiting on another connection: a
+/// backend still connecting, or one that takes no more), so a client that pipelines without
+/// reading, or uploads faster than the backend reads, is held back by TCP as under epoll
+/// instead of filling memory.
 const RECV_PAUSE: usize = 4 * BUFFER_SIZE;
 /// How long a stopping worker waits for the kernel to finish its cancelled operations.
 const STOP_DRAIN: Duration = Duration::from_secs(2);
@@ -183,10 +179,6 @@ enum Op {
     Poll = 4,
     /// A cancellation request: its own completion carries nothing we need.
     Cancel = 5,
-    /// The multishot receive of a connection's upstream.
-    UpRecv = 6,
-    /// A POLL_ADD waiting for an upstream's connect to finish or for room to send.
-    UpPoll = 7,
 }
 
 /// user_data of an operation: its kind, and the slot (or listener) and generation it is for.
@@ -202,31 +194,9 @@ fn untoken(user_data: u64) -> (Option<Op>, usize, u32) {
         3 => Some(Op::Send),
         4 => Some(Op::Poll),
         5 => Some(Op::Cancel),
-        6 => Some(Op::UpRecv),
-        7 => Some(Op::UpPoll),
         _ => None,
     };
     (op, token.index, token.generation)
-}
-
-/// Slot indexes of upstream operations take 24 bits; the top 8 carry the upstream's epoch,
-/// so a completion of a released upstream's operation is never taken for its successor's.
-const UPSTREAM_INDEX_BITS: u32 = 24;
-
-fn up_token(op: Op, index: usize, generation: u32, epoch: u8) -> u64 {
-    token(
-        op,
-        ((epoch as usize) << UPSTREAM_INDEX_BITS) | index,
-        generation,
-    )
-}
-
-/// Splits the index of an upstream operation's token into slot index and epoch.
-fn up_index(index: usize) -> (usize, u8) {
-    (
-        index & ((1 << UPSTREAM_INDEX_BITS) - 1),
-        (index >> UPSTREAM_INDEX_BITS) as u8,
-    )
 }
 
 fn cancel(user_data: u64) -> squeue::Entry {
@@ -248,7 +218,7 @@ enum Sending {
 /// Whether a connection's receive should be armed.
 fn wants_input<C>(c: &Conn<C>) -> bool {
     // A joined connection's bytes are the joint's to move.
-    if c.link.eof || c.join.is_some() {
+    if c.link.eof || c.join.is_some() || c.link.state == State::Joined {
         return false;
     }
     if c.link.owner.is_some() {
@@ -259,10 +229,10 @@ fn wants_input<C>(c: &Conn<C>) -> bool {
         // Late input is read and discarded, as the epoll model does while lingering; on an
         // idle connection, anything that arrives makes it unfit for reuse.
         State::Closing | State::Lingering | State::Idle => true,
-        // While the handler cannot take input (a send in flight, draining, or an upstream
-        // that is connecting or takes no more: `holds_client_back`), the receive pauses once
-        // some has piled up; only then, so that a request without a body costs no cancel.
-        State::Reading if !c.ready_pending && !c.link.upstream.holds_client_back() => true,
+        // While the handler cannot take input (a send in flight, draining, or waiting on
+        // another connection), the receive pauses once some has piled up; only then, so that
+        // a request without a body costs no cancel.
+        State::Reading if !c.ready_pending => true,
         State::Reading | State::Draining | State::Waiting => c.link.input.len() < RECV_PAUSE,
         // Joined connections are the joint's (checked above).
         State::Joined => false,
@@ -274,7 +244,6 @@ fn wants_input<C>(c: &Conn<C>) -> bool {
 struct Conn<C> {
     link: Link,
     conn: C,
-    up_ops: UpstreamOps,
     recv_armed: bool,
     /// A cancellation of the armed receive has been requested.
     recv_cancelled: bool,
@@ -284,7 +253,7 @@ struct Conn<C> {
     ready_pending: bool,
     /// Listed in `Worker::dirty`.
     dirty: bool,
-    /// Being joined with its upstream (the bridge hand-over).
+    /// Being joined with a linked connection (the bridge hand-over).
     join: Option<Box<Joining>>,
 }
 
@@ -299,84 +268,25 @@ impl<C> Conn<C> {
     }
 }
 
-/// A connection the handler asked to join with its upstream. Both multishot receives are
-/// cancelled first; whatever they deliver until they end crosses over through user space
-/// (client input to the upstream, upstream input to the client). Once neither can take bytes
-/// any more, a [`Joint`] splices the rest through pipes, woken by one-shot polls on the two
-/// sockets: the same kernel-side join as in the epoll model, with readiness from the ring.
+/// A connection the handler asked to join with a linked connection, its partner. Both
+/// multishot receives are cancelled first; whatever they deliver until they end crosses over
+/// through user space (each side's input to the other's output). Once neither can take bytes
+/// any more and the partner has no send in flight, a [`Joint`] splices the rest through
+/// pipes, woken by one-shot polls on the two sockets (each armed in its own slot): the same
+/// kernel-side join as in the epoll model, with readiness from the ring.
 struct Joining {
+    partner: Token,
     idle: Duration,
     /// What the handler offered to move the bytes instead of pipes, until the joint is made.
     carrier: Option<Box<dyn Carrier>>,
     joint: Option<Joint>,
-    client_readable: bool,
-    client_writable: bool,
+    /// Readiness of the owner's socket (`[0]`) and the partner's (`[1]`).
+    readable: [bool; 2],
+    writable: [bool; 2],
     /// Events the armed one-shot poll on each socket waits for (0: none armed). A poll that
     /// lacks an event now needed is cancelled; its completion re-arms it with all of them.
-    client_polled: i16,
-    upstream_polled: i16,
-    client_poll_cancelled: bool,
-    upstream_poll_cancelled: bool,
-}
-
-/// The ring operations of a connection's upstream.
-#[derive(Debug, Default)]
-struct UpstreamOps {
-    recv_armed: bool,
-    recv_cancelled: bool,
-    poll_armed: bool,
-    /// Bumped when the upstream is let go, so the completions of its operations are ignored.
-    epoch: u8,
-}
-
-impl UpstreamOps {
-    /// The user_data of the upstream's operation `op` in the current epoch.
-    fn token(&self, op: Op, index: usize, generation: u32) -> u64 {
-        up_token(op, index, generation, self.epoch)
-    }
-}
-
-/// What [`UpstreamPort::apply`] needs from this model: nothing to register (operations are
-/// armed after the call), and letting go cancels the upstream's operations.
-struct UringRegistry<'a> {
-    sqes: &'a mut Vec<squeue::Entry>,
-    ops: &'a mut UpstreamOps,
-    index: usize,
-    generation: u32,
-}
-
-impl Registry for UringRegistry<'_> {
-    fn register(&mut self, _fd: std::os::fd::RawFd) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn deregister(&mut self, _fd: std::os::fd::RawFd) {
-        cancel_upstream_ops(self.sqes, self.ops, self.index, self.generation);
-    }
-
-    // The cancelled receive may still complete: the slot must be freed first.
-    fn holder(&self) -> Option<(usize, u32)> {
-        Some((self.index, self.generation))
-    }
-}
-
-/// Cancels the upstream's armed operations and starts a new epoch.
-fn cancel_upstream_ops(
-    sqes: &mut Vec<squeue::Entry>,
-    ops: &mut UpstreamOps,
-    index: usize,
-    generation: u32,
-) {
-    if ops.recv_armed && !ops.recv_cancelled {
-        sqes.push(cancel(ops.token(Op::UpRecv, index, generation)));
-    }
-    if ops.poll_armed {
-        sqes.push(cancel(ops.token(Op::UpPoll, index, generation)));
-    }
-    ops.recv_armed = false;
-    ops.recv_cancelled = false;
-    ops.poll_armed = false;
-    ops.epoch = ops.epoch.wrapping_add(1);
+    polled: [i16; 2],
+    poll_cancelled: [bool; 2],
 }
 
 /// What one completion of a multishot receive delivered.
@@ -387,8 +297,8 @@ enum Received {
     End,
     /// Nothing: the receive stopped for a reason that calls for re-arming it.
     Stopped,
-    /// A socket error (errno).
-    Failed(i32),
+    /// A socket error.
+    Failed,
 }
 
 /// Keeps a receive's buffer as `input` and gives the ring one back in its place: the buffer
@@ -644,8 +554,6 @@ impl<'a, H: Handler> Worker<'a, H> {
             Some(Op::Recv) => self.on_recv(index, generation, result, flags),
             Some(Op::Send) => self.on_send(index, generation, result),
             Some(Op::Poll) => self.on_poll(index, generation, result),
-            Some(Op::UpRecv) => self.on_up_recv(index, generation, result, flags),
-            Some(Op::UpPoll) => self.on_up_poll(index, generation, result),
             Some(Op::Cancel) | None => {}
         }
     }
@@ -789,7 +697,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     fn open(&mut self, fd: OwnedFd, listener: usize) {
         // Multishot accept reports no address; one getpeername per connection stands in.
         let peer = peer_addr(fd.as_raw_fd()).unwrap_or(UNKNOWN_PEER);
-        let link = Link::new(fd, UpstreamPort::new(true, false));
+        let link = Link::new(fd);
         self.open_with(link, Opened::new(peer, listener), None);
     }
 
@@ -824,7 +732,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         match (result, data) {
             (n, Some((bid, buf))) if n > 0 => Received::Bytes(bid, buf),
             // Bytes without a buffer: the ring is not what the kernel thinks it is.
-            (n, _) if n > 0 => Received::Failed(libc::EIO),
+            (n, _) if n > 0 => Received::Failed,
             (0, _) => Received::End,
             // The ring ran dry (it is refilled by now), the receive was paused, or it was
             // interrupted: re-armed by the flush where input is wanted.
@@ -836,7 +744,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             {
                 Received::Stopped
             }
-            (e, _) => Received::Failed(-e),
+            (_, _) => Received::Failed,
         }
     }
 
@@ -859,8 +767,10 @@ impl<'a, H: Handler> Worker<'a, H> {
             c.recv_armed = false;
             c.recv_cancelled = false;
         }
-        if c.join.is_some() {
-            // The last bytes before the receive ends: they cross over to the upstream.
+        if c.join.is_some() || c.link.state == State::Joined {
+            // The last bytes before the receive ends: they cross over to the partner, in the
+            // owner's flush.
+            let carrier = c.link.owner.unwrap_or(Token { index, generation });
             match received {
                 Received::Bytes(bid, buf) => keep_received(
                     &mut self.buffers,
@@ -871,12 +781,12 @@ impl<'a, H: Handler> Worker<'a, H> {
                 ),
                 Received::End => c.link.eof = true,
                 Received::Stopped => {}
-                Received::Failed(_) => {
+                Received::Failed => {
                     self.close(index, CloseReason::PeerGone);
                     return;
                 }
             }
-            self.mark_dirty(index);
+            self.mark_dirty(carrier.index);
             return;
         }
         if c.link.state == State::Idle {
@@ -901,13 +811,12 @@ impl<'a, H: Handler> Worker<'a, H> {
                     return;
                 }
                 // The guard against a handler that leaves input unconsumed; input that piled
-                // up while the handler was not looking (draining, or a send in flight) is not
-                // its doing, nor is input waiting for the upstream to send what it holds (the
-                // receive goes on delivering until its pause takes effect).
+                // up while the handler was not looking (draining, waiting, or a send in flight)
+                // is not its doing (the receive goes on delivering until its pause takes
+                // effect).
                 if c.link.state == State::Reading
                     && !c.ready_pending
                     && c.link.owner.is_none()
-                    && !c.link.upstream.waits_to_send()
                     && c.link.input.len() >= self.core.config.max_input
                 {
                     warn_input_left!(c.link.input.len(), self.core.config.max_input);
@@ -943,10 +852,10 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
             Received::Stopped => self.mark_dirty(index),
-            Received::Failed(_) if c.link.state == State::Lingering => {
+            Received::Failed if c.link.state == State::Lingering => {
                 self.close(index, CloseReason::Done)
             }
-            Received::Failed(_) => self.close(index, CloseReason::PeerGone),
+            Received::Failed => self.close(index, CloseReason::PeerGone),
         }
     }
 
@@ -997,9 +906,12 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         c.link.output.advance(result as usize);
         c.link.send_deadline = None;
-        if let Some(owner) = c.link.owner.filter(|_| c.link.output.is_empty()) {
-            // What the owner queued has gone: it may queue more.
-            self.core.requests.woken.push(owner);
+        if c.link.output.is_empty() && c.link.state != State::Joined {
+            if let Some(owner) = c.link.owner {
+                // What the owner queued has gone: it may queue more. (A joined partner's
+                // flush below hands it to its owner's joint.)
+                self.core.requests.woken.push(owner);
+            }
         }
         if c.ready_pending && c.link.state == State::Reading {
             c.ready_pending = false;
@@ -1017,13 +929,31 @@ impl<'a, H: Handler> Worker<'a, H> {
         let c = self.slots[index].conn.as_mut().expect("live connection");
         c.sending = Sending::Idle;
         c.link.send_deadline = None;
+        let (readable, writable) = poll_readiness(result);
         if let Some(joining) = c.join.as_mut() {
-            joining.client_polled = 0;
-            joining.client_poll_cancelled = false;
-            let (readable, writable) = poll_readiness(result);
-            joining.client_readable |= readable;
-            joining.client_writable |= writable;
+            joining.polled[0] = 0;
+            joining.poll_cancelled[0] = false;
+            joining.readable[0] |= readable;
+            joining.writable[0] |= writable;
             self.mark_dirty(index);
+            return;
+        }
+        if c.link.state == State::Joined {
+            // A joined partner's poll: its readiness is the owner's joint's to use.
+            if let Some(owner) = c.link.owner {
+                if let Some(joining) = self
+                    .slots
+                    .get_mut(owner)
+                    .and_then(|slot| slot.conn.as_mut())
+                    .and_then(|c| c.join.as_mut())
+                {
+                    joining.polled[1] = 0;
+                    joining.poll_cancelled[1] = false;
+                    joining.readable[1] |= readable;
+                    joining.writable[1] |= writable;
+                }
+                self.mark_dirty(owner.index);
+            }
             return;
         }
         if result < 0 && !matches!(-result, libc::EAGAIN | libc::EINTR) {
@@ -1032,128 +962,6 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         // Room to send (or an error, which the next sendfile reports).
         self.mark_dirty(index);
-    }
-
-    /// Bytes (or the end, or an error) from a connection's upstream.
-    fn on_up_recv(&mut self, index: usize, generation: u32, result: i32, flags: u32) {
-        let (index, epoch) = up_index(index);
-        let more = cqueue::more(flags);
-        let received = self.received(result, flags);
-        let live = self.op_done(index, generation, !more);
-        let c = match self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
-            Some(c) if live && c.up_ops.epoch == epoch => c,
-            _ => {
-                if matches!(received, Received::Bytes(..) | Received::End) {
-                    // Bytes or an end on an upstream already let go of: if it went to the
-                    // pool, it is not fit to lend.
-                    self.core.upstreams.discard_held((index, generation));
-                }
-                self.drop_received(received);
-                return;
-            }
-        };
-        if !more {
-            c.up_ops.recv_armed = false;
-            c.up_ops.recv_cancelled = false;
-        }
-        let Some(up) = c.link.upstream.attached() else {
-            self.drop_received(received);
-            return;
-        };
-        match received {
-            Received::Bytes(bid, buf) => keep_received(
-                &mut self.buffers,
-                &mut self.core.pool,
-                &mut up.input,
-                bid,
-                buf,
-            ),
-            Received::End => up.received_end(),
-            Received::Stopped => {
-                self.mark_dirty(index);
-                return;
-            }
-            Received::Failed(errno) => up.failed(io::Error::from_raw_os_error(errno).kind()),
-        }
-        c.link.upstream.notify = true;
-        self.mark_dirty(index);
-    }
-
-    /// An upstream's connect finished, or it has room to send again.
-    fn on_up_poll(&mut self, index: usize, generation: u32, result: i32) {
-        let (index, epoch) = up_index(index);
-        if !self.op_done(index, generation, true) {
-            return;
-        }
-        let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
-            return;
-        };
-        if c.up_ops.epoch != epoch {
-            return;
-        }
-        c.up_ops.poll_armed = false;
-        let joined = c.join.is_some();
-        if let Some(joining) = c.join.as_mut() {
-            joining.upstream_polled = 0;
-            joining.upstream_poll_cancelled = false;
-        }
-        if let Some(up) = c.link.upstream.attached() {
-            if result == -libc::ECANCELED && !joined {
-                return;
-            }
-            if joined {
-                let (readable, writable) = poll_readiness(result);
-                up.readable |= readable;
-                up.writable |= writable;
-                self.mark_dirty(index);
-                return;
-            }
-            // Writable, or an error or hang-up that the connect check or the next send
-            // reports.
-            up.writable = true;
-            if result < 0 || result & (libc::POLLHUP | libc::POLLERR) as i32 != 0 {
-                up.hangup = true;
-            }
-        }
-        self.mark_dirty(index);
-    }
-
-    /// Carries an upstream forward with plain system calls (finishing a connect, sending) and
-    /// keeps its ring operations armed; true when the handler must hear of what happened.
-    fn service_upstream(&mut self, index: usize) -> bool {
-        let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
-            return false;
-        };
-        let Some(up) = c.link.upstream.attached() else {
-            return false;
-        };
-        let news = up.service(&mut self.core.pool);
-        let fd = up.raw_fd();
-        let wants_room = up.is_connecting() || (!up.output.is_empty() && !up.writable);
-        if wants_room && !c.up_ops.poll_armed {
-            c.up_ops.poll_armed = true;
-            *in_flight += 1;
-            let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32)
-                .build()
-                .user_data(c.up_ops.token(Op::UpPoll, index, generation));
-            self.sqes.push(entry);
-        }
-        let wants_input = up.wants_input();
-        if wants_input && !c.up_ops.recv_armed {
-            c.up_ops.recv_armed = true;
-            c.up_ops.recv_cancelled = false;
-            *in_flight += 1;
-            let entry = opcode::RecvMulti::new(types::Fd(fd), self.buffers.group())
-                .build()
-                .user_data(c.up_ops.token(Op::UpRecv, index, generation));
-            self.sqes.push(entry);
-        } else if !wants_input && c.up_ops.recv_armed && !c.up_ops.recv_cancelled {
-            // Backpressure: the handler has not taken what arrived.
-            c.up_ops.recv_cancelled = true;
-            self.sqes
-                .push(cancel(c.up_ops.token(Op::UpRecv, index, generation)));
-        }
-        news
     }
 
     /// Advances every connection that had something happen, preparing their sends.
@@ -1184,23 +992,13 @@ impl<'a, H: Handler> Worker<'a, H> {
             return;
         }
         if let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
-            if std::mem::take(&mut c.link.upstream.notify) {
-                match c.link.state {
-                    // Not while the kernel reads the output the handler may write to.
-                    State::Reading | State::Draining if c.sending == Sending::Msg => {
-                        c.ready_pending = true;
-                    }
-                    State::Reading | State::Draining => {
-                        if !self.call_and_apply(index, false) {
-                            return;
-                        }
-                    }
-                    State::Closing
-                    | State::Lingering
-                    | State::Joined
-                    | State::Waiting
-                    | State::Idle => {}
+            if c.link.state == State::Joined && c.join.is_none() {
+                // A joined partner is moved with its owner.
+                c.dirty = false;
+                if let Some(owner) = c.link.owner {
+                    self.mark_dirty(owner.index);
                 }
+                return;
             }
         }
         loop {
@@ -1268,71 +1066,93 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
         }
-        // After the upstream's sends, which decide whether the client is held back.
-        let upstream_news = self.service_upstream(index);
         self.arm_receive(index);
         self.pause_receive_if_unwanted(index);
-        if upstream_news {
-            if let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) {
-                c.link.upstream.notify = true;
-            }
-            self.mark_dirty(index);
-        }
     }
 
-    /// Carries a connection being joined with its upstream (see [`Joining`]).
+    /// Carries a connection joined with its partner (see [`Joining`]).
     fn flush_joined(&mut self, index: usize) {
-        let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
+        let owner = self.slots.token(index);
+        let Some(partner) = self
+            .slots
+            .at(index)
+            .and_then(|slot| slot.conn.as_mut())
+            .and_then(|c| c.join.as_ref())
+            .map(|joining| joining.partner)
+        else {
             return;
         };
-        c.dirty = false;
-        c.link.upstream.notify = false;
-        if c.recv_armed && !c.recv_cancelled {
-            c.recv_cancelled = true;
-            self.sqes.push(cancel(token(Op::Recv, index, generation)));
-        }
-        if c.up_ops.recv_armed && !c.up_ops.recv_cancelled {
-            c.up_ops.recv_cancelled = true;
-            self.sqes
-                .push(cancel(c.up_ops.token(Op::UpRecv, index, generation)));
-        }
-        let Some(joining) = c.join.as_mut() else {
-            return;
-        };
-        let Some(up) = c.link.upstream.attached() else {
-            self.close(index, CloseReason::Error);
-            return;
-        };
-        if up.has_failed() {
+        if !self.is_live(partner) {
             self.close(index, CloseReason::Error);
             return;
         }
+        // Both receives end first: what they deliver meanwhile crosses over below.
+        for side in [owner, partner] {
+            let Some((generation, _, c)) = live(&mut self.slots, side.index) else {
+                continue;
+            };
+            c.dirty = false;
+            if c.recv_armed && !c.recv_cancelled {
+                c.recv_cancelled = true;
+                self.sqes
+                    .push(cancel(token(Op::Recv, side.index, generation)));
+            }
+        }
+        let (slot, other) = self
+            .slots
+            .pair(index, partner.index)
+            .expect("two live connections");
+        let (Some(c), Some(p)) = (slot.conn.as_mut(), other.conn.as_mut()) else {
+            return;
+        };
+        let joining = c.join.as_mut().expect("joined above");
+        let pool = &mut self.core.pool;
         // What either side sent that reached user space goes across first.
-        up.cross_over(&mut c.link.input, &mut c.link.output, &mut self.core.pool);
-        if up.flush_joined_output(&mut self.core.pool).is_err() {
-            self.close(index, CloseReason::Error);
-            return;
+        c.link.input.move_to(&mut p.link.output, pool);
+        p.link.input.move_to(&mut c.link.output, pool);
+        // The partner's queued bytes go by plain sends once no send of its own is in flight.
+        if p.sending == Sending::Idle && !p.link.output.is_empty() && joining.writable[1] {
+            match p.link.output.flush(p.link.fd.as_raw_fd(), pool) {
+                Ok(Flush::Done) => {}
+                Ok(Flush::WouldBlock) => joining.writable[1] = false,
+                Err(_) => {
+                    self.close(index, CloseReason::Error);
+                    return;
+                }
+            }
         }
-        if joining.joint.is_none() && !c.recv_armed && !c.up_ops.recv_armed {
+        if joining.joint.is_none() && !c.recv_armed && !p.recv_armed && p.sending != Sending::Msg {
             match Joint::new(joining.idle, joining.carrier.take()) {
                 Ok(joint) => {
                     joining.joint = Some(joint);
-                    up.readable = true;
+                    joining.readable[1] = true;
                 }
                 Err(e) => {
-                    tracing::warn!("cannot join a connection with its upstream: {e}");
+                    tracing::warn!("cannot join a connection with its linked connection: {e}");
                     self.close(index, CloseReason::Error);
                     return;
                 }
             }
         }
         if let Some(joint) = joining.joint.as_mut() {
-            let client = Side {
-                fd: c.link.fd.as_raw_fd(),
-                readable: &mut joining.client_readable,
-                writable: &mut joining.client_writable,
-            };
-            match up.pump_joint(joint, client, !c.link.output.is_empty()) {
+            let ([owner_readable, partner_readable], [owner_writable, partner_writable]) =
+                (&mut joining.readable, &mut joining.writable);
+            let pumped = joint.pump(
+                Side {
+                    fd: c.link.fd.as_raw_fd(),
+                    readable: owner_readable,
+                    writable: owner_writable,
+                },
+                Side {
+                    fd: p.link.fd.as_raw_fd(),
+                    readable: partner_readable,
+                    writable: partner_writable,
+                },
+                !c.link.output.is_empty(),
+                !p.link.output.is_empty(),
+                p.link.input.ever_received(),
+            );
+            match JointStep::of(pumped) {
                 JointStep::Going { moved, recheck } => {
                     if moved {
                         c.link.deadline = Some(self.core.now + joint.idle);
@@ -1344,21 +1164,15 @@ impl<'a, H: Handler> Worker<'a, H> {
                     if recheck {
                         let at = self.core.now + CARRIED_RECHECK;
                         c.link.deadline = Some(c.link.deadline.map_or(at, |d| d.min(at)));
-                        self.core
-                            .note_deadline(Token { index, generation }, c.link.deadline);
+                        self.core.note_deadline(owner, c.link.deadline);
                     }
                 }
                 JointStep::Finished => {
-                    // The backend's end has reached the client: the connection closes like
-                    // any other, its late input discarded for the linger time.
+                    // The partner's end has reached the owner's peer: the owner closes like
+                    // any other connection, its late input discarded for the linger time.
                     c.join = None;
-                    let mut registry = UringRegistry {
-                        sqes: &mut self.sqes,
-                        ops: &mut c.up_ops,
-                        index,
-                        generation,
-                    };
-                    c.link.unjoin(&mut self.core, &mut registry);
+                    c.link.unjoin();
+                    self.close(partner.index, CloseReason::Done);
                     self.mark_dirty(index);
                     return;
                 }
@@ -1376,64 +1190,85 @@ impl<'a, H: Handler> Worker<'a, H> {
         } else {
             libc::POLLIN | libc::POLLRDHUP
         };
-        let mut client_events: i16 = 0;
-        if joined && !joining.client_readable {
-            client_events |= input;
-        }
-        if joined && !joining.client_writable {
-            client_events |= libc::POLLOUT;
-        }
-        let mut upstream_events: i16 = 0;
-        if joined && !up.readable {
-            upstream_events |= input;
-        }
-        if !up.writable && (joined || !up.output.is_empty()) {
-            upstream_events |= libc::POLLOUT;
-        }
-        let up_fd = up.fd.as_raw_fd();
-        let client_fd = c.link.fd.as_raw_fd();
-        if upstream_events != 0 {
-            if !c.up_ops.poll_armed {
-                c.up_ops.poll_armed = true;
-                joining.upstream_polled = upstream_events;
-                *in_flight += 1;
-                let entry = opcode::PollAdd::new(types::Fd(up_fd), upstream_events as u32)
-                    .build()
-                    .user_data(c.up_ops.token(Op::UpPoll, index, generation));
-                self.sqes.push(entry);
-            } else if upstream_events & !joining.upstream_polled != 0
-                && !joining.upstream_poll_cancelled
-            {
-                joining.upstream_poll_cancelled = true;
-                self.sqes
-                    .push(cancel(c.up_ops.token(Op::UpPoll, index, generation)));
+        let wanted = |readable: bool, writable: bool, output: bool| {
+            let mut events: i16 = 0;
+            if joined && !readable {
+                events |= input;
             }
-        }
-        if !c.link.output.is_empty() {
-            // Bytes that reached user space before the joint go by the usual send.
+            if !writable && (joined || output) {
+                events |= libc::POLLOUT;
+            }
+            events
+        };
+        let owner_events = wanted(joining.readable[0], joining.writable[0], false);
+        let partner_events = wanted(
+            joining.readable[1],
+            joining.writable[1],
+            !p.link.output.is_empty(),
+        );
+        let owner_sends = !c.link.output.is_empty();
+        // Bytes that reached user space before the joint go to the owner's peer by the
+        // usual send.
+        if owner_sends {
             if c.sending == Sending::Idle {
                 self.start_sendmsg(index);
             }
-        } else if client_events != 0 {
-            match c.sending {
-                Sending::Idle => {
-                    joining.client_polled = client_events;
-                    *in_flight += 1;
-                    let entry = opcode::PollAdd::new(types::Fd(client_fd), client_events as u32)
-                        .build()
-                        .user_data(token(Op::Poll, index, generation));
-                    self.sqes.push(entry);
-                    c.sending = Sending::Poll;
-                }
-                Sending::Poll
-                    if client_events & !joining.client_polled != 0
-                        && !joining.client_poll_cancelled =>
-                {
-                    joining.client_poll_cancelled = true;
-                    self.sqes.push(cancel(token(Op::Poll, index, generation)));
-                }
-                _ => {}
+        } else {
+            self.poll_joined(index, 0, owner_events);
+        }
+        self.poll_joined(index, 1, partner_events);
+    }
+
+    /// Arms (or, lacking an event now wanted, cancels) the one-shot poll of a joined socket,
+    /// in its own slot: the owner's (`side` 0) or its partner's (1), whose polls' state the
+    /// owner's [`Joining`] keeps.
+    fn poll_joined(&mut self, owner: usize, side: usize, events: i16) {
+        if events == 0 {
+            return;
+        }
+        let Some(joining) = self
+            .slots
+            .at(owner)
+            .and_then(|slot| slot.conn.as_ref())
+            .and_then(|c| c.join.as_ref())
+        else {
+            return;
+        };
+        let (polled, cancelled) = (joining.polled[side], joining.poll_cancelled[side]);
+        let index = if side == 0 {
+            owner
+        } else {
+            joining.partner.index
+        };
+        let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
+            return;
+        };
+        let fd = c.link.fd.as_raw_fd();
+        let armed = match c.sending {
+            Sending::Idle => {
+                *in_flight += 1;
+                c.sending = Sending::Poll;
+                let entry = opcode::PollAdd::new(types::Fd(fd), events as u32)
+                    .build()
+                    .user_data(token(Op::Poll, index, generation));
+                self.sqes.push(entry);
+                true
             }
+            Sending::Poll if events & !polled != 0 && !cancelled => {
+                self.sqes.push(cancel(token(Op::Poll, index, generation)));
+                false
+            }
+            _ => return,
+        };
+        let joining = self.slots[owner]
+            .conn
+            .as_mut()
+            .and_then(|c| c.join.as_mut())
+            .expect("looked at above");
+        if armed {
+            joining.polled[side] = events;
+        } else {
+            joining.poll_cancelled[side] = true;
         }
     }
 
@@ -1493,14 +1328,11 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     /// Releases a slot whose connection is closed and whose operations have all completed.
     fn free_slot(&mut self, index: usize) {
-        let generation = self.slots.generation(index);
         let Some(mut slot) = self.slots.remove(index) else {
             return;
         };
         // Closing the descriptor here, once, after the kernel has let go of it.
         slot.retired_fd = None;
-        // Every operation of the slot has completed: upstreams it let go of may be lent.
-        self.core.upstreams.release_holds((index, generation));
         if let Some(mut output) = slot.retired_output.take() {
             output.clear(&mut self.core.pool);
         }
@@ -1603,7 +1435,6 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
                 conn: Some(Conn {
                     link,
                     conn,
-                    up_ops: UpstreamOps::default(),
                     recv_armed: false,
                     recv_cancelled: false,
                     sending: Sending::Idle,
@@ -1615,57 +1446,44 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         );
     }
 
-    /// Carries out what a handler call asked of the upstream.
-    fn after_call(&mut self, index: usize, next: Next) -> Next {
-        let unused = self.slots[index]
-            .conn
-            .as_ref()
-            .is_some_and(|c| c.link.upstream.unused());
-        if unused {
-            return next;
-        }
-        let generation = self.slots.generation(index);
-        let slot = &mut self.slots[index];
-        let c = slot.conn.as_mut().expect("live connection");
-        let mut registry = UringRegistry {
-            sqes: &mut self.sqes,
-            ops: &mut c.up_ops,
-            index,
-            generation,
+    /// Joins connection `index` with its linked connection as its call asked; Abort when it
+    /// cannot be.
+    fn join(&mut self, index: usize, join: JoinRequest, next: Next) -> Next {
+        let owner = self.slots.token(index);
+        let partner = join.partner;
+        let Some(p) = self
+            .slots
+            .get_mut(partner)
+            .and_then(|slot| slot.conn.as_mut())
+            .filter(|p| p.link.owner == Some(owner) && p.link.state == State::Reading)
+        else {
+            return Next::Abort;
         };
-        if let Some((idle, carrier)) = c.link.upstream_after_call(&mut self.core, &mut registry) {
-            if c.link.upstream.attached().is_none() {
-                return Next::Abort;
-            }
-            // A poll armed before the join waits for room to send.
-            let client_polled = if c.sending == Sending::Poll {
-                libc::POLLOUT
-            } else {
-                0
-            };
-            let upstream_polled = if c.up_ops.poll_armed {
-                libc::POLLOUT
-            } else {
-                0
-            };
-            c.join = Some(Box::new(Joining {
-                idle,
-                carrier,
-                joint: None,
-                client_readable: true,
-                client_writable: true,
-                client_polled,
-                upstream_polled,
-                client_poll_cancelled: false,
-                upstream_poll_cancelled: false,
-            }));
-            c.link.deadline = Some(self.core.now + idle);
-            self.mark_dirty(index);
-            return next;
-        }
-        if c.link.upstream.notify {
-            self.mark_dirty(index);
-        }
+        p.link.state = State::Joined;
+        // A poll armed before the join waits for room to send.
+        let partner_polled = if p.sending == Sending::Poll {
+            libc::POLLOUT
+        } else {
+            0
+        };
+        let c = self.slots[index].conn.as_mut().expect("live connection");
+        let owner_polled = if c.sending == Sending::Poll {
+            libc::POLLOUT
+        } else {
+            0
+        };
+        c.join = Some(Box::new(Joining {
+            partner,
+            idle: join.idle,
+            carrier: join.carrier,
+            joint: None,
+            readable: [true, true],
+            writable: [true, true],
+            polled: [owner_polled, partner_polled],
+            poll_cancelled: [false, false],
+        }));
+        c.link.deadline = Some(self.core.now + join.idle);
+        self.mark_dirty(index);
         next
     }
 
@@ -1678,11 +1496,17 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         let Some(c) = self.slots.at(index).and_then(|slot| slot.conn.as_mut()) else {
             return;
         };
+        let partner = c.join.as_ref().map(|joining| joining.partner);
+        let partner_fd = partner
+            .and_then(|p| self.slots.get_mut(p))
+            .and_then(|slot| slot.conn.as_ref())
+            .map(|p| p.link.fd.as_raw_fd());
+        let c = self.slots[index].conn.as_mut().expect("live connection");
         let client_fd = c.link.fd.as_raw_fd();
-        let idle = match (c.join.as_ref(), c.link.upstream.attached()) {
-            (Some(joining), Some(up)) => joining.joint.as_ref().and_then(|joint| {
+        let idle = match (c.join.as_ref(), partner_fd) {
+            (Some(joining), Some(fd)) => joining.joint.as_ref().and_then(|joint| {
                 joint
-                    .carried_idle(client_fd, up.fd.as_raw_fd())
+                    .carried_idle(client_fd, fd)
                     .map(|quiet| (quiet, joint.idle))
             }),
             _ => None,
@@ -1719,14 +1543,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
                 self.sqes.push(cancel(token(Op::Poll, index, generation)));
             }
         }
-        let mut registry = UringRegistry {
-            sqes: &mut self.sqes,
-            ops: &mut c.up_ops,
-            index,
-            generation,
-        };
-        cancel_upstream_ops(registry.sqes, registry.ops, index, generation);
-        c.link.release(&mut self.core, &mut registry);
+        c.link.release(&mut self.core);
         let departure = c.link.departure();
         let counted = c.link.counted;
         slot.retired_fd = Some(c.link.fd);
@@ -1764,18 +1581,8 @@ mod tests {
 
     #[test]
     fn operations_round_trip_through_user_data() {
-        for op in [
-            Op::Accept,
-            Op::Recv,
-            Op::Send,
-            Op::Poll,
-            Op::Cancel,
-            Op::UpRecv,
-            Op::UpPoll,
-        ] {
+        for op in [Op::Accept, Op::Recv, Op::Send, Op::Poll, Op::Cancel] {
             assert_eq!(untoken(token(op, 12345, 7)), (Some(op), 12345, 7));
         }
-        let (index, epoch) = up_index(untoken(up_token(Op::UpRecv, 77, 3, 200)).1);
-        assert_eq!((index, epoch), (77, 200));
     }
 }

@@ -8,9 +8,10 @@
 //! thread waiting for a slow client or backend lets another run, while no more threads than
 //! the bound compete for the cores.
 //!
-//! A pool thread runs the same loop as the epoll model over its one connection (and that
-//! connection's upstream), so every feature of the handler works unchanged; it blocks in that
-//! loop's wait. The accepting thread accepts only while some pool thread is idle: clients
+//! A pool thread runs the same loop as the epoll model over its one connection (and the
+//! connections linked to it), so every feature of the handler works unchanged; it blocks in
+//! that loop's wait. Its idle linked connections (a proxy's kept backend connections) stay
+//! with it for its next client. The accepting thread accepts only while some pool thread is idle: clients
 //! beyond the pool wait in the listen backlog, as with Apache's worker MPM.
 
 use std::io;
