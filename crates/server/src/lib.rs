@@ -3,8 +3,9 @@
 //!
 //! [`serve`] binds the listeners, opens every site, starts the access log and runs the
 //! concurrency model named in the configuration until the stop flag is set; [`serve_with`]
-//! does the same under systemd (see [`systemd`]): on the sockets it passed, telling it how the
-//! server is doing. The handler it runs is the same for every model: it parses requests with
+//! does the same on what the process [`Inherited`]: under systemd (see [`systemd`]) on the
+//! sockets it passed, telling it how the server is doing, and after a reload on the sockets of
+//! the server it replaces. The handler it runs is the same for every model: it parses requests with
 //! `fastpath-http`, asks `fastpath-handover` whether a backend takes each and
 //! `fastpath-content` what the others get, and queues the response on the connection.
 //!
@@ -312,18 +313,44 @@ pub fn kernel_report(config: &Config) -> Option<String> {
     kernel_bridge::report(config)
 }
 
-/// Runs the server described by `config` until `stop` is set, on the addresses it names.
-pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
-    serve_with(config, stop, Systemd::default())
+/// What this process was started with, read from the environment by
+/// [`Inherited::from_env`]: what systemd passed it (see [`systemd`]), and what the server it
+/// replaces handed over on a reload or an upgrade (docs/operations.md).
+#[derive(Default)]
+pub struct Inherited {
+    systemd: Systemd,
+    handed: reload::Handed,
 }
 
-/// [`serve`] under systemd: on the sockets it passed, if any, instead of the configured
-/// addresses, notifying it of readiness, status, the stop and the watchdog when it asks.
+impl Inherited {
+    /// Reads the variables of systemd and of the server this process replaces, and unsets
+    /// them all. Must run before the process has other threads (see [`Systemd::from_env`]):
+    /// first thing in `main`.
+    pub fn from_env() -> Inherited {
+        Inherited {
+            systemd: Systemd::from_env(),
+            handed: reload::Handed::from_env(),
+        }
+    }
+}
+
+/// Runs the server described by `config` until `stop` is set, on the addresses it names.
+pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
+    serve_with(config, stop, Inherited::default())
+}
+
+/// [`serve`] on what the process inherited: the sockets systemd passed, if any, instead of the
+/// configured addresses, notifying it of readiness, status, the stop and the watchdog when it
+/// asks; or the sockets of the server this one replaces.
 pub fn serve_with(
     config: &Config,
     stop: &AtomicBool,
-    mut systemd: Systemd,
+    inherited: Inherited,
 ) -> Result<(), ServeError> {
+    let Inherited {
+        mut systemd,
+        mut handed,
+    } = inherited;
     fastpath_drivers::ignore_sigpipe();
     // Decided before anything is bound or opened, so a refusal leaves nothing behind.
     let switch = privileges::plan(config.user.as_ref(), config.group, config.run_as_root)
@@ -337,7 +364,6 @@ pub fn serve_with(
     let inherited = std::mem::replace(&mut systemd.sockets, Ok(Vec::new())).map_err(|e| {
         ServeError::Bind(io::Error::new(e.kind(), format!("socket activation: {e}")))
     })?;
-    let mut handed = std::mem::take(&mut systemd.handed);
     // Sockets systemd passed to the first server stay systemd's across reloads.
     let from_systemd = handed.are_systemds();
     let handed_sockets = std::mem::take(&mut handed.sockets);

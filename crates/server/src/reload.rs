@@ -42,7 +42,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the server this process replaces handed over, read by [`Handed::from_env`].
 #[derive(Default)]
-pub struct Handed {
+pub(crate) struct Handed {
     /// Listening sockets, each with the name of the address it was bound for.
     pub(crate) sockets: Vec<(OwnedFd, String)>,
     /// Where to say that this process is ready.
@@ -73,7 +73,7 @@ fn open_fd(text: &str) -> Option<OwnedFd> {
 impl Handed {
     /// Reads `FASTPATH_LISTENERS` and `FASTPATH_READY_FD` and unsets them. Like
     /// `Systemd::from_env`, before the process has other threads.
-    pub fn from_env() -> Handed {
+    pub(crate) fn from_env() -> Handed {
         let listeners = take_var(LISTENERS_VAR);
         let ready = take_var(READY_VAR);
         let mut handed = Handed::default();
