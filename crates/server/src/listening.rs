@@ -16,8 +16,12 @@ pub(crate) enum ListenerSource {
     /// None were inherited: the configured addresses are bound here.
     Bound,
     /// systemd passed them (socket activation), each with its label for messages: they are
-    /// served instead of `listen`.
-    Activated(Vec<(OwnedFd, String)>),
+    /// served instead of `listen`. After a reload, `handed` holds the other sockets the server
+    /// this process replaces handed over (its metrics listener's).
+    Activated {
+        sockets: Vec<(OwnedFd, String)>,
+        handed: Option<Vec<(OwnedFd, String)>>,
+    },
     /// The server this process replaces handed them over (a reload or an upgrade), each named
     /// by the address it was bound for: the addresses still configured are served on them, the
     /// new ones bound, and the sockets of those no longer configured closed.
@@ -33,18 +37,27 @@ impl ListenerSource {
     ) -> ListenerSource {
         // Sockets systemd passed to the first server stay systemd's across reloads.
         if handed.iter().any(|(_, name)| name == reload::SYSTEMD_NAME) {
-            let labelled = handed
+            let (systemds, others): (Vec<_>, Vec<_>) = handed
+                .into_iter()
+                .partition(|(_, name)| name == reload::SYSTEMD_NAME);
+            let sockets = systemds
                 .into_iter()
                 .map(|(fd, _)| {
                     let label = format!("systemd socket fd {}", fd.as_raw_fd());
                     (fd, label)
                 })
                 .collect();
-            ListenerSource::Activated(labelled)
+            ListenerSource::Activated {
+                sockets,
+                handed: Some(others),
+            }
         } else if !handed.is_empty() {
             ListenerSource::HandedOver(handed)
         } else if !activated.is_empty() {
-            ListenerSource::Activated(activated)
+            ListenerSource::Activated {
+                sockets: activated,
+                handed: None,
+            }
         } else {
             ListenerSource::Bound
         }
@@ -58,8 +71,9 @@ pub(crate) struct Served {
     site: usize,
     /// systemd passed the site's: every worker holds a copy of the same sockets.
     activated: bool,
-    /// The name each listener is handed over under on a reload: the configured address, the
-    /// metrics listener's name, or systemd's.
+    /// The name each listener is handed over under on a reload: the configured address or
+    /// systemd's for the site's, its own for the metrics listener (so that a successor under
+    /// socket activation does not take it for one of systemd's).
     names: Vec<String>,
 }
 
@@ -109,10 +123,10 @@ pub(crate) fn open(
     sets: usize,
     serving: &str,
 ) -> io::Result<Served> {
-    let activated = matches!(source, ListenerSource::Activated(_));
+    let activated = matches!(source, ListenerSource::Activated { .. });
     let (listeners, labels, mut handed) = match source {
         ListenerSource::Bound => (bind_site(config, sets), Vec::new(), None),
-        ListenerSource::Activated(sockets) => {
+        ListenerSource::Activated { sockets, handed } => {
             // The socket unit says where to listen: `listen` is not bound as well, as a server
             // that also bound its own addresses would hold ports the unit does not know of.
             tracing::info!(
@@ -121,7 +135,7 @@ pub(crate) fn open(
                 if sockets.len() == 1 { "" } else { "s" }
             );
             let labels = sockets.iter().map(|(_, label)| label.clone()).collect();
-            (Listeners::from_inherited(sockets, sets), labels, None)
+            (Listeners::from_inherited(sockets, sets), labels, handed)
         }
         ListenerSource::HandedOver(mut sockets) => {
             reload::name_process();
@@ -154,12 +168,7 @@ pub(crate) fn open(
             None => bind_listeners(&[addr], sets),
         }?;
         listeners.append(metrics);
-        // Under socket activation every socket passed on is named systemd's.
-        names.push(if activated {
-            reload::SYSTEMD_NAME.to_owned()
-        } else {
-            name
-        });
+        names.push(name);
     }
     if let Some(unused) = handed {
         reload::close_unused(unused);
