@@ -13,7 +13,7 @@
 use std::fmt;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -604,16 +604,6 @@ fn tail(s: &str, max: usize) -> String {
     format!("[... {start} bytes cut ...]{}", &s[start..])
 }
 
-/// A port free at the moment, for a server that must be told one (a reload's added
-/// address, systemd-socket-activate).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Calls `f` every 20 ms until it returns `Some` or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
@@ -1137,7 +1127,7 @@ pub fn raise_nofile() -> u64 {
 }
 
 /// Visible skips, shared with the other crates' tests.
-pub use fastpath_testkit::{skip, Missing};
+pub use fastpath_testkit::{free_port, skip, Missing};
 
 /// Runs `curl` with `args`; `None` (after saying so) if curl is not installed.
 pub fn curl(args: &[&str]) -> Option<Output> {
