@@ -327,12 +327,8 @@ fn activation_serves_a_unix_socket() {
     };
     server.wait_stderr("Listening on");
     let answer = crate::unix_sockets::get_over(&path, "/index.html");
-    assert!(
-        answer.starts_with("HTTP/1.1 200 OK\r\n"),
-        "{answer}\n{}",
-        server.report()
-    );
-    assert!(answer.ends_with("over unix\n"), "{answer}");
+    assert_eq!(answer.status, 200, "{answer}\n{}", server.report());
+    assert_eq!(answer.text(), "over unix\n", "{answer}");
     server.signal(libc::SIGTERM);
     assert!(
         server.wait_exit(START_TIMEOUT).success(),
