@@ -96,10 +96,9 @@ impl Server {
         server
     }
 
-    /// A closed port: bound, then released, so connecting is refused.
+    /// A closed port: a free one, so connecting is refused.
     pub fn closed_port() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap()
+        free_addr()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -290,7 +289,7 @@ pub fn check_invariants(r: &Report) {
     }
 }
 
-/// A free port on 127.0.0.1: bound, then released (for servers the code under test starts).
+/// A free port on 127.0.0.1, as an address (for servers the code under test starts).
 pub fn free_addr() -> SocketAddr {
-    Server::closed_port()
+    SocketAddr::from(([127, 0, 0, 1], fastpath_testkit::free_port()))
 }

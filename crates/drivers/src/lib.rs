@@ -121,8 +121,8 @@ pub use contract::{
 pub use linked::{Linked, PoolKey, Spliced, LINKED_INPUT_MAX};
 pub use listener::{
     adopt_handed, bind_into_group, bind_listeners, bind_listeners_with, inherited_sockets,
-    take_inherited, ListenAddr, ListenOptions, ListenerFeatures, Listeners, UnixSocketFile,
-    DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
+    shared_by_every_set, take_inherited, ListenAddr, ListenOptions, ListenerFeatures, Listeners,
+    UnixSocketFile, DEFER_ACCEPT_SECS, LISTEN_BACKLOG,
 };
 pub use model::{
     run, run_service, uring_available, worker_count, DriverConfig, Layout, Model, ModelKind,

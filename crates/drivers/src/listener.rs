@@ -222,6 +222,58 @@ impl ListenOptions {
 }
 
 impl Listeners {
+    /// No listener yet, for `sets` listener sets (workers): addresses are added with
+    /// [`Listeners::push`] and [`Listeners::append`], so that every way of getting sockets
+    /// (bound here, inherited, handed over) assembles them the same way.
+    pub fn empty(sets: usize) -> Listeners {
+        Listeners {
+            per_worker: (0..sets.max(1)).map(|_| Vec::new()).collect(),
+            local_addrs: Vec::new(),
+            unix_files: Vec::new(),
+            features: ListenerFeatures { defer_accept: true },
+            inherited: false,
+        }
+    }
+
+    /// Adds the address `addr`, served by `sockets`: one a listener set, in set order (a
+    /// socket every set shares is given once per set, as duplicates).
+    pub fn push(&mut self, addr: ListenAddr, sockets: Vec<OwnedFd>) {
+        assert_eq!(
+            sockets.len(),
+            self.per_worker.len(),
+            "one socket a listener set for {addr}"
+        );
+        for (set, socket) in self.per_worker.iter_mut().zip(sockets) {
+            set.push(socket);
+        }
+        self.local_addrs.push(addr);
+    }
+
+    /// Adds the listeners `more` holds after these: their addresses and sockets, the files of
+    /// their Unix sockets, and what the kernel supported for them. Both have as many
+    /// listener sets.
+    pub fn append(&mut self, more: Listeners) {
+        let Listeners {
+            per_worker,
+            local_addrs,
+            unix_files,
+            features,
+            inherited,
+        } = more;
+        assert_eq!(
+            per_worker.len(),
+            self.per_worker.len(),
+            "as many listener sets"
+        );
+        for (set, sockets) in self.per_worker.iter_mut().zip(per_worker) {
+            set.extend(sockets);
+        }
+        self.local_addrs.extend(local_addrs);
+        self.unix_files.extend(unix_files);
+        self.features.defer_accept &= features.defer_accept;
+        self.inherited |= inherited;
+    }
+
     /// Every worker's sockets in one list, for a model that accepts from all of them in one
     /// place (a thread pool, preforked children). Entry `i` listens on address
     /// `i % local_addrs.len()`.
@@ -242,25 +294,26 @@ impl Listeners {
         sockets: Vec<(OwnedFd, String)>,
         workers: usize,
     ) -> io::Result<Listeners> {
-        let workers = workers.max(1);
-        let mut per_worker: Vec<Vec<OwnedFd>> = (0..workers).map(|_| Vec::new()).collect();
-        let mut local_addrs = Vec::with_capacity(sockets.len());
+        let mut listeners = Listeners::empty(workers);
+        listeners.inherited = true;
         for (fd, label) in sockets {
             let addr = adopt(&fd).map_err(|e| io::Error::new(e.kind(), format!("{label}: {e}")))?;
-            for sockets in per_worker.iter_mut().skip(1) {
-                sockets.push(fd.try_clone()?);
-            }
-            per_worker[0].push(fd);
-            local_addrs.push(addr);
+            let copies = shared_by_every_set(fd, listeners.per_worker.len())?;
+            listeners.push(addr, copies);
         }
-        Ok(Listeners {
-            per_worker,
-            local_addrs,
-            unix_files: Vec::new(),
-            features: ListenerFeatures { defer_accept: true },
-            inherited: true,
-        })
+        Ok(listeners)
     }
+}
+
+/// `socket` for each of `sets` listener sets: the socket itself and duplicates of it, for a
+/// socket every worker accepts from (an inherited one, a Unix-domain one).
+pub fn shared_by_every_set(socket: OwnedFd, sets: usize) -> io::Result<Vec<OwnedFd>> {
+    let mut copies = Vec::with_capacity(sets.max(1));
+    for _ in 1..sets.max(1) {
+        copies.push(socket.try_clone()?);
+    }
+    copies.push(socket);
+    Ok(copies)
 }
 
 /// Checks that an inherited descriptor is a listening stream socket (TCP or Unix-domain) and
@@ -365,10 +418,7 @@ pub fn bind_listeners_with(
     workers: usize,
 ) -> io::Result<Listeners> {
     let workers = workers.max(1);
-    let mut per_worker: Vec<Vec<OwnedFd>> = (0..workers).map(|_| Vec::new()).collect();
-    let mut local_addrs = Vec::with_capacity(specs.len());
-    let mut unix_files = Vec::new();
-    let mut features = ListenerFeatures { defer_accept: true };
+    let mut listeners = Listeners::empty(workers);
     for (addr, options) in specs {
         let addr = match addr {
             ListenAddr::Tcp(addr) => *addr,
@@ -377,21 +427,20 @@ pub fn bind_listeners_with(
                     io::Error::new(e.kind(), format!("unix:{}: {e}", path.display()))
                 })?;
                 // Bound before the others are tried, so that an error later removes it again.
-                unix_files.push(file);
-                for sockets in per_worker.iter_mut() {
-                    sockets.push(socket.try_clone()?.into());
-                }
-                local_addrs.push(ListenAddr::Unix(path.clone()));
+                listeners.unix_files.push(file);
+                let copies = shared_by_every_set(socket.into(), workers)?;
+                listeners.push(ListenAddr::Unix(path.clone()), copies);
                 continue;
             }
         };
         refuse_if_taken(addr).map_err(|e| bind_error(addr, workers, e))?;
         let mut bound = addr;
-        for sockets in per_worker.iter_mut() {
+        let mut sockets = Vec::with_capacity(workers);
+        for _ in 0..workers {
             let (socket, defer) =
                 bind_one(bound, *options).map_err(|e| bind_error(addr, workers, e))?;
             if options.defer_accept {
-                features.defer_accept &= defer;
+                listeners.features.defer_accept &= defer;
             }
             if bound.port() == 0 {
                 bound = socket
@@ -401,15 +450,9 @@ pub fn bind_listeners_with(
             }
             sockets.push(socket.into());
         }
-        local_addrs.push(ListenAddr::Tcp(bound));
+        listeners.push(ListenAddr::Tcp(bound), sockets);
     }
-    Ok(Listeners {
-        per_worker,
-        local_addrs,
-        unix_files,
-        features,
-        inherited: false,
-    })
+    Ok(listeners)
 }
 
 /// Binds a Unix-domain stream socket at `path` and listens on it: after removing a stale

@@ -260,7 +260,7 @@ fn serve(
     pid_file: Option<PathBuf>,
 ) -> ExitCode {
     // First, while the process has one thread: it unsets the variables it reads.
-    let systemd = fastpath_server::systemd::Systemd::from_env();
+    let inherited = fastpath_server::Inherited::from_env();
     let mut config = match &config_path {
         Some(path) => match Config::load(path) {
             Ok(config) => config,
@@ -306,7 +306,7 @@ fn serve(
         return ExitCode::FAILURE;
     }
     let stop = fastpath_drivers::signals::install_stop_handler();
-    match fastpath_server::serve_with(&config, stop, systemd) {
+    match fastpath_server::serve_with(&config, stop, inherited) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Said once on the terminal; the error log has it too when it is somewhere else.

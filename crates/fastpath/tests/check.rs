@@ -208,6 +208,34 @@ fn toml_syntax_error_has_position() {
     );
 }
 
+// A file saved in Latin-1: the first byte that is not UTF-8 is named at its line and column,
+// by check and by serve alike.
+#[test]
+fn a_file_that_is_not_utf8_is_reported_at_its_first_bad_byte() {
+    let site = Site::new();
+    let path = site.write(
+        "latin1.toml",
+        b"root = \"root\"\n# caf\xe9 au lait\nworkers = 2\n",
+    );
+    let file = path.display().to_string();
+    let expected = format!("{file}:2:6: not UTF-8 text");
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&expected), "{}", show(&out));
+    assert!(stderr.contains("byte 0xe9"), "{}", show(&out));
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path);
+    let out = run(cmd);
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&expected),
+        "{}",
+        show(&out)
+    );
+}
+
 #[test]
 fn missing_file_fails() {
     let site = Site::new();

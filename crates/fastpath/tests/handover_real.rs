@@ -2,7 +2,7 @@
 //! CI installs gunicorn (`.ci/run`); elsewhere a missing gunicorn skips these tests with a
 //! message, but under CI (the `CI` variable set) it fails them.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -56,11 +56,7 @@ fn gunicorn() -> Option<Gunicorn> {
         );
         return None;
     }
-    // A free port: bound, noted, released, then given to gunicorn.
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let app_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/backend");
     let child = Command::new("python3")
         .args(["-m", "gunicorn", "--chdir"])
@@ -369,10 +365,7 @@ fn apache_with_php() -> Option<Apache> {
         "<?php\nheader('Content-Type: text/plain');\necho 'php ', PHP_VERSION, \"\\n\";\necho 'method ', $_SERVER['REQUEST_METHOD'], \"\\n\";\necho 'uri ', $_SERVER['REQUEST_URI'], \"\\n\";\necho 'xff ', $_SERVER['HTTP_X_FORWARDED_FOR'] ?? '-', \"\\n\";\necho 'body ', file_get_contents('php://input'), \"\\n\";\n",
     )
     .unwrap();
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let base = dir.path().display();
     let php = php_module.expect("checked above").display().to_string();
     let config = format!(

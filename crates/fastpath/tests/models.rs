@@ -392,11 +392,7 @@ fn functions_run_inside(model: &str, toggle: &str) -> Option<String> {
     }
     let site = site();
     site.file("b.html", "<p>b</p>");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let out = site.base().join("callgrind.out");
     let mut server = Command::new("valgrind")
         .arg("--tool=callgrind")

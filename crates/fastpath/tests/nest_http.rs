@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use crate::util::*;
-use fastpath_testkit::Listening;
+use fastpath_testkit::{read_response, Listening};
 
 /// The generated server, built once: the project goes under the target directory, so later
 /// runs rebuild only what changed.
@@ -79,60 +79,39 @@ impl Http10 {
     }
 }
 
-/// A response: status line, fields (names lowercased), body.
-struct Reply {
-    status_line: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// The one response in `raw`, all that the server sent before it closed: a response to
+/// `method`, with nothing after it.
+fn reply(raw: &[u8], method: &str) -> Response {
+    let (mut input, mut rest) = (raw, Vec::new());
+    let r = read_response(&mut input, &mut rest, method)
+        .unwrap_or_else(|e| panic!("{e} in {:?}", String::from_utf8_lossy(raw)))
+        .unwrap_or_else(|| panic!("no response"));
+    assert!(
+        rest.is_empty() && input.is_empty(),
+        "more after the response: {:?}",
+        String::from_utf8_lossy(&raw[raw.len() - input.len() - rest.len()..])
+    );
+    r
 }
 
-impl Reply {
-    fn parse(raw: &[u8]) -> Reply {
-        let split = raw
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .unwrap_or_else(|| panic!("no header block in {:?}", String::from_utf8_lossy(raw)));
-        let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap().to_string();
-        let headers = lines
-            .map(|l| {
-                let (n, v) = l
-                    .split_once(':')
-                    .unwrap_or_else(|| panic!("bad field {l:?}"));
-                (n.to_ascii_lowercase(), v.trim().to_string())
-            })
-            .collect();
-        Reply {
-            status_line,
-            headers,
-            body: raw[split + 4..].to_vec(),
-        }
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-            .unwrap_or_else(|| panic!("no {name} in {:?}", self.headers))
-    }
-
-    /// The status line and the fields every answer has.
-    #[track_caller]
-    fn expect(&self, status: &str, content_type: &str, length: usize) {
-        assert_eq!(self.status_line, format!("HTTP/1.0 {status}"));
-        assert_eq!(self.header("server"), "fastpath-nest-http10");
-        assert_eq!(self.header("content-type"), content_type);
-        assert_eq!(self.header("content-length"), length.to_string());
-        let date = httpdate::parse_http_date(self.header("date")).expect("an HTTP date");
-        let skew = SystemTime::now()
-            .duration_since(date)
-            .unwrap_or_else(|e| e.duration());
-        assert!(skew < Duration::from_secs(5), "date {date:?}");
-        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["date", "server", "content-type", "content-length"]);
-    }
+/// Asserts the status line and the fields every answer has.
+#[track_caller]
+fn expect_answer(r: &Response, status: &str, content_type: &str, length: usize) {
+    assert_eq!(r.status_line(), format!("HTTP/1.0 {status}"));
+    assert_eq!(r.expect_header("server"), "fastpath-nest-http10");
+    assert_eq!(r.expect_header("content-type"), content_type);
+    assert_eq!(r.expect_header("content-length"), length.to_string());
+    let date = httpdate::parse_http_date(r.expect_header("date")).expect("an HTTP date");
+    let skew = SystemTime::now()
+        .duration_since(date)
+        .unwrap_or_else(|e| e.duration());
+    assert!(skew < Duration::from_secs(5), "date {date:?}");
+    let names: Vec<String> = r
+        .headers
+        .iter()
+        .map(|(n, _)| n.to_ascii_lowercase())
+        .collect();
+    assert_eq!(names, ["date", "server", "content-type", "content-length"]);
 }
 
 /// Bytes that are not text, so a body compared byte for byte proves nothing was converted.
@@ -171,7 +150,7 @@ fn site() -> (Site, Files) {
     (site, files)
 }
 
-fn curl_reply(args: &[&str]) -> Option<Reply> {
+fn curl_reply(args: &[&str]) -> Option<Response> {
     let mut all = vec!["-0", "-s"];
     // -I prints the head itself (with -D - it would come twice).
     if !args.contains(&"-I") {
@@ -180,7 +159,8 @@ fn curl_reply(args: &[&str]) -> Option<Reply> {
     all.extend_from_slice(args);
     let out = curl(&all)?;
     assert!(out.status.success(), "curl {args:?}: {out:?}");
-    Some(Reply::parse(&out.stdout))
+    let method = if args.contains(&"-I") { "HEAD" } else { "GET" };
+    Some(reply(&out.stdout, method))
 }
 
 fn serves_files(model: &str) {
@@ -191,24 +171,24 @@ fn serves_files(model: &str) {
     let Some(r) = curl_reply(&[&server.url("/f2k.bin")]) else {
         return;
     };
-    r.expect("200 OK", "application/octet-stream", 2048);
+    expect_answer(&r, "200 OK", "application/octet-stream", 2048);
     assert!(r.body == files.small, "2 KiB body differs");
     let r = curl_reply(&[&server.url("/big.bin")]).unwrap();
-    r.expect("200 OK", "application/octet-stream", 1 << 20);
+    expect_answer(&r, "200 OK", "application/octet-stream", 1 << 20);
     assert!(r.body == files.big, "1 MiB body differs");
     for (path, len, seed) in [("/below.bin", 8191, 3), ("/at.bin", 8192, 4)] {
         let r = curl_reply(&[&server.url(path)]).unwrap();
-        r.expect("200 OK", "application/octet-stream", len);
+        expect_answer(&r, "200 OK", "application/octet-stream", len);
         assert!(r.body == pattern(len, seed), "{path}: body differs");
     }
     let r = curl_reply(&["-I", &server.url("/big.bin")]).unwrap();
-    r.expect("200 OK", "application/octet-stream", 1 << 20);
+    expect_answer(&r, "200 OK", "application/octet-stream", 1 << 20);
     assert!(r.body.is_empty());
     let r = curl_reply(&[&server.url("/")]).unwrap();
-    r.expect("200 OK", "text/html", 14);
+    expect_answer(&r, "200 OK", "text/html", 14);
     assert_eq!(r.body, b"<h1>home</h1>\n");
     let r = curl_reply(&[&server.url("/docs/a%20b.txt?x=1")]).unwrap();
-    r.expect("200 OK", "text/plain", 7);
+    expect_answer(&r, "200 OK", "text/plain", 7);
     assert_eq!(r.body, b"spaced\n");
 
     // The error statuses, through curl.
@@ -223,13 +203,13 @@ fn serves_files(model: &str) {
     ] {
         let r = curl_reply(&["--path-as-is", &server.url(path)]).unwrap();
         let body = format!("{status}\n");
-        r.expect(status, "text/plain", body.len());
+        expect_answer(&r, status, "text/plain", body.len());
         assert_eq!(r.text(), body, "{path}");
     }
     let r = curl_reply(&["-X", "POST", "-d", "x=1", &server.url("/f2k.bin")]).unwrap();
-    r.expect("501 Not Implemented", "text/plain", 20);
+    expect_answer(&r, "501 Not Implemented", "text/plain", 20);
     let r = curl_reply(&["-I", &server.url("/missing.txt")]).unwrap();
-    r.expect("404 Not Found", "text/plain", 14);
+    expect_answer(&r, "404 Not Found", "text/plain", 14);
     assert!(r.body.is_empty(), "HEAD of an error has no body");
 
     // Raw requests: what curl would not send.
@@ -249,9 +229,9 @@ fn serves_files(model: &str) {
         c.shutdown(Shutdown::Write).unwrap();
         let mut out = Vec::new();
         c.read_to_end(&mut out).unwrap();
-        let r = Reply::parse(&out);
+        let r = reply(&out, "GET");
         assert_eq!(
-            r.status_line,
+            r.status_line(),
             format!("HTTP/1.0 {status}"),
             "{:?}",
             String::from_utf8_lossy(raw)
@@ -259,8 +239,11 @@ fn serves_files(model: &str) {
         assert_eq!(r.text(), format!("{status}\n"));
     }
     // Empty lines before the request line are skipped; LF-only line ends are accepted.
-    let r = Reply::parse(&server.exchange(b"\r\n\nGET /f2k.bin HTTP/1.0\nHost: x\n\n"));
-    r.expect("200 OK", "application/octet-stream", 2048);
+    let r = reply(
+        &server.exchange(b"\r\n\nGET /f2k.bin HTTP/1.0\nHost: x\n\n"),
+        "GET",
+    );
+    expect_answer(&r, "200 OK", "application/octet-stream", 2048);
     assert!(r.body == files.small);
     // A request that arrives a byte at a time.
     let mut c = TcpStream::connect(server.addr).unwrap();
@@ -272,15 +255,15 @@ fn serves_files(model: &str) {
     }
     let mut out = Vec::new();
     c.read_to_end(&mut out).unwrap();
-    Reply::parse(&out).expect("200 OK", "text/html", 14);
+    expect_answer(&reply(&out, "HEAD"), "200 OK", "text/html", 14);
 
     // Many connections in a row, one request each.
     for i in 0..300 {
         let path = if i % 3 == 0 { "/nope" } else { "/f2k.bin" };
         let raw = format!("GET {path} HTTP/1.0\r\nUser-Agent: loop\r\n\r\n");
-        let r = Reply::parse(&server.exchange(raw.as_bytes()));
+        let r = reply(&server.exchange(raw.as_bytes()), "GET");
         if i % 3 == 0 {
-            assert_eq!(r.status_line, "HTTP/1.0 404 Not Found");
+            assert_eq!(r.status_line(), "HTTP/1.0 404 Not Found");
         } else {
             assert!(r.body == files.small, "request {i}");
         }
@@ -288,12 +271,6 @@ fn serves_files(model: &str) {
 
     // Python's http.client: another client no one here wrote.
     python_client(&server, &files);
-}
-
-impl Reply {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
 }
 
 const PY_CLIENT: &str = r#"

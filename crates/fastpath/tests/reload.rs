@@ -14,6 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use crate::util::*;
+use fastpath_testkit::read_response;
 
 /// The pid the pid file names, once it names one other than `not`.
 fn pid_other_than(pid_file: &Path, not: u32) -> Option<u32> {
@@ -266,44 +267,19 @@ fn backend() -> SocketAddr {
     addr
 }
 
-/// One response read off `stream`: its body, and whether the server closes after it.
-fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(Vec<u8>, bool)> {
-    let head_end = loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end + 4;
-        }
-        read_more(stream, buf, "closed before a response")?;
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    if !head.starts_with("http/1.1 200") {
+/// One response read off `stream`, which must be a 200: its body, and whether the server
+/// closes after it.
+fn read_ok(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(Vec<u8>, bool)> {
+    let response = read_response(stream, buf, "GET")?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed before a response"))?;
+    if response.status != 200 {
         return Err(io::Error::other(format!(
             "status: {}",
-            head.lines().next().unwrap_or("")
+            response.status_line()
         )));
     }
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| io::Error::other("no content-length"))?;
-    let close = head.contains("connection: close");
-    while buf.len() < head_end + length {
-        read_more(stream, buf, "body cut short")?;
-    }
-    let body = buf[head_end..head_end + length].to_vec();
-    buf.drain(..head_end + length);
-    Ok((body, close))
-}
-
-/// Appends what `stream` has next to `buf`; an end of stream is an error saying `cut`.
-fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>, cut: &str) -> io::Result<()> {
-    let mut chunk = [0u8; 8192];
-    let n = stream.read(&mut chunk)?;
-    if n == 0 {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, cut.to_owned()));
-    }
-    buf.extend_from_slice(&chunk[..n]);
-    Ok(())
+    let close = response.connection_has("close");
+    Ok((response.body, close))
 }
 
 /// What a load loop counted.
@@ -341,7 +317,7 @@ fn load(
                 let stream = conn.as_mut().unwrap();
                 stream.set_read_timeout(Some(Duration::from_secs(10)))?;
                 stream.write_all(request.as_bytes())?;
-                let (got, close) = read_response(stream, &mut buf)?;
+                let (got, close) = read_ok(stream, &mut buf)?;
                 if got != body {
                     return Err(io::Error::other("wrong body"));
                 }
@@ -717,7 +693,7 @@ fn get_path(port: u16, path: &str) -> io::Result<Vec<u8>> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())?;
     let mut buf = Vec::new();
-    read_response(&mut stream, &mut buf).map(|(body, _)| body)
+    read_ok(&mut stream, &mut buf).map(|(body, _)| body)
 }
 
 httptest!(

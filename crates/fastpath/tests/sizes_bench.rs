@@ -7,21 +7,9 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::util::{skip, Missing, BIN};
+use fastpath_testkit::free_port_run;
 
 const TEST: &str = "size sweep";
-
-/// The script listens on `--port-base` plus a server's place in its order (up to 8 ports):
-/// a run of free ports below the kernel's ephemeral range, where the other tests' servers
-/// (port 0) and clients never land.
-fn free_port_run() -> u16 {
-    let start = 20_000 + (std::process::id() % 1_000) as u16 * 8;
-    (0..1_000)
-        .map(|i| 20_000 + (start - 20_000 + i * 8) % 8_000)
-        .find(|&base| {
-            (base..base + 8).all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        })
-        .expect("a free run of 8 ports below 28,000")
-}
 
 #[test]
 fn size_sweep_short_run() {
@@ -45,7 +33,9 @@ fn size_sweep_short_run() {
             "4,16",
         ])
         .args(["--servers", "fastpath-copy,fastpath-sendfile,fastpath"])
-        .args(["--port-base", &free_port_run().to_string()])
+        // The script listens on `--port-base` plus a server's place in its order (up to 8
+        // ports).
+        .args(["--port-base", &free_port_run(8).to_string()])
         .env("FASTPATH_BIN", BIN)
         .output()
         .expect("run sizes.py");

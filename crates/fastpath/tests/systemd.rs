@@ -258,6 +258,57 @@ fn activation_with_metrics_listener() {
         .assert_status(404);
 }
 
+// A reload under socket activation hands the metrics listener over under its own name, beside
+// systemd's sockets: the new server serves the site on the socket systemd passed and the
+// metrics on theirs (taken for a site's socket, the metrics socket kept the new server from
+// binding the metrics address, and the reload failed).
+#[test]
+fn a_reload_under_activation_keeps_the_metrics_listener() {
+    let site = Site::new();
+    site.file("index.html", "activated\n");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let config = site.config(&format!(
+        "root = \"root\"\nworkers = 2\n[metrics]\nlisten = \"{metrics}\"\n"
+    ));
+    let Some(mut server) = Activated::start(
+        "systemd::a_reload_under_activation_keeps_the_metrics_listener",
+        &["--listen", &listen],
+        &[],
+        &["--config", config.to_str().unwrap(), "--model", "epoll"],
+    ) else {
+        return;
+    };
+    server.wait_stderr(&format!("Listening on {listen}"));
+    let addr: SocketAddr = listen.parse().unwrap();
+    let metrics: SocketAddr = metrics.parse().unwrap();
+    Conn::open(addr)
+        .exchange(req("GET", "/index.html", &[]))
+        .assert_ok(200, "activated\n");
+    server.wait_stderr(&format!("metrics on http://{metrics}/metrics"));
+    server.signal(libc::SIGHUP);
+    server.wait_stderr("is ready; this one");
+    let status = server.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "exit {status:?}\n{}", server.report());
+    let log = server.stderr();
+    let new: libc::pid_t = log
+        .split("the new server (pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid of the new server\n{}", server.report()));
+    Conn::open(addr)
+        .exchange(req("GET", "/index.html", &[]))
+        .assert_ok(200, "activated\n");
+    let scrape = Conn::open(metrics).exchange(req("GET", "/metrics", &[]));
+    scrape.assert_status(200);
+    assert!(scrape.text().contains("fastpath_build_info"), "{scrape}");
+    Conn::open(addr)
+        .exchange(req("GET", "/metrics", &[]))
+        .assert_status(404);
+    // SAFETY: plain kill(2) on the new server, a process of this test's group.
+    unsafe { libc::kill(new, libc::SIGINT) };
+}
+
 // A socket unit's Unix socket (`ListenStream=/PATH`) is served like a TCP one; its file is
 // the unit's and stays when the server stops.
 #[test]
@@ -276,12 +327,8 @@ fn activation_serves_a_unix_socket() {
     };
     server.wait_stderr("Listening on");
     let answer = crate::unix_sockets::get_over(&path, "/index.html");
-    assert!(
-        answer.starts_with("HTTP/1.1 200 OK\r\n"),
-        "{answer}\n{}",
-        server.report()
-    );
-    assert!(answer.ends_with("over unix\n"), "{answer}");
+    assert_eq!(answer.status, 200, "{answer}\n{}", server.report());
+    assert_eq!(answer.text(), "over unix\n", "{answer}");
     server.signal(libc::SIGTERM);
     assert!(
         server.wait_exit(START_TIMEOUT).success(),

@@ -2,7 +2,7 @@
 //! one with curl, a service over one with Python, on every model; the socket file's life (a
 //! stale one replaced, anything else refused, removed at the end) and its permissions.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -146,17 +146,17 @@ fn what_is_not_a_stale_socket_is_never_removed() {
     assert!(path.exists());
 }
 
-/// One request over the Unix socket at `path`: the whole answer.
-pub(crate) fn get_over(path: &Path, target: &str) -> String {
+/// One request over the Unix socket at `path`: its response.
+pub(crate) fn get_over(path: &Path, target: &str) -> Response {
     let mut client = UnixStream::connect(path).unwrap();
     client
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let request = format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     client.write_all(request.as_bytes()).unwrap();
-    let mut answer = String::new();
-    client.read_to_string(&mut answer).unwrap();
-    answer
+    fastpath_testkit::read_response(&mut client, &mut Vec::new(), "GET")
+        .unwrap_or_else(|e| panic!("reading the response over {}: {e}", path.display()))
+        .unwrap_or_else(|| panic!("{} closed without a response", path.display()))
 }
 
 // A reload hands the Unix socket to the new server, which serves it; the old server leaves
@@ -170,7 +170,7 @@ httptest!(a_reload_hands_the_unix_socket_over, |model| {
         .arg("--listen")
         .arg(&unix_arg(&path))
         .start();
-    assert!(get_over(&path, "/a.txt").ends_with("hello"));
+    get_over(&path, "/a.txt").assert_ok(200, "hello");
     srv.signal(libc::SIGHUP);
     let pid = wait_for(Duration::from_secs(10), || {
         let stderr = srv.stderr();
@@ -188,8 +188,7 @@ httptest!(a_reload_hands_the_unix_socket_over, |model| {
         srv.report()
     );
     assert!(path.exists(), "the old server left the file to the new one");
-    let answer = get_over(&path, "/a.txt");
-    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    get_over(&path, "/a.txt").assert_ok(200, "hello");
     // SAFETY: plain kill(2) on the new server's pid.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let removed = wait_for(Duration::from_secs(10), || (!path.exists()).then_some(()));

@@ -3,17 +3,16 @@
 //! Every test builds a [`Site`] (a temporary directory with a document root in
 //! it), starts the real `fastpath` binary on it with `--listen 127.0.0.1:0`, and
 //! talks to it over plain TCP with [`Conn`], which writes raw bytes and parses
-//! the responses with a small HTTP/1.1 reader of its own, so that a test sees
+//! the responses with the test kit's small HTTP/1.1 reader, so that a test sees
 //! exactly what went over the wire. The server is killed when the [`Server`]
 //! value is dropped; when the test fails, the command line, the files of the
 //! site and everything the server printed are written to the test's output.
 
 #![allow(dead_code)]
 
-use std::fmt;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -604,16 +603,6 @@ fn tail(s: &str, max: usize) -> String {
     format!("[... {start} bytes cut ...]{}", &s[start..])
 }
 
-/// A port free at the moment, for a server that must be told one (a reload's added
-/// address, systemd-socket-activate).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Calls `f` every 20 ms until it returns `Some` or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
@@ -749,158 +738,7 @@ impl Conn {
     /// Reads one response; `Ok(None)` if the connection ends cleanly before
     /// the first byte of it.
     pub fn try_read_response(&mut self, method: &str) -> io::Result<Option<Response>> {
-        // The head.
-        let head_end = loop {
-            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                break i + 4;
-            }
-            if self.fill()? == 0 {
-                if self.buf.is_empty() {
-                    return Ok(None);
-                }
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "end of stream inside a response head",
-                ));
-            }
-        };
-        let head: Vec<u8> = self.buf.drain(..head_end).collect();
-        let head_text = String::from_utf8(head)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "response head not UTF-8"))?;
-        let mut lines = head_text.trim_end_matches("\r\n").split("\r\n");
-        let status_line = lines.next().unwrap_or_default();
-        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-        let mut parts = status_line.splitn(3, ' ');
-        let version = parts.next().unwrap_or_default().to_string();
-        if !version.starts_with("HTTP/") {
-            return Err(bad(&format!("bad status line {status_line:?}")));
-        }
-        let status: u16 = parts
-            .next()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| bad(&format!("bad status code in {status_line:?}")))?;
-        let reason = parts.next().unwrap_or_default().to_string();
-        let mut headers = Vec::new();
-        for line in lines {
-            let (name, value) = line
-                .split_once(':')
-                .ok_or_else(|| bad(&format!("bad header line {line:?}")))?;
-            if name.is_empty() || name.ends_with([' ', '\t']) {
-                return Err(bad(&format!("bad header name in {line:?}")));
-            }
-            headers.push((name.to_string(), value.trim().to_string()));
-        }
-        let mut r = Response {
-            version,
-            status,
-            reason,
-            headers,
-            body: Vec::new(),
-            head: head_text,
-        };
-
-        // The body.
-        let no_body =
-            method == "HEAD" || (100..200).contains(&status) || status == 204 || status == 304;
-        if no_body {
-            return Ok(Some(r));
-        }
-        let chunked = r
-            .header("transfer-encoding")
-            .map(|te| {
-                te.rsplit(',')
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .eq_ignore_ascii_case("chunked")
-            })
-            .unwrap_or(false);
-        if chunked {
-            r.body = self.read_chunked()?;
-        } else if let Some(cl) = r.header("content-length") {
-            let n: usize = cl
-                .parse()
-                .map_err(|_| bad(&format!("bad Content-Length {cl:?}")))?;
-            while self.buf.len() < n {
-                if self.fill()? == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("end of stream after {} of {n} body bytes", self.buf.len()),
-                    ));
-                }
-            }
-            r.body = self.buf.drain(..n).collect();
-        } else {
-            // Delimited by the end of the connection.
-            loop {
-                match self.fill() {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
-                    Err(e) => return Err(e),
-                }
-            }
-            r.body = std::mem::take(&mut self.buf);
-        }
-        Ok(Some(r))
-    }
-
-    fn read_line(&mut self) -> io::Result<String> {
-        loop {
-            if let Some(i) = find(&self.buf, b"\r\n") {
-                let line: Vec<u8> = self.buf.drain(..i + 2).collect();
-                return Ok(String::from_utf8_lossy(&line[..i]).into_owned());
-            }
-            if self.fill()? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "end of stream inside a chunked body",
-                ));
-            }
-        }
-    }
-
-    fn read_chunked(&mut self) -> io::Result<Vec<u8>> {
-        let mut body = Vec::new();
-        loop {
-            let line = self.read_line()?;
-            let size = line.split(';').next().unwrap_or_default().trim();
-            let size = usize::from_str_radix(size, 16).map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("bad chunk size {line:?}"),
-                )
-            })?;
-            if size == 0 {
-                // Trailer fields up to the empty line.
-                while !self.read_line()?.is_empty() {}
-                return Ok(body);
-            }
-            while self.buf.len() < size + 2 {
-                if self.fill()? == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "end of stream inside a chunk",
-                    ));
-                }
-            }
-            body.extend(self.buf.drain(..size));
-            let crlf: Vec<u8> = self.buf.drain(..2).collect();
-            if crlf != b"\r\n" {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "chunk not followed by CRLF",
-                ));
-            }
-        }
-    }
-
-    /// Reads more bytes into the buffer; returns how many (0 at the end of stream).
-    fn fill(&mut self) -> io::Result<usize> {
-        let mut tmp = [0u8; 65536];
-        let n = self.stream.read(&mut tmp)?;
-        self.buf.extend_from_slice(&tmp[..n]);
-        Ok(n)
+        fastpath_testkit::read_response(&mut self.stream, &mut self.buf, method)
     }
 
     /// Waits up to `timeout` for the server to close the connection; returns
@@ -950,156 +788,6 @@ impl Conn {
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-// ---------------------------------------------------------------------------
-// Responses
-
-/// A parsed response.
-#[derive(Clone, Debug)]
-pub struct Response {
-    /// `HTTP/1.1`.
-    pub version: String,
-    pub status: u16,
-    pub reason: String,
-    /// Fields in the order received, values trimmed.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    /// The head as received, status line and fields.
-    pub head: String,
-}
-
-impl fmt::Display for Response {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.head)?;
-        let body = String::from_utf8_lossy(&self.body);
-        if body.len() > 600 {
-            let mut cut = 600;
-            while !body.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            write!(f, "{}[... {} body bytes]", &body[..cut], self.body.len())
-        } else {
-            write!(f, "{body}")
-        }
-    }
-}
-
-impl Response {
-    /// The first field called `name` (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Every field called `name`.
-    pub fn headers_all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    /// The field `name`; panics with the response if it is missing.
-    pub fn expect_header(&self, name: &str) -> &str {
-        self.header(name)
-            .unwrap_or_else(|| panic!("no {name} field in the response:\n{self}"))
-    }
-
-    /// The body as text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// Asserts the status code.
-    #[track_caller]
-    pub fn assert_status(&self, status: u16) -> &Self {
-        assert_eq!(self.status, status, "unexpected status; response:\n{self}");
-        self
-    }
-
-    /// Asserts status and body.
-    #[track_caller]
-    pub fn assert_ok(&self, status: u16, body: impl AsRef<[u8]>) -> &Self {
-        self.assert_status(status);
-        assert_eq!(
-            self.body,
-            body.as_ref(),
-            "unexpected body; response:\n{self}"
-        );
-        self
-    }
-
-    /// Asserts a field value (exact, after trimming).
-    #[track_caller]
-    pub fn assert_header(&self, name: &str, value: &str) -> &Self {
-        assert_eq!(
-            self.header(name),
-            Some(value),
-            "unexpected {name}; response:\n{self}"
-        );
-        self
-    }
-
-    /// Asserts that a field is absent.
-    #[track_caller]
-    pub fn assert_no_header(&self, name: &str) -> &Self {
-        assert_eq!(
-            self.header(name),
-            None,
-            "unexpected {name} field; response:\n{self}"
-        );
-        self
-    }
-
-    /// Whether a `Connection` field lists `token`.
-    pub fn connection_has(&self, token: &str) -> bool {
-        self.headers_all("connection")
-            .iter()
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    }
-
-    /// Asserts what every response carries: `HTTP/1.1`, a Date that parses,
-    /// a Server, and (except for 1xx and 304) a Content-Length that matches
-    /// the body (`head`: the request was HEAD, so the body is not there).
-    #[track_caller]
-    pub fn assert_common(&self, head: bool) -> &Self {
-        assert_eq!(
-            self.version, "HTTP/1.1",
-            "response version; response:\n{self}"
-        );
-        let date = self.expect_header("date");
-        assert!(
-            httpdate::parse_http_date(date).is_ok(),
-            "Date {date:?} is not an HTTP date; response:\n{self}"
-        );
-        assert!(
-            !self.expect_header("server").is_empty(),
-            "empty Server field; response:\n{self}"
-        );
-        if !(100..200).contains(&self.status) && self.status != 304 {
-            let cl = self.expect_header("content-length");
-            let cl: usize = cl
-                .parse()
-                .unwrap_or_else(|_| panic!("bad Content-Length {cl:?}; response:\n{self}"));
-            if !head {
-                assert_eq!(
-                    cl,
-                    self.body.len(),
-                    "Content-Length vs body; response:\n{self}"
-                );
-            }
-        }
-        self
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Other helpers
 
@@ -1137,7 +825,7 @@ pub fn raise_nofile() -> u64 {
 }
 
 /// Visible skips, shared with the other crates' tests.
-pub use fastpath_testkit::{skip, Missing};
+pub use fastpath_testkit::{free_port, skip, Missing, Response};
 
 /// Runs `curl` with `args`; `None` (after saying so) if curl is not installed.
 pub fn curl(args: &[&str]) -> Option<Output> {

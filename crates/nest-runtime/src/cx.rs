@@ -6,13 +6,12 @@ use std::fmt;
 use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use regex_automata::util::captures::Captures as Slots;
 
-use crate::machine::Receive;
 use crate::options::Options;
+use crate::receive::Receive;
 use crate::{StateId, States};
 
 /// Where an action's output goes: the driver's output queue, inetd's standard output, or
@@ -258,19 +257,9 @@ impl Cx<'_> {
                 "$fileReceive in END: the connection is closing",
             ));
         }
-        let target = PathBuf::from(path);
-        let mut part = target.clone().into_os_string();
-        part.push(".part");
-        let part = PathBuf::from(part);
-        match File::create(&part) {
-            Ok(file) => {
-                self.effects.receive = Some(Receive {
-                    file,
-                    part,
-                    target,
-                    remaining: len,
-                    received: 0,
-                });
+        match Receive::start(path, len) {
+            Ok(receive) => {
+                self.effects.receive = Some(receive);
                 Ok(())
             }
             Err(e) => {

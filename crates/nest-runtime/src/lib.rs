@@ -17,6 +17,7 @@ mod inetd;
 mod machine;
 pub mod options;
 pub mod pattern;
+mod receive;
 mod run;
 mod service;
 

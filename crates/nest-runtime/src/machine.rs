@@ -1,14 +1,12 @@
 //! The per-connection state machine, the same for every model and for inetd: START at open,
 //! then matching (or receiving a file), END once before the close.
 
-use std::fs::File;
-use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use crate::cx::{Captures, Cx, Effects, Sink};
 use crate::options::Options;
 use crate::pattern::{self, Pattern, Progress, Scan, Scratch};
+use crate::receive::Receive;
 use crate::{Server, StateId, States};
 
 /// What a process shares between its connections: the server, its compiled patterns, its
@@ -17,16 +15,6 @@ pub(crate) struct Engine<S: Server> {
     pub(crate) server: S,
     pub(crate) patterns: Vec<Pattern>,
     pub(crate) options: Options,
-}
-
-/// A file being received (`$fileReceive`).
-pub(crate) struct Receive {
-    pub(crate) file: File,
-    pub(crate) part: PathBuf,
-    pub(crate) target: PathBuf,
-    /// Bytes still to come; `None`: until the peer finishes sending.
-    pub(crate) remaining: Option<u64>,
-    pub(crate) received: u64,
 }
 
 /// One connection of a generated server: its variables, its states, and what it is doing.
@@ -150,7 +138,7 @@ impl<S: Server> Engine<S> {
                 match receive(r, input, eof) {
                     Ok(true) => {
                         let r = m.receive.take().expect("receiving");
-                        if let Err(e) = std::fs::rename(&r.part, &r.target) {
+                        if let Err(e) = r.finish() {
                             let why =
                                 format!("$fileReceive: cannot rename {}: {e}", r.part.display());
                             self.end(m, sink, &why);
@@ -288,8 +276,7 @@ impl<S: Server> Engine<S> {
         }
         m.ended = true;
         if let Some(r) = m.receive.take() {
-            drop(r.file);
-            let _ = std::fs::remove_file(&r.part);
+            r.abandon();
         }
         let quiet = matches!(reason, "peer closed" | "server stopping")
             || reason.starts_with("closed by $close");
@@ -322,23 +309,9 @@ impl<C> Machine<C> {
 /// Moves input into the file being received; true once it is complete (the length reached,
 /// or, without a length, the peer finished).
 fn receive(r: &mut Receive, input: &mut dyn InputBuf, eof: bool) -> std::io::Result<bool> {
-    let data = input.data();
-    let take = match r.remaining {
-        Some(n) => data.len().min(usize::try_from(n).unwrap_or(usize::MAX)),
-        None => data.len(),
-    };
-    if take > 0 {
-        r.file.write_all(&data[..take])?;
-        input.consume(take);
-        r.received += take as u64;
-        if let Some(n) = &mut r.remaining {
-            *n -= take as u64;
-        }
-    }
-    Ok(match r.remaining {
-        Some(n) => n == 0,
-        None => eof,
-    })
+    let taken = r.write(input.data())?;
+    input.consume(taken);
+    Ok(r.complete(eof))
 }
 
 pub(crate) fn who(peer: Option<SocketAddr>) -> String {
@@ -351,6 +324,7 @@ pub(crate) fn who(peer: Option<SocketAddr>) -> String {
 #[cfg(test)]
 mod tests {
     use std::fmt;
+    use std::fs::File;
     use std::sync::Arc;
 
     use super::*;

@@ -11,12 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{example, read_to_close, read_until, send, skip, Server, MODELS};
-use fastpath_testkit::{openbsd_inetd, Reaped, OPENBSD_INETD};
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
+use fastpath_testkit::{free_port, openbsd_inetd, Reaped, OPENBSD_INETD};
 
 /// Connects once the superserver listens.
 fn connect(port: u16) -> TcpStream {

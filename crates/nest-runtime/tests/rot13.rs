@@ -113,10 +113,7 @@ fn input_buffer_full_and_idle_timeout_from_config_nest() {
 #[test]
 fn config_nest_sets_the_port_beside_the_binary_or_given() {
     let dir = tempfile::tempdir().unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = fastpath_testkit::free_port();
     let config = dir.path().join("config.nest");
     std::fs::write(
         &config,

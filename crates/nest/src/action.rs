@@ -2,7 +2,7 @@
 //! else is copied as written, newlines included, so that each line of generated action code is
 //! a line of the spec.
 
-use crate::parse::Parser;
+use crate::ast::Spec;
 use crate::rusttok::{Tok, Token};
 
 /// The action keywords, as written after `$`.
@@ -25,6 +25,34 @@ pub struct Ctx {
     pub place: String,
 }
 
+/// One action being translated: the spec's text and what is declared so far, read; the
+/// errors and the states `$seen`, found on the way and left for the parser to record (the
+/// translation reads the spec, it does not build it).
+pub struct Translation<'a> {
+    s: &'a [char],
+    spec: &'a Spec,
+    /// Errors at offsets into the text, in the order found.
+    pub errors: Vec<(usize, String)>,
+    /// The states `$seen` names, each once, in order of first use.
+    pub seen: Vec<String>,
+}
+
+impl<'a> Translation<'a> {
+    /// A translation of actions in `s`, the text of `spec`.
+    pub fn new(s: &'a [char], spec: &'a Spec) -> Translation<'a> {
+        Translation {
+            s,
+            spec,
+            errors: Vec::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    fn error(&mut self, at: usize, msg: impl Into<String>) {
+        self.errors.push((at, msg.into()));
+    }
+}
+
 /// The index of the token closing the bracket opened by `toks[open]`.
 fn matching(toks: &[Token], open: usize) -> Option<usize> {
     let mut depth = 0;
@@ -43,22 +71,28 @@ fn matching(toks: &[Token], open: usize) -> Option<usize> {
     None
 }
 
-/// Translates `p.s[from..to]`, whose tokens are `toks`.
-pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &Ctx) -> String {
+/// Translates `tr.s[from..to]`, whose tokens are `toks`.
+pub fn translate(
+    tr: &mut Translation<'_>,
+    toks: &[Token],
+    from: usize,
+    to: usize,
+    ctx: &Ctx,
+) -> String {
     let mut out = String::new();
     let mut last = from;
     let mut k = 0;
-    let text = |p: &Parser, a: usize, b: usize| p.s[a..b].iter().collect::<String>();
+    let text = |tr: &Translation<'_>, a: usize, b: usize| tr.s[a..b].iter().collect::<String>();
     while k < toks.len() {
         let t = toks[k];
         if t.kind != Tok::Punct('$') {
             k += 1;
             continue;
         }
-        out.push_str(&text(p, last, t.start));
+        out.push_str(&text(tr, last, t.start));
         let next = toks.get(k + 1).copied().filter(|n| n.start == t.end);
         let Some(next) = next else {
-            p.error(
+            tr.error(
                 t.start,
                 "stray `$`: expected a keyword such as `$reply` or a group such as `$1`",
             );
@@ -67,16 +101,16 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
             k += 1;
             continue;
         };
-        let word = text(p, next.start, next.end);
+        let word = text(tr, next.start, next.end);
         // A group: `$1`.
         if next.kind == (Tok::Lit { string: false }) {
-            out.push_str(&group(p, t.start, &word, ctx, "text"));
+            out.push_str(&group(tr, t.start, &word, ctx, "text"));
             last = next.end;
             k += 2;
             continue;
         }
         if next.kind != Tok::Ident || !KEYWORDS.contains(&word.as_str()) {
-            p.error(
+            tr.error(
                 t.start,
                 format!(
                     "unknown keyword `${word}` (known: {})",
@@ -87,7 +121,7 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
                         .join(", ")
                 ),
             );
-            out.push_str(&text(p, t.start, next.end));
+            out.push_str(&text(tr, t.start, next.end));
             last = next.end;
             k += 2;
             continue;
@@ -111,7 +145,7 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
             continue;
         }
         if word == "LASTSEEN" {
-            p.error(
+            tr.error(
                 t.start,
                 "`$LASTSEEN` belongs in qualifiers; in an action, test states with a qualifier",
             );
@@ -122,11 +156,11 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
             None
         };
         let Some(close) = close else {
-            p.error(
+            tr.error(
                 t.start,
                 format!("`${word}` needs its arguments in parentheses: `${word}(...)`"),
             );
-            out.push_str(&text(p, t.start, next.end));
+            out.push_str(&text(tr, t.start, next.end));
             last = next.end;
             k += 2;
             continue;
@@ -155,23 +189,23 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
         }
         let end_at = toks[close].end;
         let kw_at = t.start;
-        let arg = |p: &mut Parser, n: usize| {
+        let arg = |tr: &mut Translation<'_>, n: usize| {
             let (ts, a, b) = args[n];
-            translate(p, ts, a, b, ctx).trim().to_string()
+            translate(tr, ts, a, b, ctx).trim().to_string()
         };
-        let state_arg = |p: &mut Parser, star: bool| -> Option<String> {
+        let state_arg = |tr: &mut Translation<'_>, star: bool| -> Option<String> {
             let ok = args.len() == 1 && args[0].0.len() == 1;
             let tok = args.first().and_then(|a| a.0.first()).copied();
             match tok {
                 Some(tk) if ok && tk.kind == Tok::Ident => {
-                    let name = text(p, tk.start, tk.end);
+                    let name = text(tr, tk.start, tk.end);
                     if name == "START" || name == "END" {
-                        p.error(
+                        tr.error(
                             tk.start,
                             format!("`${word}({name})`: START and END are entered by the runtime, not by actions"),
                         );
-                    } else if !p.is_state(&name) {
-                        p.error(
+                    } else if !tr.spec.is_state(&name) {
+                        tr.error(
                             tk.start,
                             format!("undeclared state `{name}` (declare it with `%state {name}`)"),
                         );
@@ -180,7 +214,7 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
                 }
                 Some(tk) if ok && star && tk.kind == Tok::Punct('*') => Some("*".into()),
                 _ => {
-                    p.error(
+                    tr.error(
                         kw_at,
                         format!("`${word}` takes one state: `${word}(STATE)`"),
                     );
@@ -189,13 +223,13 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
             }
         };
         let rep = match word.as_str() {
-            "seen" => state_arg(p, false).map(|s| {
-                if !p.spec.seen.contains(&s) {
-                    p.spec.seen.push(s.clone());
+            "seen" => state_arg(tr, false).map(|s| {
+                if !tr.seen.contains(&s) {
+                    tr.seen.push(s.clone());
                 }
                 format!("cx.seen({s})")
             }),
-            "clear" => state_arg(p, true).map(|s| {
+            "clear" => state_arg(tr, true).map(|s| {
                 if s == "*" {
                     "cx.clear_all()".to_string()
                 } else {
@@ -204,17 +238,17 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
             }),
             "reply" => {
                 if args.is_empty() {
-                    p.error(
+                    tr.error(
                         kw_at,
                         "`$reply` needs something to send: `$reply(\"text\")`",
                     );
                     None
                 } else {
-                    let all = translate(p, inner, open.end, toks[close].start, ctx);
+                    let all = translate(tr, inner, open.end, toks[close].start, ctx);
                     let first = args[0].0;
                     let is_format = first.len() == 1
                         && first[0].kind == (Tok::Lit { string: true })
-                        && text(p, first[0].start, first[0].end).contains('{');
+                        && text(tr, first[0].start, first[0].end).contains('{');
                     if is_format {
                         Some(format!("cx.reply(format_args!({}))", all.trim()))
                     } else {
@@ -225,24 +259,24 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
             }
             "fileReply" => {
                 if args.len() != 1 {
-                    p.error(kw_at, "`$fileReply` takes one path: `$fileReply(path)`");
+                    tr.error(kw_at, "`$fileReply` takes one path: `$fileReply(path)`");
                     None
                 } else {
-                    let a = arg(p, 0);
+                    let a = arg(tr, 0);
                     Some(format!("cx.file_reply(&{})", paren(&a, args[0].0.len())))
                 }
             }
             "fileReceive" => match args.len() {
                 1 => {
-                    let a = arg(p, 0);
+                    let a = arg(tr, 0);
                     Some(format!(
                         "cx.file_receive(&{}, None)",
                         paren(&a, args[0].0.len())
                     ))
                 }
                 2 => {
-                    let a = arg(p, 0);
-                    let n = arg(p, 1);
+                    let a = arg(tr, 0);
+                    let n = arg(tr, 1);
                     Some(format!(
                         "cx.file_receive(&{}, Some({} as u64))",
                         paren(&a, args[0].0.len()),
@@ -250,7 +284,7 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
                     ))
                 }
                 _ => {
-                    p.error(kw_at, "`$fileReceive` takes a path and an optional length: `$fileReceive(path, n)`");
+                    tr.error(kw_at, "`$fileReceive` takes a path and an optional length: `$fileReceive(path, n)`");
                     None
                 }
             },
@@ -258,11 +292,11 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
                 let n = args.first().filter(|a| a.0.len() == 1).map(|a| a.0[0]);
                 match n {
                     Some(n) if n.kind == (Tok::Lit { string: false }) => {
-                        let w = text(p, n.start, n.end);
-                        Some(group(p, kw_at, &w, ctx, "bytes"))
+                        let w = text(tr, n.start, n.end);
+                        Some(group(tr, kw_at, &w, ctx, "bytes"))
                     }
                     _ => {
-                        p.error(kw_at, "`$bytes` takes a group number: `$bytes(1)`");
+                        tr.error(kw_at, "`$bytes` takes a group number: `$bytes(1)`");
                         None
                     }
                 }
@@ -271,12 +305,12 @@ pub fn translate(p: &mut Parser, toks: &[Token], from: usize, to: usize, ctx: &C
         };
         match rep {
             Some(r) => out.push_str(&r),
-            None => out.push_str(&text(p, kw_at, end_at)),
+            None => out.push_str(&text(tr, kw_at, end_at)),
         }
         last = end_at;
         k = close + 1;
     }
-    out.push_str(&text(p, last, to));
+    out.push_str(&text(tr, last, to));
     out
 }
 
@@ -304,23 +338,23 @@ fn paren(a: &str, tokens: usize) -> String {
 }
 
 /// `$N` (or `$bytes(N)`) as `m.text(N)` / `m.bytes(N)`, checked against the pattern's groups.
-fn group(p: &mut Parser, at: usize, word: &str, ctx: &Ctx, method: &str) -> String {
+fn group(tr: &mut Translation<'_>, at: usize, word: &str, ctx: &Ctx, method: &str) -> String {
     let Ok(n) = word.parse::<usize>() else {
-        p.error(
+        tr.error(
             at,
             format!("`${word}` is not a group: groups are `$1`, `$2`, ..."),
         );
         return format!("${word}");
     };
     match ctx.groups {
-        None => p.error(
+        None => tr.error(
             at,
             format!(
                 "`${n}`: {} matches no input, so it has no groups",
                 ctx.place
             ),
         ),
-        Some(g) if n > g && g != usize::MAX => p.error(
+        Some(g) if n > g && g != usize::MAX => tr.error(
             at,
             format!(
                 "`${n}`: this rule's pattern has {g} group{}",

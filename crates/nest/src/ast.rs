@@ -124,6 +124,13 @@ pub struct Spec {
     pub trailer: Option<(u32, String)>,
 }
 
+impl Spec {
+    /// Whether `name` is a state: predefined, or declared with `%state`.
+    pub fn is_state(&self, name: &str) -> bool {
+        PREDEFINED.contains(&name) || self.states.iter().any(|(s, _)| s == name)
+    }
+}
+
 /// An error or a warning at a position.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diag {

@@ -1,7 +1,7 @@
 //! The parser: declarations, rules and trailing section, with every error at its line and
 //! column. It goes on after an error so that one run reports them all.
 
-use crate::action::{self, Ctx};
+use crate::action::{self, Ctx, Translation};
 use crate::ast::*;
 use crate::pattern;
 use crate::rusttok;
@@ -79,10 +79,6 @@ impl Parser {
         (a..self.s.len())
             .find(|&i| self.s[i] == '\n')
             .unwrap_or(self.s.len())
-    }
-
-    pub fn is_state(&self, name: &str) -> bool {
-        PREDEFINED.contains(&name) || self.spec.states.iter().any(|(s, _)| s == name)
     }
 
     pub fn macro_text(&self, name: &str) -> Option<&Macro> {
@@ -476,11 +472,11 @@ impl Parser {
                     let mut vars = Vec::new();
                     q.vars(&mut vars);
                     let from_macro = toks.iter().any(
-                        |t| matches!(t, QTok::Name(n, _) if !self.is_state(n) && self.macro_text(n).is_some()),
+                        |t| matches!(t, QTok::Name(n, _) if !self.spec.is_state(n) && self.macro_text(n).is_some()),
                     );
                     let all_states = vars
                         .iter()
-                        .all(|v| self.is_state(v.trim_start_matches('$')));
+                        .all(|v| self.spec.is_state(v.trim_start_matches('$')));
                     if all_states || !from_macro {
                         self.check_qual_states(&q);
                         let combined = and(block, q);
@@ -606,7 +602,7 @@ impl Parser {
     ) -> Option<()> {
         for t in toks {
             match t {
-                QTok::Name(n, pos) if !self.is_state(n) => {
+                QTok::Name(n, pos) if !self.spec.is_state(n) => {
                     let Some(m) = self.macro_text(n) else {
                         out.push(t.clone());
                         continue;
@@ -631,7 +627,7 @@ impl Parser {
     fn check_qual_states(&mut self, q: &Qual) {
         match q {
             Qual::State(n, pos) | Qual::LastSeen(n, pos) => {
-                if !self.is_state(n) {
+                if !self.spec.is_state(n) {
                     self.error_at(
                         *pos,
                         format!("undeclared state `{n}` (declare it with `%state {n}`)"),
@@ -865,7 +861,7 @@ impl Parser {
         stack: &mut Vec<String>,
     ) -> Result<String, (Option<Pos>, String)> {
         let Some(m) = self.macro_text(name) else {
-            if self.is_state(name) {
+            if self.spec.is_state(name) {
                 return Err((None, format!(
                     "`{name}` is a state, not a macro: a qualifier ends with `:` (`{name}: pattern {{ ... }}`)"
                 )));
@@ -937,7 +933,17 @@ impl Parser {
     fn action(&mut self, open: usize, ctx: &Ctx) -> (Option<Action>, usize) {
         match rusttok::scan(&self.s, open + 1, false) {
             Ok((toks, close)) => {
-                let code = action::translate(self, &toks, open + 1, close, ctx);
+                let mut translation = Translation::new(&self.s, &self.spec);
+                let code = action::translate(&mut translation, &toks, open + 1, close, ctx);
+                let Translation { errors, seen, .. } = translation;
+                for (at, msg) in errors {
+                    self.error(at, msg);
+                }
+                for state in seen {
+                    if !self.spec.seen.contains(&state) {
+                        self.spec.seen.push(state);
+                    }
+                }
                 let line = self.pos(open).line;
                 let multiline_literal = toks.iter().any(|t| {
                     t.kind == (rusttok::Tok::Lit { string: true })

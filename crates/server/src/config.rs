@@ -256,6 +256,29 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// The error of a file that is not UTF-8 (TOML must be), at its first bad byte: its line, and
+/// its column counted in the characters before it, as every other error's.
+fn not_utf8(bytes: &[u8], error: std::str::Utf8Error) -> ConfigError {
+    let at = error.valid_up_to();
+    let before = std::str::from_utf8(&bytes[..at]).expect("valid up to here");
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let message = match error.error_len() {
+        Some(_) => format!(
+            "not UTF-8 text, as a configuration file must be: byte 0x{:02x} here does not \
+             start a UTF-8 character (was the file saved in Latin-1 or another encoding?)",
+            bytes[at]
+        ),
+        None => "not UTF-8 text, as a configuration file must be: the file ends in the middle \
+                 of a UTF-8 character"
+            .to_owned(),
+    };
+    ConfigError {
+        line: before.matches('\n').count() + 1,
+        column: before[line_start..].chars().count() + 1,
+        message,
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -349,15 +372,18 @@ impl Config {
     /// Reads and parses the configuration file at `path`; relative paths in
     /// it are resolved against the file's directory.
     ///
-    /// A file that cannot be read gives one error at position 0:0.
+    /// A file that cannot be read gives one error at position 0:0; one that is not UTF-8, one
+    /// error at its first byte that is not.
     pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let bytes = std::fs::read(path).map_err(|e| {
             vec![ConfigError {
                 line: 0,
                 column: 0,
                 message: format!("cannot read the configuration file: {e}"),
             }]
         })?;
+        let text =
+            String::from_utf8(bytes).map_err(|e| vec![not_utf8(e.as_bytes(), e.utf8_error())])?;
         let base_dir = path.parent().unwrap_or(Path::new(""));
         let mut config = Config::from_toml(&text, base_dir)?;
         config.pid_file = config.pid_file.map(|p| base_dir.join(p));

@@ -3,8 +3,9 @@
 //!
 //! [`serve`] binds the listeners, opens every site, starts the access log and runs the
 //! concurrency model named in the configuration until the stop flag is set; [`serve_with`]
-//! does the same under systemd (see [`systemd`]): on the sockets it passed, telling it how the
-//! server is doing. The handler it runs is the same for every model: it parses requests with
+//! does the same on what the process [`Inherited`]: under systemd (see [`systemd`]) on the
+//! sockets it passed, telling it how the server is doing, and after a reload on the sockets of
+//! the server it replaces. The handler it runs is the same for every model: it parses requests with
 //! `fastpath-http`, asks `fastpath-handover` whether a backend takes each and
 //! `fastpath-content` what the others get, and queues the response on the connection.
 //!
@@ -23,6 +24,7 @@ mod error_log;
 mod hand_over;
 mod handler;
 mod kernel_bridge;
+mod listening;
 mod metrics;
 mod privileges;
 mod proxy;
@@ -38,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
-use fastpath_drivers::{bind_listeners_with, DriverConfig, ListenAddr, Listeners, Process};
+use fastpath_drivers::{DriverConfig, ListenAddr, Listeners, Process};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
 use fastpath_handover::{BackendConfig, BackendState, Routes, SharedCache};
 
@@ -47,6 +49,7 @@ pub use error_log::init_error_log;
 
 use crate::config::{Config, HostConfig};
 use crate::handler::{HandlerSettings, HttpHandler};
+use crate::listening::ListenerSource;
 use crate::metrics::Metrics;
 use crate::systemd::{Notify, Systemd};
 use crate::vhosts::VirtualHosts;
@@ -312,17 +315,49 @@ pub fn kernel_report(config: &Config) -> Option<String> {
     kernel_bridge::report(config)
 }
 
-/// Runs the server described by `config` until `stop` is set, on the addresses it names.
-pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
-    serve_with(config, stop, Systemd::default())
+/// What this process was started with, read from the environment by
+/// [`Inherited::from_env`]: what systemd passed it (see [`systemd`]), and what the server it
+/// replaces handed over on a reload or an upgrade (docs/operations.md).
+#[derive(Default)]
+pub struct Inherited {
+    systemd: Systemd,
+    handed: reload::Handed,
 }
 
-/// [`serve`] under systemd: on the sockets it passed, if any, instead of the configured
-/// addresses, notifying it of readiness, status, the stop and the watchdog when it asks.
+impl Inherited {
+    /// Reads the variables of systemd and of the server this process replaces, and unsets
+    /// them all. Must run before the process has other threads (see [`Systemd::from_env`]):
+    /// first thing in `main`.
+    pub fn from_env() -> Inherited {
+        Inherited {
+            systemd: Systemd::from_env(),
+            handed: reload::Handed::from_env(),
+        }
+    }
+
+    /// Where the listening sockets come from, decided once: the sockets are taken out.
+    fn listener_source(&mut self) -> Result<ListenerSource, ServeError> {
+        let activated =
+            std::mem::replace(&mut self.systemd.sockets, Ok(Vec::new())).map_err(|e| {
+                ServeError::Bind(io::Error::new(e.kind(), format!("socket activation: {e}")))
+            })?;
+        let handed = std::mem::take(&mut self.handed.sockets);
+        Ok(ListenerSource::decide(activated, handed))
+    }
+}
+
+/// Runs the server described by `config` until `stop` is set, on the addresses it names.
+pub fn serve(config: &Config, stop: &AtomicBool) -> Result<(), ServeError> {
+    serve_with(config, stop, Inherited::default())
+}
+
+/// [`serve`] on what the process inherited: the sockets systemd passed, if any, instead of the
+/// configured addresses, notifying it of readiness, status, the stop and the watchdog when it
+/// asks; or the sockets of the server this one replaces.
 pub fn serve_with(
     config: &Config,
     stop: &AtomicBool,
-    mut systemd: Systemd,
+    mut inherited: Inherited,
 ) -> Result<(), ServeError> {
     fastpath_drivers::ignore_sigpipe();
     // Decided before anything is bound or opened, so a refusal leaves nothing behind.
@@ -334,216 +369,43 @@ pub fn serve_with(
     let model = driver_model(config);
     let workers = worker_count(config.workers);
     let layout = model.layout(workers);
-    let inherited = std::mem::replace(&mut systemd.sockets, Ok(Vec::new())).map_err(|e| {
-        ServeError::Bind(io::Error::new(e.kind(), format!("socket activation: {e}")))
-    })?;
-    let mut handed = std::mem::take(&mut systemd.handed);
-    // Sockets systemd passed to the first server stay systemd's across reloads.
-    let from_systemd = handed.are_systemds();
-    let handed_sockets = std::mem::take(&mut handed.sockets);
-    let (inherited, mut handed_sockets) = if from_systemd {
-        let labels = handed_sockets
-            .into_iter()
-            .map(|(fd, _)| {
-                let label = format!("systemd socket fd {}", std::os::fd::AsRawFd::as_raw_fd(&fd));
-                (fd, label)
-            })
-            .collect();
-        (labels, Vec::new())
-    } else {
-        (inherited, handed_sockets)
-    };
-    let activated = !inherited.is_empty();
-    let labels: Vec<String> = inherited.iter().map(|(_, label)| label.clone()).collect();
-    let reloaded = !handed_sockets.is_empty();
-    if reloaded {
-        reload::name_process();
-    }
-    // HTTP's client speaks first: every listener defers accepting (TCP) until it has.
-    let options = |addr: &ListenAddr| config.listen_options(addr);
-    let listeners = if reloaded {
-        reload::listeners(
-            &config.listen,
-            &options,
-            &mut handed_sockets,
-            layout.listener_sets,
-        )
-    } else if inherited.is_empty() {
-        let specs: Vec<_> = config
-            .listen
-            .iter()
-            .map(|a| (a.clone(), options(a)))
-            .collect();
-        bind_listeners_with(&specs, layout.listener_sets)
-    } else {
-        // The socket unit says where to listen: `listen` is not bound as well, as a server
-        // that also bound its own addresses would hold ports the unit does not know of.
-        tracing::info!(
-            "socket activation: serving the {} socket{} systemd passed; `listen` is not used",
-            labels.len(),
-            if labels.len() == 1 { "" } else { "s" }
-        );
-        Listeners::from_inherited(inherited, layout.listener_sets)
-    }
-    .map_err(ServeError::Bind)?;
-    if !listeners.features.defer_accept {
-        tracing::info!("TCP_DEFER_ACCEPT is not available; accepting connections before their first bytes arrive");
-    }
-    let shape = model.shape(workers);
-    for (i, addr) in listeners.local_addrs.iter().enumerate() {
-        match labels.get(i) {
-            Some(label) => {
-                tracing::info!("listening on {addr} ({label}; {}, {shape})", model.name())
-            }
-            None => tracing::info!("listening on {addr} ({}, {shape})", model.name()),
-        }
-    }
-    let addrs: Vec<String> = listeners
-        .local_addrs
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let status = format!(
-        "serving on {} ({}, {shape})",
-        addrs.join(", "),
-        model.name()
-    );
-    let mut listeners = listeners;
-    let metrics = match config.metrics.listen {
-        Some(addr) => Some(Arc::new(metrics_listener(
-            config,
-            addr,
-            &mut listeners,
-            layout,
-            &mut handed_sockets,
-            reloaded,
-        )?)),
-        None => None,
-    };
-    if reloaded {
-        reload::close_unused(handed_sockets);
-    }
-    // The clients of a Unix-domain listener have no address: the logs name them by the
-    // listener, `unix:PATH`. One small string per such listener for the life of the process.
-    let unix_listeners: Vec<Option<&'static str>> = listeners
-        .local_addrs
-        .iter()
-        .map(|addr| match addr {
-            ListenAddr::Unix(_) => Some(&*Box::leak(addr.to_string().into_boxed_str())),
-            ListenAddr::Tcp(_) => None,
-        })
-        .collect();
-    let driver_config = DriverConfig {
-        max_connections: config.limits.max_connections,
-        send_timeout: config.timeouts.send,
-        linger_timeout: config.timeouts.linger,
-        shutdown_timeout: config.timeouts.shutdown,
-        ..DriverConfig::default()
-    };
-    // Open every root and the access log once here, so that a bad one stops the server at
-    // start with its own error (and not each preforked child as it starts); the processes
-    // that serve open their own.
-    virtual_hosts(config, Watching::Off)?;
-    AccessLog::start_direct(&config.log.access).map_err(ServeError::AccessLog)?;
+    let serving = format!("{}, {}", model.name(), model.shape(workers));
+    let source = inherited.listener_source()?;
+    let served = listening::open(config, source, layout.listener_sets, &serving)
+        .map_err(ServeError::Bind)?;
+    let metrics = start_metrics(config, &served, layout.handlers)?;
+    check_roots_and_access_log(config)?;
     // Loaded while the process is still root, once: the workers and prefork's children
     // share its maps (they go when the last process holding them exits).
     let kernel_bridge = kernel_bridge::load(config).map_err(ServeError::Kernel)?;
     if let Some(switch) = &switch {
         tracing::info!("serving as {}", switch.who());
     }
-    // Every process that serves opens its roots and its access log as root, then drops for
-    // good before it takes a connection: here for the threaded models, in each child for
-    // prefork, whose parent stays root to start children that can do the same
-    // (docs/operations.md says why).
-    // prefork's children each read their own inotify events, on their own ticks; one change
-    // counter per site in memory they all share (mapped here, before they are forked) makes
-    // a change the first of them reads stale for all at once.
-    let generations = if model.kind() == ModelKind::Prefork && config.cache.enabled {
-        fastpath_content::shared_generations(1 + config.hosts.len())
-            .map_err(|e| tracing::warn!("children will see file changes one by one: {e}"))
-            .ok()
-    } else {
-        None
+    let plan = ProcessPlan {
+        config,
+        handlers: layout.handlers,
+        metrics,
+        unix_listeners: unix_listener_names(&served.listeners),
+        generations: shared_generations(config, model.kind()),
+        kernel_bridge,
+        switch,
     };
-    let start = |process: Process| {
-        let shared = Shared::start(
-            config,
-            layout.handlers,
-            process.single_threaded,
-            metrics.clone(),
-            &unix_listeners,
-            generations,
-            kernel_bridge.clone(),
-        )
-        .map_err(io::Error::other)?;
-        if let Some(switch) = &switch {
-            switch.apply()?;
-        }
-        Ok(shared)
-    };
-    // Duplicates of every listening socket, for a successor on reload or upgrade. Systemd's
-    // are passed once each (every worker holds a copy of the same socket).
-    let mut handover = Vec::new();
-    for (w, set) in listeners.per_worker.iter().enumerate() {
-        if activated && w > 0 {
-            break;
-        }
-        for (i, fd) in set.iter().enumerate() {
-            let name = if activated {
-                "systemd".to_owned()
-            } else if let Some(addr) = config.listen.get(i) {
-                addr.to_string()
-            } else {
-                // Only the metrics listener comes after the site's.
-                metrics_name(config.metrics.listen)
-            };
-            handover.push((fd.try_clone().map_err(ServeError::Bind)?, name));
-        }
-    }
-    let notify = Notify::start(&mut systemd);
-    let _pid_file = match &config.pid_file {
-        Some(path) => {
-            Some(reload::PidFile::write(path).map_err(|e| ServeError::PidFile(path.clone(), e))?)
-        }
-        None => None,
-    };
-    let mut reloader = reload::Reloader::new(
-        config.source.clone(),
-        handover,
-        std::mem::take(&mut systemd.pass_on),
-        notify.clone(),
-    );
-    if model.kind() == ModelKind::Prefork {
-        // The parent of the children answers on its turns: it must stay single-threaded.
-        fastpath_drivers::signals::set_supervisor(Box::new(move || reloader.poll()));
-    } else {
-        std::thread::Builder::new()
-            .name("fastpath-reload".into())
-            .spawn(move || {
-                // Asleep until a signal comes (the bound is only a safety net).
-                while !fastpath_drivers::signals::draining() {
-                    fastpath_drivers::signals::wait_for_signal(std::time::Duration::from_secs(1));
-                    reloader.poll();
-                }
-            })
-            .map_err(ServeError::Run)?;
-    }
+    let handover = served.handover().map_err(ServeError::Bind)?;
+    let notify = Notify::start(&mut inherited.systemd);
+    let _pid_file = write_pid_file(config)?;
+    let pass_on = std::mem::take(&mut inherited.systemd.pass_on);
+    answer_reloads(config, model.kind(), handover, pass_on, &notify)?;
     // The server this one replaces stops from here on.
-    handed.ready();
+    inherited.handed.ready();
     if let Some(notify) = &notify {
-        notify.watch(&systemd);
-        // Listening, with every root and the log checked: clients are served from here on.
-        notify.send(&format!(
-            "READY=1\nMAINPID={}\nSTATUS={status}",
-            std::process::id()
-        ));
+        say_ready(notify, &inherited.systemd, &served.status(&serving));
     }
-    let served = fastpath_drivers::run_service(
+    let outcome = fastpath_drivers::run_service(
         model,
-        listeners,
-        &driver_config,
+        served.listeners,
+        &driver_config(config),
         stop,
-        &start,
+        &|process| plan.start(process),
         |shared: &Shared, worker| shared.handler(worker),
     )
     .map_err(ServeError::Run);
@@ -552,54 +414,155 @@ pub fn serve_with(
         // failure.
         notify.stopping();
     }
-    served
+    outcome
 }
 
-/// The name the metrics listener's sockets are handed over under on a reload.
-fn metrics_name(addr: Option<std::net::SocketAddr>) -> String {
-    match addr {
-        Some(addr) => format!("metrics {addr}"),
-        None => "metrics".to_owned(),
-    }
-}
-
-/// Binds the metrics listener at `addr` for every worker, after the others (so that its index
-/// tells a scrape's connection apart), and maps the counters every worker will write: before
-/// any worker or child process starts, so that they all share them.
-fn metrics_listener(
+/// Maps the counters every worker will write, for the metrics listener if there is one:
+/// before any worker or child process starts, so that they all share them.
+fn start_metrics(
     config: &Config,
-    addr: std::net::SocketAddr,
-    listeners: &mut Listeners,
-    layout: fastpath_drivers::Layout,
-    handed: &mut Vec<(OwnedFd, String)>,
-    reloaded: bool,
-) -> Result<Metrics, ServeError> {
-    if addr.port() != 0 && listeners.local_addrs.contains(&ListenAddr::Tcp(addr)) {
-        return Err(ServeError::Bind(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "[metrics] listen: {addr} is also where the site listens; metrics need an \
-                 address of their own"
-            ),
-        )));
-    }
-    // A reload's successor takes the metrics sockets handed over, as it does the site's.
-    let (fds, bound, _) = reload::adopt_or_bind(
-        addr,
-        &metrics_name(Some(addr)),
-        handed,
-        layout.listener_sets,
-        reloaded,
-    )
-    .map_err(ServeError::Bind)?;
-    let index = listeners.local_addrs.len();
-    for (sockets, socket) in listeners.per_worker.iter_mut().zip(fds) {
-        sockets.push(socket);
-    }
-    listeners.local_addrs.push(ListenAddr::Tcp(bound));
+    served: &listening::Served,
+    handlers: usize,
+) -> Result<Option<Arc<Metrics>>, ServeError> {
+    let Some((index, addr)) = served.metrics() else {
+        return Ok(None);
+    };
     let names = config.backends.iter().map(|b| b.name.clone()).collect();
-    let metrics = Metrics::new(layout.handlers, names, index)
+    // The listener's index tells a scrape's connection apart.
+    let metrics = Metrics::new(handlers, names, index)
         .map_err(|e| ServeError::Run(io::Error::new(e.kind(), format!("metrics: {e}"))))?;
-    tracing::info!("metrics on http://{}{}", bound, metrics::PATH);
-    Ok(metrics)
+    tracing::info!("metrics on http://{}{}", addr, metrics::PATH);
+    Ok(Some(Arc::new(metrics)))
+}
+
+/// Opens every root and the access log once, so that a bad one stops the server at start with
+/// its own error (and not each preforked child as it starts); the processes that serve open
+/// their own.
+fn check_roots_and_access_log(config: &Config) -> Result<(), ServeError> {
+    virtual_hosts(config, Watching::Off)?;
+    AccessLog::start_direct(&config.log.access).map_err(ServeError::AccessLog)?;
+    Ok(())
+}
+
+/// The names the logs give the clients of each listener: `unix:PATH` for a Unix-domain one,
+/// whose clients have no address; one small string per such listener for the life of the
+/// process.
+fn unix_listener_names(listeners: &Listeners) -> Vec<Option<&'static str>> {
+    listeners
+        .local_addrs
+        .iter()
+        .map(|addr| match addr {
+            ListenAddr::Unix(_) => Some(&*Box::leak(addr.to_string().into_boxed_str())),
+            ListenAddr::Tcp(_) => None,
+        })
+        .collect()
+}
+
+/// For prefork with the cache on, one change counter per site in memory the children share
+/// (mapped before they are forked): each child reads its own inotify events, on its own ticks,
+/// and a change the first of them reads is then stale for all at once.
+fn shared_generations(config: &Config, model: ModelKind) -> Option<&'static [AtomicU64]> {
+    if model != ModelKind::Prefork || !config.cache.enabled {
+        return None;
+    }
+    fastpath_content::shared_generations(1 + config.hosts.len())
+        .map_err(|e| tracing::warn!("children will see file changes one by one: {e}"))
+        .ok()
+}
+
+/// What every process that serves starts from: the threaded models' one process, or each of
+/// prefork's children.
+struct ProcessPlan<'a> {
+    config: &'a Config,
+    handlers: usize,
+    metrics: Option<Arc<Metrics>>,
+    unix_listeners: Vec<Option<&'static str>>,
+    generations: Option<&'static [AtomicU64]>,
+    kernel_bridge: Option<Arc<fastpath_kernel::BridgePath>>,
+    switch: Option<privileges::Switch>,
+}
+
+impl ProcessPlan<'_> {
+    /// Opens what the process's handlers share, as root, then drops privileges for good before
+    /// it takes a connection: here for the threaded models, in each child for prefork, whose
+    /// parent stays root to start children that can do the same (docs/operations.md says
+    /// why).
+    fn start(&self, process: Process) -> io::Result<Shared> {
+        let shared = Shared::start(
+            self.config,
+            self.handlers,
+            process.single_threaded,
+            self.metrics.clone(),
+            &self.unix_listeners,
+            self.generations,
+            self.kernel_bridge.clone(),
+        )
+        .map_err(io::Error::other)?;
+        if let Some(switch) = &self.switch {
+            switch.apply()?;
+        }
+        Ok(shared)
+    }
+}
+
+/// The drivers' settings from the configuration's limits and timeouts.
+fn driver_config(config: &Config) -> DriverConfig {
+    DriverConfig {
+        max_connections: config.limits.max_connections,
+        send_timeout: config.timeouts.send,
+        linger_timeout: config.timeouts.linger,
+        shutdown_timeout: config.timeouts.shutdown,
+        ..DriverConfig::default()
+    }
+}
+
+/// Writes the pid file, if one is configured: removed again when the value is dropped.
+fn write_pid_file(config: &Config) -> Result<Option<reload::PidFile>, ServeError> {
+    let Some(path) = &config.pid_file else {
+        return Ok(None);
+    };
+    reload::PidFile::write(path)
+        .map(Some)
+        .map_err(|e| ServeError::PidFile(path.clone(), e))
+}
+
+/// Starts answering SIGHUP and SIGUSR2 by handing `handover` to a successor, passing it the
+/// variables `pass_on`: on the prefork parent's turns, or on a thread of its own for the
+/// other models.
+fn answer_reloads(
+    config: &Config,
+    model: ModelKind,
+    handover: Vec<(OwnedFd, String)>,
+    pass_on: Vec<(&'static str, std::ffi::OsString)>,
+    notify: &Option<Arc<Notify>>,
+) -> Result<(), ServeError> {
+    let mut reloader =
+        reload::Reloader::new(config.source.clone(), handover, pass_on, notify.clone());
+    if model == ModelKind::Prefork {
+        // The parent of the children answers on its turns: it must stay single-threaded.
+        fastpath_drivers::signals::set_supervisor(Box::new(move || reloader.poll()));
+        return Ok(());
+    }
+    std::thread::Builder::new()
+        .name("fastpath-reload".into())
+        .spawn(move || {
+            // Asleep until a signal comes (the bound is only a safety net).
+            while !fastpath_drivers::signals::draining() {
+                fastpath_drivers::signals::wait_for_signal(std::time::Duration::from_secs(1));
+                reloader.poll();
+            }
+        })
+        .map_err(ServeError::Run)?;
+    Ok(())
+}
+
+/// Tells systemd the server is ready, with its pid and `status`, and starts the watchdog's
+/// pings if it asked for them: listening, with every root and the log checked, clients are
+/// served from here on.
+fn say_ready(notify: &Arc<Notify>, systemd: &Systemd, status: &str) {
+    notify.watch(systemd);
+    notify.send(&format!(
+        "READY=1\nMAINPID={}\nSTATUS={status}",
+        std::process::id()
+    ));
 }

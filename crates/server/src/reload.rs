@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_drivers::{
-    bind_listeners, bind_listeners_with, signals, ListenAddr, ListenOptions, ListenerFeatures,
+    bind_listeners, bind_listeners_with, shared_by_every_set, signals, ListenAddr, ListenOptions,
     Listeners, UnixSocketFile,
 };
 
@@ -36,13 +36,13 @@ use crate::systemd::Notify;
 const LISTENERS_VAR: &str = "FASTPATH_LISTENERS";
 const READY_VAR: &str = "FASTPATH_READY_FD";
 /// The name handed-over sockets of systemd's carry: they are served whatever `listen` says.
-const SYSTEMD_NAME: &str = "systemd";
+pub(crate) const SYSTEMD_NAME: &str = "systemd";
 /// How long a new server has to say it is ready before the old one gives up on it.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the server this process replaces handed over, read by [`Handed::from_env`].
 #[derive(Default)]
-pub struct Handed {
+pub(crate) struct Handed {
     /// Listening sockets, each with the name of the address it was bound for.
     pub(crate) sockets: Vec<(OwnedFd, String)>,
     /// Where to say that this process is ready.
@@ -73,7 +73,7 @@ fn open_fd(text: &str) -> Option<OwnedFd> {
 impl Handed {
     /// Reads `FASTPATH_LISTENERS` and `FASTPATH_READY_FD` and unsets them. Like
     /// `Systemd::from_env`, before the process has other threads.
-    pub fn from_env() -> Handed {
+    pub(crate) fn from_env() -> Handed {
         let listeners = take_var(LISTENERS_VAR);
         let ready = take_var(READY_VAR);
         let mut handed = Handed::default();
@@ -92,11 +92,6 @@ impl Handed {
         handed
     }
 
-    /// Whether the sockets are systemd's (socket activation survives the reload).
-    pub(crate) fn are_systemds(&self) -> bool {
-        self.sockets.iter().any(|(_, name)| name == SYSTEMD_NAME)
-    }
-
     /// Tells the old server that this one is ready (it then stops gracefully).
     pub(crate) fn ready(&mut self) {
         if let Some(fd) = self.ready.take() {
@@ -104,52 +99,6 @@ impl Handed {
             unsafe { libc::write(fd.as_raw_fd(), b"1".as_ptr().cast(), 1) };
         }
     }
-}
-
-/// The listeners for `addrs` from handed-over sockets: each address's inherited sockets are
-/// served (one per listener set, as many as the model wants: for TCP the missing ones are
-/// bound into the same SO_REUSEPORT group, extra ones closed; a Unix-domain socket is shared
-/// by every set), addresses with none are bound afresh with their `options`. The sockets of
-/// addresses no longer configured are left in `sockets` (other listeners, such as the metrics
-/// one, take theirs; [`close_unused`] closes the rest).
-pub(crate) fn listeners(
-    addrs: &[ListenAddr],
-    options: &dyn Fn(&ListenAddr) -> ListenOptions,
-    sockets: &mut Vec<(OwnedFd, String)>,
-    sets: usize,
-) -> io::Result<Listeners> {
-    let sets = sets.max(1);
-    let mut per_worker: Vec<Vec<OwnedFd>> = (0..sets).map(|_| Vec::new()).collect();
-    let mut local_addrs = Vec::with_capacity(addrs.len());
-    let mut unix_files = Vec::new();
-    let mut features = ListenerFeatures { defer_accept: true };
-    for addr in addrs {
-        let name = addr.to_string();
-        let fds = match addr {
-            ListenAddr::Tcp(tcp) => {
-                let (fds, bound, defer_accept) = adopt_or_bind(*tcp, &name, sockets, sets, true)?;
-                features.defer_accept &= defer_accept;
-                local_addrs.push(ListenAddr::Tcp(bound));
-                fds
-            }
-            ListenAddr::Unix(path) => {
-                let (fds, file) = adopt_or_bind_unix(path, &name, options(addr), sockets, sets)?;
-                unix_files.push(file);
-                local_addrs.push(addr.clone());
-                fds
-            }
-        };
-        for (set, fd) in per_worker.iter_mut().zip(fds) {
-            set.push(fd);
-        }
-    }
-    Ok(Listeners {
-        per_worker,
-        local_addrs,
-        unix_files,
-        features,
-        inherited: false,
-    })
 }
 
 /// The handed-over sockets named `name`, taken out of `sockets`.
@@ -161,7 +110,22 @@ fn take_named(sockets: &mut Vec<(OwnedFd, String)>, name: &str) -> Vec<(OwnedFd,
     mine
 }
 
-/// The sockets of the Unix-domain listener at `path`, one a listener set, all the one socket:
+/// The listener for `addr`, `sets` sockets, from the sockets handed over under its name
+/// (taken out of `sockets`), or bound anew when none was: `options` say how.
+pub(crate) fn adopt_or_bind(
+    addr: &ListenAddr,
+    options: ListenOptions,
+    sockets: &mut Vec<(OwnedFd, String)>,
+    sets: usize,
+) -> io::Result<Listeners> {
+    let name = addr.to_string();
+    match addr {
+        ListenAddr::Tcp(tcp) => adopt_or_bind_tcp(*tcp, &name, sockets, sets),
+        ListenAddr::Unix(path) => adopt_or_bind_unix(path, &name, options, sockets, sets),
+    }
+}
+
+/// The listener of the Unix-domain socket at `path`, one socket shared by every listener set:
 /// the one handed over under `name` (its file now this process's to remove at the end), or
 /// one bound anew.
 fn adopt_or_bind_unix(
@@ -170,49 +134,38 @@ fn adopt_or_bind_unix(
     options: ListenOptions,
     sockets: &mut Vec<(OwnedFd, String)>,
     sets: usize,
-) -> io::Result<(Vec<OwnedFd>, UnixSocketFile)> {
+) -> io::Result<Listeners> {
     // The predecessor passed a copy per listener set: one is enough.
     let Some((socket, _)) = take_named(sockets, name).into_iter().next() else {
         let spec = (ListenAddr::Unix(path.to_owned()), options);
-        let mut fresh = bind_listeners_with(&[spec], sets)?;
+        let fresh = bind_listeners_with(&[spec], sets)?;
         tracing::info!("reload: {name} is a new address, bound");
-        let file = fresh
-            .unix_files
-            .pop()
-            .expect("a Unix listener has its file");
-        return Ok((fresh.per_worker.into_iter().flatten().collect(), file));
+        return Ok(fresh);
     };
     fastpath_drivers::adopt_handed(&socket)
         .map_err(|e| io::Error::new(e.kind(), format!("handed-over socket for {name}: {e}")))?;
-    let file = UnixSocketFile::new(path)?;
-    let mut fds = Vec::with_capacity(sets);
-    for _ in 1..sets {
-        fds.push(socket.try_clone()?);
-    }
-    fds.push(socket);
-    Ok((fds, file))
+    let mut listener = Listeners::empty(sets);
+    listener.unix_files.push(UnixSocketFile::new(path)?);
+    let copies = shared_by_every_set(socket, listener.per_worker.len())?;
+    listener.push(ListenAddr::Unix(path.to_owned()), copies);
+    Ok(listener)
 }
 
-/// The sockets for `addr`, one a listener set: those handed over under `name` (taken out of
-/// `sockets`), with more bound into their group when there are fewer than `sets`; bound anew
-/// when none was handed over (said when `reloading`). Also the bound address and whether TCP_DEFER_ACCEPT is on.
-pub(crate) fn adopt_or_bind(
+/// The listener for the TCP address `addr`, one socket a listener set: those handed over
+/// under `name` (taken out of `sockets`), with more bound into their group when there are
+/// fewer than `sets`, extra ones closed; bound anew when none was handed over.
+pub(crate) fn adopt_or_bind_tcp(
     addr: SocketAddr,
     name: &str,
     sockets: &mut Vec<(OwnedFd, String)>,
     sets: usize,
-    reloading: bool,
-) -> io::Result<(Vec<OwnedFd>, SocketAddr, bool)> {
+) -> io::Result<Listeners> {
     let sets = sets.max(1);
     let mut mine = take_named(sockets, name);
     if mine.is_empty() {
         let fresh = bind_listeners(&[addr], sets)?;
-        if reloading {
-            tracing::info!("reload: {addr} is a new address, bound");
-        }
-        let fds = fresh.per_worker.into_iter().flatten().collect();
-        let bound = fresh.local_addrs[0].tcp().expect("a TCP listener");
-        return Ok((fds, bound, fresh.features.defer_accept));
+        tracing::info!("reload: {addr} is a new address, bound");
+        return Ok(fresh);
     }
     let mut bound = None;
     for (fd, _) in &mine {
@@ -234,7 +187,9 @@ pub(crate) fn adopt_or_bind(
     }
     let more = fastpath_drivers::bind_into_group(bound, sets - mine.len())?;
     let fds = mine.into_iter().map(|(fd, _)| fd).chain(more).collect();
-    Ok((fds, bound, true))
+    let mut listener = Listeners::empty(sets);
+    listener.push(ListenAddr::Tcp(bound), fds);
+    Ok(listener)
 }
 
 /// Closes the handed-over sockets no configured address took, saying so.

@@ -26,8 +26,6 @@ pub struct Systemd {
     /// `NOTIFY_SOCKET` and `WATCHDOG_USEC` as they were, for the server that replaces this
     /// one on a reload (see `reload`), which notifies in its place.
     pub(crate) pass_on: Vec<(&'static str, OsString)>,
-    /// Listening sockets handed over by the server this process replaces (see `reload`).
-    pub(crate) handed: crate::reload::Handed,
 }
 
 impl Default for Systemd {
@@ -38,7 +36,6 @@ impl Default for Systemd {
             notify: None,
             watchdog: None,
             pass_on: Vec::new(),
-            handed: crate::reload::Handed::default(),
         }
     }
 }
@@ -90,7 +87,6 @@ impl Systemd {
             notify: notify.map(|path| Notifier::connect(&path)),
             watchdog,
             pass_on,
-            handed: crate::reload::Handed::from_env(),
         }
     }
 }

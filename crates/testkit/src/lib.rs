@@ -1,7 +1,8 @@
 //! What fastpath's test suites share: a skip that shows (and fails under CI when CI could
 //! have installed what is missing), the Apache Thrift compiler and Python library that
 //! the interop tests check against, a server started as a child process ([`Listening`]),
-//! and the superservers around one ([`openbsd_inetd`], [`Reaped`]).
+//! the superservers around one ([`openbsd_inetd`], [`Reaped`]), free ports to start one on
+//! ([`free_port`]), and the reader of the HTTP responses it sends ([`read_response`]).
 //!
 //! ```no_run
 //! use fastpath_testkit::{skip, thrift_py, Missing};
@@ -15,9 +16,13 @@
 //! }
 //! ```
 
+mod http;
 mod listening;
+mod ports;
 mod superserver;
+pub use http::{read_response, Response};
 pub use listening::Listening;
+pub use ports::{free_port, free_port_run};
 pub use superserver::{openbsd_inetd, Reaped, OPENBSD_INETD};
 
 use std::io::Write as _;

@@ -53,16 +53,18 @@ mod decode;
 mod encode;
 mod error;
 mod view;
+mod wire;
 
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use decode::{Decoded, Decoder, DEPTH_CAP};
+pub use decode::{Decoded, Decoder};
 pub use encode::{encode_forwarder_msg, Encoder, Header};
 pub use error::{ArgsError, Error, LengthOf};
 pub use view::{
     Elements, Entries, Field, Fields, ForwarderMsg, ListView, MapView, Message, StructView, Value,
 };
+pub use wire::DEPTH_CAP;
 
 /// How messages are delimited on the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

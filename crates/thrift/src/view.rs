@@ -1,7 +1,7 @@
 //! Borrowed views of a checked message: nothing is copied, scalars are
 //! decoded when reached.
 
-use crate::decode::{Cursor, Header};
+use crate::wire::{Cursor, Header};
 use crate::{ArgsError, MessageType, TType, Transport};
 
 /// One whole message, checked, borrowed from the caller's buffer.

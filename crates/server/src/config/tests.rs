@@ -270,6 +270,27 @@ fn load_reports_unreadable_file_at_0_0() {
 }
 
 #[test]
+fn load_reports_the_first_byte_that_is_not_utf8_at_its_line_and_column() {
+    let dir = base();
+    let path = dir.path().join("latin1.toml");
+    // "café" in Latin-1 on line 3, after a character of two bytes in UTF-8 on the same line.
+    fs::write(&path, b"workers = 2\n\n# \xc3\xa9t\xc3\xa9, caf\xe9\n").unwrap();
+    let errors = Config::load(&path).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!((errors[0].line, errors[0].column), (3, 11), "{}", errors[0]);
+    assert!(errors[0].message.contains("0xe9"), "{}", errors[0]);
+
+    fs::write(&path, b"workers = 2\n# \xe2\x82").unwrap();
+    let errors = Config::load(&path).unwrap_err();
+    assert_eq!((errors[0].line, errors[0].column), (2, 3), "{}", errors[0]);
+    assert!(
+        errors[0].message.contains("ends in the middle"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[test]
 fn load_resolves_relative_to_the_file() {
     let dir = base();
     let path = dir.path().join("fastpath.toml");
