@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use fastpath_drivers::syscall;
+use fastpath_sys::syscall;
 
 /// Readiness a connection is registered for, once, when its socket is created. Edge
 /// triggered, so the hot path never calls `epoll_ctl` again: reads run until a short read,

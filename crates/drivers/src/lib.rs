@@ -86,9 +86,6 @@
 //! run(model, listeners, &config, |_worker| Echo, &stop).unwrap();
 //! ```
 #![deny(missing_docs)]
-// `syscall!` is exported so the load generator shares it; its arguments go into the FFI call it
-// wraps, as its docs say, which is what this lint warns about.
-#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod buffers;
 mod common;
@@ -125,10 +122,6 @@ pub use model::{
 pub use pools::percore::{allowed_cpus, PercoreConfig};
 pub use pools::prefork::{self, PreforkConfig};
 pub use pools::threads::ThreadsConfig;
-pub use sys::ignore_sigpipe;
-
-/// libc, for [`syscall!`] expanded in other crates.
-#[doc(hidden)]
-pub use libc as __libc;
 pub use splice::Carrier;
+pub use sys::ignore_sigpipe;
 pub use upstream::{UpstreamAddr, UpstreamPort, UpstreamState};

@@ -17,7 +17,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::sys::syscall;
+use fastpath_sys::syscall;
 
 /// One pipe and what it holds.
 struct Pipe {

@@ -23,10 +23,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use fastpath_sys::{getsockopt_int, setsockopt_int, syscall};
+
 use crate::buffers::{BufferPool, Flush, FlushError, Input, Output};
 use crate::linked::Spliced;
 use crate::splice::{Carrier, Direction, Failure, Joint, PumpError, Side};
-use crate::sys::{setsockopt_int, syscall};
 use crate::CloseReason;
 
 /// Where an upstream connection goes.
@@ -1100,15 +1101,7 @@ impl Upstream {
 }
 
 fn socket_error(fd: RawFd) -> io::Result<()> {
-    let mut err: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    syscall!(getsockopt(
-        fd,
-        libc::SOL_SOCKET,
-        libc::SO_ERROR,
-        &mut err as *mut _ as *mut libc::c_void,
-        &mut len
-    ))?;
+    let err = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)?;
     if err == 0 {
         Ok(())
     } else {

@@ -9,6 +9,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use fastpath_sys::syscall;
+
 use crate::buffers::{BufferPool, Flush};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
 use crate::connection::{self, Closing, Link, Parts, State};
@@ -17,7 +19,7 @@ use crate::linked::{HasLink, Reach, LINKED_INPUT_MAX};
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
-use crate::sys::{self, syscall};
+use crate::sys;
 use crate::upstream::{JointStep, Registry, UpstreamPort};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
 
@@ -423,7 +425,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         };
         let listen_fd = listener.as_raw_fd();
         for _ in 0..ACCEPT_BATCH {
-            match sys::accept(listen_fd) {
+            match fastpath_sys::accept(listen_fd) {
                 Ok((fd, peer)) => {
                     let peer = peer.unwrap_or(UNKNOWN_PEER);
                     if !self.core.admit(&fd, &self.handler) {

@@ -42,11 +42,13 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use fastpath_sys::syscall;
+
 use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::listener::address_index;
 use crate::loops::epoll::{LoopOptions, Worker};
 use crate::loops::Env;
-use crate::sys::{self, syscall};
+use crate::sys;
 use crate::{signals, DriverConfig, Handler, Listeners, Opened};
 
 /// How often the parent looks at the pool when no child asks it to.
@@ -320,7 +322,7 @@ impl Child<'_> {
 
 /// Accepts one connection if one is waiting (another child may have taken it).
 fn accept(listener: i32) -> Option<(OwnedFd, SocketAddr)> {
-    match sys::accept(listener) {
+    match fastpath_sys::accept(listener) {
         Ok((fd, peer)) => Some((fd, peer.unwrap_or(UNKNOWN_PEER))),
         Err(e) => {
             if e.raw_os_error().is_some_and(common::out_of_descriptors) {

@@ -275,7 +275,7 @@ fn accept_loop(
         let n = sys::epoll_wait(&epoll, &mut events, STOP_POLL.as_millis() as i32)?;
         for event in &events[..n] {
             let listener = sockets[event.u64 as usize].as_raw_fd();
-            let (fd, peer) = match sys::accept(listener) {
+            let (fd, peer) = match fastpath_sys::accept(listener) {
                 Ok(accepted) => accepted,
                 Err(e) => match e.raw_os_error() {
                     Some(errno) if common::out_of_descriptors(errno) => {
