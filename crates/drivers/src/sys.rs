@@ -2,50 +2,9 @@
 //! `fastpath_sys`.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 
 use fastpath_sys::syscall;
-
-/// Makes an epoll instance.
-pub(crate) fn epoll_create() -> io::Result<OwnedFd> {
-    let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-    // SAFETY: epoll_create1 returned a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(epfd) })
-}
-
-/// Adds `fd` to an epoll instance for `events`, tagged with `token`.
-pub(crate) fn epoll_add(epoll: &OwnedFd, fd: RawFd, events: i32, token: u64) -> io::Result<()> {
-    let mut event = libc::epoll_event {
-        events: events as u32,
-        u64: token,
-    };
-    syscall!(epoll_ctl(
-        epoll.as_raw_fd(),
-        libc::EPOLL_CTL_ADD,
-        fd,
-        &mut event
-    ))
-    .map(|_| ())
-}
-
-/// Waits for events for at most `timeout_ms` (0: do not wait); an interrupted wait is an
-/// empty one.
-pub(crate) fn epoll_wait(
-    epoll: &OwnedFd,
-    events: &mut [libc::epoll_event],
-    timeout_ms: i32,
-) -> io::Result<usize> {
-    match syscall!(epoll_wait(
-        epoll.as_raw_fd(),
-        events.as_mut_ptr(),
-        events.len() as i32,
-        timeout_ms
-    )) {
-        Ok(n) => Ok(n as usize),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-        Err(e) => Err(e),
-    }
-}
 
 /// Reads into the spare capacity of `buf`, at most `max` bytes; returns the count (0 = end of stream).
 pub(crate) fn read_into(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {

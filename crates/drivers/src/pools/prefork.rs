@@ -42,13 +42,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fastpath_sys::syscall;
+use fastpath_sys::{syscall, Epoll, Event};
 
 use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::listener::address_index;
 use crate::loops::epoll::{LoopOptions, Worker};
 use crate::loops::Env;
-use crate::sys;
 use crate::{signals, DriverConfig, Handler, Listeners, Opened};
 
 /// How often the parent looks at the pool when no child asks it to.
@@ -220,13 +219,12 @@ impl Child<'_> {
     /// this child, the stop flag is set or `max_connections_per_child` is reached.
     pub fn serve<H: Handler>(self, handler: H) -> io::Result<()> {
         let word = self.scoreboard.word(self.slot);
-        let epoll = sys::epoll_create()?;
+        let epoll = Epoll::new()?;
         for (i, listener) in self.listeners.iter().enumerate() {
             // EPOLLEXCLUSIVE: a new connection wakes one idle child, not all of them.
-            sys::epoll_add(
-                &epoll,
+            epoll.add(
                 listener.as_raw_fd(),
-                libc::EPOLLIN | libc::EPOLLEXCLUSIVE,
+                (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
                 i as u64,
             )?;
         }
@@ -242,7 +240,7 @@ impl Child<'_> {
             },
             LoopOptions::default(),
         )?;
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; self.listeners.len()];
+        let mut events = vec![Event::default(); self.listeners.len()];
         let mut served = 0u64;
         let mut result = Ok(());
         // At a graceful stop an idle child leaves at once and a busy one once its connection
@@ -258,7 +256,7 @@ impl Child<'_> {
                 // Retired by the parent while idle.
                 break;
             }
-            let n = match sys::epoll_wait(&epoll, &mut events, IDLE_WAIT.as_millis() as i32) {
+            let n = match epoll.wait(&mut events, IDLE_WAIT.as_millis() as i32) {
                 Ok(n) => n,
                 Err(e) => {
                     result = Err(e);
@@ -282,7 +280,7 @@ impl Child<'_> {
                 break;
             }
             for event in &events[..n] {
-                let listener = event.u64 as usize;
+                let listener = event.token() as usize;
                 let Some((fd, peer)) = accept(self.listeners[listener].as_raw_fd()) else {
                     continue;
                 };
