@@ -4,7 +4,7 @@
 //! library and socket2 offer goes through here: the [`syscall!`] macro, which turns C's `-1`
 //! and `errno` into an [`io::Result`](std::io::Result), and safe wrappers built on it for
 //! what several crates need: an [`Epoll`] instance, accepting a connection, integer socket
-//! options.
+//! options, a connection's [`TcpInfo`].
 //!
 //! Why a crate of its own: the unsafe FFI (pointers and lengths handed to the kernel, a
 //! struct layout that must match the kernel's) is then written, reviewed and tested in one
@@ -40,9 +40,11 @@
 
 mod epoll;
 mod socket;
+mod tcp;
 
 pub use epoll::{Epoll, Event};
 pub use socket::{accept, getsockopt_int, peer_addr, setsockopt_int};
+pub use tcp::{send_queue, tcp_info, unread, TcpInfo, TCP_ESTABLISHED, TCP_LISTEN};
 
 /// Calls the libc function named, and turns a `-1` return into
 /// `io::Error::last_os_error()`, so that every call site gets an `io::Result` of what the
