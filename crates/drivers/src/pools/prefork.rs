@@ -42,7 +42,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fastpath_sys::{syscall, Epoll, Event};
+use fastpath_sys::{syscall, tcp_info, Epoll, Event, TCP_LISTEN};
 
 use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::listener::address_index;
@@ -458,24 +458,11 @@ fn retirements(idle: usize, max_spare: usize) -> usize {
 /// child. For a listening socket Linux reports its accept queue's length as `tcpi_unacked`
 /// (what `ss` shows as Recv-Q); a socket it cannot be read for counts none.
 fn waiting_connections(sockets: &[OwnedFd]) -> usize {
-    // `tcpi_state` of a listening socket (TCP_LISTEN in Linux's include/net/tcp_states.h).
-    const TCP_LISTEN: u8 = 10;
     sockets
         .iter()
-        .map(|socket| {
-            // SAFETY: tcp_info is plain data, zeroes are a valid value.
-            let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-            match syscall!(getsockopt(
-                socket.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                (&mut info as *mut libc::tcp_info).cast(),
-                &mut len
-            )) {
-                Ok(_) if info.tcpi_state == TCP_LISTEN => info.tcpi_unacked as usize,
-                _ => 0,
-            }
+        .map(|socket| match tcp_info(socket.as_raw_fd()) {
+            Ok(info) if info.state == TCP_LISTEN => info.unacked as usize,
+            _ => 0,
         })
         .sum()
 }
