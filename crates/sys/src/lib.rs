@@ -4,7 +4,8 @@
 //! library and socket2 offer goes through here: the [`syscall!`] macro, which turns C's `-1`
 //! and `errno` into an [`io::Result`](std::io::Result), and safe wrappers built on it for
 //! what several crates need: an [`Epoll`] instance, accepting a connection, integer socket
-//! options, a connection's [`TcpInfo`].
+//! options, a connection's [`TcpInfo`], and memory shared with forked processes
+//! ([`SharedMapping`]).
 //!
 //! Why a crate of its own: the unsafe FFI (pointers and lengths handed to the kernel, a
 //! struct layout that must match the kernel's) is then written, reviewed and tested in one
@@ -39,10 +40,12 @@
 #![allow(clippy::macro_metavars_in_unsafe)]
 
 mod epoll;
+mod shared;
 mod socket;
 mod tcp;
 
 pub use epoll::{Epoll, Event};
+pub use shared::{ProcessShared, SharedMapping};
 pub use socket::{accept, getsockopt_int, peer_addr, setsockopt_int};
 pub use tcp::{send_queue, tcp_info, unread, TcpInfo, TCP_ESTABLISHED, TCP_LISTEN};
 
