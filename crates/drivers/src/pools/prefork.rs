@@ -42,7 +42,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fastpath_sys::{syscall, tcp_info, Epoll, Event, TCP_LISTEN};
+use fastpath_sys::{syscall, tcp_info, Epoll, Event, SharedMapping, TCP_LISTEN};
 
 use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::listener::address_index;
@@ -123,50 +123,27 @@ mod state {
 }
 
 /// Memory shared by the parent and all children: the count of connections open across the
-/// pool (for the connection limit), then one word per child slot.
+/// pool (for the connection limit), and one word per child slot (all EMPTY at first).
 struct Scoreboard {
-    base: *mut libc::c_void,
-    len: usize,
+    active: SharedMapping<AtomicUsize>,
+    words: SharedMapping<AtomicU32>,
 }
 
-/// Where the slot words start, after the connection count.
-const WORDS_OFFSET: usize = std::mem::size_of::<AtomicUsize>();
-
 impl Scoreboard {
-    fn bytes(len: usize) -> usize {
-        WORDS_OFFSET + len * std::mem::size_of::<AtomicU32>()
-    }
-
     fn new(len: usize) -> io::Result<Scoreboard> {
-        let bytes = Self::bytes(len);
-        // SAFETY: an anonymous shared mapping, checked for failure; zeroed memory is a valid
-        // count and array of AtomicU32 (all EMPTY).
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Scoreboard { base: ptr, len })
+        Ok(Scoreboard {
+            active: SharedMapping::new(1)?,
+            words: SharedMapping::new(len)?,
+        })
     }
 
     /// Connections open across the pool.
     fn active(&self) -> &AtomicUsize {
-        // SAFETY: the start of the page-aligned mapping, which lives as long as self.
-        unsafe { &*(self.base as *const AtomicUsize) }
+        &self.active[0]
     }
 
     fn word(&self, slot: usize) -> &AtomicU32 {
-        assert!(slot < self.len);
-        // SAFETY: in bounds of the mapping, 4-byte aligned, which lives as long as self.
-        unsafe { &*((self.base as *const u8).add(WORDS_OFFSET) as *const AtomicU32).add(slot) }
+        &self.words[slot]
     }
 
     /// Whether a child other than the one in `slot` (which has just turned busy) is idle or
@@ -176,22 +153,13 @@ impl Scoreboard {
     /// parent, which costs one look at the scoreboard.
     fn any_available(&self, slot: usize) -> bool {
         std::sync::atomic::fence(Ordering::SeqCst);
-        (0..self.len).any(|other| {
+        (0..self.words.len()).any(|other| {
             other != slot
                 && matches!(
                     self.word(other).load(Ordering::SeqCst),
                     state::IDLE | state::STARTING
                 )
         })
-    }
-}
-
-impl Drop for Scoreboard {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in new(), unmapped once.
-        unsafe {
-            libc::munmap(self.base, Self::bytes(self.len));
-        }
     }
 }
 
