@@ -190,17 +190,12 @@ impl EchoPath {
                 // Setting SO_RCVLOWAT runs the socket's data-ready callback now
                 // (tcp_set_rcvlowat), so the kernel sends them back at once, in order, and
                 // user space never reads them.
-                let one: libc::c_int = 1;
-                // SAFETY: SO_RCVLOWAT reads one int.
-                unsafe {
-                    libc::setsockopt(
-                        socket.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_RCVLOWAT,
-                        (&one as *const libc::c_int).cast(),
-                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                    )
-                };
+                let _ = fastpath_sys::setsockopt_int(
+                    socket.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVLOWAT,
+                    1,
+                );
                 Ok(Taken(cookie))
             }
             Err(e) => {
