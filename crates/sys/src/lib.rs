@@ -1,11 +1,11 @@
 //! fastpath's system calls, each wrapped once.
 //!
-//! Every call into libc that the other crates of fastpath make beyond what the standard
-//! library and socket2 offer goes through here: the [`syscall!`] macro, which turns C's `-1`
-//! and `errno` into an [`io::Result`](std::io::Result), and safe wrappers built on it for
-//! what several crates need: an [`Epoll`] instance, accepting a connection, integer socket
-//! options, a connection's [`TcpInfo`], and memory shared with forked processes
-//! ([`SharedMapping`]).
+//! The [`syscall!`] macro turns a libc call's `-1` and `errno` into an
+//! [`io::Result`](std::io::Result); the crates of fastpath make their own system calls with
+//! it. On it are built safe wrappers for the calls that are general, or that several crates
+//! make: an [`Epoll`] instance, accepting a connection, integer socket options, a
+//! connection's [`TcpInfo`], and memory shared with forked processes ([`SharedMapping`]).
+//! What only one crate needs, for its own purpose, stays in that crate.
 //!
 //! Why a crate of its own: the unsafe FFI (pointers and lengths handed to the kernel, a
 //! struct layout that must match the kernel's) is then written, reviewed and tested in one
