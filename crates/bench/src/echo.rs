@@ -17,12 +17,13 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use fastpath_sys::{Epoll, Event};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::stats::{histogram, ErrorClass, Percentiles};
 use crate::streams::{supervise, Tick};
-use crate::sys::{self, Epoll, CONN_EVENTS};
+use crate::sys::{self, CONN_EVENTS};
 
 /// Largest message: the header is a u32, and a larger message only measures memcpy.
 pub const MAX_SIZE: usize = 64 << 20;
@@ -338,7 +339,7 @@ impl<'a> Worker<'a> {
             match sys::start_connect(&addr) {
                 Ok((fd, connected)) => {
                     c.fd = fd;
-                    self.ep.add(fd, idx as u64, CONN_EVENTS)?;
+                    self.ep.add(fd, CONN_EVENTS, idx as u64)?;
                     self.conns.push(c);
                     self.live += 1;
                     if connected {
@@ -357,7 +358,7 @@ impl<'a> Worker<'a> {
 
     fn run(mut self) -> io::Result<Outcome> {
         let cpu_start = sys::thread_cpu_time();
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+        let mut events = vec![Event::default(); EVENTS];
         let mut next_expiry = Instant::now();
         while self.live > 0 {
             let now = Instant::now();
@@ -371,9 +372,9 @@ impl<'a> Worker<'a> {
                 next_expiry = now + TICK;
             }
             let wait = (self.end - now).min(TICK);
-            let n = self.ep.wait(&mut events, Some(wait))?;
+            let n = self.ep.wait_precise(&mut events, Some(wait))?;
             for ev in &events[..n] {
-                self.on_event(ev.u64 as usize, ev.events);
+                self.on_event(ev.token() as usize, ev.events());
             }
             self.progress[0].store(self.messages, Ordering::Relaxed);
             self.progress[1].store(self.errors.total, Ordering::Relaxed);

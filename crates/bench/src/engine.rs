@@ -15,11 +15,12 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use fastpath_sys::{Epoll, Event};
 use socket2::SockAddr;
 
 use crate::response::{ParseError, Reply, ResponseParser};
 use crate::stats::{ErrorClass, Stats};
-use crate::sys::{self, Epoll};
+use crate::sys;
 use crate::target::{render_request, Expect, Picker, Target};
 
 /// Events taken from epoll per wait.
@@ -248,7 +249,7 @@ impl<'a> Worker<'a> {
         if let Some(wait) = start.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+        let mut events = vec![Event::default(); EVENTS];
         let finished = loop {
             let now = self.now();
             if !self.measuring && now >= self.plan.measure_start {
@@ -282,9 +283,9 @@ impl<'a> Worker<'a> {
             if self.plan.stop.is_some() {
                 timeout = Some(timeout.map_or(STOP_POLL, |t| t.min(STOP_POLL)));
             }
-            let n = self.ep.wait(&mut events, timeout)?;
+            let n = self.ep.wait_precise(&mut events, timeout)?;
             for ev in &events[..n] {
-                let (token, flags) = (ev.u64, ev.events);
+                let (token, flags) = (ev.token(), ev.events());
                 self.on_event(token, flags);
             }
             self.publish();
@@ -521,7 +522,7 @@ impl<'a> Worker<'a> {
         self.live += 1;
         self.max_open = self.max_open.max(self.live);
         self.issue(idx, at, now);
-        if let Err(e) = self.ep.add(fd, token, sys::CONN_EVENTS) {
+        if let Err(e) = self.ep.add(fd, sys::CONN_EVENTS, token) {
             let class = ErrorClass::from_io(&e);
             self.fail(idx, class, class);
             return;

@@ -1,5 +1,5 @@
-//! The few system calls the load generator makes, each wrapped once so call sites get
-//! `io::Result`: epoll, non-blocking TCP sockets, and process CPU time.
+//! The few system calls the load generator makes beyond fastpath-sys's, each wrapped once so
+//! call sites get `io::Result`: non-blocking TCP sockets, clocks, limits and signals.
 
 use std::io;
 use std::net::SocketAddr;
@@ -7,81 +7,14 @@ use std::os::fd::{IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use fastpath_sys::{getsockopt_int, syscall};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-
-use fastpath_drivers::syscall;
 
 /// Readiness a connection is registered for, once, when its socket is created. Edge
 /// triggered, so the hot path never calls `epoll_ctl` again: reads run until a short read,
 /// and writes wait for an edge only after the kernel said EAGAIN.
 pub(crate) const CONN_EVENTS: u32 =
     (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-
-/// An epoll instance.
-pub(crate) struct Epoll {
-    fd: RawFd,
-    /// `epoll_pwait2` (nanosecond timeouts) works; if not, fall back to `epoll_wait`.
-    precise: bool,
-}
-
-impl Epoll {
-    pub(crate) fn new() -> io::Result<Epoll> {
-        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
-        Ok(Epoll { fd, precise: true })
-    }
-
-    pub(crate) fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events, u64: token };
-        syscall!(epoll_ctl(self.fd, libc::EPOLL_CTL_ADD, fd, &mut ev)).map(|_| ())
-    }
-
-    /// Waits for events; `None` waits forever. Open-loop schedules need sub-millisecond
-    /// wake-ups, hence `epoll_pwait2`; kernels before 5.11 get `epoll_wait`, rounded up to
-    /// whole milliseconds (late sends are still measured from their intended time).
-    pub(crate) fn wait(
-        &mut self,
-        events: &mut [libc::epoll_event],
-        timeout: Option<Duration>,
-    ) -> io::Result<usize> {
-        let max = events.len() as i32;
-        if self.precise {
-            let ts = timeout.map(|t| libc::timespec {
-                tv_sec: t.as_secs() as libc::time_t,
-                tv_nsec: t.subsec_nanos() as libc::c_long,
-            });
-            let ts_ptr = ts
-                .as_ref()
-                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-            match syscall!(epoll_pwait2(
-                self.fd,
-                events.as_mut_ptr(),
-                max,
-                ts_ptr,
-                std::ptr::null()
-            )) {
-                Ok(n) => return Ok(n as usize),
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => return Ok(0),
-                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => self.precise = false,
-                Err(e) => return Err(e),
-            }
-        }
-        let ms = match timeout {
-            None => -1,
-            Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
-        };
-        match syscall!(epoll_wait(self.fd, events.as_mut_ptr(), max, ms)) {
-            Ok(n) => Ok(n as usize),
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-impl Drop for Epoll {
-    fn drop(&mut self) {
-        close(self.fd);
-    }
-}
 
 /// Creates a non-blocking TCP socket with TCP_NODELAY and starts connecting it.
 /// Returns the descriptor and whether the connection is already established.
@@ -113,16 +46,8 @@ pub(crate) fn sock_addr(addr: SocketAddr) -> SockAddr {
 
 /// The pending error of a socket (SO_ERROR), 0 if none.
 pub(crate) fn socket_error(fd: RawFd) -> i32 {
-    let mut err: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    match syscall!(getsockopt(
-        fd,
-        libc::SOL_SOCKET,
-        libc::SO_ERROR,
-        &mut err as *mut libc::c_int as *mut libc::c_void,
-        &mut len
-    )) {
-        Ok(_) => err,
+    match getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR) {
+        Ok(err) => err,
         Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
     }
 }

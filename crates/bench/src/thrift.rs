@@ -18,6 +18,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use fastpath_sys::{Epoll, Event};
 use fastpath_thrift::{Decoded, Decoder, Limits, Transport};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -25,7 +26,7 @@ use serde::Serialize;
 use crate::fwdmsg::{ring_len, Checker, Layout, Verdict, MAX_CLIENTS, STAMP};
 use crate::stats::{histogram, Percentiles};
 use crate::streams::{supervise, Tick};
-use crate::sys::{self, Epoll, CONN_EVENTS};
+use crate::sys::{self, CONN_EVENTS};
 
 /// Bytes each client connection fills before one send: enough messages per system call
 /// that the generator's cost per message is a copy, not a syscall.
@@ -437,7 +438,7 @@ impl<'a> Client<'a> {
                     c.fd = fd;
                     c.established = connected;
                     c.blocked = !connected;
-                    self.ep.add(fd, idx as u64, CONN_EVENTS)?;
+                    self.ep.add(fd, CONN_EVENTS, idx as u64)?;
                 }
                 Err(_) => {
                     c.dead = true;
@@ -447,7 +448,7 @@ impl<'a> Client<'a> {
             self.conns.push(c);
         }
         let cpu_start = sys::thread_cpu_time();
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+        let mut events = vec![Event::default(); EVENTS];
         let mut stopping = false;
         let mut stopped_ns = self.end_ns;
         let mut drain_deadline = None;
@@ -478,9 +479,9 @@ impl<'a> Client<'a> {
             } else {
                 Duration::from_nanos(self.end_ns.saturating_sub(now)).min(TICK)
             };
-            let n = self.ep.wait(&mut events, Some(wait))?;
+            let n = self.ep.wait_precise(&mut events, Some(wait))?;
             for ev in &events[..n] {
-                self.on_event(ev.u64 as usize, ev.events);
+                self.on_event(ev.token() as usize, ev.events());
             }
             for idx in 0..self.conns.len() {
                 let c = &self.conns[idx];
@@ -741,13 +742,13 @@ impl Sinks {
         stop: &AtomicBool,
     ) -> io::Result<SinkOutcome> {
         let cpu_start = sys::thread_cpu_time();
-        let ep = &mut Epoll::new()?;
+        let ep = Epoll::new()?;
         let n = self.addrs.len();
         for &s in mine {
             ep.add(
                 self.listeners[s].as_raw_fd(),
-                LISTENER | s as u64,
                 libc::EPOLLIN as u32,
+                LISTENER | s as u64,
             )?;
         }
         let first = Checker::new(self.transport, n, 0);
@@ -757,7 +758,7 @@ impl Sinks {
         let decoder = Decoder::new(self.transport, Limits::default());
         let mut out = SinkOutcome::new(&self.addrs);
         let mut conns: Vec<SinkConn> = Vec::new();
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+        let mut events = vec![Event::default(); EVENTS];
         let mut ready: Vec<usize> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let wait = if ready.is_empty() {
@@ -765,13 +766,13 @@ impl Sinks {
             } else {
                 Duration::ZERO
             };
-            let k = ep.wait(&mut events, Some(wait))?;
+            let k = ep.wait_precise(&mut events, Some(wait))?;
             for ev in &events[..k] {
-                if ev.u64 & LISTENER != 0 {
-                    let s = (ev.u64 & !LISTENER) as usize;
+                if ev.token() & LISTENER != 0 {
+                    let s = (ev.token() & !LISTENER) as usize;
                     while let Ok((stream, _)) = self.listeners[s].accept() {
                         stream.set_nonblocking(true)?;
-                        ep.add(stream.as_raw_fd(), conns.len() as u64, CONN_EVENTS)?;
+                        ep.add(stream.as_raw_fd(), CONN_EVENTS, conns.len() as u64)?;
                         out.counts[s].connections += 1;
                         conns.push(SinkConn {
                             stream,
@@ -785,7 +786,7 @@ impl Sinks {
                     }
                     continue;
                 }
-                let idx = ev.u64 as usize;
+                let idx = ev.token() as usize;
                 if conns[idx].open && !conns[idx].ready {
                     conns[idx].ready = true;
                     ready.push(idx);

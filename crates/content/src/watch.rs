@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use fastpath_sys::SharedMapping;
+
 /// Events that can change what a path serves.
 const WATCH_MASK: u32 = libc::IN_MODIFY
     | libc::IN_ATTRIB
@@ -64,27 +66,7 @@ impl Shared {
 /// call (prefork's children), for [`crate::Site::watch_polled_shared`]. The mapping lasts as
 /// long as the process.
 pub fn shared_generations(n: usize) -> io::Result<&'static [AtomicU64]> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    let bytes = n * std::mem::size_of::<AtomicU64>();
-    // SAFETY: an anonymous shared mapping, checked for failure; zeroed memory is a valid
-    // AtomicU64 (0), the mapping is page-aligned, and it is never unmapped, so the slice may
-    // live as long as the process.
-    unsafe {
-        let base = libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(std::slice::from_raw_parts(base as *const AtomicU64, n))
-    }
+    Ok(SharedMapping::new(n)?.leak())
 }
 
 /// A running watch on one document root; the thread ends when this is dropped.

@@ -10,7 +10,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use crate::sys::syscall;
+use fastpath_sys::syscall;
 
 /// Size of a pooled buffer: large enough for any ordinary request head or response head.
 pub const BUFFER_SIZE: usize = 16 * 1024;

@@ -12,11 +12,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use fastpath_sys::syscall;
+
 use crate::buffers::{BufferPool, Input, Output};
 use crate::linked::{LinkEntry, PoolKey, Reach, Splices};
 use crate::loops::Core;
 use crate::slab::Token;
-use crate::sys::syscall;
 use crate::{CloseReason, Handler, Io, Next, Opened, Worker};
 
 /// Where a connection is in its life, as far as the driver is concerned.

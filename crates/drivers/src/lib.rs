@@ -92,9 +92,6 @@
 //! run(model, listeners, &config, |_worker| Echo, &stop).unwrap();
 //! ```
 #![deny(missing_docs)]
-// `syscall!` is exported so the load generator shares it; its arguments go into the FFI call it
-// wraps, as its docs say, which is what this lint warns about.
-#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod buffers;
 mod common;
@@ -128,13 +125,9 @@ pub use model::{
     run, run_service, uring_available, worker_count, DriverConfig, Layout, Model, ModelKind,
     ModelSettings, Process,
 };
+pub use outgoing::UpstreamAddr;
 pub use pools::percore::{allowed_cpus, PercoreConfig};
 pub use pools::prefork::{self, PreforkConfig};
 pub use pools::threads::ThreadsConfig;
-pub use sys::ignore_sigpipe;
-
-/// libc, for [`syscall!`] expanded in other crates.
-#[doc(hidden)]
-pub use libc as __libc;
-pub use outgoing::UpstreamAddr;
 pub use splice::Carrier;
+pub use sys::ignore_sigpipe;

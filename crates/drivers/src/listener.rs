@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::sys::{setsockopt_int, syscall};
+use fastpath_sys::{getsockopt_int, setsockopt_int, syscall};
 
 /// Listen backlog: the kernel caps it at net.core.somaxconn anyway.
 pub const LISTEN_BACKLOG: i32 = 4096;
@@ -330,8 +330,8 @@ fn adopt(fd: &OwnedFd) -> io::Result<ListenAddr> {
              ListenStream=/PATH)",
         ));
     }
-    let domain = getsockopt_int(raw, libc::SO_DOMAIN)?;
-    let kind = getsockopt_int(raw, libc::SO_TYPE)?;
+    let domain = getsockopt_int(raw, libc::SOL_SOCKET, libc::SO_DOMAIN)?;
+    let kind = getsockopt_int(raw, libc::SOL_SOCKET, libc::SO_TYPE)?;
     if ![libc::AF_INET, libc::AF_INET6, libc::AF_UNIX].contains(&domain) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -348,7 +348,7 @@ fn adopt(fd: &OwnedFd) -> io::Result<ListenAddr> {
              ListenStream=",
         ));
     }
-    if getsockopt_int(raw, libc::SO_ACCEPTCONN)? == 0 {
+    if getsockopt_int(raw, libc::SOL_SOCKET, libc::SO_ACCEPTCONN)? == 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "a socket that is not listening (a connection, as systemd passes with \
@@ -377,19 +377,6 @@ fn adopt(fd: &OwnedFd) -> io::Result<ListenAddr> {
         .as_socket()
         .map(ListenAddr::Tcp)
         .ok_or_else(|| io::Error::other("listener has no inet address"))
-}
-
-fn getsockopt_int(fd: i32, name: i32) -> io::Result<i32> {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    syscall!(getsockopt(
-        fd,
-        libc::SOL_SOCKET,
-        name,
-        (&mut value as *mut libc::c_int).cast(),
-        &mut len
-    ))?;
-    Ok(value)
 }
 
 /// The address index of entry `flat_index` of [`Listeners::into_flat`], for `addresses` bound

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-use crate::sys::{setsockopt_int, syscall};
+use fastpath_sys::{setsockopt_int, syscall};
 
 /// Where an outgoing connection goes: a backend, a destination.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -17,7 +17,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::sys::syscall;
+use fastpath_sys::{send_queue, syscall, tcp_info, unread, TCP_ESTABLISHED};
 
 /// One pipe and what it holds.
 struct Pipe {
@@ -330,7 +330,8 @@ impl Joint {
         };
         // Bytes user space never read are whole skbs, which the carrier may take; after a
         // read, only an empty socket proves no skb was read in part.
-        let quiet = unread(client) == Some(0) && (!upstream_read || unread(upstream) == Some(0));
+        let quiet =
+            unread(client).ok() == Some(0) && (!upstream_read || unread(upstream).ok() == Some(0));
         if !quiet {
             tracing::debug!("joint: bytes wait unread; spliced instead");
             self.way = pipes()?;
@@ -642,45 +643,14 @@ fn drained(from: RawFd, received: u64, to: RawFd, written: u64) -> bool {
     }
 }
 
-/// The part of `struct tcp_info` read here (the kernel fills what fits in the length given).
-#[repr(C)]
-#[derive(Default)]
-struct TcpInfo {
-    state: u8,
-    _ca_state_to_flags: [u8; 7],
-    _rto_to_last_ack_sent: [u32; 11],
-    last_data_recv: u32,
-    _last_ack_recv_to_total_retrans: [u32; 12],
-    _pacing_rate: u64,
-    _max_pacing_rate: u64,
-    bytes_acked: u64,
-    bytes_received: u64,
-}
-
-fn tcp_info(fd: RawFd) -> Option<TcpInfo> {
-    let mut info = TcpInfo::default();
-    let mut len = std::mem::size_of::<TcpInfo>() as libc::socklen_t;
-    syscall!(getsockopt(
-        fd,
-        libc::IPPROTO_TCP,
-        libc::TCP_INFO,
-        (&mut info as *mut TcpInfo).cast(),
-        &mut len
-    ))
-    .ok()?;
-    // Kernels before 4.19 have no byte counts.
-    ((len as usize) >= std::mem::size_of::<TcpInfo>()).then_some(info)
-}
-
 /// Whether `fd` is an established TCP connection (no FIN received or sent yet).
 fn established(fd: RawFd) -> bool {
-    // TCP_ESTABLISHED in linux/tcp_states.h.
-    tcp_info(fd).is_some_and(|i| i.state == 1)
+    tcp_info(fd).is_ok_and(|i| i.state == TCP_ESTABLISHED)
 }
 
 /// Bytes received on `fd` since it opened (with the FIN, once it came).
 fn bytes_received(fd: RawFd) -> Option<u64> {
-    tcp_info(fd).map(|i| i.bytes_received)
+    tcp_info(fd).ok().map(|i| i.bytes_received)
 }
 
 /// Every byte ever written to `fd` (acknowledged, plus what waits in its send queue), or
@@ -688,8 +658,8 @@ fn bytes_received(fd: RawFd) -> Option<u64> {
 /// an acknowledgement arriving in between makes the sum fall short, never overshoot. What
 /// waits for the kernel to finish writing may therefore only be judged later, never early.
 fn bytes_written(fd: RawFd) -> Option<u64> {
-    let info = tcp_info(fd)?;
-    let outq = send_queue(fd)?;
+    let info = tcp_info(fd).ok()?;
+    let outq = send_queue(fd).ok()?;
     Some(info.bytes_acked + outq)
 }
 
@@ -700,28 +670,14 @@ fn bytes_written(fd: RawFd) -> Option<u64> {
 /// carrier's last bytes reached the destination: bytes out of order, or cut short.
 fn bytes_written_exactly(fd: RawFd) -> Option<u64> {
     for _ in 0..64 {
-        let before = send_queue(fd)?;
-        let info = tcp_info(fd)?;
-        if send_queue(fd)? == before {
+        let before = send_queue(fd).ok()?;
+        let info = tcp_info(fd).ok()?;
+        if send_queue(fd).ok()? == before {
             return Some(info.bytes_acked + before);
         }
     }
     // Acknowledgements kept arriving: the caller splices instead.
     None
-}
-
-/// Bytes in `fd`'s send queue: written and not yet acknowledged.
-fn send_queue(fd: RawFd) -> Option<u64> {
-    let mut outq: libc::c_int = 0;
-    syscall!(ioctl(fd, libc::TIOCOUTQ, &mut outq)).ok()?;
-    Some(outq.max(0) as u64)
-}
-
-/// Bytes waiting unread in `fd`.
-fn unread(fd: RawFd) -> Option<usize> {
-    let mut n: libc::c_int = 0;
-    syscall!(ioctl(fd, libc::FIONREAD, &mut n)).ok()?;
-    Some(n.max(0) as usize)
 }
 
 /// Time since data last arrived on `fd` (zero if it cannot say, so nothing is cut short).

@@ -181,16 +181,8 @@ impl BridgePath {
 const HOLD_LOWAT: libc::c_int = 256 * 1024;
 
 fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: libc::c_int) {
-    // SAFETY: SO_RCVLOWAT reads one int.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&bytes as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    let _ =
+        fastpath_sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes);
 }
 
 fn full_or(e: std::io::Error) -> TakeOverError {

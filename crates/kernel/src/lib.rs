@@ -190,17 +190,12 @@ impl EchoPath {
                 // Setting SO_RCVLOWAT runs the socket's data-ready callback now
                 // (tcp_set_rcvlowat), so the kernel sends them back at once, in order, and
                 // user space never reads them.
-                let one: libc::c_int = 1;
-                // SAFETY: SO_RCVLOWAT reads one int.
-                unsafe {
-                    libc::setsockopt(
-                        socket.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_RCVLOWAT,
-                        (&one as *const libc::c_int).cast(),
-                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                    )
-                };
+                let _ = fastpath_sys::setsockopt_int(
+                    socket.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVLOWAT,
+                    1,
+                );
                 Ok(Taken(cookie))
             }
             Err(e) => {
@@ -298,74 +293,27 @@ pub fn echo_outcome(
 /// socket in the echo map, whose echo the kernel may still hold in a queue of its own, this
 /// tells when every byte received has been sent back and closing loses none.
 pub fn bytes_written(socket: BorrowedFd<'_>) -> io::Result<u64> {
-    let info = tcp_info(socket)?;
-    let mut outq: libc::c_int = 0;
-    // SAFETY: SIOCOUTQ writes one int.
-    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::TIOCOUTQ, &mut outq) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(info.tcpi_bytes_acked + outq.max(0) as u64)
+    let info = fastpath_sys::tcp_info(socket.as_raw_fd())?;
+    let outq = fastpath_sys::send_queue(socket.as_raw_fd())?;
+    Ok(info.bytes_acked + outq)
 }
 
 /// Bytes waiting unread in `socket` (FIONREAD).
 pub fn unread(socket: BorrowedFd<'_>) -> io::Result<usize> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::FIONREAD, &mut n) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n.max(0) as usize)
+    fastpath_sys::unread(socket.as_raw_fd())
 }
 
 /// Bytes received on `socket` since it opened (TCP_INFO).
 pub fn bytes_received(socket: BorrowedFd<'_>) -> io::Result<u64> {
-    Ok(tcp_info(socket)?.tcpi_bytes_received)
+    Ok(fastpath_sys::tcp_info(socket.as_raw_fd())?.bytes_received)
 }
 
 /// Time since the last data arrived on `socket` (TCP_INFO), for an idle timeout on a socket
 /// whose bytes user space no longer sees.
 pub fn since_last_input(socket: BorrowedFd<'_>) -> io::Result<std::time::Duration> {
     Ok(std::time::Duration::from_millis(
-        tcp_info(socket)?.tcpi_last_data_recv as u64,
+        fastpath_sys::tcp_info(socket.as_raw_fd())?.last_data_recv as u64,
     ))
-}
-
-/// The part of `struct tcp_info` read here (the kernel fills what fits in the length given).
-#[repr(C)]
-#[derive(Default)]
-struct TcpInfo {
-    _state_to_flags: [u8; 8],
-    _rto_to_last_ack_sent: [u32; 11],
-    tcpi_last_data_recv: u32,
-    _last_ack_recv_to_total_retrans: [u32; 12],
-    _pacing_rate: u64,
-    _max_pacing_rate: u64,
-    tcpi_bytes_acked: u64,
-    tcpi_bytes_received: u64,
-}
-
-fn tcp_info(socket: BorrowedFd<'_>) -> io::Result<TcpInfo> {
-    let mut info = TcpInfo::default();
-    let mut len = std::mem::size_of::<TcpInfo>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info`.
-    let r = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut TcpInfo).cast(),
-            &mut len,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if (len as usize) < std::mem::size_of::<TcpInfo>() {
-        return Err(io::Error::other(
-            "TCP_INFO without byte counts (kernel < 4.19)",
-        ));
-    }
-    Ok(info)
 }
 
 pub(crate) fn socket_cookie(socket: BorrowedFd<'_>) -> io::Result<u64> {

@@ -15,6 +15,7 @@ use fastpath_content::ContentCache;
 use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Origin, Worker};
 use fastpath_handover::{BackendState, Routes, SharedCache};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
+use fastpath_sys::setsockopt_int;
 
 use crate::access_log::{request_line, AccessLogBuffer, Entry, Peer};
 use crate::clock::Clock;
@@ -952,18 +953,12 @@ impl Handler for HttpHandler {
 /// inherit it (on Linux 6.18, some kept the autotuned buffer under parallel load).
 fn set_send_buffer(io: &Io<'_>, size: libc::c_int) {
     use std::os::fd::AsRawFd;
-    // SAFETY: a socket the driver keeps open for this call, and an int option of the size
-    // passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            io.socket().as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        tracing::debug!("SO_SNDBUF: {}", std::io::Error::last_os_error());
+    if let Err(e) = setsockopt_int(
+        io.socket().as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUF,
+        size,
+    ) {
+        tracing::debug!("SO_SNDBUF: {e}");
     }
 }

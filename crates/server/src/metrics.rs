@@ -11,13 +11,13 @@
 //! worker copies its caches' figures into its block on every tick (100 ms).
 
 use std::fmt::Write as _;
-use std::mem::size_of;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use std::{io, ptr};
 
 use fastpath_content::CacheStats;
+use fastpath_sys::{ProcessShared, SharedMapping};
 
 /// The one path the metrics listener serves.
 pub(crate) const PATH: &str = "/metrics";
@@ -92,11 +92,17 @@ fn bump(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
+// SAFETY: atomics (and arrays and a struct of them) only, valid at zero; no pointers, no drop.
+unsafe impl ProcessShared for WorkerBlock {}
+// SAFETY: as above.
+unsafe impl ProcessShared for BackendBlock {}
+
 /// The counters of every worker, in memory shared by all of them.
 pub(crate) struct Metrics {
-    base: *mut u8,
-    bytes: usize,
-    workers: usize,
+    /// One block per worker.
+    workers: SharedMapping<WorkerBlock>,
+    /// One block per worker and backend, a worker's backends together.
+    backend_blocks: SharedMapping<BackendBlock>,
     backends: Vec<String>,
     /// The index of the metrics listener among the bound addresses.
     listener: usize,
@@ -104,42 +110,18 @@ pub(crate) struct Metrics {
     started: f64,
 }
 
-// SAFETY: the mapping is only ever accessed through atomics.
-unsafe impl Send for Metrics {}
-// SAFETY: as above.
-unsafe impl Sync for Metrics {}
-
 impl Metrics {
     /// Maps zeroed counters for `workers` workers and the named backends; `listener` is the
     /// index of the address scrapes come in on. Must be called before the workers (or
     /// processes) start, so that they all share it.
     pub(crate) fn new(workers: usize, backends: Vec<String>, listener: usize) -> io::Result<Self> {
         let workers = workers.max(1);
-        let bytes =
-            workers * (size_of::<WorkerBlock>() + backends.len() * size_of::<BackendBlock>());
-        // SAFETY: an anonymous shared mapping, checked for failure. Zeroed memory is a valid
-        // value of every block (atomics at 0), and the mapping is page-aligned, which covers
-        // the blocks' 64-byte alignment as their sizes are multiples of it.
-        let base = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         Ok(Metrics {
-            base: base.cast(),
-            bytes,
-            workers,
+            workers: SharedMapping::new(workers)?,
+            backend_blocks: SharedMapping::new(workers * backends.len())?,
             backends,
             listener,
             started,
@@ -152,26 +134,18 @@ impl Metrics {
     }
 
     fn worker(&self, worker: usize) -> &WorkerBlock {
-        assert!(worker < self.workers);
-        // SAFETY: in bounds of the mapping (checked above), aligned, alive as long as self.
-        unsafe { &*(self.base as *const WorkerBlock).add(worker) }
+        &self.workers[worker]
     }
 
     fn backend(&self, worker: usize, backend: usize) -> &BackendBlock {
-        assert!(worker < self.workers && backend < self.backends.len());
-        let index = worker * self.backends.len() + backend;
-        // SAFETY: the backend blocks follow the worker blocks; in bounds (checked above),
-        // aligned (the worker blocks' size is a multiple of 64), alive as long as self.
-        unsafe {
-            let start = self.base.add(self.workers * size_of::<WorkerBlock>());
-            &*(start as *const BackendBlock).add(index)
-        }
+        assert!(backend < self.backends.len());
+        &self.backend_blocks[worker * self.backends.len() + backend]
     }
 
     /// The counters worker `worker` writes. A model's worker numbers are below the count the
     /// mapping was made for; one that is not (never expected) shares the last block.
     pub(crate) fn for_worker(self: &Arc<Self>, worker: usize) -> WorkerMetrics {
-        let worker = worker.min(self.workers - 1);
+        let worker = worker.min(self.workers.len() - 1);
         WorkerMetrics {
             metrics: Arc::clone(self),
             worker,
@@ -181,7 +155,7 @@ impl Metrics {
 
     /// Writes the exposition of every worker's counters.
     pub(crate) fn render(&self, out: &mut String) {
-        let shown: Vec<usize> = (0..self.workers)
+        let shown: Vec<usize> = (0..self.workers.len())
             .filter(|&w| self.worker(w).opened.load(Relaxed) > 0)
             .collect();
         family(
@@ -371,16 +345,6 @@ impl Metrics {
     }
 }
 
-impl Drop for Metrics {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in new(), unmapped once; no WorkerMetrics outlives self
-        // (each holds an Arc of it).
-        unsafe {
-            libc::munmap(self.base.cast(), self.bytes);
-        }
-    }
-}
-
 /// A family's `# HELP` and `# TYPE` lines.
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -528,7 +492,8 @@ impl WorkerMetrics {
 
     /// The series of `worker`, which carries a cache the process's workers share.
     fn carrier(&self, worker: usize) -> &WorkerBlock {
-        self.metrics.worker(worker.min(self.metrics.workers - 1))
+        self.metrics
+            .worker(worker.min(self.metrics.workers.len() - 1))
     }
 
     /// The index of the worker these counters are.
@@ -619,8 +584,8 @@ mod tests {
 
     #[test]
     fn block_sizes_keep_alignment() {
-        assert_eq!(size_of::<WorkerBlock>() % 64, 0);
-        assert_eq!(size_of::<BackendBlock>() % 64, 0);
+        assert_eq!(std::mem::size_of::<WorkerBlock>() % 64, 0);
+        assert_eq!(std::mem::size_of::<BackendBlock>() % 64, 0);
     }
 
     #[test]

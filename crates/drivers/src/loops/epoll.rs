@@ -5,9 +5,11 @@
 //! once per accept and once per close.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+use fastpath_sys::{syscall, Event};
 
 use crate::buffers::{BufferPool, Flush};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
@@ -17,7 +19,6 @@ use crate::linked::{HasLink, JointStep, Reach, LINKED_INPUT_MAX};
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
-use crate::sys::{self, syscall};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
 
 /// What an epoll token names (the kind of a packed [`Token`]).
@@ -46,8 +47,19 @@ pub(crate) struct LoopOptions {
     pub(crate) busy_poll: Option<Duration>,
 }
 
-fn new_events(n: usize) -> Vec<libc::epoll_event> {
-    vec![libc::epoll_event { events: 0, u64: 0 }; n]
+fn new_events(n: usize) -> Vec<Event> {
+    vec![Event::default(); n]
+}
+
+/// Readiness a connection (or its upstream) is registered for, edge-triggered: reads and
+/// writes run until the kernel says EAGAIN.
+const CONN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+
+/// The worker's epoll instance, for a call that needs one. A worker makes it before it has
+/// anything to register ([`Worker::ensure_epoll`]); if it has none, the call fails as one on a
+/// closed descriptor would.
+fn made(epoll: Option<&fastpath_sys::Epoll>) -> io::Result<&fastpath_sys::Epoll> {
+    epoll.ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
 }
 
 /// Everything a worker holds for one connection: the shared [`Link`], the handler's state,
@@ -77,7 +89,7 @@ impl<C> HasLink for Slot<C> {
 /// connections and its handler.
 pub(crate) struct Worker<'a, H: Handler> {
     /// Made when first needed: a pool thread or child that never serves holds no descriptor.
-    epoll: Option<OwnedFd>,
+    epoll: Option<fastpath_sys::Epoll>,
     /// Called when the last connection is about to close, before its FIN goes out, so that a
     /// pool thread is back on the idle stack by the time its client can connect again. Once
     /// per [`Worker::serve_connection`] (`last_close_told`): the hook puts the thread where
@@ -125,13 +137,9 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Makes the epoll instance if there is none yet.
     fn ensure_epoll(&mut self) -> io::Result<()> {
         if self.epoll.is_none() {
-            self.epoll = Some(sys::epoll_create()?);
+            self.epoll = Some(fastpath_sys::Epoll::new()?);
         }
         Ok(())
-    }
-
-    fn epoll_fd(&self) -> RawFd {
-        self.epoll.as_ref().map_or(-1, AsRawFd::as_raw_fd)
     }
 
     /// Sets the hook called before the last open connection closes.
@@ -144,34 +152,21 @@ impl<'a, H: Handler> Worker<'a, H> {
             // EPOLLEXCLUSIVE: an inherited listener is shared by every worker, and a new client
             // should wake one of them, not all (our own SO_REUSEPORT listeners are in one epoll
             // set each, where it changes nothing). Kernels before 4.5 refuse it: then without.
-            let exclusive = if on { libc::EPOLLEXCLUSIVE as u32 } else { 0 };
-            let mut event = libc::epoll_event {
-                events: libc::EPOLLIN as u32 | exclusive,
-                u64: Token {
-                    index: i,
-                    generation: 0,
-                }
-                .pack(LISTENER),
-            };
-            let op = if on {
-                libc::EPOLL_CTL_ADD
-            } else {
-                libc::EPOLL_CTL_DEL
-            };
-            let added = syscall!(epoll_ctl(
-                self.epoll_fd(),
-                op,
-                listener.as_raw_fd(),
-                &mut event
-            ));
-            if matches!(&added, Err(e) if on && e.raw_os_error() == Some(libc::EINVAL)) {
-                event.events = libc::EPOLLIN as u32;
-                syscall!(epoll_ctl(
-                    self.epoll_fd(),
-                    op,
-                    listener.as_raw_fd(),
-                    &mut event
-                ))?;
+            let epoll = made(self.epoll.as_ref())?;
+            let fd = listener.as_raw_fd();
+            if !on {
+                epoll.delete(fd)?;
+                continue;
+            }
+            let token = Token {
+                index: i,
+                generation: 0,
+            }
+            .pack(LISTENER);
+            let readable = libc::EPOLLIN as u32;
+            let added = epoll.add(fd, readable | libc::EPOLLEXCLUSIVE as u32, token);
+            if matches!(&added, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) {
+                epoll.add(fd, readable, token)?;
             } else {
                 added?;
             }
@@ -334,7 +329,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// the deadlines that came, and runs the tick work when it is due. With busy polling, the
     /// wait does not block (and `gate` is kept) while the last event is more recent than the
     /// busy-poll time.
-    fn turn(&mut self, events: &mut [libc::epoll_event], gate: &dyn Gate) -> io::Result<()> {
+    fn turn(&mut self, events: &mut [Event], gate: &dyn Gate) -> io::Result<()> {
         let spinning = self
             .options
             .busy_poll
@@ -354,7 +349,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             gate.leave();
         }
         let waited = match &self.epoll {
-            Some(epoll) => sys::epoll_wait(epoll, events, timeout),
+            Some(epoll) => epoll.wait(events, timeout),
             None => Ok(0),
         };
         if !spinning {
@@ -374,8 +369,8 @@ impl<'a, H: Handler> Worker<'a, H> {
         Ok(())
     }
 
-    fn dispatch(&mut self, event: libc::epoll_event) {
-        let (kind, token) = Token::unpack(event.u64);
+    fn dispatch(&mut self, event: Event) {
+        let (kind, token) = Token::unpack(event.token());
         if kind == LISTENER {
             self.accept(token.index);
             return;
@@ -383,7 +378,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         let Some(slot) = self.slots.get_mut(token) else {
             return;
         };
-        let flags = event.events as i32;
+        let flags = event.events() as i32;
         if flags & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
             slot.readable = true;
         }
@@ -408,7 +403,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         };
         let listen_fd = listener.as_raw_fd();
         for _ in 0..ACCEPT_BATCH {
-            match sys::accept(listen_fd) {
+            match fastpath_sys::accept(listen_fd) {
                 Ok((fd, peer)) => {
                     let peer = peer.unwrap_or(UNKNOWN_PEER);
                     if !self.core.admit(&fd, &self.handler) {
@@ -466,17 +461,10 @@ impl<'a, H: Handler> Worker<'a, H> {
         let Some(slot) = self.slots.at(index) else {
             return;
         };
-        let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-            u64: token.pack(CONNECTION),
-        };
         let fd = slot.link.fd.as_raw_fd();
-        if let Err(e) = syscall!(epoll_ctl(
-            self.epoll_fd(),
-            libc::EPOLL_CTL_ADD,
-            fd,
-            &mut event
-        )) {
+        let added = made(self.epoll.as_ref())
+            .and_then(|epoll| epoll.add(fd, CONN_EVENTS, token.pack(CONNECTION)));
+        if let Err(e) = added {
             tracing::error!("epoll_ctl add failed: {e}");
             self.close(index, CloseReason::Error);
         }
@@ -657,12 +645,12 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// away): true then, to drive it on.
     fn pump(&mut self, index: usize) -> bool {
         let token = self.slots.token(index);
-        let epoll = self.epoll_fd();
         let partner = self
             .slots
             .at(index)
             .and_then(|slot| slot.partner)
             .filter(|&p| self.is_live(p));
+        let epoll = self.epoll.as_ref();
         let pair = partner.and_then(|p| self.slots.pair(index, p.index));
         let Some((slot, other)) = pair else {
             self.close(index, CloseReason::Error);
@@ -708,20 +696,18 @@ impl<'a, H: Handler> Worker<'a, H> {
             // Room on a destination that was full (the kernel's sender waits for it, and a leg
             // it stopped carrying may want copying), reported once per edge.
             let events = if ends_only {
-                libc::EPOLLRDHUP | libc::EPOLLOUT | libc::EPOLLET
+                (libc::EPOLLRDHUP | libc::EPOLLOUT | libc::EPOLLET) as u32
             } else {
-                libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET
-            } as u32;
+                CONN_EVENTS
+            };
             let mut ok = true;
             for (fd, token) in [
                 (slot.link.fd.as_raw_fd(), token),
                 (other.link.fd.as_raw_fd(), partner),
             ] {
-                let mut event = libc::epoll_event {
-                    events,
-                    u64: token.pack(CONNECTION),
-                };
-                ok &= syscall!(epoll_ctl(epoll, libc::EPOLL_CTL_MOD, fd, &mut event)).is_ok();
+                ok &= made(epoll)
+                    .and_then(|epoll| epoll.modify(fd, events, token.pack(CONNECTION)))
+                    .is_ok();
             }
             if ok {
                 slot.ends_only = ends_only;

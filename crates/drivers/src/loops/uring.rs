@@ -64,6 +64,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use fastpath_sys::peer_addr;
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, Input, Output, BUFFER_SIZE, MAX_IOVECS};
@@ -74,7 +75,6 @@ use crate::linked::{HasLink, JointStep, Reach, LINKED_INPUT_MAX};
 use crate::loops::{Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
-use crate::sys::peer_addr;
 use crate::{CloseReason, Handler, Next, Opened, TICK};
 use bufring::BufRing;
 
@@ -601,7 +601,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         // multishot one (both take from the same queue), until the queue is empty.
         for index in 0..self.listeners.len() {
             while let Some(fd) = self.listeners[index].fd.as_ref().map(AsRawFd::as_raw_fd) {
-                let Ok((fd, _)) = crate::sys::accept(fd) else {
+                let Ok((fd, _)) = fastpath_sys::accept(fd) else {
                     break;
                 };
                 if self.core.admit(&fd, &self.handler) {
@@ -696,7 +696,10 @@ impl<'a, H: Handler> Worker<'a, H> {
 
     fn open(&mut self, fd: OwnedFd, listener: usize) {
         // Multishot accept reports no address; one getpeername per connection stands in.
-        let peer = peer_addr(fd.as_raw_fd()).unwrap_or(UNKNOWN_PEER);
+        let peer = peer_addr(fd.as_raw_fd())
+            .ok()
+            .flatten()
+            .unwrap_or(UNKNOWN_PEER);
         let link = Link::new(fd);
         self.open_with(link, Opened::new(peer, listener), None);
     }

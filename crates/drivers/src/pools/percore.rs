@@ -20,9 +20,10 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use fastpath_sys::setsockopt_int;
+
 use crate::loops::epoll::{LoopOptions, Worker};
 use crate::loops::Env;
-use crate::sys::setsockopt_int;
 use crate::{common, DriverConfig, Handler, Listeners};
 
 /// The per-core model's settings.

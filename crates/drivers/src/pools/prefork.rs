@@ -42,11 +42,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use fastpath_sys::{syscall, tcp_info, Epoll, Event, SharedMapping, TCP_LISTEN};
+
 use crate::common::{self, NoGate, UNKNOWN_PEER};
 use crate::listener::address_index;
 use crate::loops::epoll::{LoopOptions, Worker};
 use crate::loops::Env;
-use crate::sys::{self, syscall};
 use crate::{signals, DriverConfig, Handler, Listeners, Opened};
 
 /// How often the parent looks at the pool when no child asks it to.
@@ -122,50 +123,27 @@ mod state {
 }
 
 /// Memory shared by the parent and all children: the count of connections open across the
-/// pool (for the connection limit), then one word per child slot.
+/// pool (for the connection limit), and one word per child slot (all EMPTY at first).
 struct Scoreboard {
-    base: *mut libc::c_void,
-    len: usize,
+    active: SharedMapping<AtomicUsize>,
+    words: SharedMapping<AtomicU32>,
 }
 
-/// Where the slot words start, after the connection count.
-const WORDS_OFFSET: usize = std::mem::size_of::<AtomicUsize>();
-
 impl Scoreboard {
-    fn bytes(len: usize) -> usize {
-        WORDS_OFFSET + len * std::mem::size_of::<AtomicU32>()
-    }
-
     fn new(len: usize) -> io::Result<Scoreboard> {
-        let bytes = Self::bytes(len);
-        // SAFETY: an anonymous shared mapping, checked for failure; zeroed memory is a valid
-        // count and array of AtomicU32 (all EMPTY).
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Scoreboard { base: ptr, len })
+        Ok(Scoreboard {
+            active: SharedMapping::new(1)?,
+            words: SharedMapping::new(len)?,
+        })
     }
 
     /// Connections open across the pool.
     fn active(&self) -> &AtomicUsize {
-        // SAFETY: the start of the page-aligned mapping, which lives as long as self.
-        unsafe { &*(self.base as *const AtomicUsize) }
+        &self.active[0]
     }
 
     fn word(&self, slot: usize) -> &AtomicU32 {
-        assert!(slot < self.len);
-        // SAFETY: in bounds of the mapping, 4-byte aligned, which lives as long as self.
-        unsafe { &*((self.base as *const u8).add(WORDS_OFFSET) as *const AtomicU32).add(slot) }
+        &self.words[slot]
     }
 
     /// Whether a child other than the one in `slot` (which has just turned busy) is idle or
@@ -175,22 +153,13 @@ impl Scoreboard {
     /// parent, which costs one look at the scoreboard.
     fn any_available(&self, slot: usize) -> bool {
         std::sync::atomic::fence(Ordering::SeqCst);
-        (0..self.len).any(|other| {
+        (0..self.words.len()).any(|other| {
             other != slot
                 && matches!(
                     self.word(other).load(Ordering::SeqCst),
                     state::IDLE | state::STARTING
                 )
         })
-    }
-}
-
-impl Drop for Scoreboard {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in new(), unmapped once.
-        unsafe {
-            libc::munmap(self.base, Self::bytes(self.len));
-        }
     }
 }
 
@@ -218,13 +187,12 @@ impl Child<'_> {
     /// this child, the stop flag is set or `max_connections_per_child` is reached.
     pub fn serve<H: Handler>(self, handler: H) -> io::Result<()> {
         let word = self.scoreboard.word(self.slot);
-        let epoll = sys::epoll_create()?;
+        let epoll = Epoll::new()?;
         for (i, listener) in self.listeners.iter().enumerate() {
             // EPOLLEXCLUSIVE: a new connection wakes one idle child, not all of them.
-            sys::epoll_add(
-                &epoll,
+            epoll.add(
                 listener.as_raw_fd(),
-                libc::EPOLLIN | libc::EPOLLEXCLUSIVE,
+                (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
                 i as u64,
             )?;
         }
@@ -240,7 +208,7 @@ impl Child<'_> {
             },
             LoopOptions::default(),
         )?;
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; self.listeners.len()];
+        let mut events = vec![Event::default(); self.listeners.len()];
         let mut served = 0u64;
         let mut result = Ok(());
         // At a graceful stop an idle child leaves at once and a busy one once its connection
@@ -256,7 +224,7 @@ impl Child<'_> {
                 // Retired by the parent while idle.
                 break;
             }
-            let n = match sys::epoll_wait(&epoll, &mut events, IDLE_WAIT.as_millis() as i32) {
+            let n = match epoll.wait(&mut events, IDLE_WAIT.as_millis() as i32) {
                 Ok(n) => n,
                 Err(e) => {
                     result = Err(e);
@@ -280,7 +248,7 @@ impl Child<'_> {
                 break;
             }
             for event in &events[..n] {
-                let listener = event.u64 as usize;
+                let listener = event.token() as usize;
                 let Some((fd, peer)) = accept(self.listeners[listener].as_raw_fd()) else {
                     continue;
                 };
@@ -320,7 +288,7 @@ impl Child<'_> {
 
 /// Accepts one connection if one is waiting (another child may have taken it).
 fn accept(listener: i32) -> Option<(OwnedFd, SocketAddr)> {
-    match sys::accept(listener) {
+    match fastpath_sys::accept(listener) {
         Ok((fd, peer)) => Some((fd, peer.unwrap_or(UNKNOWN_PEER))),
         Err(e) => {
             if e.raw_os_error().is_some_and(common::out_of_descriptors) {
@@ -458,24 +426,11 @@ fn retirements(idle: usize, max_spare: usize) -> usize {
 /// child. For a listening socket Linux reports its accept queue's length as `tcpi_unacked`
 /// (what `ss` shows as Recv-Q); a socket it cannot be read for counts none.
 fn waiting_connections(sockets: &[OwnedFd]) -> usize {
-    // `tcpi_state` of a listening socket (TCP_LISTEN in Linux's include/net/tcp_states.h).
-    const TCP_LISTEN: u8 = 10;
     sockets
         .iter()
-        .map(|socket| {
-            // SAFETY: tcp_info is plain data, zeroes are a valid value.
-            let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-            match syscall!(getsockopt(
-                socket.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                (&mut info as *mut libc::tcp_info).cast(),
-                &mut len
-            )) {
-                Ok(_) if info.tcpi_state == TCP_LISTEN => info.tcpi_unacked as usize,
-                _ => 0,
-            }
+        .map(|socket| match tcp_info(socket.as_raw_fd()) {
+            Ok(info) if info.state == TCP_LISTEN => info.unacked as usize,
+            _ => 0,
         })
         .sum()
 }

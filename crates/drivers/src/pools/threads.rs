@@ -20,11 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use fastpath_sys::{Epoll, Event};
+
 use crate::common::{self, warn_out_of_descriptors, AcceptPause, Gate, UNKNOWN_PEER};
 use crate::listener::address_index;
 use crate::loops::epoll::{LoopOptions, Worker};
 use crate::loops::Env;
-use crate::sys;
 use crate::{signals, DriverConfig, Handler, Listeners, Opened, TICK};
 
 /// How long blocked threads wait before they look at the stop flag again.
@@ -262,21 +263,21 @@ fn accept_loop(
     active: &AtomicUsize,
     stop: &AtomicBool,
 ) -> io::Result<()> {
-    let epoll = sys::epoll_create()?;
+    let epoll = Epoll::new()?;
     for (i, socket) in sockets.iter().enumerate() {
-        sys::epoll_add(&epoll, socket.as_raw_fd(), libc::EPOLLIN, i as u64)?;
+        epoll.add(socket.as_raw_fd(), libc::EPOLLIN as u32, i as u64)?;
     }
     let mut pause = AcceptPause::default();
-    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; sockets.len().max(1)];
+    let mut events = vec![Event::default(); sockets.len().max(1)];
     while !stop.load(Ordering::Relaxed) && !signals::draining() {
         crate::liveness::beat();
         if !wait_for_idle_thread(pool, stop) {
             break;
         }
-        let n = sys::epoll_wait(&epoll, &mut events, STOP_POLL.as_millis() as i32)?;
+        let n = epoll.wait(&mut events, STOP_POLL.as_millis() as i32)?;
         for event in &events[..n] {
-            let listener = sockets[event.u64 as usize].as_raw_fd();
-            let (fd, peer) = match sys::accept(listener) {
+            let listener = sockets[event.token() as usize].as_raw_fd();
+            let (fd, peer) = match fastpath_sys::accept(listener) {
                 Ok(accepted) => accepted,
                 Err(e) => match e.raw_os_error() {
                     Some(errno) if common::out_of_descriptors(errno) => {
@@ -294,7 +295,7 @@ fn accept_loop(
             }
             let opened = Opened::new(
                 peer.unwrap_or(UNKNOWN_PEER),
-                address_index(event.u64 as usize, addresses),
+                address_index(event.token() as usize, addresses),
             );
             let Some(id) = lock(&pool.idle).pop() else {
                 // Cannot happen: only this thread takes idle threads off the stack, and it
