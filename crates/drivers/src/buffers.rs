@@ -465,6 +465,58 @@ impl Output {
         }
     }
 
+    /// Copies up to `limit` queued bytes to the end of `out`, file ranges read with pread, as
+    /// a send would take them: for an engine whose peers are in memory. Returns how many.
+    #[cfg(feature = "testing")]
+    pub(crate) fn copy_to(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<usize, FlushError> {
+        use std::os::unix::fs::FileExt;
+        let mut copied = 0;
+        while copied < limit && !self.segments.is_empty() {
+            if let Some(Segment::File {
+                file,
+                offset,
+                remaining,
+            }) = self.segments.front_mut()
+            {
+                let want = (*remaining).min((limit - copied) as u64) as usize;
+                let at = out.len();
+                out.resize(at + want, 0);
+                let n = file
+                    .read_at(&mut out[at..], *offset)
+                    .map_err(FlushError::Io)?;
+                out.truncate(at + n);
+                if n == 0 {
+                    return Err(FlushError::FileShrunk);
+                }
+                *offset += n as u64;
+                *remaining -= n as u64;
+                self.pending -= n as u64;
+                copied += n;
+                if *remaining == 0 {
+                    self.segments.pop_front();
+                }
+                continue;
+            }
+            let mut iov: [libc::iovec; MAX_IOVECS] = unsafe { std::mem::zeroed() };
+            let (count, _) = self.gather(&mut iov);
+            let mut taken = 0;
+            for v in &iov[..count] {
+                let n = v.iov_len.min(limit - copied - taken);
+                // SAFETY: `gather` points at bytes the output holds, unchanged until advance.
+                out.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(v.iov_base as *const u8, n)
+                });
+                taken += n;
+                if copied + taken == limit {
+                    break;
+                }
+            }
+            self.advance(taken);
+            copied += taken;
+        }
+        Ok(copied)
+    }
+
     /// One sendmsg over the leading inline/shared segments.
     fn send_gathered(&mut self, fd: RawFd) -> io::Result<()> {
         let mut iov: [libc::iovec; MAX_IOVECS] = unsafe { std::mem::zeroed() };

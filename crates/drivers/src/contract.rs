@@ -19,7 +19,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
@@ -153,7 +153,9 @@ impl ConnRef {
 /// What handlers asked of their worker during calls: connections to wake and outgoing
 /// connections to open. The loop carries them out once the current events are handled, so a
 /// burst of events that all write to one destination wakes it once.
-#[derive(Default)]
+/// Starts the connect of an outgoing connection to an address.
+pub(crate) type Connector = fn(&UpstreamAddr) -> io::Result<OwnedFd>;
+
 pub(crate) struct Requests {
     pub(crate) woken: Vec<Token>,
     pub(crate) outgoing: Vec<Outgoing>,
@@ -163,8 +165,25 @@ pub(crate) struct Requests {
     pub(crate) to_close: Vec<Token>,
     /// The join the call asked for ([`Io::join`]).
     pub(crate) join: Option<JoinRequest>,
+    /// How an outgoing connection's connect starts: a socket and a non-blocking connect, or
+    /// for an engine over memory, a stand-in descriptor.
+    pub(crate) connector: Connector,
     /// Kept for its allocation: the wakes already taken in [`Requests::take_woken`].
     seen: std::collections::HashSet<Token>,
+}
+
+impl Default for Requests {
+    fn default() -> Self {
+        Requests {
+            woken: Vec::new(),
+            outgoing: Vec::new(),
+            touched: Vec::new(),
+            to_close: Vec::new(),
+            join: None,
+            connector: |addr| start_connect(addr).map(|(fd, _)| fd),
+            seen: Default::default(),
+        }
+    }
 }
 
 impl Requests {
@@ -198,6 +217,9 @@ pub(crate) struct JoinRequest {
 pub(crate) struct Outgoing {
     pub(crate) link: Box<Link>,
     pub(crate) opened: Opened,
+    /// Where it goes.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) addr: UpstreamAddr,
     /// The slot reserved for a linked connection (whose owner has its name already).
     pub(crate) token: Option<Token>,
 }
@@ -353,7 +375,7 @@ impl Io<'_> {
             }
         }
         let addr = addr.into();
-        let (fd, _) = start_connect(&addr)?;
+        let fd = (self.requests.connector)(&addr)?;
         let peer = match addr {
             UpstreamAddr::Tcp(addr) => addr,
             UpstreamAddr::Unix(_) => crate::common::UNKNOWN_PEER,
@@ -365,6 +387,7 @@ impl Io<'_> {
         link.counted = false;
         self.requests.outgoing.push(Outgoing {
             link,
+            addr,
             opened: Opened {
                 peer,
                 origin: Origin::Linked {
@@ -532,13 +555,14 @@ impl Worker<'_> {
     /// descriptor left, an address that cannot be used): `on_open` will not be called.
     pub fn connect(&mut self, addr: impl Into<UpstreamAddr>, tag: u64) -> io::Result<()> {
         let addr = addr.into();
-        let (fd, _) = start_connect(&addr)?;
+        let fd = (self.requests.connector)(&addr)?;
         let peer = match addr {
             UpstreamAddr::Tcp(addr) => addr,
             UpstreamAddr::Unix(_) => crate::common::UNKNOWN_PEER,
         };
         self.requests.outgoing.push(Outgoing {
             link: Box::new(Link::new(fd)),
+            addr,
             opened: Opened {
                 peer,
                 origin: Origin::Outgoing { tag },

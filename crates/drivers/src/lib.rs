@@ -108,6 +108,8 @@ pub mod signals;
 mod slab;
 mod splice;
 mod sys;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod units;
 mod worker_core;
 

@@ -214,6 +214,12 @@ impl HttpHandler {
         self
     }
 
+    /// The content cache's hits and misses, for tests.
+    #[cfg(test)]
+    pub(crate) fn router_cache_stats(&self) -> fastpath_content::CacheStats {
+        self.router.cache_stats()
+    }
+
     fn give_parser(&mut self, mut parser: Box<Parser>) {
         if self.parsers.len() < MAX_POOLED_PARSERS {
             parser.reset();

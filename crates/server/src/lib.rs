@@ -21,6 +21,8 @@ mod access_log;
 mod clock;
 pub mod config;
 mod error_log;
+#[cfg(test)]
+mod glue_tests;
 mod hand_over;
 mod handler;
 mod kernel_bridge;

@@ -78,6 +78,12 @@ impl Router {
         );
     }
 
+    /// The content cache's hits and misses, for tests.
+    #[cfg(test)]
+    pub(crate) fn cache_stats(&self) -> fastpath_content::CacheStats {
+        self.cache.stats()
+    }
+
     /// Takes in what changed on disk since the last call (once a tick).
     pub(crate) fn poll_changes(&self) {
         self.hosts.poll_changes();

@@ -1,0 +1,424 @@
+//! The HTTP handler, routing, the exchanges and the access log, driven in memory: the
+//! handler runs on the drivers' [`TestWorker`], whose connections' peers are these tests (the
+//! clients and the scripted backends), so no socket is opened and time passes only when a
+//! test says so. The end-to-end suite (crates/fastpath/tests) runs the same paths over real
+//! sockets on every model.
+
+use std::path::Path;
+use std::time::Duration;
+
+use fastpath_drivers::testing::{TestConn, TestWorker};
+use fastpath_drivers::{CloseReason, UpstreamAddr, TICK};
+use fastpath_http::{ChunkedDecoder, Limits, ResponseFraming, ResponseParser};
+
+use crate::config::Config;
+use crate::handler::HttpHandler;
+use crate::Shared;
+
+/// Where the scripted backend "listens": nothing is ever connected to it, the test answers.
+const BACKEND: &str = "127.0.0.1:9001";
+
+/// A server's handler on a test worker, with its site and logs in a temporary directory.
+struct Glue {
+    worker: TestWorker<HttpHandler>,
+    dir: tempfile::TempDir,
+    _shared: Shared,
+}
+
+/// One response as a client parsed it.
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Every whole response in `bytes`, in order; `head_requests` says which answer a HEAD.
+fn responses(mut bytes: &[u8], head_requests: &[bool]) -> Vec<Response> {
+    let mut parser = ResponseParser::new(Limits::default());
+    let mut all = Vec::new();
+    while !bytes.is_empty() {
+        let head = head_requests.get(all.len()).copied().unwrap_or(false);
+        let parsed = parser.parse(bytes, head).expect("a well-formed response");
+        let Some(parsed) = parsed else {
+            panic!("a response cut short: {:?}", String::from_utf8_lossy(bytes));
+        };
+        let status = parsed.status;
+        let head_len = parsed.head_len;
+        let framing = parsed.framing;
+        let head = String::from_utf8_lossy(&bytes[..head_len]).into_owned();
+        let rest = &bytes[head_len..];
+        let (body, used) = match framing {
+            ResponseFraming::None => (Vec::new(), 0),
+            ResponseFraming::Length(n) => {
+                let n = n as usize;
+                assert!(rest.len() >= n, "a body cut short: {head}");
+                (rest[..n].to_vec(), n)
+            }
+            ResponseFraming::Chunked => {
+                let mut decoder = ChunkedDecoder::new();
+                let mut body = Vec::new();
+                let (used, done) = decoder
+                    .feed(rest, |piece| body.extend_from_slice(piece))
+                    .expect("a well-formed chunked body");
+                assert!(done, "a chunked body cut short: {head}");
+                (body, used)
+            }
+            ResponseFraming::UntilClose => (rest.to_vec(), rest.len()),
+        };
+        all.push(Response { status, head, body });
+        bytes = &rest[used..];
+        parser.reset();
+    }
+    all
+}
+
+impl Glue {
+    /// A server whose site has `a.txt` and `index.html`, the access log in a file, and a
+    /// backend `app` at [`BACKEND`] for `/app/`; `extra` goes in the configuration's top
+    /// level, `backend_keys` in the backend's table.
+    fn new(extra: &str, backend_keys: &str) -> Glue {
+        Glue::with_route(extra, backend_keys, "prefix = \"/app/\"")
+    }
+
+    fn with_route(extra: &str, backend_keys: &str, route: &str) -> Glue {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let site = dir.path().join("site");
+        std::fs::create_dir(&site).unwrap();
+        std::fs::write(site.join("a.txt"), "hello, static\n").unwrap();
+        std::fs::write(site.join("index.html"), "<p>index</p>\n").unwrap();
+        let text = format!(
+            "root = \"site\"\n{extra}\n[log]\naccess = \"access.log\"\n\
+             [[backend]]\nname = \"app\"\naddresses = \"{BACKEND}\"\n\
+             connect_timeout = \"1s\"\nresponse_timeout = \"2s\"\n{backend_keys}\n\
+             [[route]]\nbackend = \"app\"\n{route}\n"
+        );
+        let config = Config::from_toml(&text, dir.path()).expect("a valid configuration");
+        let shared =
+            Shared::start(&config, 1, true, None, &[], None, None).expect("the site and log open");
+        let worker = TestWorker::new(shared.handler(0));
+        Glue {
+            worker,
+            dir,
+            _shared: shared,
+        }
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Sends `request` on a new connection and returns every response received so far.
+    fn exchange(&mut self, request: &str) -> (TestConn, Vec<Response>) {
+        let client = self.worker.connect();
+        self.worker.send(client, request.as_bytes());
+        let head = request.starts_with("HEAD ");
+        let got = self.worker.received(client);
+        (client, responses(&got, &[head]))
+    }
+
+    /// The backend connection the handler opened last, checked to go to [`BACKEND`].
+    fn backend(&mut self) -> TestConn {
+        let opened = self.worker.opened();
+        let (conn, addr) = opened.last().cloned().expect("a backend connection");
+        assert_eq!(addr, UpstreamAddr::Tcp(BACKEND.parse().unwrap()));
+        conn
+    }
+
+    /// What the backend connection received, as text.
+    fn backend_got(&mut self, backend: TestConn) -> String {
+        String::from_utf8_lossy(&self.worker.received(backend)).into_owned()
+    }
+
+    /// The access log's lines so far (flushed by a tick).
+    fn access_log(&mut self) -> Vec<String> {
+        self.worker.advance(TICK);
+        read_lines(&self.path("access.log"))
+    }
+}
+
+fn read_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_static_hit_and_a_miss() {
+    let mut glue = Glue::new("", "");
+    let (_, r) = glue.exchange("GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r[0].status, 200);
+    assert_eq!(r[0].text(), "hello, static\n");
+    assert_eq!(
+        r[0].header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let (_, r) = glue.exchange("GET /missing.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r[0].status, 404);
+    // The second request for the file is a hit in the content cache.
+    let (_, r) = glue.exchange("GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r[0].text(), "hello, static\n");
+    let stats = glue.worker.handler().router_cache_stats();
+    assert!(stats.hits >= 1, "{stats:?}");
+    // No backend was asked.
+    assert!(glue.worker.opened().is_empty());
+    let log = glue.access_log();
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert!(
+        log[0].contains("\"GET /a.txt HTTP/1.1\" 200 14"),
+        "{}",
+        log[0]
+    );
+    assert!(
+        log[1].contains("\"GET /missing.txt HTTP/1.1\" 404"),
+        "{}",
+        log[1]
+    );
+}
+
+#[test]
+fn a_proxied_request_with_a_chunked_body_gets_a_chunked_response() {
+    let mut glue = Glue::new("", "");
+    let client = glue.worker.connect();
+    glue.worker.send(
+        client,
+        b"POST /app/form HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    );
+    // Read whole before the backend is asked (request buffering), and sent framed by length.
+    let backend = glue.backend();
+    let request = glue.backend_got(backend);
+    assert!(
+        request.starts_with("POST /app/form HTTP/1.1\r\n"),
+        "{request}"
+    );
+    assert!(request.contains("\r\nContent-Length: 11\r\n"), "{request}");
+    assert!(
+        !request.to_ascii_lowercase().contains("transfer-encoding"),
+        "{request}"
+    );
+    assert!(request.ends_with("\r\n\r\nhello world"), "{request}");
+    glue.worker.send(
+        backend,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nsome\r\n5\r\n more\r\n0\r\n\r\n",
+    );
+    let r = responses(&glue.worker.received(client), &[]);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].status, 200);
+    assert_eq!(r[0].header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r[0].text(), "some more");
+    // The backend connection went back to the idle ones: the next request takes it.
+    assert!(glue.worker.is_open(backend));
+    glue.worker
+        .send(client, b"GET /app/again HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(glue.worker.opened().is_empty(), "a new backend connection");
+    let again = glue.backend_got(backend);
+    assert!(again.starts_with("GET /app/again HTTP/1.1\r\n"), "{again}");
+    // The body bytes relayed, chunk framing included (as nginx counts them).
+    let log = glue.access_log();
+    assert!(
+        log[0].contains("\"POST /app/form HTTP/1.1\" 200 24"),
+        "{log:?}"
+    );
+}
+
+#[test]
+fn a_backend_that_dies_mid_response_ends_the_client_connection() {
+    let mut glue = Glue::new("", "response_buffering = false");
+    let client = glue.worker.connect();
+    glue.worker
+        .send(client, b"GET /app/big HTTP/1.1\r\nHost: t\r\n\r\n");
+    let backend = glue.backend();
+    glue.worker.send(
+        backend,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789",
+    );
+    glue.worker.reset(backend);
+    let got = String::from_utf8_lossy(&glue.worker.received(client)).into_owned();
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(got.ends_with("\r\n\r\n0123456789"), "{got}");
+    // What was relayed goes out, then the close: the response can never pass for whole.
+    assert_eq!(glue.worker.closed(client), Some(CloseReason::Done));
+    let log = glue.access_log();
+    assert!(
+        log[0].contains("\"GET /app/big HTTP/1.1\" 200 10") && log[0].contains("backend-failed"),
+        "{log:?}"
+    );
+}
+
+#[test]
+fn a_refused_backend_gets_the_client_a_502() {
+    let mut glue = Glue::new("", "");
+    glue.worker
+        .refuse(UpstreamAddr::Tcp(BACKEND.parse().unwrap()));
+    let (client, r) = glue.exchange("GET /app/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r[0].status, 502);
+    assert!(glue.worker.is_open(client), "the client connection goes on");
+}
+
+#[test]
+fn a_backend_that_never_connects_gets_the_client_a_504_at_the_connect_timeout() {
+    let mut glue = Glue::new("", "");
+    glue.worker
+        .stall_connects(UpstreamAddr::Tcp(BACKEND.parse().unwrap()));
+    let client = glue.worker.connect();
+    glue.worker
+        .send(client, b"GET /app/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    let backend = glue.backend();
+    glue.worker.advance(Duration::from_millis(900));
+    assert!(glue.worker.received(client).is_empty());
+    glue.worker.advance(Duration::from_millis(200));
+    let r = responses(&glue.worker.received(client), &[]);
+    assert_eq!(r[0].status, 504);
+    assert_eq!(glue.worker.closed(backend), Some(CloseReason::Done));
+}
+
+#[test]
+fn a_bridge_joins_the_client_with_the_backend() {
+    let mut glue = Glue::with_route("", "", "prefix = \"/ws/\"\nmethod = \"bridge\"");
+    let client = glue.worker.connect();
+    glue.worker.send(
+        client,
+        b"GET /ws/chat HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nearly bytes",
+    );
+    let backend = glue.backend();
+    // The head as the client sent it, and what followed it.
+    assert_eq!(
+        glue.backend_got(backend),
+        "GET /ws/chat HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nearly bytes"
+    );
+    glue.worker.send(
+        backend,
+        b"HTTP/1.1 101 Switching Protocols\r\n\r\nfrom the backend",
+    );
+    assert_eq!(
+        glue.worker.received(client),
+        b"HTTP/1.1 101 Switching Protocols\r\n\r\nfrom the backend"
+    );
+    glue.worker.send(client, b"more from the client");
+    assert_eq!(glue.worker.received(backend), b"more from the client");
+    glue.worker.shutdown_write(backend);
+    assert_eq!(glue.worker.closed(client), Some(CloseReason::Done));
+    assert_eq!(glue.worker.closed(backend), Some(CloseReason::Done));
+    // Logged as it was handed over: what follows is the backend's to log.
+    let log = glue.access_log();
+    assert!(log[0].contains("\"GET /ws/chat HTTP/1.1\" - -"), "{log:?}");
+}
+
+#[test]
+fn a_cached_backend_response_answers_again_and_revalidates() {
+    let mut glue = Glue::new("", "cache = true");
+    let (_, r) = {
+        let client = glue.worker.connect();
+        glue.worker
+            .send(client, b"GET /app/page HTTP/1.1\r\nHost: t\r\n\r\n");
+        let backend = glue.backend();
+        glue.worker.send(
+            backend,
+            b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nETag: \"v1\"\r\nContent-Length: 5\r\n\r\nfresh",
+        );
+        (client, responses(&glue.worker.received(client), &[]))
+    };
+    assert_eq!(r[0].text(), "fresh");
+    // Answered from memory: no backend connection is asked.
+    let (_, r) = glue.exchange("GET /app/page HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r[0].status, 200);
+    assert_eq!(r[0].text(), "fresh");
+    assert!(r[0].header("age").is_some(), "{}", r[0].head);
+    // A conditional request its validator satisfies: 304, from memory too.
+    let (_, r) =
+        glue.exchange("GET /app/page HTTP/1.1\r\nHost: t\r\nIf-None-Match: \"v1\"\r\n\r\n");
+    assert_eq!(r[0].status, 304);
+    assert!(r[0].body.is_empty());
+    assert!(
+        glue.worker.opened().is_empty(),
+        "the backend was asked again"
+    );
+    // Once it has expired, the backend is asked again.
+    glue.worker.advance(Duration::from_secs(61));
+    let client = glue.worker.connect();
+    glue.worker
+        .send(client, b"GET /app/page HTTP/1.1\r\nHost: t\r\n\r\n");
+    let backend = glue.backend();
+    assert!(glue.backend_got(backend).starts_with("GET /app/page "));
+}
+
+#[test]
+fn pipelined_static_and_proxied_requests_are_answered_in_order() {
+    let mut glue = Glue::new("", "");
+    let client = glue.worker.connect();
+    glue.worker.send(
+        client,
+        b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/one HTTP/1.1\r\nHost: t\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\n\r\nGET /app/two HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    // The first answer goes at once; the rest wait for the proxied one.
+    let backend = glue.backend();
+    let got = glue.backend_got(backend);
+    assert!(got.starts_with("GET /app/one "), "{got}");
+    assert!(!got.contains("/app/two"), "one request at a time: {got}");
+    glue.worker
+        .send(backend, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none");
+    let got = glue.backend_got(backend);
+    assert!(got.starts_with("GET /app/two "), "{got}");
+    glue.worker
+        .send(backend, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo");
+    let r = responses(&glue.worker.received(client), &[]);
+    let bodies: Vec<String> = r.iter().map(Response::text).collect();
+    assert_eq!(bodies, ["hello, static\n", "one", "<p>index</p>\n", "two"]);
+}
+
+#[test]
+fn the_proxy_waits_for_its_stages_and_times_out_in_each() {
+    // Request body read whole (request buffering): the client's slowness is its own.
+    let mut glue = Glue::new("", "");
+    let client = glue.worker.connect();
+    glue.worker.send(
+        client,
+        b"POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nhalf",
+    );
+    assert!(
+        glue.worker.opened().is_empty(),
+        "asked before the body is whole"
+    );
+    glue.worker.send(client, b"-rest");
+    assert!(glue.worker.opened().is_empty());
+    glue.worker.send(client, b"!");
+    let backend = glue.backend();
+    assert!(glue.backend_got(backend).ends_with("\r\n\r\nhalf-rest!"));
+    // Waiting for the response head: the response timeout (2 s) gives 504.
+    glue.worker.advance(Duration::from_millis(1900));
+    assert!(glue.worker.received(client).is_empty());
+    glue.worker.advance(Duration::from_millis(200));
+    let r = responses(&glue.worker.received(client), &[]);
+    assert_eq!(r[0].status, 504);
+    // The connection the backend never answered on is not reused.
+    assert_eq!(glue.worker.closed(backend), Some(CloseReason::Done));
+}
+
+#[test]
+fn a_client_that_sends_half_a_body_gets_408() {
+    let mut glue = Glue::new("[timeouts]\nheader = \"1s\"", "body_timeout = \"1s\"");
+    let client = glue.worker.connect();
+    glue.worker.send(
+        client,
+        b"POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nhalf",
+    );
+    glue.worker.advance(Duration::from_millis(1100));
+    let r = responses(&glue.worker.received(client), &[]);
+    assert_eq!(r[0].status, 408);
+    assert!(glue.worker.opened().is_empty(), "no backend was asked");
+}
