@@ -49,6 +49,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod body;
 mod chunked;
 mod conditional;
 mod encoding;
@@ -72,6 +73,7 @@ mod version;
 pub mod fuzzing;
 
 pub use backend::{ResponseFraming, ResponseHead, ResponseParser};
+pub use body::{Framing, Http1Body, Piece, Sink};
 pub use chunked::{ChunkedDecoder, FORBIDDEN_TRAILERS};
 pub use conditional::{etag_list_matches, parse_http_date, write_http_date};
 pub use encoding::{parse_accept_encoding, AcceptEncoding};
@@ -89,9 +91,9 @@ pub use method::is_registered_method;
 pub use range::{parse_range, RangeRequest};
 pub use request::{BodyFraming, Parser, Request};
 pub use response::{
-    reason_phrase, write_age_and_end, write_not_modified_head, write_relayed_response_head,
-    write_response_head, write_status_line, write_stored_response_head, BodyRelay, Fields, Head,
-    HeadFields, Metadata,
+    reason_phrase, start_relayed_response, start_response, write_age_and_end,
+    write_not_modified_head, write_relayed_response_head, write_response_head, write_status_line,
+    write_stored_response_head, BodyRelay, Fields, Head, HeadFields, Metadata,
 };
 pub use target::{is_valid_host, normalize_path, parse_target, PathError, Target};
 pub use version::Version;

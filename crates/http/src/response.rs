@@ -19,6 +19,7 @@
 use std::time::SystemTime;
 
 use crate::backend::{ResponseFraming, ResponseHead};
+use crate::body::{Framing, Http1Body, Sink};
 use crate::conditional::write_http_date;
 use crate::field_lines::{write_header, write_header_u64};
 use crate::forward::{write_joined, HopByHop};
@@ -225,6 +226,35 @@ pub fn write_response_head(head: &Head<'_>, out: &mut Vec<u8>) {
     }
     write_connection(head.version, head.close, out);
     out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the head of a response fastpath makes itself into `sink` ([`write_response_head`])
+/// and gives the encoder of its body, framed by `framing`: the length its fields say, or
+/// [`Framing::None`] for a HEAD request or a status without a body.
+pub fn start_response<S: Sink>(head: &Head<'_>, framing: Framing, sink: &mut S) -> Http1Body {
+    sink.write_with(|out| write_response_head(head, out));
+    Http1Body::new(framing)
+}
+
+/// Writes the head relaying a backend's response to a client of `client_version` into
+/// `sink` ([`write_relayed_response_head`]) and gives how its body is read from the backend
+/// and the encoder that frames it for the client: a chunked body passes as it came to an
+/// HTTP/1.1 client, and is decoded and delimited by the close for an HTTP/1.0 one.
+pub fn start_relayed_response<S: Sink>(
+    head: &ResponseHead<'_>,
+    client_version: Version,
+    close: bool,
+    sink: &mut S,
+) -> (BodyRelay, Http1Body) {
+    let relay =
+        sink.write_with(|out| write_relayed_response_head(head, client_version, close, out));
+    let framing = match relay {
+        BodyRelay::None => Framing::None,
+        BodyRelay::Length(n) => Framing::Length(n),
+        BodyRelay::Chunked => Framing::Framed,
+        BodyRelay::Dechunk | BodyRelay::UntilClose => Framing::Close,
+    };
+    (relay, Http1Body::new(framing))
 }
 
 /// Ends a head kept without its empty line ([`write_stored_response_head`],

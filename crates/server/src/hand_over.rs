@@ -10,13 +10,13 @@ use fastpath_content::CacheStats;
 use fastpath_drivers::{BufferPool, Output};
 use fastpath_handover::{redirect_location, BackendState, Found, HandoverMethod, SharedCache};
 use fastpath_http::{
-    only_chunked, write_age_and_end, BodyForwarding, BodyFraming, Limits, Metadata, Request,
-    ResponseParser, Version,
+    only_chunked, write_age_and_end, BodyForwarding, BodyFraming, Framing, Http1Body, Limits,
+    Metadata, Piece, Request, ResponseParser, Version,
 };
 
 use crate::access_log::{request_line, Peer};
 use crate::metrics::WorkerMetrics;
-use crate::proxy::{CacheSlot, Exchange, Start};
+use crate::proxy::{CacheSlot, Exchange, OutputSink, Start};
 use crate::reply::{Answer, Writer};
 
 /// The interim answer to `Expect: 100-continue` for a body read before the backend is asked.
@@ -364,11 +364,23 @@ impl Backends {
         sink.output.write_with(sink.pool, |out| {
             write_age_and_end(hit.age, answer.version, answer.close, out)
         });
-        let body_len = body.as_ref().map_or(0, |b| b.len() as u64);
+        // Kept as it was relayed (framed by length, or chunked for a 1.1 client): it goes
+        // as it is, shared with the cache.
+        let framing = if body.is_some() {
+            Framing::Framed
+        } else {
+            Framing::None
+        };
+        let mut encoder = Http1Body::new(framing);
+        let mut out = OutputSink {
+            output: sink.output,
+            pool: sink.pool,
+        };
         if let Some(body) = body {
-            sink.output.push_shared(body);
+            encoder.piece(Piece::Shared(body), &mut out);
         }
-        Ok(HandOver::Answered(status, body_len))
+        encoder.end(&mut out);
+        Ok(HandOver::Answered(status, encoder.written()))
     }
 
     /// Takes back what an ended exchange borrowed, and keeps its response if it was

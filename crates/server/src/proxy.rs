@@ -43,8 +43,8 @@ use fastpath_drivers::{
 };
 use fastpath_handover::{cache_lifetime, vary_accept_encoding, BackendState, Capture, Fill};
 use fastpath_http::{
-    BodyForwarding, BodyFraming, BodyRelay, ChunkedDecoder, ResponseFraming, ResponseParser,
-    Version,
+    BodyForwarding, BodyFraming, BodyRelay, ChunkedDecoder, Http1Body, Piece, ResponseFraming,
+    ResponseParser, Sink, Version,
 };
 
 /// Client output queued past which relaying from the backend pauses.
@@ -160,6 +160,49 @@ struct BodySink<'a> {
     spill: Option<(&'a mut Spill, u64, u64, &'a Path)>,
 }
 
+impl Sink for BodySink<'_> {
+    fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        // Framing the encoder makes (none for what is relayed today): kept and spilled like
+        // the body bytes around it.
+        let mut bytes = Vec::new();
+        let result = write(&mut bytes);
+        self.put(&bytes);
+        result
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.put(bytes);
+    }
+
+    fn shared(&mut self, data: Arc<[u8]>) {
+        self.put(&data);
+    }
+
+    fn file(&mut self, file: Arc<File>, offset: u64, len: u64) {
+        self.out.push_file(file, offset, len);
+    }
+}
+
+/// A connection's output as the encoders' sink.
+pub(crate) struct OutputSink<'a> {
+    pub(crate) output: &'a mut Output,
+    pub(crate) pool: &'a mut BufferPool,
+}
+
+impl Sink for OutputSink<'_> {
+    fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        self.output.write_with(self.pool, write)
+    }
+
+    fn shared(&mut self, data: Arc<[u8]>) {
+        self.output.push_shared(data);
+    }
+
+    fn file(&mut self, file: Arc<File>, offset: u64, len: u64) {
+        self.output.push_file(file, offset, len);
+    }
+}
+
 impl BodySink<'_> {
     fn put(&mut self, data: &[u8]) {
         if let Some(capture) = self.capture.as_mut() {
@@ -211,6 +254,8 @@ enum Response {
         relay: BodyRelay,
         remaining: u64,
         decoder: Option<Box<ChunkedDecoder>>,
+        /// Frames what is relayed for the client.
+        encoder: Http1Body,
     },
 }
 
@@ -979,14 +1024,12 @@ impl Exchange {
             // and says so.
             self.client_close = true;
         }
-        let relay = output.write_with(pool, |out| {
-            fastpath_http::write_relayed_response_head(
-                &head,
-                self.client_version,
-                self.client_close,
-                out,
-            )
-        });
+        let (relay, encoder) = fastpath_http::start_relayed_response(
+            &head,
+            self.client_version,
+            self.client_close,
+            &mut OutputSink { output, pool },
+        );
         self.parser.reset();
         input.consume(head_len);
         self.status = status;
@@ -1003,6 +1046,7 @@ impl Exchange {
             relay,
             remaining,
             decoder,
+            encoder,
         };
         Ok(true)
     }
@@ -1032,6 +1076,7 @@ impl Exchange {
             relay,
             remaining,
             decoder,
+            encoder,
         } = &mut self.response
         else {
             unreachable!("the body is received after the head");
@@ -1084,16 +1129,17 @@ impl Exchange {
                     .as_deref_mut()
                     .map(|spill| (spill, spill_limits.0, spill_limits.1, spill_limits.2)),
             };
-            let done = match relay_body(&relay, remaining, decoder, linked.input, &mut sink) {
-                Ok((moved, done)) => {
-                    self.relayed += moved;
-                    done
-                }
-                Err(()) => {
-                    let broken = Progress::Broken(BACKEND_FAILED);
-                    return self.drop_connection(backends, io, broken);
-                }
-            };
+            let done =
+                match relay_body(&relay, remaining, decoder, linked.input, encoder, &mut sink) {
+                    Ok((moved, done)) => {
+                        self.relayed += moved;
+                        done
+                    }
+                    Err(()) => {
+                        let broken = Progress::Broken(BACKEND_FAILED);
+                        return self.drop_connection(backends, io, broken);
+                    }
+                };
             // The rest of a long body framed by length moves through a kernel pipe, unless
             // it is being kept for the cache.
             if !done
@@ -1111,6 +1157,12 @@ impl Exchange {
             done
         };
         if done {
+            if let Response::Body { encoder, .. } = &mut self.response {
+                encoder.end(&mut OutputSink {
+                    output: linked.own_output,
+                    pool: linked.pool,
+                });
+            }
             // Whatever the backend sent past the response leaves its connection unusable.
             let body_sent = !self.body_unsent();
             self.reusable &= body_sent && linked.input.is_empty();
@@ -1214,13 +1266,15 @@ fn forward_body(
 /// Room left before a chunk's data for its size line: 16 hex digits and CRLF.
 const CHUNK_HEADER_ROOM: usize = 18;
 
-/// Moves response body bytes from the backend's input to `sink`. Returns the body bytes
-/// moved and whether the body is complete; `Err` for a malformed chunked body.
+/// Moves response body bytes from the backend's input through `encoder` to `sink`. Returns
+/// the body bytes moved and whether the body is complete; `Err` for a malformed chunked
+/// body.
 fn relay_body(
     relay: &BodyRelay,
     remaining: &mut u64,
     decoder: &mut Option<Box<ChunkedDecoder>>,
     input: &mut Input,
+    encoder: &mut Http1Body,
     sink: &mut BodySink<'_>,
 ) -> Result<(u64, bool), ()> {
     match relay {
@@ -1228,7 +1282,7 @@ fn relay_body(
         BodyRelay::Length(_) => {
             let n = (*remaining).min(input.len() as u64) as usize;
             if n > 0 {
-                sink.put(&input.data()[..n]);
+                encoder.piece(Piece::Bytes(&input.data()[..n]), sink);
                 input.consume(n);
                 *remaining -= n as u64;
             }
@@ -1237,16 +1291,18 @@ fn relay_body(
         BodyRelay::UntilClose => {
             let n = input.len();
             if n > 0 {
-                sink.put(input.data());
+                encoder.piece(Piece::Bytes(input.data()), sink);
                 input.consume(n);
             }
             Ok((n as u64, false))
         }
         BodyRelay::Chunked => {
+            // Passed as it came, chunk lines and trailers included: the decoder only finds
+            // where it ends.
             let decoder = decoder.as_mut().ok_or(())?;
             let (used, done) = decoder.feed(input.data(), |_| {}).map_err(|_| ())?;
             if used > 0 {
-                sink.put(&input.data()[..used]);
+                encoder.piece(Piece::Bytes(&input.data()[..used]), sink);
                 input.consume(used);
             }
             Ok((used as u64, done))
@@ -1258,7 +1314,7 @@ fn relay_body(
             let (used, done) = decoder
                 .feed(data, |piece| {
                     moved += piece.len() as u64;
-                    sink.put(piece);
+                    encoder.piece(Piece::Bytes(piece), sink);
                 })
                 .map_err(|_| ())?;
             input.consume(used);

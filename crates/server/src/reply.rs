@@ -1,12 +1,18 @@
 //! The answers the server makes itself, written onto a connection's output with the
-//! response-head encoder: static replies, and the short pages of errors and redirects.
+//! HTTP/1 encoder: static replies, and the short pages of errors and redirects. Each is a
+//! head and a body of pieces ([`Piece`]): a static file's range stays a file range, a cached
+//! file's content a shared buffer, so they leave without a copy.
 
 use std::io::Write;
+
+use std::fs::File;
+use std::sync::Arc;
 
 use fastpath_content::{Body, Part, Reply, Source};
 use fastpath_drivers::{BufferPool, Output};
 use fastpath_http::{
-    reason_phrase, write_response_head, Fields, Head, HeadFields, Metadata, Version,
+    reason_phrase, start_response, Fields, Framing, Head, HeadFields, Metadata, Piece, Sink,
+    Version,
 };
 
 /// The type of the error pages.
@@ -63,43 +69,54 @@ impl Writer<'_> {
                 content_length: (status != 304).then_some(reply.content_length),
             }),
         };
+        let framing = if answer.head || status == 304 {
+            Framing::None
+        } else {
+            Framing::Length(reply.content_length)
+        };
         let head = head(self.date, status, fields, answer);
-        self.output
-            .write_with(self.pool, |out| write_response_head(&head, out));
-        if answer.head || status == 304 {
-            return (status, 0);
-        }
+        let mut body = start_response(&head, framing, self);
         match &reply.body {
             Body::None => {}
-            Body::File { file, offset, len } => self.output.push_file(file.clone(), *offset, *len),
+            Body::File { file, offset, len } => body.piece(
+                Piece::File {
+                    file: file.clone(),
+                    offset: *offset,
+                    len: *len,
+                },
+                self,
+            ),
             // A whole in-memory file goes out shared with the cache; a slice is copied.
             Body::Memory { data, offset, len } if *offset == 0 && *len == data.len() => {
-                self.output.push_shared(data.clone())
+                body.piece(Piece::Shared(data.clone()), self)
             }
             Body::Memory { data, offset, len } => {
-                let slice = &data[*offset..*offset + *len];
-                self.output
-                    .write_with(self.pool, |out| out.extend_from_slice(slice));
+                body.piece(Piece::Bytes(&data[*offset..*offset + *len]), self)
             }
             Body::Parts { source, parts } => {
                 for part in parts {
-                    match (part, source) {
-                        (Part::Bytes(bytes), _) => self
-                            .output
-                            .write_with(self.pool, |out| out.extend_from_slice(bytes)),
-                        (Part::File { offset, len }, Source::File(file)) => {
-                            self.output.push_file(file.clone(), *offset, *len)
-                        }
+                    let piece = match (part, source) {
+                        (Part::Bytes(bytes), _) => Piece::Bytes(bytes),
+                        (Part::File { offset, len }, Source::File(file)) => Piece::File {
+                            file: file.clone(),
+                            offset: *offset,
+                            len: *len,
+                        },
                         (Part::File { offset, len }, Source::Memory(data)) => {
-                            let slice = &data[*offset as usize..(*offset + *len) as usize];
-                            self.output
-                                .write_with(self.pool, |out| out.extend_from_slice(slice));
+                            Piece::Bytes(&data[*offset as usize..(*offset + *len) as usize])
                         }
-                    }
+                    };
+                    body.piece(piece, self);
                 }
             }
         }
-        (status, reply.content_length)
+        body.end(self);
+        let sent = if framing == Framing::None {
+            0
+        } else {
+            reply.content_length
+        };
+        (status, sent)
     }
 
     /// Queues a 200 with `body`, whose head has the field lines `extra` (its
@@ -110,15 +127,17 @@ impl Writer<'_> {
             extra,
             content_length: Some(body.len() as u64),
         });
+        let framing = if answer.head {
+            Framing::None
+        } else {
+            Framing::Length(body.len() as u64)
+        };
         let head = head(self.date, 200, fields, answer);
-        self.output
-            .write_with(self.pool, |out| write_response_head(&head, out));
-        if answer.head {
-            return 0;
-        }
+        let mut encoder = start_response(&head, framing, self);
         // Its own allocation, so that a large body does not grow a pooled buffer for good.
-        self.output.push_shared(body.into());
-        body.len() as u64
+        encoder.piece(Piece::Shared(body.into()), self);
+        encoder.end(self);
+        encoder.written()
     }
 
     /// Queues the page of an error status; returns its body bytes.
@@ -146,23 +165,41 @@ impl Writer<'_> {
             extra,
             content_length: Some(page_len as u64),
         });
+        let framing = if answer.head {
+            Framing::None
+        } else {
+            Framing::Length(page_len as u64)
+        };
         let head = head(self.date, status, fields, answer);
-        self.output.write_with(self.pool, |out| {
-            write_response_head(&head, out);
-            if !answer.head {
+        let mut body = start_response(&head, framing, self);
+        if !answer.head {
+            // Written in place (after the head, in the same buffer): a page is never kept.
+            self.output.write_with(self.pool, |out| {
                 let before = out.len();
                 let _ = write!(
                     out,
                     "<!DOCTYPE html>\n<html><head><title>{status} {reason}</title></head><body><h1>{status} {reason}</h1></body></html>\n"
                 );
                 debug_assert_eq!(out.len() - before, page_len);
-            }
-        });
-        if answer.head {
-            0
-        } else {
-            page_len as u64
+            });
+            body.wrote(page_len as u64);
         }
+        body.end(self);
+        body.written()
+    }
+}
+
+impl Sink for Writer<'_> {
+    fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        self.output.write_with(self.pool, write)
+    }
+
+    fn shared(&mut self, data: Arc<[u8]>) {
+        self.output.push_shared(data);
+    }
+
+    fn file(&mut self, file: Arc<File>, offset: u64, len: u64) {
+        self.output.push_file(file, offset, len);
     }
 }
 
