@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use fastpath_handover::{cache_key, Capture, Found, ResponseCache, SharedCache};
+use fastpath_handover::{cache_key, Capture, Found, ResponseCache, ResponseFields, SharedCache};
 use fastpath_http::{Limits, ResponseParser, Version};
 
 const PAGES: usize = 1000;
@@ -18,7 +18,12 @@ fn capture() -> Capture {
     let response = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: public, max-age=600\r\nContent-Length: 1024\r\n\r\n";
     let mut parser = ResponseParser::new(Limits::default());
     let head = parser.parse(response, false).unwrap().unwrap();
-    let mut capture = Capture::new(&head, Version::Http11).unwrap();
+    let mut capture = Capture::new(
+        &head,
+        Version::Http11,
+        &ResponseFields::read(head.headers()),
+    )
+    .unwrap();
     capture.push(&[b'x'; 1024]);
     capture
 }

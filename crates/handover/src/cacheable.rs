@@ -48,46 +48,149 @@ pub fn cache_lifetime(
     status: u16,
     response_headers: &[(&str, &[u8])],
 ) -> Option<Duration> {
-    if request_method != "GET" || request_has_authorization || !CACHEABLE_STATUSES.contains(&status)
-    {
-        return None;
-    }
-    let mut directives = Directives::default();
-    let mut age = None;
-    let mut date = None;
-    let mut expires = None;
-    for &(name, value) in response_headers {
-        if name.eq_ignore_ascii_case("cache-control") {
-            directives.read(value)?;
-        } else if name.eq_ignore_ascii_case("set-cookie") {
-            return None;
-        } else if name.eq_ignore_ascii_case("vary") {
-            if list(value).any(|v| !v.eq_ignore_ascii_case(b"accept-encoding")) {
-                return None;
+    ResponseFields::read(response_headers.iter().copied()).lifetime(
+        request_method,
+        request_has_authorization,
+        status,
+    )
+}
+
+/// What the cache needs of a backend response's fields, read in one pass over them: how
+/// long it may be kept ([`ResponseFields::lifetime`]), whether its key holds the request's
+/// `Accept-Encoding` ([`ResponseFields::varies_on_accept_encoding`]), and the `Age` and
+/// validators a kept copy answers with.
+#[derive(Debug, Default)]
+pub struct ResponseFields<'a> {
+    directives: Directives,
+    /// A `Cache-Control` gave invalid freshness information: already expired.
+    invalid: bool,
+    set_cookie: bool,
+    /// `Vary` names something besides `Accept-Encoding` (or `*`).
+    vary_other: bool,
+    vary_accept_encoding: bool,
+    /// The first `Age` field's value (`Some(None)`: invalid, ignored).
+    age: Option<Option<u64>>,
+    date: Option<&'a [u8]>,
+    expires: Option<&'a [u8]>,
+    /// The last `ETag` and `Last-Modified` fields.
+    etag: Option<&'a [u8]>,
+    last_modified: Option<&'a [u8]>,
+    /// The values of the `Connection` fields: the fields they name were meant for the hop to
+    /// fastpath, not for a client, so a kept copy does not take its `Age` or validators from
+    /// them.
+    connection: [&'a [u8]; 4],
+    connection_len: usize,
+    connection_more: Vec<&'a [u8]>,
+}
+
+impl<'a> ResponseFields<'a> {
+    /// Reads `headers` (name as sent, OWS-trimmed value), once.
+    pub fn read(headers: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Self {
+        let mut fields = ResponseFields::default();
+        for (name, value) in headers {
+            if name.eq_ignore_ascii_case("cache-control") {
+                fields.invalid |= fields.directives.read(value).is_none();
+            } else if name.eq_ignore_ascii_case("set-cookie") {
+                fields.set_cookie = true;
+            } else if name.eq_ignore_ascii_case("vary") {
+                for v in list(value) {
+                    if v.eq_ignore_ascii_case(b"accept-encoding") {
+                        fields.vary_accept_encoding = true;
+                    } else {
+                        fields.vary_other = true;
+                    }
+                }
+            } else if name.eq_ignore_ascii_case("age") {
+                // The first field counts (RFC 9111 §5.1).
+                fields.age = fields.age.or_else(|| Some(age_value(value)));
+            } else if name.eq_ignore_ascii_case("date") {
+                fields.date = fields.date.or(Some(value));
+            } else if name.eq_ignore_ascii_case("expires") {
+                fields.expires = fields.expires.or(Some(value));
+            } else if name.eq_ignore_ascii_case("etag") {
+                fields.etag = Some(value);
+            } else if name.eq_ignore_ascii_case("last-modified") {
+                fields.last_modified = Some(value);
+            } else if name.eq_ignore_ascii_case("connection") {
+                if fields.connection_len < fields.connection.len() {
+                    fields.connection[fields.connection_len] = value;
+                    fields.connection_len += 1;
+                } else {
+                    fields.connection_more.push(value);
+                }
             }
-        } else if name.eq_ignore_ascii_case("age") {
-            // The first field counts (RFC 9111 §5.1).
-            age = age.or_else(|| Some(age_value(value)));
-        } else if name.eq_ignore_ascii_case("date") {
-            date = date.or(Some(value));
-        } else if name.eq_ignore_ascii_case("expires") {
-            expires = expires.or(Some(value));
         }
+        fields
     }
-    if directives.no_store || directives.no_cache || directives.private {
-        return None;
-    }
-    let lifetime = match directives.s_maxage.or(directives.max_age) {
-        Some(seconds) => seconds,
-        None => {
-            let expires = parse_http_date(expires?)?;
-            let date = parse_http_date(date?)?;
-            expires.duration_since(date).ok()?.as_secs()
+
+    /// How long the response may be served from the cache, if at all (see
+    /// [`cache_lifetime`], whose rules these are).
+    pub fn lifetime(
+        &self,
+        request_method: &str,
+        request_has_authorization: bool,
+        status: u16,
+    ) -> Option<Duration> {
+        if request_method != "GET"
+            || request_has_authorization
+            || !CACHEABLE_STATUSES.contains(&status)
+        {
+            return None;
         }
-    };
-    let age = age.flatten().unwrap_or(0);
-    let left = lifetime.saturating_sub(age);
-    (left > 0).then(|| Duration::from_secs(left).min(MAX_LIFETIME))
+        let directives = &self.directives;
+        if self.invalid
+            || self.set_cookie
+            || self.vary_other
+            || directives.no_store
+            || directives.no_cache
+            || directives.private
+        {
+            return None;
+        }
+        let lifetime = match directives.s_maxage.or(directives.max_age) {
+            Some(seconds) => seconds,
+            None => {
+                let expires = parse_http_date(self.expires?)?;
+                let date = parse_http_date(self.date?)?;
+                expires.duration_since(date).ok()?.as_secs()
+            }
+        };
+        let age = self.age.flatten().unwrap_or(0);
+        let left = lifetime.saturating_sub(age);
+        (left > 0).then(|| Duration::from_secs(left).min(MAX_LIFETIME))
+    }
+
+    /// Whether the response's `Vary` names `Accept-Encoding`, so the cache key must hold
+    /// the request's `Accept-Encoding`.
+    pub fn varies_on_accept_encoding(&self) -> bool {
+        self.vary_accept_encoding
+    }
+
+    /// Whether the field `name` was meant for the hop to fastpath only.
+    fn hop_by_hop(&self, name: &str) -> bool {
+        let named = self.connection[..self.connection_len]
+            .iter()
+            .chain(&self.connection_more)
+            .copied();
+        fastpath_http::HopByHop::new(named).contains(name)
+    }
+
+    /// The `Age` a kept copy counts from: the first `Age` field as relayed, 0 without one.
+    pub(crate) fn relayed_age(&self) -> u64 {
+        if self.hop_by_hop("age") {
+            return 0;
+        }
+        self.age.flatten().unwrap_or(0)
+    }
+
+    /// The last `ETag` and `Last-Modified` fields as relayed.
+    pub(crate) fn validators(&self) -> (Option<&'a [u8]>, Option<&'a [u8]>) {
+        let relayed = |name, value: Option<&'a [u8]>| value.filter(|_| !self.hop_by_hop(name));
+        (
+            relayed("etag", self.etag),
+            relayed("last-modified", self.last_modified),
+        )
+    }
 }
 
 /// The seconds an `Age` field value gives: its first member if that is a
@@ -100,14 +203,11 @@ pub(crate) fn age_value(value: &[u8]) -> Option<u64> {
 /// Whether the response's `Vary` names `Accept-Encoding`, so the cache key must
 /// hold the request's `Accept-Encoding` (see [`super::cache_key`]).
 pub fn vary_accept_encoding(response_headers: &[(&str, &[u8])]) -> bool {
-    response_headers.iter().any(|&(name, value)| {
-        name.eq_ignore_ascii_case("vary")
-            && list(value).any(|v| v.eq_ignore_ascii_case(b"accept-encoding"))
-    })
+    ResponseFields::read(response_headers.iter().copied()).varies_on_accept_encoding()
 }
 
 /// The `Cache-Control` directives that decide caching.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Directives {
     no_store: bool,
     no_cache: bool,

@@ -4,6 +4,8 @@
 //! which backend responses may be answered from memory next time (the RFC 9111
 //! response cache).
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! kHTTPd and TUX served static files in the kernel and pushed every other
 //! request into the accept queue of a user-space server, choosing by URL and
 //! file name extension. fastpath keeps that split with three methods
@@ -78,12 +80,15 @@ use fastpath_drivers::UpstreamAddr;
 
 mod backend;
 mod cacheable;
+pub mod exchange;
 mod response_cache;
 mod routes;
 mod shared_cache;
 
 pub use backend::BackendState;
-pub use cacheable::{cache_lifetime, vary_accept_encoding, CACHEABLE_STATUSES, MAX_LIFETIME};
+pub use cacheable::{
+    cache_lifetime, vary_accept_encoding, ResponseFields, CACHEABLE_STATUSES, MAX_LIFETIME,
+};
 pub use response_cache::{cache_key, Capture, Hit, ResponseCache, Validators, MAX_AGE};
 pub use routes::{RouteRequest, RouteRule, Routes};
 pub use shared_cache::{Fill, Found, SharedCache, FILL_WAIT, MAX_SHARDS, PASS_FOR};

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use fastpath_http::{
-    write_not_modified_head, write_stored_response_head, BodyRelay, HopByHop, ResponseHead, Version,
+    write_not_modified_head, write_stored_response_head, BodyRelay, ResponseHead, Version,
 };
 use lru::LruCache;
 
-use super::cacheable::age_value;
+use super::cacheable::ResponseFields;
 
 /// Bookkeeping bytes counted per entry besides its key and response: the map
 /// slot, the LRU links and the two `Arc` headers, rounded up.
@@ -352,35 +352,26 @@ impl Capture {
     /// be replayed from memory because it ends with the connection, or when the bytes
     /// relayed to this client are not the ones kept (a chunked body is dechunked for an
     /// HTTP/1.0 client, and kept chunked).
-    pub fn new(head: &ResponseHead<'_>, client: Version) -> Option<Capture> {
+    pub fn new(
+        head: &ResponseHead<'_>,
+        client: Version,
+        fields: &ResponseFields<'_>,
+    ) -> Option<Capture> {
         let mut stored = Vec::with_capacity(head.head_len);
         let chunked = match write_stored_response_head(head, &mut stored) {
             BodyRelay::UntilClose | BodyRelay::Dechunk => return None,
             BodyRelay::Chunked if client != Version::Http11 => return None,
             relay => relay == BodyRelay::Chunked,
         };
-        // The fields as relayed: those the backend meant for this hop are not its to keep.
-        let hop_by_hop = HopByHop::new(head.header_values("connection"));
-        let fields = || {
-            head.headers()
-                .filter(|&(name, _)| !hop_by_hop.contains(name))
-        };
-        let age = fields()
-            .find(|(name, _)| name.eq_ignore_ascii_case("age"))
-            .and_then(|(_, value)| age_value(value))
-            .unwrap_or(0);
+        let age = fields.relayed_age();
         let mut validators = None;
         if head.status == 200 {
-            let mut etag = None;
-            let mut last_modified = None;
-            for (name, value) in fields() {
-                let value = value.trim_ascii();
-                if name.eq_ignore_ascii_case("etag") {
-                    etag = std::str::from_utf8(value).ok().map(str::to_owned);
-                } else if name.eq_ignore_ascii_case("last-modified") {
-                    last_modified = fastpath_http::parse_http_date(value);
-                }
-            }
+            let (etag, last_modified) = fields.validators();
+            let etag = etag
+                .and_then(|v| std::str::from_utf8(v.trim_ascii()).ok())
+                .map(str::to_owned);
+            let last_modified =
+                last_modified.and_then(|v| fastpath_http::parse_http_date(v.trim_ascii()));
             if etag.is_some() || last_modified.is_some() {
                 let mut not_modified = Vec::with_capacity(128);
                 write_not_modified_head(head, &mut not_modified);
@@ -439,7 +430,12 @@ mod tests {
             .parse(response, false)
             .unwrap()
             .expect("a whole head");
-        let mut capture = Capture::new(&head, Version::Http11).expect("a body that can be kept");
+        let mut capture = Capture::new(
+            &head,
+            Version::Http11,
+            &ResponseFields::read(head.headers()),
+        )
+        .expect("a body that can be kept");
         capture.push(&response[head.head_len..]);
         capture
     }
@@ -777,7 +773,12 @@ mod tests {
         ] {
             let head = parser.parse(r, false).unwrap().unwrap();
             assert!(
-                Capture::new(&head, Version::Http11).is_none(),
+                Capture::new(
+                    &head,
+                    Version::Http11,
+                    &ResponseFields::read(head.headers())
+                )
+                .is_none(),
                 "{}",
                 String::from_utf8_lossy(r)
             );
@@ -795,7 +796,12 @@ mod tests {
         // An HTTP/1.0 client is sent that body dechunked, which is not what is kept.
         parser.reset();
         let head = parser.parse(r, false).unwrap().unwrap();
-        assert!(Capture::new(&head, Version::Http10).is_none());
+        assert!(Capture::new(
+            &head,
+            Version::Http10,
+            &ResponseFields::read(head.headers())
+        )
+        .is_none());
     }
 
     #[test]

@@ -391,6 +391,7 @@ impl Drop for Fill {
 
 #[cfg(test)]
 mod tests {
+    use crate::ResponseFields;
     use fastpath_http::{Limits, ResponseParser, Version};
 
     use super::*;
@@ -402,7 +403,12 @@ mod tests {
         );
         let mut parser = ResponseParser::new(Limits::default());
         let head = parser.parse(response.as_bytes(), false).unwrap().unwrap();
-        let mut capture = Capture::new(&head, Version::Http11).unwrap();
+        let mut capture = Capture::new(
+            &head,
+            Version::Http11,
+            &ResponseFields::read(head.headers()),
+        )
+        .unwrap();
         capture.push(&response.as_bytes()[head.head_len..]);
         capture
     }

@@ -1,5 +1,7 @@
 //! The HTTP/1.x protocol layer of fastpath, with no I/O in it.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! Bytes go in, decisions and bytes come out: [`Parser`] turns a read buffer
 //! into a [`Request`] view (or an error carrying the status to answer with),
 //! [`ChunkedDecoder`] unframes chunked bodies, and the helper functions read
@@ -87,9 +89,9 @@ pub use limits::{
     MAX_CHUNK_LINE, MAX_CHUNK_SIZE_DIGITS, MAX_LEADING_EMPTY_LINES, MAX_RANGES, MAX_TRAILER_BYTES,
     MAX_TRAILER_FIELDS,
 };
-pub use method::is_registered_method;
+pub use method::{is_registered_method, Method};
 pub use range::{parse_range, RangeRequest};
-pub use request::{BodyFraming, Parser, Request};
+pub use request::{BodyFraming, Noted, Parser, Request};
 pub use response::{
     reason_phrase, start_relayed_response, start_response, write_age_and_end,
     write_not_modified_head, write_relayed_response_head, write_response_head, write_status_line,

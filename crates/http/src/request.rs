@@ -10,6 +10,7 @@ use crate::error::RequestError;
 use crate::fields::{fold_content_length, ConnectionOptions, FieldSpan, Fields};
 use crate::head::{HeadScanner, ScanErrors, StartLine};
 use crate::limits::Limits;
+use crate::method::Method;
 use crate::syntax::{ascii_str, is_tchar, is_token, list_elements, trim_ows};
 use crate::target::is_valid_host;
 use crate::version::Version;
@@ -32,6 +33,53 @@ pub(crate) struct HeadInfo {
     keep_alive: bool,
     expect_continue: bool,
     host: Option<(usize, usize)>,
+    noted: Noted<(usize, usize)>,
+}
+
+/// The fields the server acts on beyond framing and routing, each its first value
+/// (OWS-trimmed), found in the one pass that checks the head: routing, the static path, the
+/// hand-over and the access log read them here instead of scanning the fields again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Noted<T> {
+    /// `Referer`.
+    pub referer: Option<T>,
+    /// `User-Agent`.
+    pub user_agent: Option<T>,
+    /// `Accept-Encoding`.
+    pub accept_encoding: Option<T>,
+    /// `Authorization`.
+    pub authorization: Option<T>,
+    /// `If-Match`.
+    pub if_match: Option<T>,
+    /// `If-None-Match`.
+    pub if_none_match: Option<T>,
+    /// `If-Modified-Since`.
+    pub if_modified_since: Option<T>,
+    /// `If-Unmodified-Since`.
+    pub if_unmodified_since: Option<T>,
+    /// `If-Range`.
+    pub if_range: Option<T>,
+    /// `Range`.
+    pub range: Option<T>,
+}
+
+impl Noted<(usize, usize)> {
+    /// The values as slices of `buf`.
+    fn of<'a>(&self, buf: &'a [u8]) -> Noted<&'a [u8]> {
+        let at = |span: Option<(usize, usize)>| span.map(|(s, e)| &buf[s..e]);
+        Noted {
+            referer: at(self.referer),
+            user_agent: at(self.user_agent),
+            accept_encoding: at(self.accept_encoding),
+            authorization: at(self.authorization),
+            if_match: at(self.if_match),
+            if_none_match: at(self.if_none_match),
+            if_modified_since: at(self.if_modified_since),
+            if_unmodified_since: at(self.if_unmodified_since),
+            if_range: at(self.if_range),
+            range: at(self.range),
+        }
+    }
 }
 
 /// The parsed request line, as offsets into the buffer.
@@ -73,6 +121,10 @@ pub struct Request<'a> {
     pub expect_continue: bool,
     /// Value of the single Host field, OWS-trimmed, if present.
     pub host: Option<&'a str>,
+    /// The method as the server acts on it.
+    pub kind: Method,
+    /// The other fields the server acts on, found while the head was checked.
+    pub noted: Noted<&'a [u8]>,
     buf: &'a [u8],
     fields: &'a [FieldSpan],
 }
@@ -148,8 +200,11 @@ impl Parser {
             return Ok(None);
         };
         let line = self.head.start_line();
+        let method = ascii_str(&buf[line.method.0..line.method.1]);
         Ok(Some(Request {
-            method: ascii_str(&buf[line.method.0..line.method.1]),
+            method,
+            kind: Method::of(method),
+            noted: info.noted.of(buf),
             target: ascii_str(&buf[line.target.0..line.target.1]),
             version: line.version,
             head_len: self.head.head_len(),
@@ -229,12 +284,36 @@ impl StartLine for RequestLine {
         let mut connection = ConnectionOptions::default();
         let mut expect_continue = false;
         let mut expect_other = false;
+        let mut noted = Noted::default();
+        let note = |slot: &mut Option<(usize, usize)>, f: &FieldSpan| {
+            slot.get_or_insert(f.value_span());
+        };
 
         for f in fields {
             let name = f.name_in(buf);
             let value = f.value_in(buf);
             // Dispatch on length first: most fields match none of these.
             match name.len() {
+                5 if name.eq_ignore_ascii_case(b"range") => note(&mut noted.range, f),
+                7 if name.eq_ignore_ascii_case(b"referer") => note(&mut noted.referer, f),
+                8 if name.eq_ignore_ascii_case(b"if-match") => note(&mut noted.if_match, f),
+                8 if name.eq_ignore_ascii_case(b"if-range") => note(&mut noted.if_range, f),
+                10 if name.eq_ignore_ascii_case(b"user-agent") => note(&mut noted.user_agent, f),
+                13 if name.eq_ignore_ascii_case(b"authorization") => {
+                    note(&mut noted.authorization, f)
+                }
+                13 if name.eq_ignore_ascii_case(b"if-none-match") => {
+                    note(&mut noted.if_none_match, f)
+                }
+                15 if name.eq_ignore_ascii_case(b"accept-encoding") => {
+                    note(&mut noted.accept_encoding, f)
+                }
+                17 if name.eq_ignore_ascii_case(b"if-modified-since") => {
+                    note(&mut noted.if_modified_since, f)
+                }
+                19 if name.eq_ignore_ascii_case(b"if-unmodified-since") => {
+                    note(&mut noted.if_unmodified_since, f)
+                }
                 4 if name.eq_ignore_ascii_case(b"host") => {
                     host_count += 1;
                     if host_count > 1 {
@@ -316,6 +395,7 @@ impl StartLine for RequestLine {
             keep_alive: connection.persistent(self.version),
             expect_continue: expect_continue && self.version == Version::Http11,
             host,
+            noted,
         })
     }
 }

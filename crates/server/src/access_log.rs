@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use fastpath_drivers::signals;
 
-use fastpath_http::{Request, Version};
+use fastpath_http::{Method, Request, Version};
 
 use crate::config::LogTarget;
 
@@ -164,6 +164,76 @@ fn write_loop(receiver: Receiver<Vec<u8>>, mut sink: Sink) {
     }
 }
 
+/// What the access log (and the metrics) say of a request: its method, its line, its
+/// referer and user agent, borrowed from the request as it was read.
+#[derive(Clone, Copy)]
+pub(crate) struct Said<'a> {
+    pub method: Method,
+    /// The request line's parts, written joined by spaces.
+    pub line: &'a [&'a [u8]],
+    pub referer: Option<&'a [u8]>,
+    pub user_agent: Option<&'a [u8]>,
+}
+
+impl<'a> Said<'a> {
+    /// What is said of a parsed request, its `line` from [`request_line`].
+    pub(crate) fn of(request: &Request<'a>, line: &'a [&'a [u8]; 3]) -> Said<'a> {
+        Said {
+            method: request.kind,
+            line,
+            referer: request.noted.referer,
+            user_agent: request.noted.user_agent,
+        }
+    }
+
+    /// What is said of bytes that did not parse as a request (its first `line`): the method
+    /// is the first word, if it names one.
+    pub(crate) fn unparsed(line: &'a [&'a [u8]; 1]) -> Said<'a> {
+        let word = line[0].split(|&b| b == b' ').next().unwrap_or_default();
+        Said {
+            method: std::str::from_utf8(word).map_or(Method::Other, Method::of),
+            line,
+            referer: None,
+            user_agent: None,
+        }
+    }
+}
+
+/// [`Said`], owned: for a request logged after its buffer has moved on (an exchange, a
+/// large response still being sent).
+pub(crate) struct Logged {
+    method: Method,
+    line: Vec<u8>,
+    referer: Option<Vec<u8>>,
+    user_agent: Option<Vec<u8>>,
+}
+
+impl Logged {
+    pub(crate) fn of(request: &Request<'_>) -> Logged {
+        Logged {
+            method: request.kind,
+            line: request_line(request).join(&b' '),
+            referer: request.noted.referer.map(<[u8]>::to_vec),
+            user_agent: request.noted.user_agent.map(<[u8]>::to_vec),
+        }
+    }
+
+    /// The request line, as quoted.
+    pub(crate) fn line(&self) -> &[u8] {
+        &self.line
+    }
+
+    /// What the log says, from these.
+    pub(crate) fn said<'a>(&'a self, line: &'a [&'a [u8]; 1]) -> Said<'a> {
+        Said {
+            method: self.method,
+            line,
+            referer: self.referer.as_deref(),
+            user_agent: self.user_agent.as_deref(),
+        }
+    }
+}
+
 /// The request line of `request` as the access log quotes it, in its three parts.
 pub(crate) fn request_line<'r>(request: &Request<'r>) -> [&'r [u8]; 3] {
     let version: &[u8] = match request.version {
@@ -217,11 +287,9 @@ impl fmt::Display for Peer {
 pub(crate) struct Entry<'a> {
     pub peer: Peer,
     pub time: &'a [u8],
-    pub request_line: &'a [&'a [u8]],
+    pub said: Said<'a>,
     pub status: u16,
     pub body_bytes: u64,
-    pub referer: Option<&'a [u8]>,
-    pub user_agent: Option<&'a [u8]>,
     /// Why the request ended without a complete answer (the connection ended first): one
     /// more field at the end of the line.
     pub ended: Option<&'a str>,
@@ -238,10 +306,10 @@ impl AccessLogBuffer {
         };
         buf.extend_from_slice(entry.time);
         buf.extend_from_slice(b" \"");
-        if entry.request_line.is_empty() {
+        if entry.said.line.is_empty() {
             buf.push(b'-');
         }
-        for (i, part) in entry.request_line.iter().enumerate() {
+        for (i, part) in entry.said.line.iter().enumerate() {
             if i > 0 {
                 buf.push(b' ');
             }
@@ -259,7 +327,7 @@ impl AccessLogBuffer {
         } else {
             let _ = write!(buf, "{}", entry.body_bytes);
         }
-        for field in [entry.referer, entry.user_agent] {
+        for field in [entry.said.referer, entry.said.user_agent] {
             buf.extend_from_slice(b" \"");
             match field {
                 Some(value) => escape_into(value, buf),
@@ -340,21 +408,27 @@ mod tests {
         buffer.record(&Entry {
             peer: Peer::Tcp("127.0.0.1:5000".parse().unwrap()),
             time: b"[21/Nov/2026:22:50:00 +0000]",
-            request_line: &[b"GET", b"/a\"b", b"HTTP/1.1"],
+            said: Said {
+                method: Method::Other,
+                line: &[b"GET", b"/a\"b", b"HTTP/1.1"],
+                referer: None,
+                user_agent: Some(b"curl/8"),
+            },
             status: 200,
             body_bytes: 5,
-            referer: None,
-            user_agent: Some(b"curl/8"),
             ended: None,
         });
         buffer.record(&Entry {
             peer: Peer::Tcp("127.0.0.1:5000".parse().unwrap()),
             time: b"[21/Nov/2026:22:50:01 +0000]",
-            request_line: &[b"POST", b"/app/upload", b"HTTP/1.1"],
+            said: Said {
+                method: Method::Other,
+                line: &[b"POST", b"/app/upload", b"HTTP/1.1"],
+                referer: None,
+                user_agent: None,
+            },
             status: 0,
             body_bytes: 0,
-            referer: None,
-            user_agent: None,
             ended: Some("client-gone"),
         });
         buffer.flush();

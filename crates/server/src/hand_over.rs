@@ -7,16 +7,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath_content::CacheStats;
+use fastpath_drivers::Carrier;
 use fastpath_drivers::{BufferPool, Output};
-use fastpath_handover::{redirect_location, BackendState, Found, HandoverMethod, SharedCache};
+use fastpath_handover::exchange::{redirect, CacheSlot, Exchange, OutputSink, Start};
+use fastpath_handover::{BackendState, Found, HandoverMethod, SharedCache};
 use fastpath_http::{
     only_chunked, write_age_and_end, BodyForwarding, BodyFraming, Framing, Http1Body, Limits,
-    Metadata, Piece, Request, ResponseParser, Version,
+    Metadata, Method, Piece, Request, ResponseParser, Version,
 };
 
-use crate::access_log::{request_line, Peer};
+use crate::access_log::Peer;
+use crate::kernel_bridge::KernelBridge;
 use crate::metrics::WorkerMetrics;
-use crate::proxy::{CacheSlot, Exchange, OutputSink, Start};
 use crate::reply::{Answer, Writer};
 
 /// The interim answer to `Expect: 100-continue` for a body read before the backend is asked.
@@ -88,7 +90,7 @@ impl Sink<'_> {
 /// What a hand-over did at once.
 pub(crate) enum HandOver {
     /// An exchange with the backend is under way.
-    Started(Box<Exchange>),
+    Started(Exchange),
     /// The request was answered (status, body bytes): a redirect, a cached response or an
     /// error.
     Answered(u16, u64),
@@ -172,14 +174,13 @@ impl Backends {
         let request = incoming.request;
         let config = self.states[backend].config();
         if method == HandoverMethod::Redirect {
-            let location =
-                redirect_location(config.public_url.as_deref().unwrap_or(""), request.target);
+            let location = redirect::location(config.public_url.as_deref(), request.target);
             let meta = Metadata {
                 location: Some(&location),
                 ..Metadata::default()
             };
-            let sent = sink.writer(date).page(307, answer, meta);
-            return HandOver::Answered(307, sent);
+            let sent = sink.writer(date).page(redirect::STATUS, answer, meta);
+            return HandOver::Answered(redirect::STATUS, sent);
         }
         let (cache_on, forwarded) = (config.cache, config.forwarded);
         let bridge = method == HandoverMethod::Bridge;
@@ -208,8 +209,8 @@ impl Backends {
         // has no Connection field, each client gets its own. A GET without credentials can
         // be answered from the cache or fill it; a HEAD is answered with the head of a
         // cached GET (RFC 9111 §4).
-        let cache_usable = !bridge && cache_on && request.header("authorization").is_none();
-        let cacheable_request = cache_usable && request.method == "GET";
+        let cache_usable = !bridge && cache_on && request.noted.authorization.is_none();
+        let cacheable_request = cache_usable && request.kind == Method::Get;
         let mut fill = None;
         if cacheable_request || (cache_usable && answer.head) {
             // A GET that misses claims the page's fetch, or waits for the one under way.
@@ -236,7 +237,7 @@ impl Backends {
         let cache = cacheable_request.then(|| CacheSlot {
             host: request.host.unwrap_or("").as_bytes().to_vec(),
             target: request.target.as_bytes().to_vec(),
-            accept_encoding: request.header("accept-encoding").map(<[u8]>::to_vec),
+            accept_encoding: request.noted.accept_encoding.map(<[u8]>::to_vec),
             max: self.cache.max_response(),
             capture: None,
             since: sink.now,
@@ -260,47 +261,41 @@ impl Backends {
                 &mut staged,
             );
         }
-        let log_line = request_line(request).join(&b' ');
         let limits = self.limits;
         let parser = self
             .parsers
             .pop()
             .unwrap_or_else(|| Box::new(ResponseParser::new(limits)));
+        let carrier = self
+            .kernel_bridge
+            .as_ref()
+            .filter(|_| bridge)
+            .map(|path| Box::new(KernelBridge::new(path.clone())) as Box<dyn Carrier>);
         let start = Start {
             backend,
-            bridge,
-            kernel: if bridge {
-                self.kernel_bridge.clone()
-            } else {
-                None
-            },
             staged,
-            idempotent: matches!(
-                request.method,
-                "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
-            ),
+            idempotent: request.kind.is_idempotent(),
             framing: request.framing,
-            buffered: body,
+            forwarding: body,
             client_version: answer.version,
             head_request: answer.head,
             client_close: incoming.client_close,
-            log_line,
-            referer: request.header("referer"),
-            user_agent: request.header("user-agent"),
             cache,
+            carrier,
         };
         if let Some(metrics) = &self.metrics {
             metrics.backend_request(backend);
         }
-        match Exchange::start(start, &mut self.states, sink.deadline, sink.now, parser) {
+        match Exchange::start(start, bridge, &mut self.states, sink.now, parser) {
             Ok(exchange) => {
+                *sink.deadline = Some(exchange.deadline());
                 // The body is read here rather than by the backend: a client waiting for
                 // 100 Continue gets it from here (RFC 9110 §10.1.1), as nginx sends it.
                 if buffered && request.expect_continue && answer.version == Version::Http11 {
                     sink.output
                         .write_with(sink.pool, |b| b.extend_from_slice(CONTINUE));
                 }
-                HandOver::Started(Box::new(exchange))
+                HandOver::Started(exchange)
             }
             Err((status, parser)) => {
                 if let Some(metrics) = &self.metrics {
@@ -328,15 +323,15 @@ impl Backends {
         let page = (
             request.host.unwrap_or("").as_bytes(),
             request.target.as_bytes(),
-            request.header("accept-encoding"),
+            request.noted.accept_encoding,
         );
         // A body kept chunked can go as it is to an HTTP/1.1 client only; an HTTP/1.0 one is
         // sent the backend's answer, dechunked.
         let usable =
             |hit: &fastpath_handover::Hit| !hit.chunked || answer.version == Version::Http11;
         // Validators are looked at only for a conditional request.
-        let conditional = request.header("if-none-match").is_some()
-            || request.header("if-modified-since").is_some();
+        let conditional =
+            request.noted.if_none_match.is_some() || request.noted.if_modified_since.is_some();
         let hit = match self.cache.find(
             &mut self.cache_key,
             page,
@@ -350,10 +345,7 @@ impl Backends {
         // Only the Age field is written per hit; the head and body are shared. A conditional
         // request its validators satisfy gets 304 (RFC 9111 §4.3.2).
         let not_modified = hit.validators.as_ref().filter(|v| {
-            v.not_modified(
-                request.header("if-none-match"),
-                request.header("if-modified-since"),
-            )
+            v.not_modified(request.noted.if_none_match, request.noted.if_modified_since)
         });
         let (status, start, body) = match not_modified {
             Some(v) => (304, Arc::clone(&v.not_modified), None),
@@ -385,12 +377,8 @@ impl Backends {
 
     /// Takes back what an ended exchange borrowed, and keeps its response if it was
     /// `complete` and allowed to be kept.
-    pub(crate) fn exchange_ended(
-        &mut self,
-        parser: Box<ResponseParser>,
-        cache: Option<CacheSlot>,
-        complete: bool,
-    ) {
+    pub(crate) fn exchange_ended(&mut self, exchange: Exchange, complete: bool) {
+        let (parser, cache) = exchange.into_parts();
         if let (Some(mut slot), true) = (cache, complete) {
             let fill = slot.fill.take();
             if let (Some(capture), Some(expires)) = (slot.capture, slot.expires) {

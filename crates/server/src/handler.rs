@@ -14,18 +14,18 @@ use std::time::{Duration, Instant};
 use fastpath_content::ContentCache;
 use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Origin, Worker};
 use fastpath_handover::{BackendState, Routes, SharedCache};
-use fastpath_http::{BodyFraming, ChunkedDecoder, Parser, Request};
+use fastpath_http::{BodyFraming, ChunkedDecoder, Method, Parser, Request};
 use fastpath_sys::setsockopt_int;
 
-use crate::access_log::{request_line, AccessLogBuffer, Entry, Peer};
+use crate::access_log::{request_line, AccessLogBuffer, Entry, Logged, Peer, Said};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::hand_over::{Backends, HandOver, Incoming, Sink};
 use crate::metrics::{self, WorkerMetrics};
-use crate::proxy::{Exchange, Progress, CLIENT_GONE};
 use crate::reply::{Answer, Writer};
 use crate::routing::{Route, Router};
 use crate::vhosts::VirtualHosts;
+use fastpath_handover::exchange::{Exchange, Progress, CLIENT_GONE};
 
 /// Queued output past which pipelined requests wait until it is sent: bounds the memory a
 /// client can make the server hold by pipelining without reading.
@@ -106,8 +106,8 @@ enum Phase {
     DiscardLength(u64),
     /// Discarding a chunked request body; counts what was discarded.
     DiscardChunked(Box<ChunkedDecoder>, u64),
-    /// Relaying a request to a backend and its response back.
-    Proxy(Box<Exchange>),
+    /// Relaying a request to a backend and its response back, or bridged to one.
+    Proxy(Box<Handed>),
     /// The request at the head of the input waits, unread, for another request's fetch of
     /// the same page to fill the response cache: handed over again at `again` (its
     /// deadline), having first waited at `since`.
@@ -135,10 +135,10 @@ pub(crate) struct HttpConn {
 }
 
 impl HttpConn {
-    /// The state of a backend connection (see [`HttpConn::backend`]).
-    fn backend(opened: Opened) -> Self {
+    /// A new connection's state; `backend` for a connection to a backend.
+    fn new(peer: Peer, backend: bool) -> Self {
         HttpConn {
-            peer: Peer::Tcp(opened.peer()),
+            peer,
             phase: Phase::Head,
             parser: None,
             requests: 0,
@@ -146,20 +146,25 @@ impl HttpConn {
             deferred: None,
             scrape: false,
             idle: false,
-            backend: true,
+            backend,
         }
     }
+}
+
+/// A request handed over to a backend, and what the access log will say of it.
+pub(crate) struct Handed {
+    exchange: Exchange,
+    logged: Logged,
+    /// The access log has the request's line (a bridge's, as it was handed over).
+    written: bool,
 }
 
 /// An access-log entry held until its response has been sent or cut short.
 struct Deferred {
     time: Vec<u8>,
-    /// The request line's three parts, joined by spaces.
-    request_line: Vec<u8>,
+    logged: Logged,
     status: u16,
     body_bytes: u64,
-    referer: Option<Vec<u8>>,
-    user_agent: Option<Vec<u8>>,
     /// Where the response ends in the connection's count of sent bytes
     /// ([`fastpath_drivers::Output::sent`]).
     end: u64,
@@ -242,7 +247,7 @@ impl HttpHandler {
         loop {
             // An exchange buffering its response goes on reading the backend meanwhile, so
             // the backend connection is free as soon as the backend is done.
-            let reads_ahead = matches!(&conn.phase, Phase::Proxy(e) if e.reads_ahead());
+            let reads_ahead = matches!(&conn.phase, Phase::Proxy(h) if h.exchange.reads_ahead());
             if io.output().pending() >= OUTPUT_HIGH_WATER && !reads_ahead {
                 io.set_deadline(None);
                 return Next::Drain;
@@ -257,8 +262,8 @@ impl HttpHandler {
                     waiting = Some(since);
                     conn.phase = Phase::Head;
                 }
-                Phase::Proxy(exchange) => {
-                    let progress = exchange.step(&mut self.backends.states, io);
+                Phase::Proxy(handed) => {
+                    let progress = handed.exchange.step(&mut self.backends.states, io);
                     match self.finish_exchange(conn, io, progress) {
                         Some(next) => return next,
                         None => continue,
@@ -351,7 +356,7 @@ impl HttpHandler {
                         date: self.clock.http_date(),
                     }
                     .error(e.status, Answer::BAD_REQUEST);
-                    self.log(peer, &[line], e.status, sent, None, None, None);
+                    self.log(peer, Said::unparsed(&[line]), e.status, sent, None);
                     return Next::Close;
                 }
                 Ok(Some(request)) => {
@@ -368,10 +373,8 @@ impl HttpHandler {
                 }
             };
             if let Phase::AwaitFill { .. } = outcome.discard {
-                // Parked unread: the same request is parsed again when its turn comes.
-                if let Some(parser) = conn.parser.as_mut() {
-                    parser.reset();
-                }
+                // Parked unread, its head still first in the input: the parser keeps what it
+                // found and gives it again when its turn comes, without a second scan.
                 conn.phase = outcome.discard;
                 continue;
             }
@@ -409,7 +412,7 @@ impl HttpHandler {
         sink: &mut Sink<'_>,
         draining: bool,
     ) -> Outcome {
-        let head = request.method == "HEAD";
+        let head = request.kind == Method::Head;
         // A stopping server answers with `Connection: close` (relayed answers too).
         let mut close = draining
             || !request.keep_alive
@@ -483,11 +486,16 @@ impl HttpHandler {
                     }
                     HandOver::Started(exchange) => {
                         // Logged when the exchange ends; the body goes to the backend.
+                        let handed = Handed {
+                            exchange,
+                            logged: Logged::of(request),
+                            written: false,
+                        };
                         return Outcome {
                             head_len: request.head_len,
                             close: false,
                             body_pending: false,
-                            discard: Phase::Proxy(exchange),
+                            discard: Phase::Proxy(Box::new(handed)),
                             deferred: None,
                         };
                     }
@@ -517,14 +525,11 @@ impl HttpHandler {
         // Deferred only where there is a log to write: the copies it takes cost a large
         // response its share of allocations for nothing otherwise.
         if body_bytes > DEFER_LOG_OVER && self.access_log.is_some() {
-            let [method, target, version] = request_line(request);
             let deferred = Deferred {
                 time: self.clock.log_time().to_vec(),
-                request_line: [method, b" ", target, b" ", version].concat(),
+                logged: Logged::of(request),
                 status,
                 body_bytes,
-                referer: request.header("referer").map(<[u8]>::to_vec),
-                user_agent: request.header("user-agent").map(<[u8]>::to_vec),
                 end: sink.output.sent() + sink.output.pending(),
                 relayed: false,
                 closing_sent: None,
@@ -537,15 +542,8 @@ impl HttpHandler {
                 deferred: Some(Box::new(deferred)),
             };
         }
-        self.log(
-            peer,
-            &request_line(request),
-            status,
-            body_bytes,
-            request.header("referer"),
-            request.header("user-agent"),
-            None,
-        );
+        let line = request_line(request);
+        self.log(peer, Said::of(request, &line), status, body_bytes, None);
         Outcome {
             head_len: request.head_len,
             close,
@@ -574,19 +572,18 @@ impl HttpHandler {
         };
         let unsent = deferred.end.saturating_sub(sent).min(deferred.body_bytes);
         let ended = ended.filter(|_| deferred.relayed && unsent > 0);
+        let line = [deferred.logged.line()];
+        let said = deferred.logged.said(&line);
         if let Some(metrics) = &self.metrics {
-            let method = first_word(&deferred.request_line);
-            metrics.request(method, deferred.status, deferred.body_bytes - unsent);
+            metrics.request(said.method, deferred.status, deferred.body_bytes - unsent);
         }
         if let Some(log) = self.access_log.as_mut() {
             log.record(&Entry {
                 peer: conn.peer,
                 time: &deferred.time,
-                request_line: &[&deferred.request_line],
+                said,
                 status: deferred.status,
                 body_bytes: deferred.body_bytes - unsent,
-                referer: deferred.referer.as_deref(),
-                user_agent: deferred.user_agent.as_deref(),
                 ended,
             });
         }
@@ -599,18 +596,19 @@ impl HttpHandler {
         io: &mut Io<'_>,
         progress: Progress,
     ) -> Option<Next> {
-        let Phase::Proxy(exchange) = &mut conn.phase else {
+        let Phase::Proxy(handed) = &mut conn.phase else {
             return None;
         };
+        let exchange = &handed.exchange;
         let finished = matches!(progress, Progress::Finished { .. });
         if let Some(metrics) = &self.metrics {
             match progress {
                 Progress::Finished { .. } => metrics.backend_response(
-                    exchange.backend,
-                    io.now().saturating_duration_since(exchange.started),
+                    exchange.backend(),
+                    io.now().saturating_duration_since(exchange.started()),
                 ),
                 Progress::Failed(_) | Progress::Broken(_) => {
-                    metrics.backend_error(exchange.backend)
+                    metrics.backend_error(exchange.backend())
                 }
                 Progress::Wait(_) | Progress::Joined => {}
             }
@@ -622,16 +620,22 @@ impl HttpHandler {
                 // Logged as it is handed over, status and size unknown ("-"): what follows is
                 // the backend's to log. The exchange stays in place so that closing the
                 // connection releases its count of backend connections.
-                self.log(
-                    conn.peer,
-                    &[&exchange.log_line],
-                    0,
-                    0,
-                    exchange.referer.as_deref(),
-                    exchange.user_agent.as_deref(),
-                    None,
-                );
-                exchange.logged = true;
+                if !handed.written {
+                    handed.written = true;
+                    let line = [handed.logged.line()];
+                    let said = handed.logged.said(&line);
+                    let peer = conn.peer;
+                    Self::record(
+                        &self.metrics,
+                        &mut self.access_log,
+                        &self.clock,
+                        peer,
+                        said,
+                        0,
+                        0,
+                        None,
+                    );
+                }
                 return Some(Next::Read);
             }
             Progress::Finished { close } => {
@@ -643,10 +647,10 @@ impl HttpHandler {
                 } else {
                     Next::Close
                 };
-                (exchange.status, exchange.relayed, close.then_some(how))
+                (exchange.status(), exchange.relayed(), close.then_some(how))
             }
             Progress::Failed(status) => {
-                let close = exchange.client_close || exchange.body_unsent();
+                let close = exchange.client_close() || exchange.body_unsent();
                 let answer = Answer {
                     version: exchange.client_version(),
                     head: exchange.is_head(),
@@ -665,15 +669,17 @@ impl HttpHandler {
             // response can never pass for complete.
             Progress::Broken(why) => {
                 ended = Some(why);
-                (exchange.status, exchange.relayed, Some(Next::Close))
+                (exchange.status(), exchange.relayed(), Some(Next::Close))
             }
         };
-        let exchange = match std::mem::replace(&mut conn.phase, Phase::Head) {
-            Phase::Proxy(exchange) => exchange,
+        let handed = match std::mem::replace(&mut conn.phase, Phase::Head) {
+            Phase::Proxy(handed) => handed,
             _ => unreachable!("the phase was checked above"),
         };
-        let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
-        self.backends.exchange_ended(parser, cache, finished);
+        let Handed {
+            exchange, logged, ..
+        } = *handed;
+        self.backends.exchange_ended(exchange, finished);
         // A buffered response is over for the backend while the client may still be
         // downloading it: like a large static response, it is logged once sent, with the
         // bytes that really left. A connection holds one such entry at a time: if an
@@ -687,11 +693,9 @@ impl HttpHandler {
         {
             let deferred = Deferred {
                 time: self.clock.log_time().to_vec(),
-                request_line: log_line,
+                logged,
                 status,
                 body_bytes: bytes,
-                referer,
-                user_agent,
                 end: io.output().sent() + unsent,
                 relayed: true,
                 closing_sent: None,
@@ -699,44 +703,54 @@ impl HttpHandler {
             conn.deferred = Some(Box::new(deferred));
             return next;
         }
-        self.log(
-            conn.peer,
-            &[&log_line],
-            status,
-            bytes,
-            referer.as_deref(),
-            user_agent.as_deref(),
-            ended,
-        );
+        let line = [logged.line()];
+        self.log(conn.peer, logged.said(&line), status, bytes, ended);
         next
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn log(
         &mut self,
         peer: Peer,
-        request_line: &[&[u8]],
+        said: Said<'_>,
         status: u16,
         body_bytes: u64,
-        referer: Option<&[u8]>,
-        user_agent: Option<&[u8]>,
         ended: Option<&str>,
     ) {
-        if let Some(metrics) = &self.metrics {
-            let method = request_line
-                .first()
-                .map_or(&b""[..], |part| first_word(part));
-            metrics.request(method, status, body_bytes);
+        Self::record(
+            &self.metrics,
+            &mut self.access_log,
+            &self.clock,
+            peer,
+            said,
+            status,
+            body_bytes,
+            ended,
+        );
+    }
+
+    /// Counts a request in the metrics and writes its access-log line (the handler's parts
+    /// it needs, apart, for a caller that holds a connection's request borrowed).
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        metrics: &Option<WorkerMetrics>,
+        access_log: &mut Option<AccessLogBuffer>,
+        clock: &Clock,
+        peer: Peer,
+        said: Said<'_>,
+        status: u16,
+        body_bytes: u64,
+        ended: Option<&str>,
+    ) {
+        if let Some(metrics) = metrics {
+            metrics.request(said.method, status, body_bytes);
         }
-        if let Some(log) = self.access_log.as_mut() {
+        if let Some(log) = access_log.as_mut() {
             log.record(&Entry {
                 peer,
-                time: self.clock.log_time(),
-                request_line,
+                time: clock.log_time(),
+                said,
                 status,
                 body_bytes,
-                referer,
-                user_agent,
                 ended,
             });
         }
@@ -745,13 +759,15 @@ impl HttpHandler {
     /// Logs an exchange the connection's end cut off: the status as sent (`-` if none was),
     /// the body bytes relayed and why it ended; in the error log too when the failure was on
     /// this side.
-    fn log_cut_exchange(&mut self, peer: Peer, exchange: Box<Exchange>, reason: CloseReason) {
+    fn log_cut_exchange(&mut self, peer: Peer, handed: Handed, reason: CloseReason) {
         let ended = ended_because(reason);
-        let (status, relayed) = (exchange.status, exchange.relayed);
-        let (parser, log_line, referer, user_agent, cache) = exchange.into_parts();
+        let Handed {
+            exchange, logged, ..
+        } = handed;
+        let (status, relayed) = (exchange.status(), exchange.relayed());
         // Cut short: nothing of it is kept.
-        self.backends.exchange_ended(parser, cache, false);
-        let request = String::from_utf8_lossy(&log_line);
+        self.backends.exchange_ended(exchange, false);
+        let request = String::from_utf8_lossy(logged.line());
         if ended == "error" {
             // Neither the client's doing nor the backend's: a failure on this side.
             tracing::warn!(
@@ -764,15 +780,8 @@ impl HttpHandler {
                 request.escape_debug()
             );
         }
-        self.log(
-            peer,
-            &[&log_line],
-            status,
-            relayed,
-            referer.as_deref(),
-            user_agent.as_deref(),
-            Some(ended),
-        );
+        let line = [logged.line()];
+        self.log(peer, logged.said(&line), status, relayed, Some(ended));
     }
 }
 
@@ -786,13 +795,6 @@ fn ended_because(reason: CloseReason) -> &'static str {
         // A socket error, a file that shrank, or a reason this version does not know.
         _ => "error",
     }
-}
-
-/// What comes before the first space: the method of a request line.
-fn first_word(line: &[u8]) -> &[u8] {
-    line.iter()
-        .position(|&b| b == b' ')
-        .map_or(line, |end| &line[..end])
 }
 
 /// The first line of what a client sent, for logging a request that could not be parsed.
@@ -810,7 +812,7 @@ impl Handler for HttpHandler {
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (HttpConn, Next) {
         if let Origin::Linked { .. } = opened.origin() {
-            return (HttpConn::backend(opened), Next::Read);
+            return (HttpConn::new(Peer::Tcp(opened.peer()), true), Next::Read);
         }
         if self.settings.send_buffer > 0 {
             set_send_buffer(io, self.settings.send_buffer);
@@ -821,17 +823,7 @@ impl Handler for HttpHandler {
         let unix = opened
             .listener()
             .and_then(|i| *self.settings.unix_listeners.get(i)?);
-        let mut conn = HttpConn {
-            peer: unix.map_or(Peer::Tcp(opened.peer()), Peer::Unix),
-            phase: Phase::Head,
-            parser: None,
-            requests: 0,
-            head_started: None,
-            deferred: None,
-            scrape: false,
-            idle: false,
-            backend: false,
-        };
+        let mut conn = HttpConn::new(unix.map_or(Peer::Tcp(opened.peer()), Peer::Unix), false);
         if let Some(metrics) = &self.metrics {
             metrics.opened();
             conn.scrape = opened.listener() == Some(metrics.all().listener());
@@ -847,8 +839,8 @@ impl Handler for HttpHandler {
         if let Phase::AwaitFill { .. } = conn.phase {
             return self.process(conn, io);
         }
-        if let Phase::Proxy(exchange) = &mut conn.phase {
-            let progress = exchange.timed_out(&mut self.backends.states, io);
+        if let Phase::Proxy(handed) = &mut conn.phase {
+            let progress = handed.exchange.timed_out(&mut self.backends.states, io);
             return match self.finish_exchange(conn, io, progress) {
                 Some(next) => next,
                 None => self.process(conn, io),
@@ -864,7 +856,7 @@ impl Handler for HttpHandler {
             }
             .error(408, Answer::BAD_REQUEST);
             let line = first_line(io.input().data());
-            self.log(conn.peer, &[line], 408, sent, None, None, None);
+            self.log(conn.peer, Said::unparsed(&[line]), 408, sent, None);
             let unread = io.input().len();
             io.input_mut().consume(unread);
             // The client may still be trickling the rest in.
@@ -880,8 +872,8 @@ impl Handler for HttpHandler {
     /// it. A new connection that has not sent its first request yet is left its header
     /// timeout: its request may be on the way.
     fn on_drain(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Option<Next> {
-        if let Phase::Proxy(exchange) = &mut conn.phase {
-            exchange.close_if_head_unsent();
+        if let Phase::Proxy(handed) = &mut conn.phase {
+            handed.exchange.close_if_head_unsent();
         }
         let idle = matches!(conn.phase, Phase::Head) && conn.requests > 0 && io.input().is_empty();
         if idle {
@@ -917,13 +909,15 @@ impl Handler for HttpHandler {
                 metrics.idle(false);
             }
         }
-        if let Phase::Proxy(mut exchange) = std::mem::replace(&mut conn.phase, Phase::Head) {
+        if let Phase::Proxy(mut handed) = std::mem::replace(&mut conn.phase, Phase::Head) {
             // The connection ended mid-exchange: the driver closes the backend connection.
-            exchange.forget(&mut self.backends.states);
+            handed.exchange.forget(&mut self.backends.states);
             // A joined bridge was logged as it was handed over; any other request cut off
             // here has had no line yet, and must not end unseen.
-            if !exchange.logged {
-                self.log_cut_exchange(conn.peer, exchange, reason);
+            if !handed.written {
+                self.log_cut_exchange(conn.peer, *handed, reason);
+            } else {
+                self.backends.exchange_ended(handed.exchange, false);
             }
         }
         if let Some(parser) = conn.parser {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fastpath_content::CacheStats;
+use fastpath_http::Method;
 use fastpath_sys::{ProcessShared, SharedMapping};
 
 /// The one path the metrics listener serves.
@@ -378,7 +379,7 @@ impl WorkerMetrics {
     /// A response was sent (or cut short: `body_bytes` is what left). `method` is the
     /// request's method, or the start of a line that could not be parsed.
     #[inline]
-    pub(crate) fn request(&self, method: &[u8], status: u16, body_bytes: u64) {
+    pub(crate) fn request(&self, method: Method, status: u16, body_bytes: u64) {
         let class = match status {
             100..=599 => (status / 100 - 1) as usize,
             // Not an answer fastpath made (a bridged connection, whose status it never sees).
@@ -386,16 +387,16 @@ impl WorkerMetrics {
         };
         // In the order of METHODS.
         let method = match method {
-            b"GET" => 0,
-            b"HEAD" => 1,
-            b"POST" => 2,
-            b"PUT" => 3,
-            b"DELETE" => 4,
-            b"OPTIONS" => 5,
-            b"PATCH" => 6,
-            b"CONNECT" => 7,
-            b"TRACE" => 8,
-            _ => OTHER_METHOD,
+            Method::Get => 0,
+            Method::Head => 1,
+            Method::Post => 2,
+            Method::Put => 3,
+            Method::Delete => 4,
+            Method::Options => 5,
+            Method::Patch => 6,
+            Method::Connect => 7,
+            Method::Trace => 8,
+            Method::Other => OTHER_METHOD,
         };
         let block = self.block();
         bump(&block.requests[method][class], 1);
@@ -537,10 +538,10 @@ mod tests {
         let (a, b) = (metrics.for_worker(0), metrics.for_worker(1));
         a.opened();
         b.opened();
-        a.request(b"GET", 200, 10);
-        a.request(b"GET", 200, 5);
-        b.request(b"BREW", 418, 1);
-        a.request(b"GET", 0, 0);
+        a.request(Method::Get, 200, 10);
+        a.request(Method::Get, 200, 5);
+        b.request(Method::Other, 418, 1);
+        a.request(Method::Get, 0, 0);
         a.idle(true);
         b.backend_request(0);
         b.backend_response(0, Duration::from_millis(7));
@@ -571,9 +572,9 @@ mod tests {
         let worker = metrics.for_worker(0);
         worker.opened();
         for method in METHODS {
-            worker.request(method.as_bytes(), 204, 0);
+            worker.request(Method::of(method), 204, 0);
         }
-        worker.request(b"get", 204, 0);
+        worker.request(Method::of("get"), 204, 0);
         let mut out = String::new();
         metrics.render(&mut out);
         for method in METHODS.iter().chain(&["other"]) {

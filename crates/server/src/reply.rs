@@ -5,11 +5,9 @@
 
 use std::io::Write;
 
-use std::fs::File;
-use std::sync::Arc;
-
 use fastpath_content::{Body, Part, Reply, Source};
 use fastpath_drivers::{BufferPool, Output};
+use fastpath_handover::exchange::OutputSink;
 use fastpath_http::{
     reason_phrase, start_response, Fields, Framing, Head, HeadFields, Metadata, Piece, Sink,
     Version,
@@ -75,7 +73,8 @@ impl Writer<'_> {
             Framing::Length(reply.content_length)
         };
         let head = head(self.date, status, fields, answer);
-        let mut body = start_response(&head, framing, self);
+        let out = &mut self.sink();
+        let mut body = start_response(&head, framing, out);
         match &reply.body {
             Body::None => {}
             Body::File { file, offset, len } => body.piece(
@@ -84,14 +83,14 @@ impl Writer<'_> {
                     offset: *offset,
                     len: *len,
                 },
-                self,
+                out,
             ),
             // A whole in-memory file goes out shared with the cache; a slice is copied.
             Body::Memory { data, offset, len } if *offset == 0 && *len == data.len() => {
-                body.piece(Piece::Shared(data.clone()), self)
+                body.piece(Piece::Shared(data.clone()), out)
             }
             Body::Memory { data, offset, len } => {
-                body.piece(Piece::Bytes(&data[*offset..*offset + *len]), self)
+                body.piece(Piece::Bytes(&data[*offset..*offset + *len]), out)
             }
             Body::Parts { source, parts } => {
                 for part in parts {
@@ -106,11 +105,11 @@ impl Writer<'_> {
                             Piece::Bytes(&data[*offset as usize..(*offset + *len) as usize])
                         }
                     };
-                    body.piece(piece, self);
+                    body.piece(piece, out);
                 }
             }
         }
-        body.end(self);
+        body.end(out);
         let sent = if framing == Framing::None {
             0
         } else {
@@ -133,10 +132,11 @@ impl Writer<'_> {
             Framing::Length(body.len() as u64)
         };
         let head = head(self.date, 200, fields, answer);
-        let mut encoder = start_response(&head, framing, self);
+        let out = &mut self.sink();
+        let mut encoder = start_response(&head, framing, out);
         // Its own allocation, so that a large body does not grow a pooled buffer for good.
-        encoder.piece(Piece::Shared(body.into()), self);
-        encoder.end(self);
+        encoder.piece(Piece::Shared(body.into()), out);
+        encoder.end(out);
         encoder.written()
     }
 
@@ -171,10 +171,11 @@ impl Writer<'_> {
             Framing::Length(page_len as u64)
         };
         let head = head(self.date, status, fields, answer);
-        let mut body = start_response(&head, framing, self);
+        let out = &mut self.sink();
+        let mut body = start_response(&head, framing, out);
         if !answer.head {
             // Written in place (after the head, in the same buffer): a page is never kept.
-            self.output.write_with(self.pool, |out| {
+            out.write_with(|out| {
                 let before = out.len();
                 let _ = write!(
                     out,
@@ -184,22 +185,16 @@ impl Writer<'_> {
             });
             body.wrote(page_len as u64);
         }
-        body.end(self);
+        body.end(out);
         body.written()
     }
-}
 
-impl Sink for Writer<'_> {
-    fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-        self.output.write_with(self.pool, write)
-    }
-
-    fn shared(&mut self, data: Arc<[u8]>) {
-        self.output.push_shared(data);
-    }
-
-    fn file(&mut self, file: Arc<File>, offset: u64, len: u64) {
-        self.output.push_file(file, offset, len);
+    /// The connection's output as the encoder's sink.
+    fn sink(&mut self) -> OutputSink<'_> {
+        OutputSink {
+            output: self.output,
+            pool: self.pool,
+        }
     }
 }
 

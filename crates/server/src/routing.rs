@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use fastpath_content::{ContentCache, Reply, StaticRequest};
 use fastpath_handover::{HandoverMethod, RouteRequest, Routes};
-use fastpath_http::{is_registered_method, normalize_path, parse_target, Request, Target};
+use fastpath_http::{is_registered_method, normalize_path, parse_target, Method, Request, Target};
 
 use crate::metrics::WorkerMetrics;
 use crate::vhosts::VirtualHosts;
@@ -132,18 +132,19 @@ impl Router {
                 return Route::Handover(rule.backend, rule.method);
             }
         }
-        match request.method {
-            "GET" | "HEAD" => {}
-            "POST" | "PUT" | "DELETE" | "CONNECT" | "OPTIONS" | "TRACE" | "PATCH" => {
-                return self.fallback_or(&route_request, Route::MethodNotAllowed)
-            }
-            _ => return self.fallback_or(&route_request, Route::Error(501)),
+        match request.kind {
+            Method::Get | Method::Head => {}
+            Method::Other => return self.fallback_or(&route_request, Route::Error(501)),
+            _ => return self.fallback_or(&route_request, Route::MethodNotAllowed),
         }
         let site = self.hosts.select(host.map(str::as_bytes));
+        // The index file a directory's path resolves to, when it had to be found here.
+        let mut candidate = Vec::new();
+        let mut index_found = false;
         if self.path.ends_with(b"/") && !self.routes.is_empty() {
             // A directory's index file that a route claims (index.php, say) goes to the
             // backend, as the request it stands for: never served as static source.
-            let mut candidate = Vec::with_capacity(self.path.len() + 16);
+            candidate.reserve(self.path.len() + 16);
             for name in &site.options().index {
                 candidate.clear();
                 candidate.extend_from_slice(&self.path);
@@ -165,24 +166,27 @@ impl Router {
                     if let Some(rule) = claimed {
                         return Route::Handover(rule.backend, rule.method);
                     }
+                    // Served as found: the directory is not resolved to it again.
+                    index_found = true;
                     break;
                 }
             }
         }
+        let path = if index_found { &candidate } else { &self.path };
         let reply = site.serve_cached(
             &mut self.cache,
             &StaticRequest {
-                head: request.method == "HEAD",
-                path: &self.path,
+                head: request.kind == Method::Head,
+                path,
                 raw_path,
                 query,
-                if_match: request.header("if-match"),
-                if_none_match: request.header("if-none-match"),
-                if_modified_since: request.header("if-modified-since"),
-                if_unmodified_since: request.header("if-unmodified-since"),
-                if_range: request.header("if-range"),
-                range: request.header("range"),
-                accept_encoding: request.header("accept-encoding"),
+                if_match: request.noted.if_match,
+                if_none_match: request.noted.if_none_match,
+                if_modified_since: request.noted.if_modified_since,
+                if_unmodified_since: request.noted.if_unmodified_since,
+                if_range: request.noted.if_range,
+                range: request.noted.range,
+                accept_encoding: request.noted.accept_encoding,
             },
         );
         if reply.status == 404 {
