@@ -584,28 +584,32 @@ impl Output {
                     }
                 }
                 Segment::Shared { data, pos } => {
-                    let left = data.len() - *pos;
-                    if n >= left {
-                        n -= left;
+                    if take(data.len(), pos, &mut n) {
                         self.segments.pop_front();
-                    } else {
-                        *pos += n;
-                        n = 0;
                     }
                 }
                 Segment::Owned { data, pos } => {
-                    let left = data.len() - *pos;
-                    if n >= left {
-                        n -= left;
+                    if take(data.len(), pos, &mut n) {
                         self.segments.pop_front();
-                    } else {
-                        *pos += n;
-                        n = 0;
                     }
                 }
                 Segment::File { .. } => break,
             }
         }
+    }
+}
+
+/// Counts up to `n` sent bytes of a buffer of `len` bytes whose first `pos` had gone; true
+/// when all of it has.
+fn take(len: usize, pos: &mut usize, n: &mut usize) -> bool {
+    let left = len - *pos;
+    if *n >= left {
+        *n -= left;
+        true
+    } else {
+        *pos += *n;
+        *n = 0;
+        false
     }
 }
 

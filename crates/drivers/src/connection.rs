@@ -121,6 +121,15 @@ impl Link {
         }
     }
 
+    /// Everything queued has been sent: no send deadline, and the owner of a linked
+    /// connection (not joined: a joint moves its bytes) may queue more.
+    pub(crate) fn output_sent(&mut self, woken: &mut Vec<Token>) {
+        self.send_deadline = None;
+        if let Some(owner) = self.owner.filter(|_| self.state != State::Joined) {
+            woken.push(owner);
+        }
+    }
+
     /// A linked connection that may go back to the idle pool: connected, its exchange
     /// finished on both sides (nothing unread or unsent), its peer still there.
     pub(crate) fn fit_for_reuse(&self) -> bool {
@@ -342,6 +351,29 @@ pub(crate) struct Parts<'w, 'a, H: Handler> {
     pub(crate) busy: bool,
     /// Joined with another connection: whatever the handler answers, it stays joined.
     pub(crate) joined: bool,
+}
+
+impl<'w, 'a, H: Handler> Parts<'w, 'a, H> {
+    /// One connection's parts: its `link` and handler state, the handler and the core, the
+    /// reach of the other connections; not busy, not joined until said.
+    pub(crate) fn new(
+        handler: &'w mut H,
+        core: &'w mut Core<'a>,
+        (link, conn): (&'w mut Link, &'w mut H::Conn),
+        reach: Reach<'w>,
+        token: Token,
+    ) -> Self {
+        Parts {
+            handler,
+            core,
+            link,
+            conn,
+            reach,
+            token,
+            busy: false,
+            joined: false,
+        }
+    }
 }
 
 impl<H: Handler> Parts<'_, '_, H> {

@@ -196,13 +196,32 @@ impl Requests {
     /// keeps one source from starving the others.
     pub(crate) fn take_woken(&mut self) -> Vec<Token> {
         let mut woken = std::mem::take(&mut self.woken);
-        if woken.len() > 1 {
-            self.seen.clear();
-            woken.retain(|token| self.seen.insert(*token));
+        match woken.len() {
+            0 | 1 => {}
+            // The usual few (a client woken by its backend connection's news): compared
+            // with the ones kept before them, cheaper than hashing.
+            2..=SMALL_WAKES => {
+                let mut kept = 0;
+                for i in 0..woken.len() {
+                    let token = woken[i];
+                    if !woken[..kept].contains(&token) {
+                        woken[kept] = token;
+                        kept += 1;
+                    }
+                }
+                woken.truncate(kept);
+            }
+            _ => {
+                self.seen.clear();
+                woken.retain(|token| self.seen.insert(*token));
+            }
         }
         woken
     }
 }
+
+/// Wakes deduplicated by comparing each with those before it; more go through a set.
+const SMALL_WAKES: usize = 16;
 
 /// A join of the calling connection with one of its linked connections.
 pub(crate) struct JoinRequest {
@@ -414,18 +433,20 @@ impl Io<'_> {
         if let Some(reason) = entry.closed {
             return Err(reason);
         }
-        let (link, pending) = match self
+        let pending = self
             .requests
             .outgoing
             .iter_mut()
-            .find(|outgoing| outgoing.token == Some(token))
-        {
+            .find(|outgoing| outgoing.token == Some(token));
+        let (link, pending) = match pending {
             Some(outgoing) => (&mut *outgoing.link, true),
             None => {
                 let Some(link) = self.reach.link(token, self.me) else {
                     return Err(CloseReason::Error);
                 };
-                self.requests.touched.push(token);
+                if self.requests.touched.last() != Some(&token) {
+                    self.requests.touched.push(token);
+                }
                 (link, false)
             }
         };

@@ -1,5 +1,7 @@
 //! The drivers of fastpath: listening sockets and the concurrency models that run connections.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! A driver moves bytes and knows no protocol. A service implements [`Handler`]: it is called
 //! when a connection opens ([`Handler::on_open`], where it may greet the client and must arm a
 //! deadline), when input arrives or queued output has drained ([`Handler::on_ready`]), when its

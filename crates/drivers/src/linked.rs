@@ -31,7 +31,7 @@ use std::time::Duration;
 use crate::buffers::{BufferPool, Input, Output};
 use crate::connection::Link;
 use crate::contract::ConnRef;
-use crate::slab::{RawSlots, SlotIds, Token};
+use crate::slab::{RawSlots, Slab, SlotIds, Token};
 use crate::splice::{Direction, Failure, PumpError, Pumped, Side};
 use crate::CloseReason;
 
@@ -123,6 +123,61 @@ impl<'a> Reach<'a> {
         // no two loans overlap.
         unsafe { (self.link_at)(self.base, token.index).map(|mut link| link.as_mut()) }
     }
+}
+
+/// Slot `index` of `slots` with the reach of the others, for one handler call.
+pub(crate) fn lend<T: HasLink>(slots: &mut Slab<T>, index: usize) -> Option<(&mut T, Reach<'_>)> {
+    let (raw, ids) = slots.split();
+    // SAFETY: the only slot borrowed here; the reach lends others, never this one.
+    let slot = unsafe { raw.get(index) }?;
+    Some((slot, Reach::new(raw, ids)))
+}
+
+/// The reach of every slot, for a call that borrows none yet (a connection's `on_open`).
+pub(crate) fn reach<T: HasLink>(slots: &mut Slab<T>) -> Reach<'_> {
+    let (raw, ids) = slots.split();
+    Reach::new(raw, ids)
+}
+
+/// Whether `partner` may be joined with connection `owner`: a connection linked to it that
+/// is open and not joined already.
+pub(crate) fn joinable(owner: Token, partner: &Link) -> bool {
+    partner.owner == Some(owner) && partner.state == crate::connection::State::Reading
+}
+
+/// Joins connection `index` with `partner`, a connection linked to it, as the epoll and
+/// in-memory loops do: what either received and its handler did not pass on goes to the
+/// other, the partner is marked joined, the owner's deadline set. The two slots, or `None`
+/// when `partner` cannot be joined.
+pub(crate) fn join_slots<'s, T: HasLink>(
+    slots: &'s mut Slab<T>,
+    index: usize,
+    partner: Token,
+    pool: &mut BufferPool,
+    deadline: std::time::Instant,
+) -> Option<(&'s mut T, &'s mut T)> {
+    let owner = slots.token(index);
+    if !slots
+        .get_mut(partner)?
+        .link_mut()
+        .is_some_and(|link| joinable(owner, link))
+    {
+        return None;
+    }
+    let (slot, other) = slots.pair(index, partner.index)?;
+    if let (Some(a), Some(b)) = (slot.link_mut(), other.link_mut()) {
+        cross_over(a, b, pool);
+        b.state = crate::connection::State::Joined;
+        a.deadline = Some(deadline);
+    }
+    Some((slot, other))
+}
+
+/// What either of two connections about to be joined received and its handler did not pass
+/// on goes to the other first.
+pub(crate) fn cross_over(a: &mut Link, b: &mut Link, pool: &mut BufferPool) {
+    a.input.move_to(&mut b.output, pool);
+    b.input.move_to(&mut a.output, pool);
 }
 
 /// The worker's idle linked connections, per pool key, most recently released last.

@@ -48,10 +48,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::{Duration, Instant};
 
 use crate::buffers::BufferPool;
-use crate::connection::{self, Closing, Link, Parts, State};
+use crate::connection::{self, Link, Parts, State};
 use crate::contract::{JoinRequest, Outgoing};
-use crate::linked::{HasLink, Reach, LINKED_INPUT_MAX};
-use crate::loops::{Core, Engine, Env};
+use crate::linked::{self, HasLink, Reach, LINKED_INPUT_MAX};
+use crate::loops::{parts_of, Core, Engine, Env};
 use crate::slab::{Slab, Token};
 use crate::{CloseReason, ConnRef, DriverConfig, Handler, Next, Opened, UpstreamAddr, TICK};
 
@@ -344,11 +344,7 @@ impl<H: Handler> TestWorker<H> {
                             *window -= n;
                         }
                         if link.output.is_empty() {
-                            link.send_deadline = None;
-                            if let Some(owner) = link.owner.filter(|_| link.state != State::Joined)
-                            {
-                                self.core.requests.woken.push(owner);
-                            }
+                            link.output_sent(&mut self.core.requests.woken);
                         } else {
                             link.send_deadline
                                 .get_or_insert(self.core.now + self.core.config.send_timeout);
@@ -377,21 +373,13 @@ impl<H: Handler> TestWorker<H> {
                     return;
                 }
                 State::Draining => {
-                    if !link.output.is_empty() {
-                        return;
-                    }
-                    link.state = State::Reading;
-                    if !self.call_and_apply(index, false) {
+                    if !link.output.is_empty() || !self.output_drained(index) {
                         return;
                     }
                 }
                 State::Closing => {
-                    if !link.output.is_empty() {
-                        return;
-                    }
                     let waiting = !slot.peer.unread.is_empty();
-                    if link.finish_closing(&mut self.core, waiting) == Closing::Now {
-                        self.close(index, CloseReason::Done);
+                    if !link.output.is_empty() || !self.finish_closing(index, waiting) {
                         return;
                     }
                     let slot = self.slots.at(index).expect("lingering");
@@ -479,8 +467,11 @@ impl<H: Handler> Engine<'static> for TestWorker<H> {
     }
 
     fn open_parts(&mut self) -> (&mut H, &mut Core<'static>, Reach<'_>) {
-        let (raw, ids) = self.slots.split();
-        (&mut self.handler, &mut self.core, Reach::new(raw, ids))
+        (
+            &mut self.handler,
+            &mut self.core,
+            linked::reach(&mut self.slots),
+        )
     }
 
     fn slots(&mut self) -> &mut Slab<Slot<H::Conn>> {
@@ -488,19 +479,10 @@ impl<H: Handler> Engine<'static> for TestWorker<H> {
     }
 
     fn parts(&mut self, index: usize) -> Option<Parts<'_, 'static, H>> {
-        let token = self.slots.token(index);
-        let (raw, ids) = self.slots.split();
-        // SAFETY: the only slot borrowed here; the reach lends others, never this one.
-        let slot = unsafe { raw.get(index) }?;
-        Some(Parts {
-            handler: &mut self.handler,
-            core: &mut self.core,
-            link: &mut slot.link,
-            conn: &mut slot.conn,
-            reach: Reach::new(raw, ids),
-            token,
-            busy: false,
-            joined: slot.partner.is_some(),
+        let worker = (&mut self.handler, &mut self.core);
+        parts_of(worker, &mut self.slots, index, |slot| {
+            let joined = slot.partner.is_some();
+            Some((&mut slot.link, &mut slot.conn, false, joined))
         })
     }
 
@@ -530,28 +512,15 @@ impl<H: Handler> Engine<'static> for TestWorker<H> {
     fn join(&mut self, index: usize, join: JoinRequest, next: Next) -> Next {
         let owner = self.slots.token(index);
         let partner = join.partner;
-        let fit = self
-            .slots
-            .get_mut(partner)
-            .is_some_and(|p| p.link.owner == Some(owner) && p.link.state == State::Reading);
-        if !fit {
+        let deadline = self.core.now + join.idle;
+        let pool = &mut self.core.pool;
+        let Some((slot, other)) =
+            linked::join_slots(&mut self.slots, index, partner, pool, deadline)
+        else {
             return Next::Abort;
-        }
-        let (slot, other) = self
-            .slots
-            .pair(index, partner.index)
-            .expect("two live connections");
-        slot.link
-            .input
-            .move_to(&mut other.link.output, &mut self.core.pool);
-        other
-            .link
-            .input
-            .move_to(&mut slot.link.output, &mut self.core.pool);
-        other.link.state = State::Joined;
+        };
         other.partner = Some(owner);
         slot.partner = Some(partner);
-        slot.link.deadline = Some(self.core.now + join.idle);
         self.dirty.push(index);
         self.dirty.push(partner.index);
         next
@@ -577,14 +546,7 @@ impl<H: Handler> Engine<'static> for TestWorker<H> {
                 received: std::mem::take(&mut slot.peer.received),
             },
         );
-        self.settle(token, departure, reason);
-        connection::closed(
-            &mut self.handler,
-            slot.conn,
-            reason,
-            counted,
-            &mut self.core,
-        );
+        self.end_close(token, departure, slot.conn, reason, counted);
     }
 
     fn joint_expired(&mut self, index: usize) {

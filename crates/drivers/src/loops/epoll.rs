@@ -13,10 +13,10 @@ use fastpath_sys::{syscall, Event};
 
 use crate::buffers::{BufferPool, Flush};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, Gate, UNKNOWN_PEER};
-use crate::connection::{self, Closing, Link, Parts, State};
+use crate::connection::{self, Link, Parts, State};
 use crate::contract::{JoinRequest, Outgoing};
-use crate::linked::{HasLink, JointStep, Reach, LINKED_INPUT_MAX};
-use crate::loops::{Core, Engine, Env, EventLoop};
+use crate::linked::{self, HasLink, JointStep, Reach, LINKED_INPUT_MAX};
+use crate::loops::{parts_of, Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
@@ -264,7 +264,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Open connections, less the idle linked ones kept for reuse: those wait for the next
     /// client of a worker serving one at a time, and close at a graceful stop.
     fn open_count(&self) -> usize {
-        self.slots.len() - self.core.idle.len()
+        self.slots.len().saturating_sub(self.core.idle.len())
     }
 
     /// Calls the last-close hook, once per served connection.
@@ -480,13 +480,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             let fd = link.fd.as_raw_fd();
             if !link.output.is_empty() && slot.writable {
                 match link.output.flush(fd, &mut self.core.pool) {
-                    Ok(Flush::Done) => {
-                        link.send_deadline = None;
-                        if let Some(owner) = link.owner {
-                            // What the owner queued has gone: it may queue more.
-                            self.core.requests.woken.push(owner);
-                        }
-                    }
+                    Ok(Flush::Done) => link.output_sent(&mut self.core.requests.woken),
                     Ok(Flush::WouldBlock) => {
                         slot.writable = false;
                         link.send_deadline = Some(self.core.now + self.core.config.send_timeout);
@@ -528,20 +522,13 @@ impl<'a, H: Handler> Worker<'a, H> {
                 // Nothing is read until a wake.
                 State::Waiting => return,
                 State::Draining => {
-                    if !link.output.is_empty() {
-                        return;
-                    }
-                    link.state = State::Reading;
-                    if !self.call_and_apply(index, false) {
+                    if !link.output.is_empty() || !self.output_drained(index) {
                         return;
                     }
                 }
                 State::Closing => {
-                    if !link.output.is_empty() {
-                        return;
-                    }
-                    if link.finish_closing(&mut self.core, slot.readable) == Closing::Now {
-                        self.close(index, CloseReason::Done);
+                    let readable = slot.readable;
+                    if !link.output.is_empty() || !self.finish_closing(index, readable) {
                         return;
                     }
                 }
@@ -818,39 +805,24 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
     }
 
     fn open_parts(&mut self) -> (&mut H, &mut Core<'a>, Reach<'_>) {
-        let (raw, ids) = self.slots.split();
-        (&mut self.handler, &mut self.core, Reach::new(raw, ids))
+        (
+            &mut self.handler,
+            &mut self.core,
+            linked::reach(&mut self.slots),
+        )
     }
 
     fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, H>> {
-        let token = self.slots.token(index);
-        let (raw, ids) = self.slots.split();
-        // SAFETY: the only slot borrowed here; the reach lends others, never this one.
-        let slot = unsafe { raw.get(index) }?;
-        Some(Parts {
-            handler: &mut self.handler,
-            core: &mut self.core,
-            link: &mut slot.link,
-            conn: &mut slot.conn,
-            reach: Reach::new(raw, ids),
-            token,
-            busy: false,
-            joined: slot.joint.is_some(),
+        let worker = (&mut self.handler, &mut self.core);
+        parts_of(worker, &mut self.slots, index, |slot| {
+            let joined = slot.joint.is_some();
+            Some((&mut slot.link, &mut slot.conn, false, joined))
         })
     }
 
     /// Joins connection `index` with its linked connection as its call asked; Abort when it
     /// cannot be.
     fn join(&mut self, index: usize, join: JoinRequest, next: Next) -> Next {
-        let owner = self.slots.token(index);
-        let partner = join.partner;
-        let fit = self
-            .slots
-            .get_mut(partner)
-            .is_some_and(|p| p.link.owner == Some(owner) && p.link.state == State::Reading);
-        if !fit {
-            return Next::Abort;
-        }
         let joint = match Joint::new(join.idle, join.carrier) {
             Ok(joint) => joint,
             Err(e) => {
@@ -858,22 +830,15 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
                 return Next::Abort;
             }
         };
-        let (slot, other) = self
-            .slots
-            .pair(index, partner.index)
-            .expect("two live connections");
-        // What either side sent that the handler has not passed on goes first.
-        slot.link
-            .input
-            .move_to(&mut other.link.output, &mut self.core.pool);
-        other
-            .link
-            .input
-            .move_to(&mut slot.link.output, &mut self.core.pool);
-        other.link.state = State::Joined;
+        let deadline = self.core.now + join.idle;
+        let pool = &mut self.core.pool;
+        let Some((slot, _)) =
+            linked::join_slots(&mut self.slots, index, join.partner, pool, deadline)
+        else {
+            return Next::Abort;
+        };
         slot.joint = Some(Box::new(joint));
-        slot.partner = Some(partner);
-        slot.link.deadline = Some(self.core.now + join.idle);
+        slot.partner = Some(join.partner);
         next
     }
 
@@ -931,21 +896,25 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         };
         let reason = connection::closing(&mut self.handler, &mut slot.conn, &slot.link, reason);
         slot.link.release(&mut self.core);
-        let departure = slot.link.departure();
+        let mut departure = slot.link.departure();
+        if let Some(key) = departure.idle_key.take() {
+            // Out of the pool before the count below, which leaves idle ones aside.
+            self.core.idle.remove(key, token);
+        }
         let counted = slot.link.counted;
-        // Closing the descriptor also removes it from the epoll set.
-        drop(slot.link);
-        self.settle(token, departure, reason);
-        if self.open_count() == 0 && self.core.requests.outgoing.is_empty() {
+        // The last connection (its linked ones, which close with it, and the idle ones
+        // aside) is closing: told before its FIN goes out.
+        let closing_with_it = departure
+            .links
+            .iter()
+            .filter(|entry| entry.closed.is_none())
+            .count();
+        if self.open_count() <= closing_with_it && self.core.requests.outgoing.is_empty() {
             self.tell_last_close();
         }
-        connection::closed(
-            &mut self.handler,
-            slot.conn,
-            reason,
-            counted,
-            &mut self.core,
-        );
+        // Closing the descriptor also removes it from the epoll set.
+        drop(slot.link);
+        self.end_close(token, departure, slot.conn, reason, counted);
     }
 
     fn watch_listeners_again(&mut self) -> bool {

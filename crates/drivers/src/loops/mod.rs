@@ -17,6 +17,26 @@ use crate::slab::{Slab, Token};
 pub(crate) use crate::worker_core::{tick_handler, Core, Env};
 use crate::{common, CloseReason, DriverConfig, Handler, Listeners, Next, Opened};
 
+/// The parts of slot `index` of a loop's `slots`: `split` picks the connection's link and
+/// handler state out of the loop's slot, and says whether the handler is busy and whether
+/// the connection is joined. `None` for a slot without a live connection.
+pub(crate) fn parts_of<'w, 'a, H: Handler, T: HasLink>(
+    (handler, core): (&'w mut H, &'w mut Core<'a>),
+    slots: &'w mut Slab<T>,
+    index: usize,
+    split: impl FnOnce(&'w mut T) -> Option<(&'w mut Link, &'w mut H::Conn, bool, bool)>,
+) -> Option<Parts<'w, 'a, H>> {
+    let token = slots.token(index);
+    let (slot, reach) = crate::linked::lend(slots, index)?;
+    let (link, conn, busy, joined) = split(slot)?;
+    let parts = Parts::new(handler, core, (link, conn), reach, token);
+    Some(Parts {
+        busy,
+        joined,
+        ..parts
+    })
+}
+
 /// Rounds of wakes ([`crate::Io::wake`]) carried out before the loop looks at the kernel
 /// again: wakes that wake others are followed a few steps, while a connection that keeps
 /// waking itself (a service taking its turn in parts) cannot keep the loop from its events.
@@ -149,6 +169,45 @@ pub(crate) trait Engine<'a> {
             // Kept for its allocation.
             self.core().requests.touched = touched;
         }
+    }
+
+    /// The end of a close once the loop has let go of the connection's slot: what it leaves
+    /// beyond it is settled ([`Engine::settle`]), then the handler hears why
+    /// ([`connection::closed`]).
+    fn end_close(
+        &mut self,
+        me: Token,
+        departure: Departure,
+        conn: <Self::H as Handler>::Conn,
+        reason: CloseReason,
+        counted: bool,
+    ) {
+        self.settle(me, departure, reason);
+        let (handler, core) = self.handler_and_core();
+        connection::closed(handler, conn, reason, counted, core);
+    }
+
+    /// A draining connection whose output has all gone reads again, and its handler is
+    /// called; false when the connection is gone.
+    fn output_drained(&mut self, index: usize) -> bool {
+        if let Some(parts) = self.parts(index) {
+            parts.link.state = State::Reading;
+        }
+        self.call_and_apply(index, false)
+    }
+
+    /// A closing connection whose output has all gone closes now or lingers (see
+    /// [`Link::finish_closing`]; `input_waiting`: the loop knows of input not read yet):
+    /// true while it lingers.
+    fn finish_closing(&mut self, index: usize, input_waiting: bool) -> bool {
+        let Some(parts) = self.parts(index) else {
+            return false;
+        };
+        if parts.link.finish_closing(parts.core, input_waiting) == connection::Closing::Now {
+            self.close(index, CloseReason::Done);
+            return false;
+        }
+        true
     }
 
     /// What closing connection `me` leaves to settle beyond its slot: its owner hears why it

@@ -69,10 +69,10 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use crate::buffers::{BufferPool, Flush, Input, Output, BUFFER_SIZE, MAX_IOVECS};
 use crate::common::{self, warn_input_left, warn_out_of_descriptors, UNKNOWN_PEER};
-use crate::connection::{self, Closing, Link, Parts, State};
+use crate::connection::{self, Link, Parts, State};
 use crate::contract::{JoinRequest, Outgoing};
-use crate::linked::{HasLink, JointStep, Reach, LINKED_INPUT_MAX};
-use crate::loops::{Core, Engine, Env, EventLoop};
+use crate::linked::{self, HasLink, JointStep, Reach, LINKED_INPUT_MAX};
+use crate::loops::{parts_of, Core, Engine, Env, EventLoop};
 use crate::slab::{Slab, Token};
 use crate::splice::{Carrier, Joint, Side, CARRIED_CHECK, CARRIED_RECHECK};
 use crate::{CloseReason, Handler, Next, Opened, TICK};
@@ -909,12 +909,9 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         c.link.output.advance(result as usize);
         c.link.send_deadline = None;
-        if c.link.output.is_empty() && c.link.state != State::Joined {
-            if let Some(owner) = c.link.owner {
-                // What the owner queued has gone: it may queue more. (A joined partner's
-                // flush below hands it to its owner's joint.)
-                self.core.requests.woken.push(owner);
-            }
+        if c.link.output.is_empty() {
+            // (A joined partner's flush below hands it to its owner's joint.)
+            c.link.output_sent(&mut self.core.requests.woken);
         }
         if c.ready_pending && c.link.state == State::Reading {
             c.ready_pending = false;
@@ -1054,15 +1051,13 @@ impl<'a, H: Handler> Worker<'a, H> {
                 | State::Waiting
                 | State::Idle => break,
                 State::Draining => {
-                    c.link.state = State::Reading;
-                    if !self.call_and_apply(index, false) {
+                    if !self.output_drained(index) {
                         return;
                     }
                 }
                 State::Closing => {
                     // The receive holds what has arrived: nothing waits unread in the socket.
-                    if c.link.finish_closing(&mut self.core, false) == Closing::Now {
-                        self.close(index, CloseReason::Done);
+                    if !self.finish_closing(index, false) {
                         return;
                     }
                     break;
@@ -1111,8 +1106,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         let joining = c.join.as_mut().expect("joined above");
         let pool = &mut self.core.pool;
         // What either side sent that reached user space goes across first.
-        c.link.input.move_to(&mut p.link.output, pool);
-        p.link.input.move_to(&mut c.link.output, pool);
+        linked::cross_over(&mut c.link, &mut p.link, pool);
         // The partner's queued bytes go by plain sends once no send of its own is in flight.
         if p.sending == Sending::Idle && !p.link.output.is_empty() && joining.writable[1] {
             match p.link.output.flush(p.link.fd.as_raw_fd(), pool) {
@@ -1404,26 +1398,21 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
     }
 
     fn open_parts(&mut self) -> (&mut H, &mut Core<'a>, Reach<'_>) {
-        let (raw, ids) = self.slots.split();
-        (&mut self.handler, &mut self.core, Reach::new(raw, ids))
+        (
+            &mut self.handler,
+            &mut self.core,
+            linked::reach(&mut self.slots),
+        )
     }
 
     fn parts(&mut self, index: usize) -> Option<Parts<'_, 'a, H>> {
-        let token = self.slots.token(index);
-        let (raw, ids) = self.slots.split();
-        // SAFETY: the only slot borrowed here; the reach lends others, never this one.
-        let c = unsafe { raw.get(index) }?.conn.as_mut()?;
-        Some(Parts {
-            handler: &mut self.handler,
-            core: &mut self.core,
-            link: &mut c.link,
-            conn: &mut c.conn,
-            reach: Reach::new(raw, ids),
-            token,
-            // The handler may write, which must wait until the kernel has read the bytes it
-            // is sending.
-            busy: c.sending == Sending::Msg,
-            joined: c.join.is_some(),
+        let worker = (&mut self.handler, &mut self.core);
+        parts_of(worker, &mut self.slots, index, |slot| {
+            let c = slot.conn.as_mut()?;
+            // Busy: the handler may write, which must wait until the kernel has read the
+            // bytes it is sending.
+            let (busy, joined) = (c.sending == Sending::Msg, c.join.is_some());
+            Some((&mut c.link, &mut c.conn, busy, joined))
         })
     }
 
@@ -1458,7 +1447,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
             .slots
             .get_mut(partner)
             .and_then(|slot| slot.conn.as_mut())
-            .filter(|p| p.link.owner == Some(owner) && p.link.state == State::Reading)
+            .filter(|p| linked::joinable(owner, &p.link))
         else {
             return Next::Abort;
         };
@@ -1553,8 +1542,13 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
         if slot.in_flight == 0 {
             self.free_slot(index);
         }
-        self.settle(Token { index, generation }, departure, reason);
-        connection::closed(&mut self.handler, c.conn, reason, counted, &mut self.core);
+        self.end_close(
+            Token { index, generation },
+            departure,
+            c.conn,
+            reason,
+            counted,
+        );
     }
 
     fn call_later(&mut self, index: usize) {
