@@ -422,3 +422,199 @@ fn a_client_that_sends_half_a_body_gets_408() {
     assert_eq!(r[0].status, 408);
     assert!(glue.worker.opened().is_empty(), "no backend was asked");
 }
+
+// ---------------------------------------------------------------------------
+// Requests that cannot be served: each gets its precise status, then the connection closes
+// without reading another request. The parser's verdicts are its own unit tests; these
+// check that the handler answers them as it must.
+
+/// Sends `raw` followed by a valid pipelined request on a new connection, and checks that
+/// the answer is one response with `status`, saying `Connection: close`, after which the
+/// connection ends (the pipelined request is never answered).
+#[track_caller]
+fn rejects(glue: &mut Glue, raw: impl AsRef<[u8]>, status: u16) {
+    let raw = raw.as_ref();
+    let client = glue.worker.connect();
+    let mut all = raw.to_vec();
+    all.extend_from_slice(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+    glue.worker.send(client, &all);
+    let got = glue.worker.received(client);
+    let what = String::from_utf8_lossy(raw).into_owned();
+    let r = responses(&got, &[]);
+    assert_eq!(r.len(), 1, "{what:?}: {}", String::from_utf8_lossy(&got));
+    assert_eq!(r[0].status, status, "{what:?}: {}", r[0].head);
+    assert_eq!(r[0].header("connection"), Some("close"), "{what:?}");
+    assert!(r[0].header("date").is_some() && r[0].header("server").is_some());
+    assert_eq!(
+        r[0].header("content-length"),
+        Some(r[0].body.len().to_string().as_str())
+    );
+    assert!(glue.worker.ended_to_peer(client), "{what:?}: still open");
+}
+
+/// Sends `raw` and checks it is served `a.txt`.
+#[track_caller]
+fn accepts(glue: &mut Glue, raw: impl AsRef<[u8]>) {
+    let client = glue.worker.connect();
+    glue.worker.send(client, raw.as_ref());
+    let r = responses(&glue.worker.received(client), &[]);
+    assert_eq!(r[0].status, 200, "{}", r[0].head);
+    assert_eq!(r[0].text(), "hello, static\n");
+}
+
+#[test]
+fn malformed_request_lines_get_400() {
+    let mut glue = Glue::new("", "");
+    for raw in [
+        "GET /\r\n\r\n",
+        "GET  / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET / HTTP/1.1 extra\r\nHost: x\r\n\r\n",
+        "GET /a.txt  HTTP/1.1\r\nHost: x\r\n\r\n",
+        " GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "\x01\x02garbage\r\n\r\n",
+        "G(T / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET / HTTP/1.x\r\nHost: x\r\n\r\n",
+        "GET / FTP/1.1\r\nHost: x\r\n\r\n",
+    ] {
+        rejects(&mut glue, raw, 400);
+    }
+    // A target that is neither origin-form nor absolute-form: 400, and the connection may
+    // stay open, as for any bad path.
+    let (_, r) = glue.exchange("GET a.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r[0].status, 400);
+}
+
+#[test]
+fn versions_other_than_1_x_get_505_and_1_2_is_served_as_1_1() {
+    let mut glue = Glue::new("", "");
+    for raw in [
+        "GET / HTTP/2.0\r\nHost: x\r\n\r\n",
+        "GET / HTTP/3.0\r\nHost: x\r\n\r\n",
+        "GET / HTTP/0.9\r\nHost: x\r\n\r\n",
+    ] {
+        rejects(&mut glue, raw, 505);
+    }
+    let client = glue.worker.connect();
+    let twice = "GET /a.txt HTTP/1.2\r\nHost: x\r\n\r\n".repeat(2);
+    glue.worker.send(client, twice.as_bytes());
+    let r = responses(&glue.worker.received(client), &[]);
+    assert_eq!(r.len(), 2, "persistent, as 1.1");
+    assert!(r[0].head.starts_with("HTTP/1.1 200"), "{}", r[0].head);
+}
+
+#[test]
+fn heads_past_their_limits_get_414_and_431() {
+    let mut glue = Glue::new("", "");
+    rejects(
+        &mut glue,
+        format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(9000)),
+        414,
+    );
+    accepts(
+        &mut glue,
+        format!(
+            "GET /a.txt?{} HTTP/1.1\r\nHost: x\r\n\r\n",
+            "q".repeat(8000)
+        ),
+    );
+    let filled = |fields: usize| {
+        let mut raw = String::from("GET /a.txt HTTP/1.1\r\nHost: x\r\n");
+        for i in 0..fields {
+            raw.push_str(&format!("X-Filler-{i}: {}\r\n", "v".repeat(1000)));
+        }
+        raw + "\r\n"
+    };
+    rejects(&mut glue, filled(20), 431);
+    accepts(&mut glue, filled(12));
+    rejects(
+        &mut glue,
+        format!(
+            "GET /a.txt HTTP/1.1\r\nHost: x\r\nCookie: {}\r\n\r\n",
+            "c".repeat(17000)
+        ),
+        431,
+    );
+    let with_fields = |n: usize| {
+        let mut raw = String::from("GET /a.txt HTTP/1.1\r\nHost: x\r\n");
+        for i in 1..n {
+            raw.push_str(&format!("X-{i}: {i}\r\n"));
+        }
+        raw + "\r\n"
+    };
+    accepts(&mut glue, with_fields(100));
+    rejects(&mut glue, with_fields(101), 431);
+    rejects(&mut glue, with_fields(500), 431);
+}
+
+#[test]
+fn ambiguous_framing_gets_400_and_an_unknown_coding_501() {
+    let mut glue = Glue::new("", "");
+    for raw in [
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        "POST /a.txt HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ] {
+        rejects(&mut glue, raw, 400);
+    }
+    for cl in [
+        "Content-Length: 5\r\nContent-Length: 6",
+        "Content-Length: 5, 6",
+        "Content-Length: -1",
+        "Content-Length: abc",
+        "Content-Length: +5",
+        "Content-Length: 0x5",
+        "Content-Length: 99999999999999999999999999",
+        "Content-Length: ",
+    ] {
+        rejects(
+            &mut glue,
+            format!("POST /a.txt HTTP/1.1\r\nHost: x\r\n{cl}\r\n\r\n"),
+            400,
+        );
+    }
+    rejects(
+        &mut glue,
+        "POST /a.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: foo, chunked\r\n\r\n0\r\n\r\n",
+        501,
+    );
+}
+
+#[test]
+fn malformed_fields_get_400_and_an_unknown_expectation_417() {
+    let mut glue = Glue::new("", "");
+    for raw in [
+        // obs-fold, and a first field line that starts with whitespace.
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nX-Long: part one\r\n part two\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nX-Long: part one\r\n\tpart two\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\n Host: x\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\nHost : x\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nX-A\t: y\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nNo-Colon\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\n: empty-name\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nX(A): y\r\n\r\n",
+        // A second Host, one that names two.
+        "GET /a.txt HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
+        "GET /a.txt HTTP/1.1\r\nHost: a, b\r\n\r\n",
+    ] {
+        rejects(&mut glue, raw, 400);
+    }
+    for value in [&b"a\x01b"[..], b"a\x00b", b"a\x7fb", b"a\x1bb", b"a\rb"] {
+        let mut raw = b"GET /a.txt HTTP/1.1\r\nHost: x\r\nX-Value: ".to_vec();
+        raw.extend_from_slice(value);
+        raw.extend_from_slice(b"\r\n\r\n");
+        rejects(&mut glue, raw, 400);
+    }
+    // Tabs and obs-text are allowed in values.
+    accepts(
+        &mut glue,
+        b"GET /a.txt HTTP/1.1\r\nHost: x\r\nX-Value: a\tb \xe9t\xe9\r\n\r\n",
+    );
+    rejects(
+        &mut glue,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\n\r\n",
+        417,
+    );
+}
