@@ -1,6 +1,8 @@
 //! `fastpath bench`: an httperf-class HTTP/1.1 load generator, and the comparison suite
 //! that runs it against several servers in turn.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! It applies load three ways:
 //! - **closed loop** ([`Load::Closed`]): `-c N` connections, each sending its next request
 //!   when a reply completes (keep-alive, optionally pipelined, or a new connection per

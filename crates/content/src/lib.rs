@@ -2,6 +2,8 @@
 //! path, decide what the reply is — which file (or byte ranges of it), with
 //! which status and representation metadata.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! # Why it is shaped this way
 //!
 //! * **No I/O on sockets, no wire format of its own.** [`Site::serve`] takes

@@ -1,4 +1,4 @@
-//! fastpath's kernel layer (DESIGN.md, layer 7): BPF programs written in C (`src/bpf`),
+//! fastpath's kernel layer (docs/architecture.md): BPF programs written in C (`src/bpf`),
 //! compiled by clang in `build.rs`, embedded in the binary and loaded with aya. Always
 //! optional: a machine without clang at build time, without BPF privileges or without
 //! sockmap support gets the user-space path, and [`echo_path`] says why in one line.

@@ -4,6 +4,8 @@
 //! [`run`], which reads the options and config.nest and serves on the model the specification
 //! chose, standalone (with systemd socket activation) or under inetd.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! The semantics are written down in docs/nest.md ("Semantics"). In short: START's action runs
 //! when a connection opens, then DEFAULT is seen; input is matched against the pattern of
 //! every rule whose qualifier holds, each anchored at the start of the unconsumed input, the

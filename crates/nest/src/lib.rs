@@ -1,6 +1,8 @@
 //! fastpath nest: the compiler from NEST specifications (docs/nest.md) to Rust projects that
 //! build into one server on fastpath's NEST runtime.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! `compile` parses and checks a specification and returns it with every diagnostic;
 //! `codegen::generate` writes the project.
 //!

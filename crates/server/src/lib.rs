@@ -1,6 +1,8 @@
 //! The fastpath web server: configuration, virtual hosts, the HTTP connection handler and
 //! the logs, composed over the drivers, protocol, content and hand-over layers.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! [`serve`] binds the listeners, opens every site, starts the access log and runs the
 //! concurrency model named in the configuration until the stop flag is set; [`serve_with`]
 //! does the same on what the process [`Inherited`]: under systemd (see [`systemd`]) on the
@@ -29,7 +31,6 @@ mod kernel_bridge;
 mod listening;
 mod metrics;
 mod privileges;
-mod proxy;
 mod reload;
 mod reply;
 mod routing;

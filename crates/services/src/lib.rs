@@ -3,6 +3,8 @@
 //! use nothing of the engine that a third-party service could not, so they also show how
 //! one is written.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use fastpath_services::{ForwardConfig, ForwardStats, Forwarder};

@@ -1,6 +1,8 @@
 //! The service API of fastpath: what a TCP service other than the web server is written
 //! against, on the same engine and the same five concurrency models.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! It is Slick's klibevent, BufferedSocket and ThriftSocket, in user space. A service is a
 //! [`Handler`]: the driver calls it when a connection opens (accepted, or opened by the
 //! service itself with [`Io::connect`]), when input has arrived or output has drained, when

@@ -1,5 +1,7 @@
 //! fastpath's system calls, each wrapped once.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! The [`syscall!`] macro turns a libc call's `-1` and `errno` into an
 //! [`io::Result`](std::io::Result); the crates of fastpath make their own system calls with
 //! it. On it are built safe wrappers for the calls that are general, or that several crates

@@ -4,6 +4,8 @@
 //! the superservers around one ([`openbsd_inetd`], [`Reaped`]), free ports to start one on
 //! ([`free_port`]), and the reader of the HTTP responses it sends ([`read_response`]).
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! ```no_run
 //! use fastpath_testkit::{skip, thrift_py, Missing};
 //! # let (idl, out) = (std::path::Path::new("forwarder.thrift"), std::path::Path::new("gen"));

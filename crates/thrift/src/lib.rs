@@ -1,5 +1,7 @@
 //! The Thrift codec of fastpath: Apache Thrift's binary protocol, with no I/O.
 //!
+//! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
+//!
 //! This is the protocol half of the framework's ThriftSocket. Bytes go in,
 //! messages come out: a [`Decoder`] looks at what a connection has buffered
 //! and says whether it holds a whole message ([`Decoded::Message`]), needs
