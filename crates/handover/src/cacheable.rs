@@ -88,36 +88,44 @@ impl<'a> ResponseFields<'a> {
     pub fn read(headers: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Self {
         let mut fields = ResponseFields::default();
         for (name, value) in headers {
-            if name.eq_ignore_ascii_case("cache-control") {
-                fields.invalid |= fields.directives.read(value).is_none();
-            } else if name.eq_ignore_ascii_case("set-cookie") {
-                fields.set_cookie = true;
-            } else if name.eq_ignore_ascii_case("vary") {
-                for v in list(value) {
-                    if v.eq_ignore_ascii_case(b"accept-encoding") {
-                        fields.vary_accept_encoding = true;
-                    } else {
-                        fields.vary_other = true;
+            // Dispatch on length first: most fields match none of these.
+            match name.len() {
+                3 if name.eq_ignore_ascii_case("age") => {
+                    // The first field counts (RFC 9111 §5.1).
+                    fields.age = fields.age.or_else(|| Some(age_value(value)));
+                }
+                4 if name.eq_ignore_ascii_case("date") => {
+                    fields.date = fields.date.or(Some(value));
+                }
+                4 if name.eq_ignore_ascii_case("vary") => {
+                    for v in list(value) {
+                        if v.eq_ignore_ascii_case(b"accept-encoding") {
+                            fields.vary_accept_encoding = true;
+                        } else {
+                            fields.vary_other = true;
+                        }
                     }
                 }
-            } else if name.eq_ignore_ascii_case("age") {
-                // The first field counts (RFC 9111 §5.1).
-                fields.age = fields.age.or_else(|| Some(age_value(value)));
-            } else if name.eq_ignore_ascii_case("date") {
-                fields.date = fields.date.or(Some(value));
-            } else if name.eq_ignore_ascii_case("expires") {
-                fields.expires = fields.expires.or(Some(value));
-            } else if name.eq_ignore_ascii_case("etag") {
-                fields.etag = Some(value);
-            } else if name.eq_ignore_ascii_case("last-modified") {
-                fields.last_modified = Some(value);
-            } else if name.eq_ignore_ascii_case("connection") {
-                if fields.connection_len < fields.connection.len() {
-                    fields.connection[fields.connection_len] = value;
-                    fields.connection_len += 1;
-                } else {
-                    fields.connection_more.push(value);
+                4 if name.eq_ignore_ascii_case("etag") => fields.etag = Some(value),
+                7 if name.eq_ignore_ascii_case("expires") => {
+                    fields.expires = fields.expires.or(Some(value));
                 }
+                10 if name.eq_ignore_ascii_case("set-cookie") => fields.set_cookie = true,
+                10 if name.eq_ignore_ascii_case("connection") => {
+                    if fields.connection_len < fields.connection.len() {
+                        fields.connection[fields.connection_len] = value;
+                        fields.connection_len += 1;
+                    } else {
+                        fields.connection_more.push(value);
+                    }
+                }
+                13 if name.eq_ignore_ascii_case("cache-control") => {
+                    fields.invalid |= fields.directives.read(value).is_none();
+                }
+                13 if name.eq_ignore_ascii_case("last-modified") => {
+                    fields.last_modified = Some(value);
+                }
+                _ => {}
             }
         }
         fields

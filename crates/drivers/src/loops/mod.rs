@@ -246,6 +246,17 @@ pub(crate) trait Engine<'a> {
 
     /// Calls the handler and records what it asked for; false when the connection is gone.
     fn call_and_apply(&mut self, index: usize, timeout: bool) -> bool {
+        // A linked connection's news is its owner's to handle: woken, with nothing of this
+        // connection to lend or apply.
+        let owner = self
+            .slots()
+            .at(index)
+            .and_then(|slot| slot.link_mut())
+            .and_then(|link| link.owner);
+        if let Some(owner) = owner {
+            self.core().requests.woken.push(owner);
+            return true;
+        }
         let next = self.call(index, timeout);
         self.apply(index, next)
     }
