@@ -75,6 +75,9 @@ pub(crate) struct Link {
     pub(crate) counted: bool,
     /// Body splices with the owner of this linked connection.
     pub(crate) splices: Option<Box<Splices>>,
+    /// The owner asked to be woken once this linked connection's output has all been sent
+    /// ([`crate::Linked::wake_when_sent`]).
+    pub(crate) wake_when_sent: bool,
 }
 
 /// What the tick sweep does with a connection whose deadline has passed.
@@ -118,15 +121,20 @@ impl Link {
             reused: false,
             counted: true,
             splices: None,
+            wake_when_sent: false,
         }
     }
 
     /// Everything queued has been sent: no send deadline, and the owner of a linked
-    /// connection (not joined: a joint moves its bytes) may queue more.
+    /// connection (not joined: a joint moves its bytes) hears of it if it asked to. Most
+    /// owners do not: a proxy's request head gone to a kept backend connection is no news
+    /// until the response arrives, and waking it for nothing costs a call per request.
     pub(crate) fn output_sent(&mut self, woken: &mut Vec<Token>) {
         self.send_deadline = None;
-        if let Some(owner) = self.owner.filter(|_| self.state != State::Joined) {
-            woken.push(owner);
+        if std::mem::take(&mut self.wake_when_sent) {
+            if let Some(owner) = self.owner.filter(|_| self.state != State::Joined) {
+                woken.push(owner);
+            }
         }
     }
 

@@ -388,6 +388,7 @@ impl Io<'_> {
                 link.pool = Some(pool);
                 // The last exchange's splice outcomes are not this one's.
                 link.splices = None;
+                link.wake_when_sent = false;
                 self.links.push(LinkEntry::new(token));
                 self.requests.touched.push(token);
                 return Ok(ConnRef(token));
@@ -461,6 +462,7 @@ impl Io<'_> {
             token,
             pending,
             splices: &mut link.splices,
+            wake_when_sent: &mut link.wake_when_sent,
             entry,
             can_splice: self.can_splice,
         })

@@ -5,7 +5,8 @@
 //! once. The linked connection is an ordinary connection of the worker (its own slot, the
 //! loop's own reads and sends, its own deadlines), with three differences:
 //!
-//! - its events do not call the handler for it: they wake its owner, which reaches the linked
+//! - its events do not call the handler for it: they wake its owner (its output all sent
+//!   only if the owner asked, [`Linked::wake_when_sent`]), which reaches the linked
 //!   connection's input and output through [`crate::Io::linked`] during its own calls. So the
 //!   owner decides, in one place, what the bytes of both mean (the proxy's exchange), and a
 //!   connection may hold any number of linked ones (an HTTP/2 client, one per stream);
@@ -293,6 +294,7 @@ pub struct Linked<'a> {
     /// Opened during this call: not in a slot yet.
     pub(crate) pending: bool,
     pub(crate) splices: &'a mut Option<Box<Splices>>,
+    pub(crate) wake_when_sent: &'a mut bool,
     pub(crate) entry: &'a mut LinkEntry,
     /// The loop can splice bodies.
     pub(crate) can_splice: bool,
@@ -313,6 +315,16 @@ impl Linked<'_> {
     /// Queues `len` bytes of `file` from `offset` for the linked connection.
     pub fn push_file(&mut self, file: Arc<File>, offset: u64, len: u64) {
         self.output.push_file(file, offset, len);
+    }
+
+    /// Wakes the owner once everything queued for the linked connection has been sent (once:
+    /// ask again in the call that queues more). Input, the peer's end, a close and a splice's
+    /// end always wake the owner; output gone does only when asked, since most owners have
+    /// nothing to do until an answer comes. Ask when the next step waits on the output: a
+    /// connect confirmed by its first bytes leaving, more of a body to queue, a timeout that
+    /// starts once the request is out. Nothing happens if nothing is queued.
+    pub fn wake_when_sent(&mut self) {
+        *self.wake_when_sent = true;
     }
 
     /// The linked connection's peer has finished sending.

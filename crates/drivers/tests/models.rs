@@ -1500,6 +1500,9 @@ impl Handler for Splicer {
             };
             let mut linked = io.linked(backend).expect("just opened");
             linked.write(&line);
+            // A kept connection is not opened again: the next call comes once the command
+            // has gone.
+            linked.wake_when_sent();
             if up {
                 // What already arrived goes through user space; the rest is spliced.
                 let have = (linked.own_input.len() as u64).min(n);
@@ -1534,8 +1537,21 @@ impl Handler for Splicer {
                 return Next::Wait;
             }
             Spliced::None => {
-                linked.splice_in(n, idle);
-                return Next::Wait;
+                // The answer may have begun to arrive already: that part goes through user
+                // space, the rest is spliced.
+                let have = (linked.input.len() as u64).min(n);
+                let data = linked.input.data()[..have as usize].to_vec();
+                linked.input.consume(have as usize);
+                linked
+                    .own_output
+                    .write_with(linked.pool, |b| b.extend_from_slice(&data));
+                if have < n {
+                    linked.splice_in(n - have, idle);
+                    return Next::Wait;
+                }
+                linked
+                    .own_output
+                    .write_with(linked.pool, |b| b.extend_from_slice(b"done\n"));
             }
             Spliced::Running => return Next::Wait,
             Spliced::Failed(kind) => {

@@ -106,7 +106,11 @@ impl BridgeExchange {
             Stage::Joined => return Progress::Joined,
         };
         let connected = match io.linked(conn) {
-            Ok(linked) => linked.connected(),
+            Ok(mut linked) => {
+                // The head leaving confirms the connect.
+                linked.wake_when_sent();
+                linked.connected()
+            }
             Err(reason) => return self.failed(backends, io, why_closed(reason)),
         };
         if !connected {

@@ -335,13 +335,39 @@ impl ProxyExchange {
             deadline: io.deadline(),
         };
         let outcome = match io.linked(conn) {
-            Ok(mut linked) => self.advance(&mut linked, &cx),
+            Ok(mut linked) => {
+                let outcome = self.advance(&mut linked, &cx);
+                if self.waits_on_output() {
+                    linked.wake_when_sent();
+                }
+                outcome
+            }
             Err(reason) => Outcome::Failed(why_closed(reason)),
         };
         if std::mem::take(&mut self.just_connected) {
             backends[self.backend].succeeded(self.address);
         }
         self.settle(outcome, backends, io)
+    }
+
+    /// The exchange's next step waits on the request's bytes leaving, not only on the
+    /// response: the connect is confirmed by them (the response timeout starts), a body read
+    /// whole has gone (it starts again), or a streamed body has room to go on. Otherwise a
+    /// request queued whole (a GET to a kept connection) needs no call until the answer.
+    fn waits_on_output(&self) -> bool {
+        let connected = matches!(
+            self.conn,
+            Conn::Open {
+                connected: true,
+                ..
+            }
+        );
+        !connected
+            || self.unsent_at_deadline > 0
+            || matches!(
+                self.writing,
+                Writing::Streaming(Streaming::Length(_) | Streaming::Chunked(_))
+            )
     }
 
     /// The request and the response moved as far as they go with both connections'
