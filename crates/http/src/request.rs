@@ -33,7 +33,7 @@ pub(crate) struct HeadInfo {
     keep_alive: bool,
     expect_continue: bool,
     host: Option<(usize, usize)>,
-    noted: Noted<(usize, usize)>,
+    noted: Noted<u32>,
 }
 
 /// The fields the server acts on beyond framing and routing, each its first value
@@ -63,10 +63,10 @@ pub struct Noted<T> {
     pub range: Option<T>,
 }
 
-impl Noted<(usize, usize)> {
-    /// The values as slices of `buf`.
-    fn of<'a>(&self, buf: &'a [u8]) -> Noted<&'a [u8]> {
-        let at = |span: Option<(usize, usize)>| span.map(|(s, e)| &buf[s..e]);
+impl Noted<u32> {
+    /// The values of the fields noted by their index among `fields`.
+    fn of<'a>(&self, buf: &'a [u8], fields: &[FieldSpan]) -> Noted<&'a [u8]> {
+        let at = |index: Option<u32>| index.map(|i| fields[i as usize].value_in(buf));
         Noted {
             referer: at(self.referer),
             user_agent: at(self.user_agent),
@@ -123,13 +123,21 @@ pub struct Request<'a> {
     pub host: Option<&'a str>,
     /// The method as the server acts on it.
     pub kind: Method,
-    /// The other fields the server acts on, found while the head was checked.
-    pub noted: Noted<&'a [u8]>,
+    /// The other fields the server acts on, found while the head was checked (by their
+    /// index among the fields: the head's parse moves a few bytes, and only a reader of
+    /// them makes the slices, [`Request::noted`]).
+    noted: Noted<u32>,
     buf: &'a [u8],
     fields: &'a [FieldSpan],
 }
 
 impl<'a> Request<'a> {
+    /// The other fields the server acts on beyond framing and routing, each its first value
+    /// (OWS-trimmed), found in the pass that checked the head.
+    pub fn noted(&self) -> Noted<&'a [u8]> {
+        self.noted.of(self.buf, self.fields)
+    }
+
     /// First value of the field `name` (ASCII case-insensitive), OWS-trimmed.
     pub fn header(&self, name: &str) -> Option<&'a [u8]> {
         self.fields().header(name)
@@ -204,7 +212,7 @@ impl Parser {
         Ok(Some(Request {
             method,
             kind: Method::of(method),
-            noted: info.noted.of(buf),
+            noted: info.noted,
             target: ascii_str(&buf[line.target.0..line.target.1]),
             version: line.version,
             head_len: self.head.head_len(),
@@ -285,34 +293,37 @@ impl StartLine for RequestLine {
         let mut expect_continue = false;
         let mut expect_other = false;
         let mut noted = Noted::default();
-        let note = |slot: &mut Option<(usize, usize)>, f: &FieldSpan| {
-            slot.get_or_insert(f.value_span());
+        // A head's fields number far fewer than u32::MAX (its size is limited).
+        let note = |slot: &mut Option<u32>, index: usize| {
+            slot.get_or_insert(index as u32);
         };
 
-        for f in fields {
+        for (index, f) in fields.iter().enumerate() {
             let name = f.name_in(buf);
             let value = f.value_in(buf);
             // Dispatch on length first: most fields match none of these.
             match name.len() {
-                5 if name.eq_ignore_ascii_case(b"range") => note(&mut noted.range, f),
-                7 if name.eq_ignore_ascii_case(b"referer") => note(&mut noted.referer, f),
-                8 if name.eq_ignore_ascii_case(b"if-match") => note(&mut noted.if_match, f),
-                8 if name.eq_ignore_ascii_case(b"if-range") => note(&mut noted.if_range, f),
-                10 if name.eq_ignore_ascii_case(b"user-agent") => note(&mut noted.user_agent, f),
+                5 if name.eq_ignore_ascii_case(b"range") => note(&mut noted.range, index),
+                7 if name.eq_ignore_ascii_case(b"referer") => note(&mut noted.referer, index),
+                8 if name.eq_ignore_ascii_case(b"if-match") => note(&mut noted.if_match, index),
+                8 if name.eq_ignore_ascii_case(b"if-range") => note(&mut noted.if_range, index),
+                10 if name.eq_ignore_ascii_case(b"user-agent") => {
+                    note(&mut noted.user_agent, index)
+                }
                 13 if name.eq_ignore_ascii_case(b"authorization") => {
-                    note(&mut noted.authorization, f)
+                    note(&mut noted.authorization, index)
                 }
                 13 if name.eq_ignore_ascii_case(b"if-none-match") => {
-                    note(&mut noted.if_none_match, f)
+                    note(&mut noted.if_none_match, index)
                 }
                 15 if name.eq_ignore_ascii_case(b"accept-encoding") => {
-                    note(&mut noted.accept_encoding, f)
+                    note(&mut noted.accept_encoding, index)
                 }
                 17 if name.eq_ignore_ascii_case(b"if-modified-since") => {
-                    note(&mut noted.if_modified_since, f)
+                    note(&mut noted.if_modified_since, index)
                 }
                 19 if name.eq_ignore_ascii_case(b"if-unmodified-since") => {
-                    note(&mut noted.if_unmodified_since, f)
+                    note(&mut noted.if_unmodified_since, index)
                 }
                 4 if name.eq_ignore_ascii_case(b"host") => {
                     host_count += 1;

@@ -624,7 +624,7 @@ fn the_noted_fields_are_the_first_values_header_gives() {
         If-Match: \"a\"\r\nIf-None-Match: \"b\"\r\nIf-Modified-Since: Sat, 01 Jan 2000 00:00:00 GMT\r\n\
         If-Unmodified-Since: Sun, 02 Jan 2000 00:00:00 GMT\r\nIf-Range: \"c\"\r\nRange: bytes=0-1\r\n\r\n";
     let req = parser.parse(buf).unwrap().unwrap();
-    let noted = req.noted;
+    let noted = req.noted();
     for (name, value) in [
         ("referer", noted.referer),
         ("user-agent", noted.user_agent),
@@ -648,6 +648,6 @@ fn the_noted_fields_are_the_first_values_header_gives() {
         .parse(b"PROPFIND /x HTTP/1.1\r\nHost: h\r\n\r\n")
         .unwrap()
         .unwrap();
-    assert_eq!(req.noted, crate::Noted::default());
+    assert_eq!(req.noted(), crate::Noted::default());
     assert_eq!(req.kind, crate::Method::Other);
 }

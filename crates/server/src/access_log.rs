@@ -178,11 +178,12 @@ pub(crate) struct Said<'a> {
 impl<'a> Said<'a> {
     /// What is said of a parsed request, its `line` from [`request_line`].
     pub(crate) fn of(request: &Request<'a>, line: &'a [&'a [u8]; 3]) -> Said<'a> {
+        let noted = request.noted();
         Said {
             method: request.kind,
             line,
-            referer: request.noted.referer,
-            user_agent: request.noted.user_agent,
+            referer: noted.referer,
+            user_agent: noted.user_agent,
         }
     }
 
@@ -210,11 +211,12 @@ pub(crate) struct Logged {
 
 impl Logged {
     pub(crate) fn of(request: &Request<'_>) -> Logged {
+        let noted = request.noted();
         Logged {
             method: request.kind,
             line: request_line(request).join(&b' '),
-            referer: request.noted.referer.map(<[u8]>::to_vec),
-            user_agent: request.noted.user_agent.map(<[u8]>::to_vec),
+            referer: noted.referer.map(<[u8]>::to_vec),
+            user_agent: noted.user_agent.map(<[u8]>::to_vec),
         }
     }
 

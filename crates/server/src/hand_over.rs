@@ -13,7 +13,7 @@ use fastpath_handover::exchange::{redirect, CacheSlot, Exchange, OutputSink, Sta
 use fastpath_handover::{BackendState, Found, HandoverMethod, SharedCache};
 use fastpath_http::{
     only_chunked, write_age_and_end, BodyForwarding, BodyFraming, Framing, Http1Body, Limits,
-    Metadata, Method, Piece, Request, ResponseParser, Version,
+    Metadata, Method, Noted, Piece, Request, ResponseParser, Version,
 };
 
 use crate::access_log::Peer;
@@ -209,13 +209,14 @@ impl Backends {
         // has no Connection field, each client gets its own. A GET without credentials can
         // be answered from the cache or fill it; a HEAD is answered with the head of a
         // cached GET (RFC 9111 §4).
-        let cache_usable = !bridge && cache_on && request.noted.authorization.is_none();
+        let noted = request.noted();
+        let cache_usable = !bridge && cache_on && noted.authorization.is_none();
         let cacheable_request = cache_usable && request.kind == Method::Get;
         let mut fill = None;
         if cacheable_request || (cache_usable && answer.head) {
             // A GET that misses claims the page's fetch, or waits for the one under way.
             let claim = cacheable_request.then(|| waiting.unwrap_or(sink.now));
-            match self.answer_from_cache(request, answer, sink, claim) {
+            match self.answer_from_cache(request, &noted, answer, sink, claim) {
                 Ok(answered) => {
                     self.cache_hits += 1;
                     return answered;
@@ -237,7 +238,7 @@ impl Backends {
         let cache = cacheable_request.then(|| CacheSlot {
             host: request.host.unwrap_or("").as_bytes().to_vec(),
             target: request.target.as_bytes().to_vec(),
-            accept_encoding: request.noted.accept_encoding.map(<[u8]>::to_vec),
+            accept_encoding: noted.accept_encoding.map(<[u8]>::to_vec),
             max: self.cache.max_response(),
             capture: None,
             since: sink.now,
@@ -315,6 +316,7 @@ impl Backends {
     fn answer_from_cache(
         &mut self,
         request: &Request<'_>,
+        noted: &Noted<&[u8]>,
         answer: Answer,
         sink: &mut Sink<'_>,
         claim: Option<Instant>,
@@ -323,15 +325,14 @@ impl Backends {
         let page = (
             request.host.unwrap_or("").as_bytes(),
             request.target.as_bytes(),
-            request.noted.accept_encoding,
+            noted.accept_encoding,
         );
         // A body kept chunked can go as it is to an HTTP/1.1 client only; an HTTP/1.0 one is
         // sent the backend's answer, dechunked.
         let usable =
             |hit: &fastpath_handover::Hit| !hit.chunked || answer.version == Version::Http11;
         // Validators are looked at only for a conditional request.
-        let conditional =
-            request.noted.if_none_match.is_some() || request.noted.if_modified_since.is_some();
+        let conditional = noted.if_none_match.is_some() || noted.if_modified_since.is_some();
         let hit = match self.cache.find(
             &mut self.cache_key,
             page,
@@ -344,9 +345,10 @@ impl Backends {
         };
         // Only the Age field is written per hit; the head and body are shared. A conditional
         // request its validators satisfy gets 304 (RFC 9111 §4.3.2).
-        let not_modified = hit.validators.as_ref().filter(|v| {
-            v.not_modified(request.noted.if_none_match, request.noted.if_modified_since)
-        });
+        let not_modified = hit
+            .validators
+            .as_ref()
+            .filter(|v| v.not_modified(noted.if_none_match, noted.if_modified_since));
         let (status, start, body) = match not_modified {
             Some(v) => (304, Arc::clone(&v.not_modified), None),
             None if head => (hit.status, hit.head, None),

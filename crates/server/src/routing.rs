@@ -173,6 +173,7 @@ impl Router {
             }
         }
         let path = if index_found { &candidate } else { &self.path };
+        let noted = request.noted();
         let reply = site.serve_cached(
             &mut self.cache,
             &StaticRequest {
@@ -180,13 +181,13 @@ impl Router {
                 path,
                 raw_path,
                 query,
-                if_match: request.noted.if_match,
-                if_none_match: request.noted.if_none_match,
-                if_modified_since: request.noted.if_modified_since,
-                if_unmodified_since: request.noted.if_unmodified_since,
-                if_range: request.noted.if_range,
-                range: request.noted.range,
-                accept_encoding: request.noted.accept_encoding,
+                if_match: noted.if_match,
+                if_none_match: noted.if_none_match,
+                if_modified_since: noted.if_modified_since,
+                if_unmodified_since: noted.if_unmodified_since,
+                if_range: noted.if_range,
+                range: noted.range,
+                accept_encoding: noted.accept_encoding,
             },
         );
         if reply.status == 404 {
