@@ -33,51 +33,64 @@ pub(crate) struct HeadInfo {
     keep_alive: bool,
     expect_continue: bool,
     host: Option<(usize, usize)>,
-    noted: Noted<u32>,
+    noted: NotedAt,
 }
 
-/// The fields the server acts on beyond framing and routing, each its first value
-/// (OWS-trimmed), found in the one pass that checks the head: routing, the static path, the
-/// hand-over and the access log read them here instead of scanning the fields again.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Noted<T> {
+/// The fields the server acts on beyond framing and routing, each read by
+/// [`Request::noted`] as its first value (OWS-trimmed). They are found in the one pass that
+/// checks the head, so routing, the static path, the hand-over and the access log do not
+/// scan the fields again; only the ones a reader asks for are made into slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Noted {
     /// `Referer`.
-    pub referer: Option<T>,
+    Referer,
     /// `User-Agent`.
-    pub user_agent: Option<T>,
+    UserAgent,
     /// `Accept-Encoding`.
-    pub accept_encoding: Option<T>,
+    AcceptEncoding,
     /// `Authorization`.
-    pub authorization: Option<T>,
+    Authorization,
     /// `If-Match`.
-    pub if_match: Option<T>,
+    IfMatch,
     /// `If-None-Match`.
-    pub if_none_match: Option<T>,
+    IfNoneMatch,
     /// `If-Modified-Since`.
-    pub if_modified_since: Option<T>,
+    IfModifiedSince,
     /// `If-Unmodified-Since`.
-    pub if_unmodified_since: Option<T>,
+    IfUnmodifiedSince,
     /// `If-Range`.
-    pub if_range: Option<T>,
+    IfRange,
     /// `Range`.
-    pub range: Option<T>,
+    Range,
 }
 
-impl Noted<u32> {
-    /// The values of the fields noted by their index among `fields`.
-    fn of<'a>(&self, buf: &'a [u8], fields: &[FieldSpan]) -> Noted<&'a [u8]> {
-        let at = |index: Option<u32>| index.map(|i| fields[i as usize].value_in(buf));
-        Noted {
-            referer: at(self.referer),
-            user_agent: at(self.user_agent),
-            accept_encoding: at(self.accept_encoding),
-            authorization: at(self.authorization),
-            if_match: at(self.if_match),
-            if_none_match: at(self.if_none_match),
-            if_modified_since: at(self.if_modified_since),
-            if_unmodified_since: at(self.if_unmodified_since),
-            if_range: at(self.if_range),
-            range: at(self.range),
+impl Noted {
+    /// Every noted field, in declaration order.
+    pub const ALL: [Noted; 10] = [
+        Noted::Referer,
+        Noted::UserAgent,
+        Noted::AcceptEncoding,
+        Noted::Authorization,
+        Noted::IfMatch,
+        Noted::IfNoneMatch,
+        Noted::IfModifiedSince,
+        Noted::IfUnmodifiedSince,
+        Noted::IfRange,
+        Noted::Range,
+    ];
+}
+
+/// Where each [`Noted`] field is among the head's fields: its index plus one, 0 when the
+/// head has none (a head's fields number far fewer than `u32::MAX`: its size is limited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct NotedAt([u32; Noted::ALL.len()]);
+
+impl NotedAt {
+    /// Notes the field at `index` as `field`, unless an earlier one was.
+    fn note(&mut self, field: Noted, index: usize) {
+        let slot = &mut self.0[field as usize];
+        if *slot == 0 {
+            *slot = index as u32 + 1;
         }
     }
 }
@@ -123,19 +136,22 @@ pub struct Request<'a> {
     pub host: Option<&'a str>,
     /// The method as the server acts on it.
     pub kind: Method,
-    /// The other fields the server acts on, found while the head was checked (by their
-    /// index among the fields: the head's parse moves a few bytes, and only a reader of
-    /// them makes the slices, [`Request::noted`]).
-    noted: Noted<u32>,
+    /// Where the other fields the server acts on are, found while the head was checked
+    /// (read by [`Request::noted`]).
+    noted: NotedAt,
     buf: &'a [u8],
     fields: &'a [FieldSpan],
 }
 
 impl<'a> Request<'a> {
-    /// The other fields the server acts on beyond framing and routing, each its first value
-    /// (OWS-trimmed), found in the pass that checked the head.
-    pub fn noted(&self) -> Noted<&'a [u8]> {
-        self.noted.of(self.buf, self.fields)
+    /// The first value (OWS-trimmed) of a field the server acts on beyond framing and
+    /// routing, found in the pass that checked the head.
+    #[inline]
+    pub fn noted(&self, field: Noted) -> Option<&'a [u8]> {
+        match self.noted.0[field as usize] {
+            0 => None,
+            at => Some(self.fields[at as usize - 1].value_in(self.buf)),
+        }
     }
 
     /// First value of the field `name` (ASCII case-insensitive), OWS-trimmed.
@@ -292,38 +308,34 @@ impl StartLine for RequestLine {
         let mut connection = ConnectionOptions::default();
         let mut expect_continue = false;
         let mut expect_other = false;
-        let mut noted = Noted::default();
-        // A head's fields number far fewer than u32::MAX (its size is limited).
-        let note = |slot: &mut Option<u32>, index: usize| {
-            slot.get_or_insert(index as u32);
-        };
+        let mut noted = NotedAt::default();
 
         for (index, f) in fields.iter().enumerate() {
             let name = f.name_in(buf);
             let value = f.value_in(buf);
             // Dispatch on length first: most fields match none of these.
             match name.len() {
-                5 if name.eq_ignore_ascii_case(b"range") => note(&mut noted.range, index),
-                7 if name.eq_ignore_ascii_case(b"referer") => note(&mut noted.referer, index),
-                8 if name.eq_ignore_ascii_case(b"if-match") => note(&mut noted.if_match, index),
-                8 if name.eq_ignore_ascii_case(b"if-range") => note(&mut noted.if_range, index),
+                5 if name.eq_ignore_ascii_case(b"range") => noted.note(Noted::Range, index),
+                7 if name.eq_ignore_ascii_case(b"referer") => noted.note(Noted::Referer, index),
+                8 if name.eq_ignore_ascii_case(b"if-match") => noted.note(Noted::IfMatch, index),
+                8 if name.eq_ignore_ascii_case(b"if-range") => noted.note(Noted::IfRange, index),
                 10 if name.eq_ignore_ascii_case(b"user-agent") => {
-                    note(&mut noted.user_agent, index)
+                    noted.note(Noted::UserAgent, index)
                 }
                 13 if name.eq_ignore_ascii_case(b"authorization") => {
-                    note(&mut noted.authorization, index)
+                    noted.note(Noted::Authorization, index)
                 }
                 13 if name.eq_ignore_ascii_case(b"if-none-match") => {
-                    note(&mut noted.if_none_match, index)
+                    noted.note(Noted::IfNoneMatch, index)
                 }
                 15 if name.eq_ignore_ascii_case(b"accept-encoding") => {
-                    note(&mut noted.accept_encoding, index)
+                    noted.note(Noted::AcceptEncoding, index)
                 }
                 17 if name.eq_ignore_ascii_case(b"if-modified-since") => {
-                    note(&mut noted.if_modified_since, index)
+                    noted.note(Noted::IfModifiedSince, index)
                 }
                 19 if name.eq_ignore_ascii_case(b"if-unmodified-since") => {
-                    note(&mut noted.if_unmodified_since, index)
+                    noted.note(Noted::IfUnmodifiedSince, index)
                 }
                 4 if name.eq_ignore_ascii_case(b"host") => {
                     host_count += 1;

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use fastpath_drivers::signals;
 
-use fastpath_http::{Method, Request, Version};
+use fastpath_http::{Method, Noted, Request, Version};
 
 use crate::config::LogTarget;
 
@@ -178,12 +178,11 @@ pub(crate) struct Said<'a> {
 impl<'a> Said<'a> {
     /// What is said of a parsed request, its `line` from [`request_line`].
     pub(crate) fn of(request: &Request<'a>, line: &'a [&'a [u8]; 3]) -> Said<'a> {
-        let noted = request.noted();
         Said {
             method: request.kind,
             line,
-            referer: noted.referer,
-            user_agent: noted.user_agent,
+            referer: request.noted(Noted::Referer),
+            user_agent: request.noted(Noted::UserAgent),
         }
     }
 
@@ -211,12 +210,11 @@ pub(crate) struct Logged {
 
 impl Logged {
     pub(crate) fn of(request: &Request<'_>) -> Logged {
-        let noted = request.noted();
         Logged {
             method: request.kind,
             line: request_line(request).join(&b' '),
-            referer: noted.referer.map(<[u8]>::to_vec),
-            user_agent: noted.user_agent.map(<[u8]>::to_vec),
+            referer: request.noted(Noted::Referer).map(<[u8]>::to_vec),
+            user_agent: request.noted(Noted::UserAgent).map(<[u8]>::to_vec),
         }
     }
 

@@ -209,14 +209,13 @@ impl Backends {
         // has no Connection field, each client gets its own. A GET without credentials can
         // be answered from the cache or fill it; a HEAD is answered with the head of a
         // cached GET (RFC 9111 §4).
-        let noted = request.noted();
-        let cache_usable = !bridge && cache_on && noted.authorization.is_none();
+        let cache_usable = !bridge && cache_on && request.noted(Noted::Authorization).is_none();
         let cacheable_request = cache_usable && request.kind == Method::Get;
         let mut fill = None;
         if cacheable_request || (cache_usable && answer.head) {
             // A GET that misses claims the page's fetch, or waits for the one under way.
             let claim = cacheable_request.then(|| waiting.unwrap_or(sink.now));
-            match self.answer_from_cache(request, &noted, answer, sink, claim) {
+            match self.answer_from_cache(request, answer, sink, claim) {
                 Ok(answered) => {
                     self.cache_hits += 1;
                     return answered;
@@ -238,7 +237,7 @@ impl Backends {
         let cache = cacheable_request.then(|| CacheSlot {
             host: request.host.unwrap_or("").as_bytes().to_vec(),
             target: request.target.as_bytes().to_vec(),
-            accept_encoding: noted.accept_encoding.map(<[u8]>::to_vec),
+            accept_encoding: request.noted(Noted::AcceptEncoding).map(<[u8]>::to_vec),
             max: self.cache.max_response(),
             capture: None,
             since: sink.now,
@@ -316,7 +315,6 @@ impl Backends {
     fn answer_from_cache(
         &mut self,
         request: &Request<'_>,
-        noted: &Noted<&[u8]>,
         answer: Answer,
         sink: &mut Sink<'_>,
         claim: Option<Instant>,
@@ -325,14 +323,16 @@ impl Backends {
         let page = (
             request.host.unwrap_or("").as_bytes(),
             request.target.as_bytes(),
-            noted.accept_encoding,
+            request.noted(Noted::AcceptEncoding),
         );
         // A body kept chunked can go as it is to an HTTP/1.1 client only; an HTTP/1.0 one is
         // sent the backend's answer, dechunked.
         let usable =
             |hit: &fastpath_handover::Hit| !hit.chunked || answer.version == Version::Http11;
         // Validators are looked at only for a conditional request.
-        let conditional = noted.if_none_match.is_some() || noted.if_modified_since.is_some();
+        let if_none_match = request.noted(Noted::IfNoneMatch);
+        let if_modified_since = request.noted(Noted::IfModifiedSince);
+        let conditional = if_none_match.is_some() || if_modified_since.is_some();
         let hit = match self.cache.find(
             &mut self.cache_key,
             page,
@@ -348,7 +348,7 @@ impl Backends {
         let not_modified = hit
             .validators
             .as_ref()
-            .filter(|v| v.not_modified(noted.if_none_match, noted.if_modified_since));
+            .filter(|v| v.not_modified(if_none_match, if_modified_since));
         let (status, start, body) = match not_modified {
             Some(v) => (304, Arc::clone(&v.not_modified), None),
             None if head => (hit.status, hit.head, None),

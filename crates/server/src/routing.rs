@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use fastpath_content::{ContentCache, Reply, StaticRequest};
 use fastpath_handover::{HandoverMethod, RouteRequest, Routes};
-use fastpath_http::{is_registered_method, normalize_path, parse_target, Method, Request, Target};
+use fastpath_http::{
+    is_registered_method, normalize_path, parse_target, Method, Noted, Request, Target,
+};
 
 use crate::metrics::WorkerMetrics;
 use crate::vhosts::VirtualHosts;
@@ -173,7 +175,6 @@ impl Router {
             }
         }
         let path = if index_found { &candidate } else { &self.path };
-        let noted = request.noted();
         let reply = site.serve_cached(
             &mut self.cache,
             &StaticRequest {
@@ -181,13 +182,13 @@ impl Router {
                 path,
                 raw_path,
                 query,
-                if_match: noted.if_match,
-                if_none_match: noted.if_none_match,
-                if_modified_since: noted.if_modified_since,
-                if_unmodified_since: noted.if_unmodified_since,
-                if_range: noted.if_range,
-                range: noted.range,
-                accept_encoding: noted.accept_encoding,
+                if_match: request.noted(Noted::IfMatch),
+                if_none_match: request.noted(Noted::IfNoneMatch),
+                if_modified_since: request.noted(Noted::IfModifiedSince),
+                if_unmodified_since: request.noted(Noted::IfUnmodifiedSince),
+                if_range: request.noted(Noted::IfRange),
+                range: request.noted(Noted::Range),
+                accept_encoding: request.noted(Noted::AcceptEncoding),
             },
         );
         if reply.status == 404 {
