@@ -171,6 +171,26 @@ impl Input {
         self.release_if_empty(pool);
     }
 
+    /// Appends bytes made by `fill` (a transport's plaintext) after the unconsumed ones,
+    /// borrowing a pooled buffer when there is none.
+    pub(crate) fn append_with<R>(
+        &mut self,
+        pool: &mut BufferPool,
+        fill: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> R {
+        if self.buf.capacity() == 0 {
+            self.buf = pool.take();
+        } else if self.start > 0 && self.buf.capacity() - self.buf.len() < BUFFER_SIZE / 4 {
+            // Slide the unconsumed tail to the front instead of growing.
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let before = self.buf.len();
+        let made = fill(&mut self.buf);
+        self.received |= self.buf.len() > before;
+        made
+    }
+
     /// Hands the buffer back to the pool if nothing is left in it.
     pub(crate) fn release_if_empty(&mut self, pool: &mut BufferPool) {
         if self.is_empty() && self.buf.capacity() > 0 {
@@ -465,33 +485,38 @@ impl Output {
         }
     }
 
-    /// Copies up to `limit` queued bytes to the end of `out`, file ranges read with pread, as
-    /// a send would take them: for an engine whose peers are in memory. Returns how many.
-    #[cfg(feature = "testing")]
-    pub(crate) fn copy_to(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<usize, FlushError> {
+    /// Takes up to `limit` queued bytes from the front, in order, handing each run of them to
+    /// `take`: inline and shared bytes where they lie, file ranges read with pread into
+    /// `scratch` (at most [`BUFFER_SIZE`] at a time). For what must see the bytes before they
+    /// go (a transport that encrypts them, or a peer in memory). Returns how many were taken;
+    /// a file that ends early is [`FlushError::FileShrunk`].
+    pub(crate) fn take_front(
+        &mut self,
+        limit: usize,
+        scratch: &mut Vec<u8>,
+        mut take: impl FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<usize, FlushError> {
         use std::os::unix::fs::FileExt;
-        let mut copied = 0;
-        while copied < limit && !self.segments.is_empty() {
+        let mut taken = 0;
+        while taken < limit && !self.segments.is_empty() {
             if let Some(Segment::File {
                 file,
                 offset,
                 remaining,
             }) = self.segments.front_mut()
             {
-                let want = (*remaining).min((limit - copied) as u64) as usize;
-                let at = out.len();
-                out.resize(at + want, 0);
-                let n = file
-                    .read_at(&mut out[at..], *offset)
-                    .map_err(FlushError::Io)?;
-                out.truncate(at + n);
+                let want = (*remaining).min((limit - taken).min(BUFFER_SIZE) as u64) as usize;
+                scratch.clear();
+                scratch.resize(want, 0);
+                let n = file.read_at(scratch, *offset).map_err(FlushError::Io)?;
                 if n == 0 {
                     return Err(FlushError::FileShrunk);
                 }
+                take(&scratch[..n]).map_err(FlushError::Io)?;
                 *offset += n as u64;
                 *remaining -= n as u64;
                 self.pending -= n as u64;
-                copied += n;
+                taken += n;
                 if *remaining == 0 {
                     self.segments.pop_front();
                 }
@@ -499,22 +524,35 @@ impl Output {
             }
             let mut iov: [libc::iovec; MAX_IOVECS] = unsafe { std::mem::zeroed() };
             let (count, _) = self.gather(&mut iov);
-            let mut taken = 0;
+            let mut run = 0;
             for v in &iov[..count] {
-                let n = v.iov_len.min(limit - copied - taken);
+                let n = v.iov_len.min(limit - taken - run);
                 // SAFETY: `gather` points at bytes the output holds, unchanged until advance.
-                out.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(v.iov_base as *const u8, n)
-                });
-                taken += n;
-                if copied + taken == limit {
+                let bytes = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, n) };
+                if let Err(error) = take(bytes) {
+                    self.advance(run);
+                    return Err(FlushError::Io(error));
+                }
+                run += n;
+                if taken + run == limit {
                     break;
                 }
             }
-            self.advance(taken);
-            copied += taken;
+            self.advance(run);
+            taken += run;
         }
-        Ok(copied)
+        Ok(taken)
+    }
+
+    /// Copies up to `limit` queued bytes to the end of `out`, as a send would take them: for
+    /// an engine whose peers are in memory. Returns how many.
+    #[cfg(feature = "testing")]
+    pub(crate) fn copy_to(&mut self, out: &mut Vec<u8>, limit: usize) -> Result<usize, FlushError> {
+        let mut scratch = Vec::new();
+        self.take_front(limit, &mut scratch, |bytes| {
+            out.extend_from_slice(bytes);
+            Ok(())
+        })
     }
 
     /// One sendmsg over the leading inline/shared segments.

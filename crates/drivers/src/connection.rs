@@ -173,6 +173,7 @@ impl Link {
             now,
             deadline: &mut self.deadline,
             draining,
+            transport: None,
         }
     }
 

@@ -28,6 +28,7 @@ use crate::linked::{IdlePool, LinkEntry, Linked, PoolKey, Reach};
 use crate::outgoing::{start_connect, UpstreamAddr};
 use crate::slab::Token;
 use crate::splice::Carrier;
+use crate::transport::TransportInfo;
 
 /// How often deadlines are checked and [`Handler::on_tick`] runs.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -117,6 +118,8 @@ pub struct Io<'a> {
     pub(crate) idle: &'a mut IdlePool,
     /// The loop can splice bodies between linked connections.
     pub(crate) can_splice: bool,
+    /// What the connection's transport agreed, for one under a transport.
+    pub(crate) transport: Option<&'a TransportInfo>,
 }
 
 /// What [`Io::parts`] lends: the parts of a connection that a call may need at once.
@@ -466,6 +469,41 @@ impl Io<'_> {
             entry,
             can_splice: self.can_splice,
         })
+    }
+
+    /// What the connection's transport (TLS) agreed, for a connection accepted on a
+    /// listener that has one; `None` for a plain connection.
+    pub fn transport(&self) -> Option<&TransportInfo> {
+        self.transport
+    }
+
+    /// This call's view for the handler of a connection under a transport: the plaintext
+    /// buffers in place of the wire's, no body splices and no join (the bytes must pass
+    /// through the transport), the rest shared.
+    pub(crate) fn layered<'b>(
+        &'b mut self,
+        input: &'b mut Input,
+        output: &'b mut Output,
+        transport: &'b TransportInfo,
+        eof: bool,
+    ) -> Io<'b> {
+        Io {
+            input,
+            output,
+            pool: self.pool,
+            eof,
+            now: self.now,
+            deadline: self.deadline,
+            draining: self.draining,
+            me: self.me,
+            fd: self.fd,
+            requests: self.requests,
+            links: self.links,
+            reach: self.reach.reborrow(),
+            idle: self.idle,
+            can_splice: false,
+            transport: Some(transport),
+        }
     }
 
     /// Whether this loop can splice bodies between linked connections

@@ -112,6 +112,9 @@ mod splice;
 mod sys;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod transport;
+#[cfg(all(test, feature = "testing"))]
+mod transport_tests;
 pub mod units;
 mod worker_core;
 
@@ -135,3 +138,7 @@ pub use pools::prefork::{self, PreforkConfig};
 pub use pools::threads::ThreadsConfig;
 pub use splice::Carrier;
 pub use sys::ignore_sigpipe;
+pub use transport::{
+    Layered, Received, Secured, Transport, TransportError, TransportInfo, TransportSetup,
+    Transported, Transports, ENCODE_AHEAD,
+};

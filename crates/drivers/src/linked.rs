@@ -113,6 +113,16 @@ impl<'a> Reach<'a> {
         }
     }
 
+    /// The same view, lent for a shorter call.
+    pub(crate) fn reborrow(&mut self) -> Reach<'_> {
+        Reach {
+            base: self.base,
+            len: self.len,
+            link_at: self.link_at,
+            ids: &mut *self.ids,
+        }
+    }
+
     /// The live connection `token` names, unless it is `me` (the call's own, borrowed
     /// already).
     pub(crate) fn link(&mut self, token: Token, me: Token) -> Option<&mut Link> {

@@ -8,7 +8,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::pools::{percore, prefork, threads};
-use crate::{loops, Handler, Listeners, PercoreConfig, PreforkConfig, ThreadsConfig};
+use crate::{
+    loops, Handler, Listeners, PercoreConfig, PreforkConfig, ThreadsConfig, Transported, Transports,
+};
 
 /// Transport settings shared by every model.
 
@@ -25,6 +27,8 @@ pub struct DriverConfig {
     pub max_input: usize,
     /// How long a graceful stop lets open connections finish before closing them.
     pub shutdown_timeout: Duration,
+    /// What each listener's connections run under (TLS); plain where it names none.
+    pub transports: Transports,
 }
 
 impl Default for DriverConfig {
@@ -35,6 +39,7 @@ impl Default for DriverConfig {
             linger_timeout: Duration::from_secs(2),
             max_input: 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
+            transports: Transports::default(),
         }
     }
 }
@@ -290,13 +295,14 @@ where
                 single_threaded: true,
             })?;
             let handler = make_handler(&shared, child.slot());
-            child.serve(handler)
+            child.serve(Transported::new(handler, config.transports.clone()))
         });
     }
     let shared = start(Process {
         single_threaded: false,
     })?;
-    let make_handler = |worker| make_handler(&shared, worker);
+    let make_handler =
+        |worker| Transported::new(make_handler(&shared, worker), config.transports.clone());
     match model {
         Model::Epoll => {
             loops::run::<loops::epoll::Epoll, _, _>(listeners, config, &make_handler, stop)

@@ -39,6 +39,10 @@ enum Command {
         /// replaces `listen`.
         #[arg(long, short)]
         listen: Vec<fastpath_drivers::ListenAddr>,
+        /// Address to listen on with TLS (HTTPS), with the certificates of the
+        /// configuration's hosts; replaces `listen`, as --listen does.
+        #[arg(long)]
+        tls_listen: Vec<fastpath_drivers::ListenAddr>,
         /// Configuration file (TOML).
         #[arg(long, short)]
         config: Option<PathBuf>,
@@ -113,12 +117,21 @@ fn main() -> ExitCode {
         Command::Serve {
             dir,
             listen,
+            tls_listen,
             config,
             workers,
             model,
             run_as_root,
             pid_file,
-        } => serve(dir, listen, config, workers, model, run_as_root, pid_file),
+        } => serve(
+            dir,
+            (listen, tls_listen),
+            config,
+            workers,
+            model,
+            run_as_root,
+            pid_file,
+        ),
         Command::Reload {
             pid_file,
             config,
@@ -230,7 +243,7 @@ fn check(path: &Path) -> ExitCode {
         Ok(config) => {
             let shown = path.display();
             let mut report = String::new();
-            for note in config.model_notes() {
+            for note in config.model_notes().into_iter().chain(config.tls_notes()) {
                 report.push_str(&format!("{shown}: note: {note}\n"));
             }
             if let Some(kernel) = fastpath_server::kernel_report(&config) {
@@ -252,7 +265,10 @@ fn check(path: &Path) -> ExitCode {
 
 fn serve(
     dir: Option<PathBuf>,
-    listen: Vec<fastpath_drivers::ListenAddr>,
+    (listen, tls_listen): (
+        Vec<fastpath_drivers::ListenAddr>,
+        Vec<fastpath_drivers::ListenAddr>,
+    ),
     config_path: Option<PathBuf>,
     workers: Option<usize>,
     model: Option<String>,
@@ -277,8 +293,13 @@ fn serve(
             return ExitCode::FAILURE;
         }
     }
-    if !listen.is_empty() {
+    // The addresses on the command line, plain and TLS, replace the file's.
+    if !listen.is_empty() || !tls_listen.is_empty() {
         config.listen = listen;
+        config.tls.listen.clear();
+    }
+    for addr in tls_listen {
+        config.add_tls_listener(addr);
     }
     if let Some(workers) = workers {
         config.workers = workers;

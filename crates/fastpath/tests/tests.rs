@@ -39,5 +39,6 @@ mod shared_cache;
 mod shutdown;
 mod sizes_bench;
 mod systemd;
+mod tls;
 mod unix_sockets;
 mod vhosts;

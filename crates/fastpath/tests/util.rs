@@ -176,6 +176,7 @@ impl Site {
             listening_in: None,
             run_as_root: true,
             service: None,
+            tls: false,
         }
     }
 
@@ -222,6 +223,8 @@ pub struct ServerBuilder<'a> {
     run_as_root: bool,
     /// A service to run (`echo`, `forward`) instead of `serve`.
     service: Option<&'static str>,
+    /// Listen with TLS (`--tls-listen`) instead of plain.
+    tls: bool,
 }
 
 impl ServerBuilder<'_> {
@@ -241,6 +244,13 @@ impl ServerBuilder<'_> {
     /// Appends a command-line argument.
     pub fn arg(mut self, arg: &str) -> Self {
         self.args.push(arg.to_string());
+        self
+    }
+
+    /// Listens with TLS (`--tls-listen 127.0.0.1:0`) instead of plain: the configuration
+    /// must name a certificate.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
         self
     }
 
@@ -278,7 +288,8 @@ impl ServerBuilder<'_> {
                 cmd.arg("serve").arg(self.site.root());
             }
         }
-        cmd.args(["--listen", "127.0.0.1:0", "--model", self.model]);
+        let listen = if self.tls { "--tls-listen" } else { "--listen" };
+        cmd.args([listen, "127.0.0.1:0", "--model", self.model]);
         if self.run_as_root {
             cmd.arg("--run-as-root");
         }

@@ -77,6 +77,19 @@ pub struct Config {
     pub source: Option<PathBuf>,
     /// The Prometheus metrics listener (`[metrics]`).
     pub metrics: MetricsConfig,
+    /// HTTPS: which listeners speak TLS (`[[listen]] tls`) and how (`[tls]`).
+    pub tls: TlsConfig,
+}
+
+/// The `[tls]` table, and the listeners that speak TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// The places in `listen` of the addresses with `tls = true`, in order.
+    pub listen: Vec<usize>,
+    /// The protocol versions accepted (`protocols`).
+    pub versions: fastpath_tls::TlsVersions,
+    /// What a server name no host has a certificate for gets (`unknown_name`).
+    pub unknown_name: fastpath_tls::UnknownName,
 }
 
 /// The `[metrics]` table.
@@ -85,6 +98,9 @@ pub struct MetricsConfig {
     /// Where `/metrics` is served (`listen`); `None` (the default) serves no metrics.
     pub listen: Option<SocketAddr>,
 }
+
+/// A certificate that expires sooner than this is warned of.
+pub const CERTIFICATE_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// The most worker threads a configuration or the command line may ask for.
 pub const MAX_WORKERS: usize = 4096;
@@ -243,6 +259,11 @@ pub struct HostConfig {
     pub precompressed: bool,
     /// This `[[host]]` replaces the top-level host as the default.
     pub is_default: bool,
+    /// The PEM certificate chain served to TLS clients asking for these names
+    /// (`tls_certificate`), resolved against the configuration file's directory.
+    pub tls_certificate: Option<PathBuf>,
+    /// Its private key (`tls_key`).
+    pub tls_key: Option<PathBuf>,
 }
 
 /// One problem found in a configuration file.
@@ -300,6 +321,7 @@ impl Default for Config {
             backends: Vec::new(),
             routes: Vec::new(),
             metrics: MetricsConfig::default(),
+            tls: TlsConfig::default(),
             user: None,
             group: None,
             run_as_root: false,
@@ -354,6 +376,8 @@ impl Default for HostConfig {
             dotfiles: false,
             precompressed: true,
             is_default: false,
+            tls_certificate: None,
+            tls_key: None,
         }
     }
 }
@@ -398,6 +422,102 @@ impl Config {
             .iter()
             .find(|h| h.is_default)
             .unwrap_or(&self.default_host)
+    }
+
+    /// The TLS listeners' settings: a certificate per host that has one, for its names; the
+    /// default one is the fallback host's (see [`Config::fallback_host`]) if it has one, else
+    /// the first. `None` when no listener speaks TLS.
+    pub fn tls_settings(&self) -> Option<fastpath_tls::TlsSettings> {
+        if self.tls.listen.is_empty() {
+            return None;
+        }
+        let fallback = self.fallback_host();
+        let mut certificates = Vec::new();
+        let mut default_certificate = 0;
+        for host in std::iter::once(&self.default_host).chain(&self.hosts) {
+            let (Some(chain), Some(key)) = (&host.tls_certificate, &host.tls_key) else {
+                continue;
+            };
+            if std::ptr::eq(host, fallback) {
+                default_certificate = certificates.len();
+            }
+            certificates.push(fastpath_tls::CertificateFiles {
+                names: host.names.clone(),
+                chain: chain.clone(),
+                key: key.clone(),
+            });
+        }
+        Some(fastpath_tls::TlsSettings {
+            certificates,
+            default_certificate,
+            versions: self.tls.versions,
+            unknown_name: self.tls.unknown_name,
+            handshake_timeout: self.timeouts.header,
+            ..fastpath_tls::TlsSettings::default()
+        })
+    }
+
+    /// Whether the listener bound for `listen[index]` speaks TLS.
+    pub fn listens_with_tls(&self, index: usize) -> bool {
+        self.tls.listen.contains(&index)
+    }
+
+    /// Adds a listening address that speaks TLS (`--tls-listen`).
+    pub fn add_tls_listener(&mut self, addr: ListenAddr) {
+        self.tls.listen.push(self.listen.len());
+        self.listen.push(addr);
+    }
+
+    /// What to know about the certificates, one sentence each: what each covers and until
+    /// when, those that expire within [`CERTIFICATE_WARNING`], and names a certificate is
+    /// configured for but does not cover.
+    /// `fastpath check` prints these and `fastpath serve` logs them at start.
+    pub fn tls_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let Some(settings) = self.tls_settings() else {
+            return notes;
+        };
+        let bridges = self
+            .routes
+            .iter()
+            .any(|r| r.method == fastpath_handover::HandoverMethod::Bridge);
+        if bridges {
+            notes.push(
+                "routes with method \"bridge\" bridge only the plain listeners' connections: \
+                 a bridge moves bytes around the server, so requests that come over TLS are \
+                 proxied instead (an upgrade such as WebSocket is not carried over TLS)"
+                    .to_owned(),
+            );
+        }
+        let now = std::time::SystemTime::now();
+        for files in &settings.certificates {
+            let Ok(report) = fastpath_tls::inspect(files) else {
+                continue;
+            };
+            let chain = files.chain.display();
+            notes.push(format!(
+                "TLS: certificate {chain} covers {}, valid until {}",
+                report.covers.join(", "),
+                httpdate::fmt_http_date(report.not_after)
+            ));
+            match report.remaining(now) {
+                Some(left) if left < CERTIFICATE_WARNING => notes.push(format!(
+                    "certificate {chain} expires in {} hours",
+                    left.as_secs() / 3600
+                )),
+                Some(_) => {}
+                None => notes.push(format!("certificate {chain} has expired")),
+            }
+            if !report.uncovered.is_empty() {
+                notes.push(format!(
+                    "certificate {chain} does not cover {} (it covers {}): clients will refuse it \
+                     for those names",
+                    report.uncovered.join(", "),
+                    report.covers.join(", ")
+                ));
+            }
+        }
+        notes
     }
 
     /// What the chosen model does differently from what the file asks, one sentence each:

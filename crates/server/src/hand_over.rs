@@ -58,6 +58,8 @@ pub(crate) struct Backends {
 /// A request the routes handed over, as the client sent it.
 pub(crate) struct Incoming<'r> {
     pub(crate) peer: Peer,
+    /// The client came over TLS (`X-Forwarded-Proto: https`).
+    pub(crate) https: bool,
     pub(crate) request: &'r Request<'r>,
     /// The request head as read.
     pub(crate) raw_head: &'r [u8],
@@ -253,7 +255,7 @@ impl Backends {
                 request,
                 &fastpath_http::ForwardOptions {
                     client: incoming.peer.ip(),
-                    proto: "http",
+                    proto: if incoming.https { "https" } else { "http" },
                     forwarded,
                     host: None,
                     body,

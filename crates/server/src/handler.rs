@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use fastpath_content::ContentCache;
 use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Origin, Worker};
-use fastpath_handover::{BackendState, Routes, SharedCache};
+use fastpath_handover::{BackendState, HandoverMethod, Routes, SharedCache};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Method, Parser, Request};
 use fastpath_sys::setsockopt_int;
 
@@ -132,6 +132,51 @@ pub(crate) struct HttpConn {
     /// A backend connection of a client connection's exchange: its events step that
     /// exchange, so the handler is never called for it but at its open and close.
     backend: bool,
+    /// The connection speaks TLS, and the server name its client asked for, if it did.
+    tls: Option<Tls>,
+}
+
+/// What a TLS connection's requests need of its handshake.
+pub(crate) struct Tls {
+    /// The SNI name, in lower case: every request's `Host` must name it (RFC 9110 §7.4:
+    /// a request for another host on this connection gets 421).
+    server_name: Option<Box<str>>,
+}
+
+/// How the client reached the server, as a request answered on the connection sees it.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Scheme<'c> {
+    /// Over TLS.
+    pub(crate) https: bool,
+    /// The TLS server name the client asked for.
+    pub(crate) server_name: Option<&'c str>,
+}
+
+impl<'c> Scheme<'c> {
+    /// The scheme of a connection whose TLS side is `tls`.
+    fn of(tls: &'c Option<Tls>) -> Self {
+        match tls {
+            Some(tls) => Scheme {
+                https: true,
+                server_name: tls.server_name.as_deref(),
+            },
+            None => Scheme::default(),
+        }
+    }
+}
+
+/// Whether a request's `Host` (maybe with a port, maybe with a trailing dot, any case) names
+/// the TLS server name `sni`. A request without Host (HTTP/1.0) is taken to mean it.
+fn host_is_server_name(host: Option<&str>, sni: &str) -> bool {
+    let Some(host) = host else {
+        return true;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(_) => host.split_inclusive(']').next().unwrap_or(host),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.eq_ignore_ascii_case(sni)
 }
 
 impl HttpConn {
@@ -147,6 +192,7 @@ impl HttpConn {
             scrape: false,
             idle: false,
             backend,
+            tls: None,
         }
     }
 }
@@ -369,7 +415,15 @@ impl HttpHandler {
                     };
                     let scrape = conn.scrape;
                     let served = (requests, scrape, waiting.take());
-                    self.respond(peer, served, &request, raw_head, &mut sink, draining)
+                    let scheme = Scheme::of(&conn.tls);
+                    self.respond(
+                        (peer, scheme),
+                        served,
+                        &request,
+                        raw_head,
+                        &mut sink,
+                        draining,
+                    )
                 }
             };
             if let Phase::AwaitFill { .. } = outcome.discard {
@@ -405,7 +459,7 @@ impl HttpHandler {
     /// Answers one parsed request by queueing the whole response.
     fn respond(
         &mut self,
-        peer: Peer,
+        (peer, scheme): (Peer, Scheme<'_>),
         (served, scrape, waiting): (u64, bool, Option<Instant>),
         request: &Request<'_>,
         raw_head: &[u8],
@@ -442,6 +496,11 @@ impl HttpHandler {
                 405 => Route::MethodNotAllowed,
                 status => Route::Error(status),
             }
+        } else if scheme
+            .server_name
+            .is_some_and(|sni| !host_is_server_name(request.host, sni))
+        {
+            Route::Error(421)
         } else {
             self.router.route(request)
         };
@@ -459,8 +518,15 @@ impl HttpHandler {
         let date = self.clock.http_date();
         let (status, body_bytes) = match route {
             Route::Handover(backend, method) => {
+                // A bridge moves the connection's bytes around the server, so it cannot
+                // carry TLS: a request that came over TLS is proxied instead.
+                let method = match method {
+                    HandoverMethod::Bridge if scheme.https => HandoverMethod::Proxy,
+                    other => other,
+                };
                 let incoming = Incoming {
                     peer,
+                    https: scheme.https,
                     request,
                     raw_head,
                     client_close: relay_close,
@@ -824,6 +890,9 @@ impl Handler for HttpHandler {
             .listener()
             .and_then(|i| *self.settings.unix_listeners.get(i)?);
         let mut conn = HttpConn::new(unix.map_or(Peer::Tcp(opened.peer()), Peer::Unix), false);
+        conn.tls = io.transport().map(|agreed| Tls {
+            server_name: agreed.server_name.clone(),
+        });
         if let Some(metrics) = &self.metrics {
             metrics.opened();
             conn.scrape = opened.listener() == Some(metrics.all().listener());

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
-use fastpath_drivers::{DriverConfig, ListenAddr, Listeners, Process};
+use fastpath_drivers::{DriverConfig, ListenAddr, Listeners, Process, TransportSetup, Transports};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
 use fastpath_handover::{BackendConfig, BackendState, Routes, SharedCache};
 
@@ -74,6 +74,8 @@ pub enum ServeError {
     Run(io::Error),
     /// `kernel_path = "on"` and the kernel path cannot be had (why).
     Kernel(String),
+    /// A TLS certificate or key could not be used.
+    Tls(fastpath_tls::TlsError),
 }
 
 impl std::fmt::Display for ServeError {
@@ -90,6 +92,7 @@ impl std::fmt::Display for ServeError {
             }
             ServeError::Run(e) => write!(f, "server failed: {e}"),
             ServeError::Kernel(why) => f.write_str(why),
+            ServeError::Tls(e) => write!(f, "TLS: {e}"),
         }
     }
 }
@@ -378,6 +381,9 @@ pub fn serve_with(
         .map_err(ServeError::Bind)?;
     let metrics = start_metrics(config, &served, layout.handlers)?;
     check_roots_and_access_log(config)?;
+    // Read while the process may still read root's key files; shared by every worker and
+    // preforked child.
+    let transports = transports(config, &served)?;
     // Loaded while the process is still root, once: the workers and prefork's children
     // share its maps (they go when the last process holding them exits).
     let kernel_bridge = kernel_bridge::load(config).map_err(ServeError::Kernel)?;
@@ -406,7 +412,10 @@ pub fn serve_with(
     let outcome = fastpath_drivers::run_service(
         model,
         served.listeners,
-        &driver_config(config),
+        &DriverConfig {
+            transports,
+            ..driver_config(config)
+        },
         stop,
         &|process| plan.start(process),
         |shared: &Shared, worker| shared.handler(worker),
@@ -418,6 +427,34 @@ pub fn serve_with(
         notify.stopping();
     }
     outcome
+}
+
+/// What each listener's connections run under: TLS for the site's listeners configured with
+/// `tls = true` (matched by their place in `listen` when bound here or handed over, by their
+/// address when systemd passed them), plain for the others and the metrics listener.
+fn transports(config: &Config, served: &listening::Served) -> Result<Transports, ServeError> {
+    let Some(settings) = config.tls_settings() else {
+        return Ok(Transports::default());
+    };
+    for note in config.tls_notes() {
+        tracing::info!("{note}");
+    }
+    let setup: Arc<dyn TransportSetup> =
+        Arc::new(fastpath_tls::TlsSetup::new(&settings).map_err(ServeError::Tls)?);
+    let by_listener = served.listeners.local_addrs[..served.site]
+        .iter()
+        .enumerate()
+        .map(|(i, local)| {
+            let tls = if served.activated {
+                (0..config.listen.len())
+                    .any(|j| config.listens_with_tls(j) && &config.listen[j] == local)
+            } else {
+                config.listens_with_tls(i)
+            };
+            tls.then(|| Arc::clone(&setup))
+        })
+        .collect();
+    Ok(Transports::new(by_listener))
 }
 
 /// Maps the counters every worker will write, for the metrics listener if there is one:

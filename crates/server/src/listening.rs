@@ -68,9 +68,9 @@ impl ListenerSource {
 pub(crate) struct Served {
     pub(crate) listeners: Listeners,
     /// How many of them are the site's: the metrics listener, if any, comes after them.
-    site: usize,
+    pub(crate) site: usize,
     /// systemd passed the site's: every worker holds a copy of the same sockets.
-    activated: bool,
+    pub(crate) activated: bool,
     /// The name each listener is handed over under on a reload: the configured address or
     /// systemd's for the site's, its own for the metrics listener (so that a successor under
     /// socket activation does not take it for one of systemd's).

@@ -2,7 +2,8 @@
 //! have installed what is missing), the Apache Thrift compiler and Python library that
 //! the interop tests check against, a server started as a child process ([`Listening`]),
 //! the superservers around one ([`openbsd_inetd`], [`Reaped`]), free ports to start one on
-//! ([`free_port`]), and the reader of the HTTP responses it sends ([`read_response`]).
+//! ([`free_port`]), the reader of the HTTP responses it sends ([`read_response`]), and a
+//! certificate authority of its own for TLS tests ([`TestPki`]).
 //!
 //! Where it sits among fastpath's crates, and what it must not do: docs/architecture.md.
 //!
@@ -20,10 +21,12 @@
 
 mod http;
 mod listening;
+mod pki;
 mod ports;
 mod superserver;
 pub use http::{read_response, Response};
 pub use listening::Listening;
+pub use pki::{KeyKind, TestPki};
 pub use ports::{free_port, free_port_run};
 pub use superserver::{openbsd_inetd, Reaped, OPENBSD_INETD};
 

@@ -49,8 +49,9 @@ use super::check::{
 };
 use super::{
     CacheConfig, Config, HandoverConfig, HostConfig, Limits, LogConfig, LogTarget, MetricsConfig,
-    Timeouts, MAX_WORKERS,
+    Timeouts, TlsConfig, MAX_WORKERS,
 };
+use fastpath_tls::{TlsVersions, UnknownName};
 use Kind::*;
 
 /// More threads than this is almost certainly a typo, not a plan.
@@ -106,6 +107,14 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     key("route", "", Tables(|ck, tables, c| c.routes = ck.routes(tables))),
     // The Prometheus metrics listener; after `listen`, which it must not repeat.
     key("metrics", "", Table(|ck, s, c| ck.metrics(s, c))),
+    // The top-level host's certificate chain (PEM) for TLS listeners, the default one
+    // unless a [[host]] with `default = true` has its own.
+    key("tls_certificate", "none",
+        Custom(|ck, f, c| ck.path(f, &mut c.default_host.tls_certificate))),
+    // Its private key (PEM).
+    key("tls_key", "none", Custom(|ck, f, c| ck.path(f, &mut c.default_host.tls_key))),
+    // How TLS listeners speak TLS.
+    key("tls", "", Table(|ck, s, c| ck.read_table(s, &TLS, &mut c.tls))),
 
     // ---- Privileges: who the serving processes run as when started as root.
     // The user, a name or a numeric id.
@@ -238,6 +247,28 @@ pub(super) const HOST: TableSpec<HostConfig> = TableSpec { place: "in [[host]]",
     key("precompressed", "top-level `precompressed`", Bool(|h, b| h.precompressed = b)),
     // Serve requests that match no host name; one host at most.
     key("default", "false", Custom(|ck, f, h| ck.default_host(f, &mut h.is_default))),
+    // The certificate chain (PEM) served to TLS clients asking for these names.
+    key("tls_certificate", "the default certificate",
+        Custom(|ck, f, h| ck.path(f, &mut h.tls_certificate))),
+    // Its private key (PEM).
+    key("tls_key", "none", Custom(|ck, f, h| ck.path(f, &mut h.tls_key))),
+]};
+
+#[rustfmt::skip]
+pub(super) const TLS: TableSpec<TlsConfig> = TableSpec { place: "in [tls]", keys: &[
+    // The versions accepted: ["TLSv1.2", "TLSv1.3"] (Mozilla's intermediate profile) or
+    // ["TLSv1.3"] (modern).
+    key("protocols", "[\"TLSv1.2\", \"TLSv1.3\"]", Custom(|ck, f, t| ck.tls_protocols(f, t))),
+    // A server name (SNI) no host has a certificate for: "default" (the default
+    // certificate) or "refuse" (the handshake fails).
+    key("unknown_name", "\"default\"", Text(|t, s| {
+        t.unknown_name = match s {
+            "default" => UnknownName::DefaultCertificate,
+            "refuse" => UnknownName::Refuse,
+            _ => return Err(format!("[tls] `unknown_name` \"{s}\" is not \"default\" or \"refuse\"")),
+        };
+        Ok(())
+    })),
 ]};
 
 #[rustfmt::skip]
@@ -259,6 +290,7 @@ pub(super) const HANDOVER: TableSpec<HandoverConfig> = TableSpec { place: "in [h
 pub(super) struct ListenEntry {
     address: Option<String>,
     unix_mode: Option<u32>,
+    tls: bool,
 }
 
 #[rustfmt::skip]
@@ -272,6 +304,8 @@ pub(super) const LISTEN: TableSpec<ListenEntry> = TableSpec { place: "in [[liste
     // This Unix socket's file permissions, in octal, over the top-level `unix_mode`.
     key("unix_mode", "the top-level `unix_mode`",
         Text(|e, s| parse_mode(s).map(|m| e.unix_mode = Some(m)))),
+    // Speak TLS (HTTPS) here, with the hosts' `tls_certificate`s.
+    key("tls", "false", Bool(|e, b| e.tls = b)),
 ]};
 
 #[rustfmt::skip]
@@ -375,6 +409,8 @@ impl<'a> Checker<'a> {
         };
         self.read_table(&top, &TOP, &mut c);
         self.user_and_group(top.table, &c);
+        self.tls_pair(top.table, &c.default_host);
+        self.tls_listeners(top.table, &c);
         if Field::get(top.table, "root").is_none() {
             // The default root is the config file's directory, which
             // normally exists; a position-less error covers the odd case.
@@ -438,6 +474,9 @@ impl<'a> Checker<'a> {
                         ),
                     ),
                     (_, None) => {}
+                }
+                if entry.tls {
+                    c.tls.listen.push(addrs.len());
                 }
                 addrs.push(addr);
             }
@@ -595,10 +634,103 @@ impl<'a> Checker<'a> {
                 names: Vec::new(),
                 ..top.clone()
             };
+            // A certificate is for the names of the host that names it.
+            h.tls_certificate = None;
+            h.tls_key = None;
             self.read_table(s, &HOST, &mut h);
+            self.tls_pair(s.table, &h);
             hosts.push(h);
         }
         hosts
+    }
+
+    /// A path, resolved against the configuration file's directory.
+    fn path(&mut self, f: Field<'a>, path: &mut Option<PathBuf>) {
+        match self.string(f) {
+            Some("") => self.error(f.value_span(), format!("`{}` must not be empty", f.name)),
+            Some(s) => *path = Some(resolve(self.base_dir, Path::new(s))),
+            None => {}
+        }
+    }
+
+    /// A host's certificate and key: both or neither, readable, matching each other, and
+    /// not expired.
+    fn tls_pair(&mut self, table: &'a dyn toml_edit::TableLike, host: &HostConfig) {
+        let certificate = Field::get(table, "tls_certificate");
+        let key = Field::get(table, "tls_key");
+        match (&host.tls_certificate, &host.tls_key) {
+            (Some(chain), Some(key_path)) => {
+                let span = certificate.map(|f| f.value_span()).unwrap_or(None);
+                let files = fastpath_tls::CertificateFiles {
+                    names: host.names.clone(),
+                    chain: chain.clone(),
+                    key: key_path.clone(),
+                };
+                match fastpath_tls::inspect(&files) {
+                    Ok(report) if report.remaining(std::time::SystemTime::now()).is_none() => {
+                        self.error(span, format!("certificate {} has expired", chain.display()))
+                    }
+                    Ok(_) => {}
+                    Err(e) => self.error(span, format!("`tls_certificate`: {e}")),
+                }
+            }
+            (Some(_), None) => {
+                if let Some(f) = certificate {
+                    let message = "`tls_certificate` needs `tls_key`, its private key".to_owned();
+                    self.error(f.key.span(), message);
+                }
+            }
+            (None, Some(_)) => {
+                if let Some(f) = key {
+                    let message = "`tls_key` needs `tls_certificate`".to_owned();
+                    self.error(f.key.span(), message);
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// A TLS listener needs a certificate to serve.
+    fn tls_listeners(&mut self, top: &'a dyn toml_edit::TableLike, c: &Config) {
+        if c.tls.listen.is_empty() {
+            return;
+        }
+        let any = std::iter::once(&c.default_host)
+            .chain(&c.hosts)
+            .any(|h| h.tls_certificate.is_some() && h.tls_key.is_some());
+        if !any {
+            let span = Field::get(top, "listen")
+                .map(|f| f.value_span())
+                .unwrap_or(None);
+            self.error(
+                span,
+                "a `[[listen]]` with `tls = true` needs a certificate: set `tls_certificate` \
+                 and `tls_key` at the top level or in a [[host]]"
+                    .to_owned(),
+            );
+        }
+    }
+
+    /// `[tls] protocols`: TLS 1.3, with or without 1.2.
+    fn tls_protocols(&mut self, f: Field<'a>, t: &mut TlsConfig) {
+        let Some(list) = self.string_list(f, false) else {
+            return;
+        };
+        let mut names: Vec<&str> = list.iter().map(|(s, _)| *s).collect();
+        names.sort_unstable();
+        names.dedup();
+        t.versions = match names.as_slice() {
+            ["TLSv1.2", "TLSv1.3"] => TlsVersions::Tls12And13,
+            ["TLSv1.3"] => TlsVersions::Tls13Only,
+            _ => {
+                return self.error(
+                    f.value_span(),
+                    "[tls] `protocols` must be [\"TLSv1.2\", \"TLSv1.3\"] or [\"TLSv1.3\"]: \
+                     older versions are broken, and TLS 1.3 is always offered"
+                        .to_owned(),
+                )
+            }
+        };
     }
 
     fn host_names(&mut self, f: Field<'a>, names: &mut Vec<String>) {

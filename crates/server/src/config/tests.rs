@@ -180,6 +180,8 @@ names = "static.test"
         dotfiles: true,
         precompressed: false,
         is_default: false,
+        tls_certificate: None,
+        tls_key: None,
     };
     assert_eq!(c.default_host, top);
     assert_eq!(
@@ -192,6 +194,8 @@ names = "static.test"
                 dotfiles: false,
                 precompressed: true,
                 is_default: true,
+                tls_certificate: None,
+                tls_key: None,
             },
             // Everything but the names inherited from the top level.
             HostConfig {
@@ -1718,6 +1722,7 @@ fn every_table() -> Vec<(&'static str, Vec<KeyDoc>)> {
         keys(&keys::ROUTE),
         keys(&keys::METRICS),
         keys(&keys::LISTEN),
+        keys(&keys::TLS),
     ]
 }
 
@@ -1833,4 +1838,102 @@ fn metrics_listener() {
         message.contains("also in the top-level `listen`"),
         "{message}"
     );
+}
+
+/// A directory with a site, certificates for `a.test` (good, expired) and a key of another.
+fn tls_base() -> (tempfile::TempDir, fastpath_testkit::TestPki) {
+    use fastpath_testkit::{KeyKind, TestPki};
+    let dir = base();
+    let pki = TestPki::new(dir.path());
+    pki.leaf("a", &["a.test"], KeyKind::EcdsaP256);
+    pki.leaf("other", &["other.test"], KeyKind::Rsa2048);
+    pki.leaf_valid(
+        "old",
+        &["a.test"],
+        KeyKind::EcdsaP256,
+        (1_000_000, 2_000_000),
+    );
+    (dir, pki)
+}
+
+fn tls_parse(dir: &Path, text: &str) -> Result<Config, Vec<ConfigError>> {
+    Config::from_toml(text, dir)
+}
+
+#[test]
+fn tls_listeners_and_certificates_are_read() {
+    let (dir, _pki) = tls_base();
+    let text = "listen = [{ address = \"127.0.0.1:8443\", tls = true }, { address = \"127.0.0.1:8080\" }]\n\
+        tls_certificate = \"a.pem\"\ntls_key = \"a.key\"\n\
+        [tls]\nprotocols = [\"TLSv1.3\"]\nunknown_name = \"refuse\"\n\
+        [[host]]\nnames = [\"other.test\"]\ntls_certificate = \"other.pem\"\ntls_key = \"other.key\"\n";
+    let c = tls_parse(dir.path(), text).unwrap();
+    assert_eq!(c.tls.listen, [0]);
+    assert!(c.listens_with_tls(0) && !c.listens_with_tls(1));
+    assert_eq!(c.tls.versions, fastpath_tls::TlsVersions::Tls13Only);
+    assert_eq!(c.tls.unknown_name, fastpath_tls::UnknownName::Refuse);
+    let settings = c.tls_settings().unwrap();
+    assert_eq!(settings.certificates.len(), 2);
+    assert_eq!(settings.default_certificate, 0);
+    assert_eq!(settings.certificates[1].names, ["other.test"]);
+    assert_eq!(settings.certificates[0].chain, dir.path().join("a.pem"));
+    // A [[host]] does not inherit the top-level certificate: the default covers it.
+    let text = "tls_certificate = \"a.pem\"\ntls_key = \"a.key\"\n[[host]]\nnames = [\"b.test\"]\n";
+    let c = tls_parse(dir.path(), text).unwrap();
+    assert_eq!(c.hosts[0].tls_certificate, None);
+    assert!(c.tls_settings().is_none(), "no TLS listener, no TLS");
+}
+
+#[test]
+fn tls_mistakes_are_reported_where_they_are() {
+    let (dir, _pki) = tls_base();
+    let one = |text: &str| {
+        let errors = tls_parse(dir.path(), text).expect_err("expected an error");
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        let e = &errors[0];
+        (e.line, e.column, e.message.clone())
+    };
+    let (line, column, message) = one("tls_certificate = \"a.pem\"\n");
+    assert_eq!((line, column), (1, 1));
+    assert!(message.contains("needs `tls_key`"), "{message}");
+    let (line, _, message) = one("\n[[host]]\nnames = [\"x.test\"]\ntls_key = \"a.key\"\n");
+    assert_eq!(line, 4);
+    assert!(message.contains("needs `tls_certificate`"), "{message}");
+    let (line, column, message) = one("tls_certificate = \"a.pem\"\ntls_key = \"other.key\"\n");
+    assert_eq!((line, column), (1, 19));
+    assert!(
+        message.contains("is not the one of the certificate"),
+        "{message}"
+    );
+    let (_, _, message) = one("tls_certificate = \"missing.pem\"\ntls_key = \"a.key\"\n");
+    assert!(
+        message.contains("missing.pem") && message.contains("No such file"),
+        "{message}"
+    );
+    let (_, _, message) = one("tls_certificate = \"file.txt\"\ntls_key = \"a.key\"\n");
+    assert!(message.contains("no PEM certificate"), "{message}");
+    let (_, _, message) = one("tls_certificate = \"old.pem\"\ntls_key = \"old.key\"\n");
+    assert!(message.contains("has expired"), "{message}");
+    let (line, _, message) = one("listen = [{ address = \"127.0.0.1:8443\", tls = true }]\n");
+    assert_eq!(line, 1);
+    assert!(message.contains("needs a certificate"), "{message}");
+    let (_, _, message) = one("[tls]\nprotocols = [\"TLSv1.1\", \"TLSv1.3\"]\n");
+    assert!(message.contains("older versions are broken"), "{message}");
+    let (_, _, message) = one("[tls]\nunknown_name = \"drop\"\n");
+    assert!(message.contains("\"default\" or \"refuse\""), "{message}");
+}
+
+#[test]
+fn tls_notes_name_uncovered_names() {
+    let (dir, _pki) = tls_base();
+    let text = "listen = [{ address = \"127.0.0.1:8443\", tls = true }]\n\
+        [[host]]\nnames = [\"b.test\"]\ntls_certificate = \"a.pem\"\ntls_key = \"a.key\"\n";
+    let c = tls_parse(dir.path(), text).unwrap();
+    let notes = c.tls_notes();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].contains("a.pem covers a.test, valid until "),
+        "{notes:?}"
+    );
+    assert!(notes[1].contains("does not cover b.test"), "{notes:?}");
 }

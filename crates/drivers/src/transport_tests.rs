@@ -1,0 +1,342 @@
+//! The transport layer driven in memory with a toy transport: a one-line handshake, then
+//! records of a 2-byte length and the bytes XOR 0x5A; a record of length 0 ends the stream.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::testing::{TestConn, TestWorker};
+use crate::{
+    CloseReason, Handler, Io, Next, Opened, Received, Transport, TransportError, TransportInfo,
+    TransportSetup, Transported, Transports, Worker, ENCODE_AHEAD,
+};
+
+const HELLO: &[u8] = b"HELLO\n";
+const WELCOME: &[u8] = b"WELCOME\n";
+const BAD: &[u8] = b"ALERT\n";
+
+#[derive(Default)]
+struct Toy {
+    established: bool,
+    wire: Vec<u8>,
+    records_sent: Arc<AtomicUsize>,
+}
+
+fn seal(plain: &[u8]) -> Vec<u8> {
+    let mut out = (plain.len() as u16).to_be_bytes().to_vec();
+    out.extend(plain.iter().map(|b| b ^ 0x5A));
+    out
+}
+
+/// What a client makes of the records in `wire`: the plaintext, and whether the end came.
+fn open_records(mut wire: &[u8]) -> (Vec<u8>, bool) {
+    let mut plain = Vec::new();
+    while wire.len() >= 2 {
+        let len = u16::from_be_bytes([wire[0], wire[1]]) as usize;
+        if len == 0 {
+            return (plain, true);
+        }
+        plain.extend(wire[2..2 + len].iter().map(|b| b ^ 0x5A));
+        wire = &wire[2 + len..];
+    }
+    (plain, false)
+}
+
+impl Transport for Toy {
+    fn receive(&mut self, wire: &[u8], plain: &mut Vec<u8>) -> Result<Received, TransportError> {
+        if !self.established {
+            if wire.len() < HELLO.len() {
+                return Ok(Received::default());
+            }
+            if &wire[..HELLO.len()] != HELLO {
+                self.wire.extend_from_slice(BAD);
+                return Err(TransportError {
+                    message: "not a hello".into(),
+                    kind: "bad_hello",
+                });
+            }
+            self.established = true;
+            self.wire.extend_from_slice(WELCOME);
+            let rest = self.receive(&wire[HELLO.len()..], plain)?;
+            return Ok(Received {
+                taken: HELLO.len() + rest.taken,
+                ended: rest.ended,
+            });
+        }
+        let mut received = Received::default();
+        let mut rest = wire;
+        while rest.len() >= 2 {
+            let len = u16::from_be_bytes([rest[0], rest[1]]) as usize;
+            if len == 0 {
+                received.taken += 2;
+                received.ended = true;
+                break;
+            }
+            if rest.len() < 2 + len {
+                break;
+            }
+            plain.extend(rest[2..2 + len].iter().map(|b| b ^ 0x5A));
+            received.taken += 2 + len;
+            rest = &rest[2 + len..];
+        }
+        Ok(received)
+    }
+
+    fn send(&mut self, plain: &[u8]) -> Result<(), TransportError> {
+        self.records_sent.fetch_add(1, Relaxed);
+        self.wire.extend(seal(plain));
+        Ok(())
+    }
+
+    fn take_wire(&mut self, wire: &mut Vec<u8>) {
+        wire.append(&mut self.wire);
+    }
+
+    fn wants_wire(&self) -> bool {
+        !self.wire.is_empty()
+    }
+
+    fn is_established(&self) -> bool {
+        self.established
+    }
+
+    fn close(&mut self) {
+        self.wire.extend_from_slice(&[0, 0]);
+    }
+
+    fn info(&self) -> TransportInfo {
+        TransportInfo {
+            server_name: Some("toy.example".into()),
+            protocol: "TOY",
+            ..TransportInfo::default()
+        }
+    }
+}
+
+#[derive(Default)]
+struct ToySetup {
+    records_sent: Arc<AtomicUsize>,
+    outcomes: Mutex<Vec<Option<&'static str>>>,
+}
+
+impl TransportSetup for ToySetup {
+    fn start(&self, _opened: &Opened) -> Box<dyn Transport> {
+        Box::new(Toy {
+            records_sent: Arc::clone(&self.records_sent),
+            ..Toy::default()
+        })
+    }
+
+    fn handshake_timeout(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+
+    fn handshake_done(&self, _resumed: bool, failure: Option<&'static str>) {
+        self.outcomes.lock().unwrap().push(failure);
+    }
+}
+
+/// Echoes lines; "big N" answers N bytes from a file; "bye" closes; records what it saw of
+/// the transport.
+#[derive(Default)]
+struct Lines {
+    opened: usize,
+    server_names: Vec<Option<String>>,
+    calls: usize,
+    file: Option<Arc<std::fs::File>>,
+}
+
+impl Handler for Lines {
+    type Conn = ();
+
+    fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> ((), Next) {
+        self.opened += 1;
+        self.server_names.push(
+            io.transport()
+                .and_then(|t| t.server_name.as_deref().map(str::to_owned)),
+        );
+        io.set_deadline(Some(io.now() + Duration::from_secs(60)));
+        ((), Next::Read)
+    }
+
+    fn on_ready(&mut self, _conn: &mut (), io: &mut Io<'_>) -> Next {
+        self.calls += 1;
+        while let Some(end) = io.input().data().iter().position(|&b| b == b'\n') {
+            let line = io.input().data()[..end].to_vec();
+            io.input_mut().consume(end + 1);
+            if line == b"bye" {
+                io.write(b"goodbye\n");
+                return Next::Close;
+            }
+            if let Some(n) = line.strip_prefix(b"big ") {
+                let n: u64 = std::str::from_utf8(n).unwrap().parse().unwrap();
+                let file = Arc::clone(self.file.as_ref().unwrap());
+                io.output_mut().push_file(file, 0, n);
+                continue;
+            }
+            io.write(&line);
+            io.write(b"\n");
+        }
+        if io.eof() {
+            Next::Close
+        } else {
+            Next::Read
+        }
+    }
+
+    fn on_timeout(&mut self, _conn: &mut (), _io: &mut Io<'_>) -> Next {
+        Next::Close
+    }
+
+    fn on_close(&mut self, _conn: (), _reason: CloseReason, _worker: &mut Worker<'_>) {}
+}
+
+fn worker(setup: &Arc<ToySetup>) -> TestWorker<Transported<Lines>> {
+    let setup: Arc<dyn TransportSetup> = Arc::clone(setup) as _;
+    // Listener 0 is under the toy transport, listener 1 is plain.
+    let transports = Transports::new(vec![Some(setup), None]);
+    TestWorker::new(Transported::new(Lines::default(), transports))
+}
+
+fn connect(worker: &mut TestWorker<Transported<Lines>>, listener: usize) -> TestConn {
+    worker.connect_from(listener, "127.0.0.1:40000".parse().unwrap())
+}
+
+#[test]
+fn the_handler_hears_of_a_connection_once_its_handshake_is_over() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 0);
+    worker.send(client, &HELLO[..3]);
+    assert_eq!(worker.handler().inner().opened, 0);
+    assert_eq!(worker.received(client), b"");
+    worker.send(client, &HELLO[3..]);
+    assert_eq!(worker.received(client), WELCOME);
+    assert_eq!(worker.handler().inner().opened, 1);
+    assert_eq!(
+        worker.handler().inner().server_names,
+        [Some("toy.example".to_owned())]
+    );
+    assert_eq!(*setup.outcomes.lock().unwrap(), [None]);
+
+    worker.send(client, &seal(b"one\ntwo\n"));
+    let (plain, ended) = open_records(&worker.received(client));
+    assert_eq!(plain, b"one\ntwo\n");
+    assert!(!ended);
+}
+
+#[test]
+fn bytes_that_complete_no_record_do_not_call_the_handler() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 0);
+    worker.send(client, HELLO);
+    worker.received(client);
+    let calls = worker.handler().inner().calls;
+    let record = seal(b"split\n");
+    for byte in &record[..record.len() - 1] {
+        worker.send(client, std::slice::from_ref(byte));
+    }
+    assert_eq!(worker.handler().inner().calls, calls);
+    worker.send(client, &record[record.len() - 1..]);
+    assert_eq!(worker.handler().inner().calls, calls + 1);
+    assert_eq!(open_records(&worker.received(client)).0, b"split\n");
+}
+
+#[test]
+fn a_handshake_that_stalls_ends_at_its_timeout_unheard_by_the_handler() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 0);
+    worker.send(client, b"HEL");
+    worker.advance(Duration::from_secs(4));
+    assert!(worker.is_open(client));
+    worker.advance(Duration::from_secs(2));
+    assert!(!worker.is_open(client));
+    assert_eq!(worker.handler().inner().opened, 0);
+    assert_eq!(*setup.outcomes.lock().unwrap(), [Some("timeout")]);
+}
+
+#[test]
+fn a_broken_handshake_gets_the_transport_s_answer_and_the_connection_closes() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 0);
+    worker.send(client, b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(worker.received(client), BAD);
+    assert!(worker.ended_to_peer(client));
+    assert_eq!(worker.handler().inner().opened, 0);
+    assert_eq!(*setup.outcomes.lock().unwrap(), [Some("bad_hello")]);
+}
+
+#[test]
+fn closing_sends_the_end_of_stream_after_the_last_record() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 0);
+    worker.send(client, HELLO);
+    worker.received(client);
+    worker.send(client, &seal(b"bye\n"));
+    let (plain, ended) = open_records(&worker.received(client));
+    assert_eq!(plain, b"goodbye\n");
+    assert!(ended, "the end of stream follows the last record");
+    assert!(!worker.is_open(client));
+}
+
+#[test]
+fn the_peer_s_end_of_stream_is_the_handler_s_end_of_input() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 0);
+    worker.send(client, HELLO);
+    worker.received(client);
+    let mut bytes = seal(b"last\n");
+    bytes.extend_from_slice(&[0, 0]);
+    worker.send(client, &bytes);
+    let (plain, ended) = open_records(&worker.received(client));
+    assert_eq!(plain, b"last\n");
+    assert!(ended);
+    assert!(!worker.is_open(client));
+}
+
+#[test]
+fn a_file_is_encoded_as_the_peer_takes_it_in_records_that_grow() {
+    let mut file = tempfile::tempfile().unwrap();
+    let content: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
+    file.write_all(&content).unwrap();
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    worker.handler().inner().file = Some(Arc::new(file));
+    let client = connect(&mut worker, 0);
+    worker.send(client, HELLO);
+    worker.received(client);
+    // The client reads nothing: what is encoded stays near ENCODE_AHEAD.
+    worker.window(client, Some(0));
+    worker.send(client, &seal(b"big 400000\n"));
+    let queued = worker.queued(client);
+    assert!(queued >= ENCODE_AHEAD / 2, "{queued}");
+    assert!(queued <= ENCODE_AHEAD + 4096, "{queued}");
+    worker.window(client, None);
+    let (plain, _) = open_records(&worker.received(client));
+    assert_eq!(plain.len(), content.len());
+    assert!(plain == content);
+    // Small records first (about a segment each for 16 KiB), then 16 KiB ones.
+    let records = setup.records_sent.load(Relaxed);
+    let small = 16 * 1024 / 1400 + 1;
+    let full = (400_000 - 16 * 1024) / (16 * 1024);
+    assert!(records >= small + full, "{records}");
+    assert!(records <= small + full + 40, "{records}");
+}
+
+#[test]
+fn a_plain_listener_s_connections_pass_straight_to_the_handler() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 1);
+    assert_eq!(worker.handler().inner().opened, 1);
+    assert_eq!(worker.handler().inner().server_names, [None]);
+    worker.send(client, b"plain\n");
+    assert_eq!(worker.received(client), b"plain\n");
+    assert!(setup.outcomes.lock().unwrap().is_empty());
+}

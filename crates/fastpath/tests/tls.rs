@@ -1,0 +1,386 @@
+//! HTTPS: the real binary on a TLS listener, with certificates made by the test's own CA,
+//! and real clients (curl, `openssl s_client`, Python's ssl module).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fastpath_testkit::{KeyKind, TestPki};
+
+use crate::handover::{echo, Backend};
+use crate::util::*;
+
+/// A site with two hosts, each with its certificate, and the CA that signed them.
+struct Tls {
+    site: Site,
+    ca: PathBuf,
+}
+
+const BIG: usize = 1024 * 1024 + 7;
+
+fn big_body() -> Vec<u8> {
+    (0..BIG).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+/// `a.test` (ECDSA, the default) serves `root`, `b.test` (RSA) serves `broot`.
+fn tls_site(extra: &str) -> Tls {
+    let site = Site::new();
+    site.file("hello.txt", "hello over tls");
+    site.file("big.bin", big_body());
+    site.file("../broot/hello.txt", "hello from b");
+    let pki = TestPki::new(site.base());
+    let (a_chain, a_key) = pki.leaf("a", &["a.test", "localhost"], KeyKind::EcdsaP256);
+    let (b_chain, b_key) = pki.leaf("b", &["b.test"], KeyKind::Rsa2048);
+    site.config(&format!(
+        "root = \"root\"\n\
+         tls_certificate = {a_chain:?}\n\
+         tls_key = {a_key:?}\n\
+         {extra}\n\
+         [[host]]\n\
+         names = [\"b.test\"]\n\
+         root = \"broot\"\n\
+         tls_certificate = {b_chain:?}\n\
+         tls_key = {b_key:?}\n"
+    ));
+    Tls {
+        ca: pki.ca().to_owned(),
+        site,
+    }
+}
+
+impl Tls {
+    fn serve(&self, model: Model) -> Server {
+        let config = std::fs::read_to_string(self.site.base().join("fastpath.toml")).unwrap();
+        self.site.server(model).config(&config).tls().start()
+    }
+}
+
+/// curl over HTTPS to `name` (resolved to the server), trusting the test CA; `None` when
+/// curl is missing.
+fn curl_https(tls: &Tls, srv: &Server, name: &str, path: &str, extra: &[&str]) -> Option<Output> {
+    let port = srv.addr().port();
+    let resolve = format!("{name}:{port}:127.0.0.1");
+    let url = format!("https://{name}:{port}{path}");
+    let ca = tls.ca.to_str().unwrap();
+    let mut args = vec!["-sS", "--cacert", ca, "--resolve", &resolve];
+    args.extend_from_slice(extra);
+    args.push(&url);
+    curl(&args)
+}
+
+fn openssl() -> bool {
+    let ok = Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        skip("openssl", Missing::Installable, "openssl is not installed");
+    }
+    ok
+}
+
+/// `openssl s_client` to the server with `args`, sending `input`; its stdout and whether it
+/// exited well.
+fn s_client(srv: &Server, args: &[&str], input: &[u8]) -> (String, bool) {
+    let connect = srv.addr().to_string();
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", &connect, "-ign_eof"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run openssl");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (text, out.status.success())
+}
+
+/// Runs a Python script with the server's port and the CA's path as arguments; its stdout.
+fn python(script: &str, srv: &Server, tls: &Tls) -> String {
+    let out = Command::new("timeout")
+        .args(["20", "python3", "-c"])
+        .arg(script)
+        .arg(srv.addr().port().to_string())
+        .arg(&tls.ca)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+httptest!(tls_curl_gets_a_file_from_each_host_by_sni, |model| {
+    let tls = tls_site("");
+    let srv = tls.serve(model);
+    let Some(out) = curl_https(&tls, &srv, "a.test", "/hello.txt", &["-D", "-"]) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.ends_with("hello over tls"), "{text}");
+    let out = curl_https(&tls, &srv, "b.test", "/hello.txt", &[]).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"hello from b");
+});
+
+httptest!(tls_large_files_and_keep_alive_over_python_ssl, |model| {
+    let tls = tls_site("");
+    let srv = tls.serve(model);
+    let script = r#"
+import hashlib, http.client, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+conn = http.client.HTTPSConnection("localhost", int(sys.argv[1]), context=ctx)
+for path in ["/big.bin", "/hello.txt", "/big.bin"]:
+    conn.request("GET", path)
+    r = conn.getresponse()
+    body = r.read()
+    print(r.status, len(body), hashlib.sha256(body).hexdigest())
+print(conn.sock.version(), conn.sock.selected_alpn_protocol())
+"#;
+    let out = python(script, &srv, &tls);
+    let big = format!("200 {BIG} {}", sha256_hex(&big_body()));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], big, "{out}");
+    assert!(lines[1].starts_with("200 14 "), "{out}");
+    assert_eq!(lines[2], big, "{out}");
+    assert_eq!(lines[3], "TLSv1.3 None", "{out}");
+});
+
+fn sha256_hex(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sha256sum");
+    let mut stdin = child.stdin.take().unwrap();
+    let data = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn tls_versions_alpn_and_the_certificate_chosen() {
+    if !openssl() {
+        return;
+    }
+    let tls = tls_site("");
+    let srv = tls.serve("epoll");
+    let ca = tls.ca.to_str().unwrap();
+    let request = b"GET /hello.txt HTTP/1.1\r\nHost: b.test\r\nConnection: close\r\n\r\n";
+    let (out, ok) = s_client(
+        &srv,
+        &[
+            "-servername",
+            "b.test",
+            "-CAfile",
+            ca,
+            "-alpn",
+            "http/1.1",
+            "-tls1_2",
+        ],
+        request,
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("Verify return code: 0 (ok)"), "{out}");
+    assert!(
+        out.contains("subject=CN=b.test") || out.contains("subject=CN = b.test"),
+        "{out}"
+    );
+    assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+    assert!(out.contains("TLSv1.2"), "{out}");
+    assert!(out.contains("hello from b"), "{out}");
+
+    // No shared version: TLS 1.1 is refused.
+    let (out, ok) = s_client(&srv, &["-servername", "a.test", "-tls1_1"], b"");
+    assert!(!ok || !out.contains("hello over tls"), "{out}");
+    assert!(
+        !out.contains("Cipher is ECDHE") && !out.contains("New, TLSv1.1"),
+        "{out}"
+    );
+
+    // An unknown name gets the default certificate.
+    let (out, ok) = s_client(&srv, &["-servername", "c.test", "-CAfile", ca], b"");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("CN=a.test") || out.contains("CN = a.test"),
+        "{out}"
+    );
+}
+
+#[test]
+fn tls_an_unknown_name_is_refused_when_so_configured() {
+    if !openssl() {
+        return;
+    }
+    let tls = tls_site("[tls]\nunknown_name = \"refuse\"\nprotocols = [\"TLSv1.3\"]\n");
+    let srv = tls.serve("epoll");
+    let (out, _) = s_client(&srv, &["-servername", "c.test"], b"");
+    assert!(out.contains("Cipher is (NONE)"), "{out}");
+    assert!(
+        !out.contains("CN=a.test") && !out.contains("CN = a.test"),
+        "{out}"
+    );
+    // TLS 1.3 only: 1.2 is refused.
+    let (out, _) = s_client(&srv, &["-servername", "a.test", "-tls1_2"], b"");
+    assert!(out.contains("Cipher is (NONE)"), "{out}");
+    assert!(out.contains("alert protocol version"), "{out}");
+    let (out, ok) = s_client(&srv, &["-servername", "a.test", "-tls1_3"], b"");
+    assert!(ok && out.contains("TLSv1.3"), "{out}");
+}
+
+#[test]
+fn tls_a_host_other_than_the_sni_name_is_misdirected() {
+    let tls = tls_site("");
+    let srv = tls.serve("epoll");
+    let Some(out) = curl_https(
+        &tls,
+        &srv,
+        "a.test",
+        "/hello.txt",
+        &["-D", "-", "-H", "Host: b.test"],
+    ) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("HTTP/1.1 421 Misdirected Request"),
+        "{text}"
+    );
+    // The same name with a port, another case and a trailing dot is the same host.
+    let port = srv.addr().port();
+    let host = format!("Host: A.Test.:{port}");
+    let out = curl_https(&tls, &srv, "a.test", "/hello.txt", &["-H", &host]).unwrap();
+    assert_eq!(out.stdout, b"hello over tls");
+}
+
+#[test]
+fn tls_plain_http_to_the_tls_port_is_told_so() {
+    let tls = tls_site("");
+    let srv = tls.serve("epoll");
+    let mut conn = TcpStream::connect(srv.addr()).unwrap();
+    conn.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    conn.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+    assert!(text.contains("This port speaks HTTPS"), "{text}");
+}
+
+#[test]
+fn tls_garbage_and_a_stalled_handshake_end_the_connection() {
+    let tls = tls_site("[timeouts]\nheader = \"1s\"\n");
+    let srv = tls.serve("epoll");
+    // Bytes that are no TLS record: an alert, then the end.
+    let mut conn = TcpStream::connect(srv.addr()).unwrap();
+    conn.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    conn.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 0, 0, 0, 0])
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    assert!(answer.is_empty() || answer[0] == 0x15, "{answer:?}");
+    // Half a ClientHello, then silence: closed at the header timeout.
+    let mut conn = TcpStream::connect(srv.addr()).unwrap();
+    conn.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    conn.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(800), "{waited:?}");
+    assert!(waited < Duration::from_secs(4), "{waited:?}");
+}
+
+#[test]
+fn tls_a_client_hello_in_one_byte_writes_is_served() {
+    let tls = tls_site("");
+    let srv = tls.serve("epoll");
+    let script = r#"
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+tls = ctx.wrap_bio(incoming, outgoing, server_hostname="a.test")
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+first = True
+while True:
+    try:
+        tls.do_handshake()
+        break
+    except ssl.SSLWantReadError:
+        pass
+    data = outgoing.read()
+    if first:
+        for b in data:
+            sock.sendall(bytes([b]))
+        first = False
+    else:
+        sock.sendall(data)
+    incoming.write(sock.recv(65536))
+tls.write(b"GET /hello.txt HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+sock.sendall(outgoing.read())
+answer = b""
+while True:
+    chunk = sock.recv(65536)
+    if not chunk:
+        break
+    incoming.write(chunk)
+    try:
+        while True:
+            data = tls.read(65536)
+            if not data:
+                break
+            answer += data
+    except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+        pass
+print(answer.split(b"\r\n")[0].decode(), answer.endswith(b"hello over tls"))
+"#;
+    let out = python(script, &srv, &tls);
+    assert_eq!(out.trim(), "HTTP/1.1 200 OK True");
+}
+
+#[test]
+fn tls_a_proxied_request_tells_the_backend_it_came_over_https() {
+    let backend = Backend::start(echo);
+    let tls = tls_site(&format!(
+        "[[backend]]\nname = \"app\"\naddresses = \"{}\"\n\n[[route]]\nprefix = \"/app/\"\nbackend = \"app\"\n",
+        backend.addr
+    ));
+    let srv = tls.serve("epoll");
+    let Some(out) = curl_https(&tls, &srv, "a.test", "/app/x", &[]) else {
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(seen.contains("x-forwarded-proto: https"), "{seen}");
+}

@@ -1,0 +1,282 @@
+//! A TLS listener's setup: the rustls configuration every connection of it shares.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fastpath_drivers::{Opened, Transport, TransportSetup};
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig};
+use rustls::sign::CertifiedKey;
+
+use crate::certs::{covered_names, load, CertificateFiles};
+use crate::session::TlsSession;
+
+/// The protocol versions a listener accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsVersions {
+    /// TLS 1.2 and 1.3 (Mozilla's "intermediate" profile).
+    #[default]
+    Tls12And13,
+    /// TLS 1.3 only ("modern").
+    Tls13Only,
+}
+
+/// What a ClientHello whose server name no certificate is for gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownName {
+    /// The default certificate (as nginx does).
+    #[default]
+    DefaultCertificate,
+    /// The handshake fails (`unrecognized_name`).
+    Refuse,
+}
+
+/// What a TLS listener is set up with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// The certificates, each for its names; the first is the default unless
+    /// `default_certificate` names another.
+    pub certificates: Vec<CertificateFiles>,
+    /// The index in `certificates` of the one served to a client that sends no server name
+    /// (or an unknown one, with [`UnknownName::DefaultCertificate`]).
+    pub default_certificate: usize,
+    /// The protocol versions accepted.
+    pub versions: TlsVersions,
+    /// A server name no certificate is for.
+    pub unknown_name: UnknownName,
+    /// The application protocols offered by ALPN, most preferred first.
+    pub alpn: Vec<Vec<u8>>,
+    /// How long a handshake may take.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        TlsSettings {
+            certificates: Vec::new(),
+            default_certificate: 0,
+            versions: TlsVersions::default(),
+            unknown_name: UnknownName::default(),
+            alpn: vec![b"http/1.1".to_vec()],
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A file that could not be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsError {
+    /// The file concerned, if one is.
+    pub path: Option<PathBuf>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl TlsError {
+    pub(crate) fn new(path: &Path, message: impl Into<String>) -> Self {
+        TlsError {
+            path: Some(path.to_owned()),
+            message: message.into(),
+        }
+    }
+
+    fn general(message: impl Into<String>) -> Self {
+        TlsError {
+            path: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{}: {}", path.display(), self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+/// The crypto every listener uses: aws-lc-rs, with rustls's default key exchange groups
+/// (X25519MLKEM768 first, then X25519, P-256, P-384) and cipher suites (AES-GCM and
+/// ChaCha20-Poly1305 only, which is Mozilla's profile).
+pub(crate) fn provider() -> CryptoProvider {
+    rustls::crypto::aws_lc_rs::default_provider()
+}
+
+/// Handshakes of a listener so far, for the metrics.
+#[derive(Debug, Default)]
+pub struct HandshakeCounts {
+    /// Full handshakes that succeeded.
+    pub full: AtomicU64,
+    /// Resumed sessions.
+    pub resumed: AtomicU64,
+    /// Failed handshakes, by reason.
+    failed: Mutex<Vec<(&'static str, u64)>>,
+}
+
+impl HandshakeCounts {
+    /// The failed handshakes by reason, each reason once.
+    pub fn failed(&self) -> Vec<(&'static str, u64)> {
+        self.failed.lock().map(|f| f.clone()).unwrap_or_default()
+    }
+
+    fn fail(&self, reason: &'static str) {
+        if let Ok(mut failed) = self.failed.lock() {
+            match failed.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, n)) => *n += 1,
+                None => failed.push((reason, 1)),
+            }
+        }
+    }
+}
+
+/// A TLS listener's setup: one rustls configuration, shared by its connections.
+pub struct TlsSetup {
+    config: Arc<ServerConfig>,
+    handshake_timeout: Duration,
+    counts: Arc<HandshakeCounts>,
+}
+
+impl TlsSetup {
+    /// Reads the certificates and keys of `settings` and builds the configuration.
+    pub fn new(settings: &TlsSettings) -> Result<Self, TlsError> {
+        let provider = provider();
+        if settings.certificates.is_empty() {
+            return Err(TlsError::general("a TLS listener needs a certificate"));
+        }
+        let mut resolver = SniResolver {
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+            default: None,
+            unknown_name: settings.unknown_name,
+        };
+        let loaded = settings
+            .certificates
+            .iter()
+            .map(|files| load(files, &provider))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The names a host is configured for choose its certificate first, then the names
+        // the certificates cover (the top-level host has no names of its own).
+        let configured =
+            settings
+                .certificates
+                .iter()
+                .zip(&loaded)
+                .flat_map(|(files, certified)| {
+                    files
+                        .names
+                        .iter()
+                        .map(move |name| (name.clone(), certified))
+                });
+        let covered: Vec<_> = loaded
+            .iter()
+            .flat_map(|certified| {
+                covered_names(certified)
+                    .into_iter()
+                    .map(move |name| (name, certified))
+            })
+            .collect();
+        for (name, certified) in configured.chain(covered) {
+            let name = name.to_ascii_lowercase();
+            match name.strip_prefix("*.") {
+                Some(parent) => resolver.wildcard.entry(parent.to_owned()),
+                None => resolver.exact.entry(name),
+            }
+            .or_insert_with(|| Arc::clone(certified));
+        }
+        resolver.default = loaded.get(settings.default_certificate).cloned();
+        if resolver.default.is_none() {
+            return Err(TlsError::general(
+                "the default certificate is not among them",
+            ));
+        }
+        let versions: &[&rustls::SupportedProtocolVersion] = match settings.versions {
+            TlsVersions::Tls12And13 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+            TlsVersions::Tls13Only => &[&rustls::version::TLS13],
+        };
+        let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(versions)
+            .map_err(|e| TlsError::general(format!("TLS configuration: {e}")))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        config.alpn_protocols = settings.alpn.clone();
+        // Stateless tickets for TLS 1.3 and 1.2 resumption; 0-RTT stays off (replayable).
+        config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
+            .map_err(|e| TlsError::general(format!("session tickets: {e}")))?;
+        config.max_early_data_size = 0;
+        // The engine bounds what is encoded ahead of the socket (ENCODE_AHEAD).
+        config.send_half_rtt_data = false;
+        Ok(TlsSetup {
+            config: Arc::new(config),
+            handshake_timeout: settings.handshake_timeout,
+            counts: Arc::new(HandshakeCounts::default()),
+        })
+    }
+
+    /// The handshakes of this listener so far.
+    pub fn counts(&self) -> Arc<HandshakeCounts> {
+        Arc::clone(&self.counts)
+    }
+}
+
+impl TransportSetup for TlsSetup {
+    fn start(&self, _opened: &Opened) -> Box<dyn Transport> {
+        Box::new(TlsSession::new(Arc::clone(&self.config)))
+    }
+
+    fn handshake_timeout(&self) -> Duration {
+        self.handshake_timeout
+    }
+
+    fn handshake_done(&self, resumed: bool, failure: Option<&'static str>) {
+        match failure {
+            Some(reason) => self.counts.fail(reason),
+            None if resumed => {
+                self.counts.resumed.fetch_add(1, Relaxed);
+            }
+            None => {
+                self.counts.full.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// Chooses the certificate by the ClientHello's server name: exact names first, then
+/// wildcards one label up, then the default (or none, as configured).
+#[derive(Debug)]
+struct SniResolver {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// By the parent domain of `*.parent`.
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    default: Option<Arc<CertifiedKey>>,
+    unknown_name: UnknownName,
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let Some(name) = hello.server_name() else {
+            return self.default.clone();
+        };
+        let name = name.to_ascii_lowercase();
+        let name = name.strip_suffix('.').unwrap_or(&name);
+        if let Some(found) = self.exact.get(name) {
+            return Some(Arc::clone(found));
+        }
+        if let Some((_, parent)) = name.split_once('.') {
+            if let Some(found) = self.wildcard.get(parent) {
+                return Some(Arc::clone(found));
+            }
+        }
+        match self.unknown_name {
+            UnknownName::DefaultCertificate => self.default.clone(),
+            UnknownName::Refuse => None,
+        }
+    }
+}
