@@ -673,6 +673,12 @@ impl Opened {
         }
     }
 
+    /// The same connection with `peer` as its peer: the client a PROXY protocol header
+    /// names.
+    pub(crate) fn with_peer(self, peer: SocketAddr) -> Opened {
+        Opened { peer, ..self }
+    }
+
     /// The peer's address (`0.0.0.0:0` when the kernel reported none); for an outgoing
     /// connection, the address it was opened to.
     pub fn peer(&self) -> SocketAddr {

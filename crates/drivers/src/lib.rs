@@ -139,6 +139,7 @@ pub use pools::threads::ThreadsConfig;
 pub use splice::Carrier;
 pub use sys::ignore_sigpipe;
 pub use transport::{
-    Layered, Received, Secured, Transport, TransportError, TransportInfo, TransportSetup,
-    Transported, Transports, ENCODE_AHEAD,
+    parse_proxy_header, Cidr, Layered, Layers, ProxyProtocol, Received, Secured, Transport,
+    TransportError, TransportInfo, TransportSetup, Transported, Transports, ENCODE_AHEAD,
+    PROXY_HEADER_MAX,
 };

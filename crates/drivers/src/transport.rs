@@ -9,10 +9,17 @@
 //! amount ahead of the socket. So every service gets TLS without a change, and this crate
 //! knows no TLS library: the implementation lives behind the trait (`fastpath-tls`).
 //!
-//! Connections of listeners without a setup, and outgoing and linked ones, are passed
+//! A listener may also expect a PROXY protocol header (v1 or v2, [`ProxyProtocol`]) from the
+//! load balancer in front of it: it is read first, from trusted sources only and within the
+//! header timeout, and the client address it carries becomes the connection's peer
+//! ([`Opened::peer`]) for everything after it (the TLS handshake, the handler, its logs).
+//!
+//! Connections of listeners without either, and outgoing and linked ones, are passed
 //! straight to the handler.
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -102,29 +109,49 @@ pub trait TransportSetup: Send + Sync {
     fn handshake_done(&self, _resumed: bool, _failure: Option<&'static str>) {}
 }
 
-/// The setup of each listener, by the listener's index (see [`Opened::listener`]); listeners
-/// past the end, or set to `None`, are plain.
+/// What one listener's connections run under.
+#[derive(Clone, Default)]
+pub struct Layers {
+    /// A PROXY protocol header is expected first.
+    pub proxy: Option<Arc<ProxyProtocol>>,
+    /// Then a transport (TLS).
+    pub transport: Option<Arc<dyn TransportSetup>>,
+}
+
+impl Layers {
+    /// Whether the listener's connections go to the handler as they are.
+    pub fn is_plain(&self) -> bool {
+        self.proxy.is_none() && self.transport.is_none()
+    }
+}
+
+/// The layers of each listener, by the listener's index (see [`Opened::listener`]);
+/// listeners past the end are plain.
 #[derive(Clone, Default)]
 pub struct Transports {
-    by_listener: Arc<[Option<Arc<dyn TransportSetup>>]>,
+    by_listener: Arc<[Layers]>,
 }
 
 impl Transports {
-    /// Listener `i` runs under `setups[i]`.
-    pub fn new(setups: Vec<Option<Arc<dyn TransportSetup>>>) -> Self {
+    /// Listener `i` runs under `layers[i]`.
+    pub fn new(layers: Vec<Layers>) -> Self {
         Transports {
-            by_listener: setups.into(),
+            by_listener: layers.into(),
         }
     }
 
-    /// The setup of listener `index`, if it has one.
-    pub fn of(&self, index: usize) -> Option<&Arc<dyn TransportSetup>> {
-        self.by_listener.get(index).and_then(Option::as_ref)
+    /// The layers of listener `index`, if it has any.
+    pub fn of(&self, index: usize) -> Option<&Layers> {
+        self.by_listener
+            .get(index)
+            .filter(|layers| !layers.is_plain())
     }
 
-    /// Whether no listener has a setup.
+    /// Whether no listener has a transport (TLS).
     pub fn is_empty(&self) -> bool {
-        self.by_listener.iter().all(Option::is_none)
+        self.by_listener
+            .iter()
+            .all(|layers| layers.transport.is_none())
     }
 }
 
@@ -136,6 +163,135 @@ impl fmt::Debug for Transports {
         f.debug_struct("Transports")
             .field("listeners", &layered)
             .finish()
+    }
+}
+
+/// A listener whose clients come through a load balancer that sends the PROXY protocol
+/// header (HAProxy's `send-proxy` or `send-proxy-v2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyProtocol {
+    /// The addresses the header is accepted from (the load balancers); a connection from
+    /// anywhere else is closed, as is one whose first bytes are no valid header.
+    pub trusted: Vec<Cidr>,
+    /// How long the header may take to arrive (the header timeout).
+    pub timeout: Duration,
+}
+
+/// The longest PROXY header taken: v1 is at most 107 bytes; v2 may carry up to 64 KiB of
+/// extensions, which no load balancer in front of a web server needs.
+pub const PROXY_HEADER_MAX: usize = 1024;
+
+/// An address block, `10.0.0.0/8` or `2001:db8::/32`; a lone address is its own block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` is in the block (an IPv4 address written as IPv6, `::ffff:a.b.c.d`, is
+    /// taken as the IPv4 one).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("\"{s}\" is not an address or an address block"))?;
+        let addr = addr.to_canonical();
+        let most = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => most,
+            Some(p) => match p.parse::<u8>() {
+                Ok(p) if p <= most => p,
+                _ => return Err(format!("\"{s}\": the prefix length must be 0 to {most}")),
+            },
+        };
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// What a PROXY header at the front of `input` says: `Ok(None)` while it is incomplete,
+/// `Ok(Some((length, client)))` once whole (`client` is `None` for a header that carries no
+/// client address: `LOCAL`, a health check of the balancer's own, or `UNKNOWN`), `Err` for
+/// bytes that are no header.
+pub fn parse_proxy_header(input: &[u8]) -> Result<Option<(usize, Option<SocketAddr>)>, String> {
+    use ppp::{HeaderResult, PartialResult};
+    // A v2 header says its length up front: one over the limit is refused at once.
+    const V2_SIGNATURE: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
+    if input.len() >= 16 && input.starts_with(V2_SIGNATURE) {
+        let length = 16 + usize::from(u16::from_be_bytes([input[14], input[15]]));
+        if length > PROXY_HEADER_MAX {
+            return Err(format!("a PROXY v2 header of {length} bytes"));
+        }
+    }
+    let parsed = HeaderResult::parse(input);
+    if parsed.is_incomplete() {
+        if input.len() >= PROXY_HEADER_MAX {
+            return Err(format!("no PROXY header within {PROXY_HEADER_MAX} bytes"));
+        }
+        return Ok(None);
+    }
+    match parsed {
+        HeaderResult::V1(Ok(header)) => {
+            let client = match header.addresses {
+                ppp::v1::Addresses::Tcp4(a) => {
+                    Some(SocketAddr::from((a.source_address, a.source_port)))
+                }
+                ppp::v1::Addresses::Tcp6(a) => {
+                    Some(SocketAddr::from((a.source_address, a.source_port)))
+                }
+                ppp::v1::Addresses::Unknown => None,
+            };
+            Ok(Some((header.header.len(), client)))
+        }
+        HeaderResult::V2(Ok(header)) => {
+            if header.len() > PROXY_HEADER_MAX {
+                return Err(format!("a PROXY v2 header of {} bytes", header.len()));
+            }
+            let client = match (header.command, header.addresses) {
+                (ppp::v2::Command::Local, _) => None,
+                (_, ppp::v2::Addresses::IPv4(a)) => {
+                    Some(SocketAddr::from((a.source_address, a.source_port)))
+                }
+                (_, ppp::v2::Addresses::IPv6(a)) => {
+                    Some(SocketAddr::from((a.source_address, a.source_port)))
+                }
+                (_, _) => None,
+            };
+            Ok(Some((header.len(), client)))
+        }
+        HeaderResult::V1(Err(e)) => Err(format!("not a PROXY header: {e}")),
+        HeaderResult::V2(Err(e)) => Err(format!("not a PROXY header: {e}")),
     }
 }
 
@@ -175,6 +331,67 @@ impl<H: Handler> Transported<H> {
     /// The handler inside.
     pub fn inner(&mut self) -> &mut H {
         &mut self.inner
+    }
+
+    /// A connection whose layers below the handler start now: its transport's handshake,
+    /// or the handler's `on_open` for a plain one.
+    fn open_layers(
+        &mut self,
+        opened: Opened,
+        transport: Option<Arc<dyn TransportSetup>>,
+        io: &mut Io<'_>,
+    ) -> (Layered<H::Conn>, Next) {
+        let Some(setup) = transport else {
+            let (conn, next) = self.inner.on_open(opened, io);
+            return (Layered::Plain(conn), next);
+        };
+        io.set_deadline(Some(io.now() + setup.handshake_timeout()));
+        let secured = Secured {
+            transport: setup.start(&opened),
+            setup,
+            opened,
+            conn: None,
+            info: TransportInfo::default(),
+            input: Input::default(),
+            output: Output::default(),
+            then: Next::Read,
+            ended: false,
+            closed: false,
+            burst: 0,
+        };
+        (Layered::Secured(Box::new(secured)), Next::Read)
+    }
+
+    /// Reads a connection's PROXY header: once it is whole, the client it names is the
+    /// connection's peer, and the connection goes on under its layers with what followed.
+    #[inline(never)]
+    fn preamble_ready(&mut self, conn: &mut Layered<H::Conn>, io: &mut Io<'_>) -> Next {
+        let Layered::Preamble { opened, transport } = conn else {
+            return Next::Abort;
+        };
+        let (length, client) = match parse_proxy_header(io.input.data()) {
+            Ok(Some(parsed)) => parsed,
+            Ok(None) if io.eof => return Next::Close,
+            Ok(None) => return Next::Read,
+            Err(why) => {
+                tracing::warn!("{}: {why}; closed", opened.peer());
+                return Next::Abort;
+            }
+        };
+        io.input.consume(length);
+        let opened = match client {
+            Some(client) => opened.with_peer(client),
+            None => *opened,
+        };
+        let transport = transport.take();
+        io.set_deadline(None);
+        let (opened_conn, next) = self.open_layers(opened, transport, io);
+        *conn = opened_conn;
+        // What came with the header is not announced again by the socket.
+        if next == Next::Read && (!io.input.is_empty() || io.eof) {
+            return self.on_ready(conn, io);
+        }
+        next
     }
 
     /// [`Handler::on_ready`] of a connection under a transport; kept out of line, so that a
@@ -237,6 +454,13 @@ pub enum Layered<C> {
     Plain(C),
     /// Under a transport.
     Secured(Box<Secured<C>>),
+    /// Waiting for its PROXY header, then to go on under `transport` or plain.
+    Preamble {
+        /// The connection as accepted.
+        opened: Opened,
+        /// What it runs under once the header is read.
+        transport: Option<Arc<dyn TransportSetup>>,
+    },
 }
 
 /// A connection under a transport: the transport, the plaintext buffers the handler sees,
@@ -381,28 +605,32 @@ impl<H: Handler> Handler for Transported<H> {
     type Conn = Layered<H::Conn>;
 
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (Self::Conn, Next) {
-        let setup = opened
+        let layers = opened
             .listener()
-            .and_then(|index| self.transports.of(index));
-        let Some(setup) = setup else {
+            .and_then(|index| self.transports.of(index))
+            .cloned();
+        let Some(layers) = layers else {
             let (conn, next) = self.inner.on_open(opened, io);
             return (Layered::Plain(conn), next);
         };
-        io.set_deadline(Some(io.now() + setup.handshake_timeout()));
-        let secured = Secured {
-            transport: setup.start(&opened),
-            setup: Arc::clone(setup),
-            opened,
-            conn: None,
-            info: TransportInfo::default(),
-            input: Input::default(),
-            output: Output::default(),
-            then: Next::Read,
-            ended: false,
-            closed: false,
-            burst: 0,
+        let transport = layers.transport;
+        let Some(proxy) = layers.proxy else {
+            return self.open_layers(opened, transport, io);
         };
-        (Layered::Secured(Box::new(secured)), Next::Read)
+        let conn = Layered::Preamble { opened, transport };
+        if !proxy
+            .trusted
+            .iter()
+            .any(|net| net.contains(opened.peer().ip()))
+        {
+            tracing::warn!(
+                "{}: a PROXY header is accepted only from a trusted address; closed",
+                opened.peer()
+            );
+            return (conn, Next::Abort);
+        }
+        io.set_deadline(Some(io.now() + proxy.timeout));
+        (conn, Next::Read)
     }
 
     #[inline]
@@ -410,6 +638,7 @@ impl<H: Handler> Handler for Transported<H> {
         match conn {
             Layered::Plain(conn) => self.inner.on_ready(conn, io),
             Layered::Secured(secured) => self.secured_ready(secured, io),
+            Layered::Preamble { .. } => self.preamble_ready(conn, io),
         }
     }
 
@@ -417,6 +646,10 @@ impl<H: Handler> Handler for Transported<H> {
         let secured = match conn {
             Layered::Plain(conn) => return self.inner.on_timeout(conn, io),
             Layered::Secured(secured) => secured,
+            Layered::Preamble { opened, .. } => {
+                tracing::debug!("{}: no PROXY header in time; closed", opened.peer());
+                return Next::Abort;
+            }
         };
         if secured.conn.is_none() {
             secured.setup.handshake_done(false, Some("timeout"));
@@ -441,6 +674,7 @@ impl<H: Handler> Handler for Transported<H> {
                     self.inner.on_closing(conn, sent);
                 }
             }
+            Layered::Preamble { .. } => {}
         }
     }
 
@@ -452,6 +686,7 @@ impl<H: Handler> Handler for Transported<H> {
                     self.inner.on_close(conn, reason, worker);
                 }
             }
+            Layered::Preamble { .. } => {}
         }
     }
 
@@ -459,6 +694,7 @@ impl<H: Handler> Handler for Transported<H> {
         let secured = match conn {
             Layered::Plain(conn) => return self.inner.on_drain(conn, io),
             Layered::Secured(secured) => secured,
+            Layered::Preamble { .. } => return Some(Next::Abort),
         };
         if secured.conn.is_none() {
             // A handshake under way when the stop began is not finished.

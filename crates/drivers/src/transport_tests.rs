@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::testing::{TestConn, TestWorker};
 use crate::{
-    CloseReason, Handler, Io, Next, Opened, Received, Transport, TransportError, TransportInfo,
-    TransportSetup, Transported, Transports, Worker, ENCODE_AHEAD,
+    Cidr, CloseReason, Handler, Io, Layers, Next, Opened, ProxyProtocol, Received, Transport,
+    TransportError, TransportInfo, TransportSetup, Transported, Transports, Worker, ENCODE_AHEAD,
 };
 
 const HELLO: &[u8] = b"HELLO\n";
@@ -138,10 +138,11 @@ impl TransportSetup for ToySetup {
 }
 
 /// Echoes lines; "big N" answers N bytes from a file; "bye" closes; records what it saw of
-/// the transport.
+/// the transport and the peers it was told of.
 #[derive(Default)]
 struct Lines {
     opened: usize,
+    peers: Vec<std::net::SocketAddr>,
     server_names: Vec<Option<String>>,
     calls: usize,
     file: Option<Arc<std::fs::File>>,
@@ -150,8 +151,9 @@ struct Lines {
 impl Handler for Lines {
     type Conn = ();
 
-    fn on_open(&mut self, _opened: Opened, io: &mut Io<'_>) -> ((), Next) {
+    fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> ((), Next) {
         self.opened += 1;
+        self.peers.push(opened.peer());
         self.server_names.push(
             io.transport()
                 .and_then(|t| t.server_name.as_deref().map(str::to_owned)),
@@ -194,8 +196,27 @@ impl Handler for Lines {
 
 fn worker(setup: &Arc<ToySetup>) -> TestWorker<Transported<Lines>> {
     let setup: Arc<dyn TransportSetup> = Arc::clone(setup) as _;
-    // Listener 0 is under the toy transport, listener 1 is plain.
-    let transports = Transports::new(vec![Some(setup), None]);
+    let proxy = Arc::new(ProxyProtocol {
+        trusted: vec!["127.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()],
+        timeout: Duration::from_secs(3),
+    });
+    // Listener 0 is under the toy transport, listener 1 is plain, listener 2 expects a PROXY
+    // header, listener 3 a PROXY header and then the toy transport.
+    let transports = Transports::new(vec![
+        Layers {
+            proxy: None,
+            transport: Some(Arc::clone(&setup)),
+        },
+        Layers::default(),
+        Layers {
+            proxy: Some(Arc::clone(&proxy)),
+            transport: None,
+        },
+        Layers {
+            proxy: Some(proxy),
+            transport: Some(setup),
+        },
+    ]);
     TestWorker::new(Transported::new(Lines::default(), transports))
 }
 
@@ -339,4 +360,142 @@ fn a_plain_listener_s_connections_pass_straight_to_the_handler() {
     worker.send(client, b"plain\n");
     assert_eq!(worker.received(client), b"plain\n");
     assert!(setup.outcomes.lock().unwrap().is_empty());
+}
+
+const PROXY_V1: &[u8] = b"PROXY TCP4 192.0.2.7 198.51.100.1 51234 443\r\n";
+
+/// A v2 header for 2001:db8::7 port 51234 (to [2001:db8::1]:443).
+fn proxy_v2() -> Vec<u8> {
+    let mut header = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    header.extend_from_slice(&[0x21, 0x21, 0, 36]);
+    header.extend_from_slice(
+        &"2001:db8::7"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    header.extend_from_slice(
+        &"2001:db8::1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    header.extend_from_slice(&51234u16.to_be_bytes());
+    header.extend_from_slice(&443u16.to_be_bytes());
+    header
+}
+
+#[test]
+fn a_proxy_header_names_the_client_for_the_handler() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 2);
+    assert_eq!(worker.handler().inner().opened, 0);
+    // Split anywhere, with the first request right behind it.
+    let mut bytes = PROXY_V1.to_vec();
+    bytes.extend_from_slice(b"first\n");
+    worker.send(client, &bytes[..10]);
+    assert_eq!(worker.handler().inner().opened, 0);
+    worker.send(client, &bytes[10..]);
+    assert_eq!(
+        worker.handler().inner().peers,
+        ["192.0.2.7:51234".parse().unwrap()]
+    );
+    assert_eq!(worker.received(client), b"first\n");
+
+    let client = connect(&mut worker, 2);
+    worker.send(client, &proxy_v2());
+    worker.send(client, b"second\n");
+    assert_eq!(
+        worker.handler().inner().peers[1],
+        "[2001:db8::7]:51234".parse().unwrap()
+    );
+    assert_eq!(worker.received(client), b"second\n");
+}
+
+#[test]
+fn a_proxy_header_comes_before_the_handshake() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 3);
+    let mut bytes = PROXY_V1.to_vec();
+    bytes.extend_from_slice(HELLO);
+    bytes.extend_from_slice(&seal(b"over tls\n"));
+    worker.send(client, &bytes);
+    let received = worker.received(client);
+    assert_eq!(&received[..WELCOME.len()], WELCOME);
+    assert_eq!(open_records(&received[WELCOME.len()..]).0, b"over tls\n");
+    assert_eq!(
+        worker.handler().inner().peers,
+        ["192.0.2.7:51234".parse().unwrap()]
+    );
+}
+
+#[test]
+fn no_valid_proxy_header_or_an_untrusted_source_ends_the_connection() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    // Not a header.
+    let client = connect(&mut worker, 2);
+    worker.send(client, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(!worker.is_open(client));
+    // A malformed one.
+    let client = connect(&mut worker, 2);
+    worker.send(client, b"PROXY TCP4 300.1.2.3 1.2.3.4 1 2\r\n");
+    assert!(!worker.is_open(client));
+    // One that never ends.
+    let client = connect(&mut worker, 2);
+    worker.send(client, b"PROXY TCP4 ");
+    worker.send(client, &[b'1'; crate::PROXY_HEADER_MAX]);
+    assert!(!worker.is_open(client));
+    // One that stalls: closed at the header timeout.
+    let client = connect(&mut worker, 2);
+    worker.send(client, b"PROXY TCP4 192.0.2.7");
+    worker.advance(Duration::from_secs(2));
+    assert!(worker.is_open(client));
+    worker.advance(Duration::from_secs(2));
+    assert!(!worker.is_open(client));
+    // From an address that is not a trusted balancer's.
+    let client = worker.connect_from(2, "203.0.113.9:40000".parse().unwrap());
+    assert!(!worker.is_open(client));
+    assert_eq!(worker.handler().inner().opened, 0);
+}
+
+#[test]
+fn address_blocks_hold_their_addresses() {
+    let net: Cidr = "10.1.0.0/16".parse().unwrap();
+    assert!(net.contains("10.1.2.3".parse().unwrap()));
+    assert!(net.contains("::ffff:10.1.2.3".parse().unwrap()));
+    assert!(!net.contains("10.2.0.1".parse().unwrap()));
+    let one: Cidr = "2001:db8::1".parse().unwrap();
+    assert!(one.contains("2001:db8::1".parse().unwrap()));
+    assert!(!one.contains("2001:db8::2".parse().unwrap()));
+    let all: Cidr = "0.0.0.0/0".parse().unwrap();
+    assert!(all.contains("203.0.113.9".parse().unwrap()));
+    assert!(!all.contains("::1".parse().unwrap()));
+    assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+    assert!("example.com".parse::<Cidr>().is_err());
+}
+
+#[test]
+fn the_proxy_header_fuzz_corpus_parses_as_its_names_say() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/proxy_header");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let data = std::fs::read(&path).unwrap();
+        let parsed = crate::parse_proxy_header(&data);
+        if name.starts_with("seed-bad-") {
+            assert!(parsed.is_err(), "{name}: {parsed:?}");
+        } else if name.starts_with("seed-") {
+            let (length, _) = parsed
+                .unwrap()
+                .unwrap_or_else(|| panic!("{name}: incomplete"));
+            assert!(length <= data.len(), "{name}");
+        }
+        seen += 1;
+    }
+    assert!(seen >= 8, "{seen} seeds in {}", dir.display());
 }

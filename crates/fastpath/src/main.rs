@@ -297,6 +297,7 @@ fn serve(
     if !listen.is_empty() || !tls_listen.is_empty() {
         config.listen = listen;
         config.tls.listen.clear();
+        config.proxy_protocol.clear();
     }
     for addr in tls_listen {
         config.add_tls_listener(addr);

@@ -177,6 +177,7 @@ impl Site {
             run_as_root: true,
             service: None,
             tls: false,
+            configured_listen: false,
         }
     }
 
@@ -225,6 +226,8 @@ pub struct ServerBuilder<'a> {
     service: Option<&'static str>,
     /// Listen with TLS (`--tls-listen`) instead of plain.
     tls: bool,
+    /// Listen where the configuration says, with no `--listen`.
+    configured_listen: bool,
 }
 
 impl ServerBuilder<'_> {
@@ -251,6 +254,13 @@ impl ServerBuilder<'_> {
     /// must name a certificate.
     pub fn tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// Passes no `--listen`: the server listens where its configuration says (its first
+    /// `listening on` line gives the address the tests talk to).
+    pub fn configured_listen(mut self) -> Self {
+        self.configured_listen = true;
         self
     }
 
@@ -289,7 +299,10 @@ impl ServerBuilder<'_> {
             }
         }
         let listen = if self.tls { "--tls-listen" } else { "--listen" };
-        cmd.args([listen, "127.0.0.1:0", "--model", self.model]);
+        if !self.configured_listen {
+            cmd.args([listen, "127.0.0.1:0"]);
+        }
+        cmd.args(["--model", self.model]);
         if self.run_as_root {
             cmd.arg("--run-as-root");
         }

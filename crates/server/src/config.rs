@@ -79,6 +79,9 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// HTTPS: which listeners speak TLS (`[[listen]] tls`) and how (`[tls]`).
     pub tls: TlsConfig,
+    /// The listeners that expect a PROXY protocol header (`[[listen]] proxy_protocol`): their
+    /// place in `listen`, and the addresses the header is accepted from (`proxy_from`).
+    pub proxy_protocol: Vec<(usize, Vec<fastpath_drivers::Cidr>)>,
 }
 
 /// The `[tls]` table, and the listeners that speak TLS.
@@ -322,6 +325,7 @@ impl Default for Config {
             routes: Vec::new(),
             metrics: MetricsConfig::default(),
             tls: TlsConfig::default(),
+            proxy_protocol: Vec::new(),
             user: None,
             group: None,
             run_as_root: false,
@@ -460,6 +464,15 @@ impl Config {
     /// Whether the listener bound for `listen[index]` speaks TLS.
     pub fn listens_with_tls(&self, index: usize) -> bool {
         self.tls.listen.contains(&index)
+    }
+
+    /// The addresses the listener bound for `listen[index]` takes a PROXY protocol header
+    /// from, if it expects one.
+    pub fn proxy_protocol_from(&self, index: usize) -> Option<&[fastpath_drivers::Cidr]> {
+        self.proxy_protocol
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, from)| from.as_slice())
     }
 
     /// Adds a listening address that speaks TLS (`--tls-listen`).

@@ -43,7 +43,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use fastpath_content::{CacheLimits, ContentCache, Site, SiteOptions};
-use fastpath_drivers::{DriverConfig, ListenAddr, Listeners, Process, TransportSetup, Transports};
+use fastpath_drivers::{
+    DriverConfig, Layers, ListenAddr, Listeners, Process, ProxyProtocol, TransportSetup, Transports,
+};
 use fastpath_drivers::{Model as DriverModel, ModelKind};
 use fastpath_handover::{BackendConfig, BackendState, Routes, SharedCache};
 
@@ -429,29 +431,45 @@ pub fn serve_with(
     outcome
 }
 
-/// What each listener's connections run under: TLS for the site's listeners configured with
-/// `tls = true` (matched by their place in `listen` when bound here or handed over, by their
-/// address when systemd passed them), plain for the others and the metrics listener.
+/// What each listener's connections run under: a PROXY protocol header first for the site's
+/// listeners configured with `proxy_protocol`, then TLS for those with `tls = true` (matched by
+/// their place in `listen` when bound here or handed over, by their address when systemd
+/// passed them); the others and the metrics listener are plain.
 fn transports(config: &Config, served: &listening::Served) -> Result<Transports, ServeError> {
-    let Some(settings) = config.tls_settings() else {
-        return Ok(Transports::default());
+    let tls = match config.tls_settings() {
+        Some(settings) => {
+            for note in config.tls_notes() {
+                tracing::info!("{note}");
+            }
+            let setup = fastpath_tls::TlsSetup::new(&settings).map_err(ServeError::Tls)?;
+            Some(Arc::new(setup) as Arc<dyn TransportSetup>)
+        }
+        None => None,
     };
-    for note in config.tls_notes() {
-        tracing::info!("{note}");
-    }
-    let setup: Arc<dyn TransportSetup> =
-        Arc::new(fastpath_tls::TlsSetup::new(&settings).map_err(ServeError::Tls)?);
+    // The configured listener a listening socket is for.
+    let configured = |i: usize, local: &ListenAddr| {
+        if served.activated {
+            (0..config.listen.len()).find(|&j| &config.listen[j] == local)
+        } else {
+            Some(i)
+        }
+    };
     let by_listener = served.listeners.local_addrs[..served.site]
         .iter()
         .enumerate()
         .map(|(i, local)| {
-            let tls = if served.activated {
-                (0..config.listen.len())
-                    .any(|j| config.listens_with_tls(j) && &config.listen[j] == local)
-            } else {
-                config.listens_with_tls(i)
+            let Some(j) = configured(i, local) else {
+                return Layers::default();
             };
-            tls.then(|| Arc::clone(&setup))
+            Layers {
+                proxy: config.proxy_protocol_from(j).map(|from| {
+                    Arc::new(ProxyProtocol {
+                        trusted: from.to_vec(),
+                        timeout: config.timeouts.header,
+                    })
+                }),
+                transport: tls.clone().filter(|_| config.listens_with_tls(j)),
+            }
         })
         .collect();
     Ok(Transports::new(by_listener))

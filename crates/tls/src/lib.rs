@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use fastpath_drivers::{DriverConfig, TransportSetup, Transports};
+//! use fastpath_drivers::{DriverConfig, Layers, TransportSetup, Transports};
 //! use fastpath_tls::{CertificateFiles, TlsSettings, TlsSetup};
 //!
 //! let settings = TlsSettings {
@@ -26,7 +26,8 @@
 //! };
 //! let setup: Arc<dyn TransportSetup> = Arc::new(TlsSetup::new(&settings).unwrap());
 //! // Listener 0 speaks TLS.
-//! let config = DriverConfig { transports: Transports::new(vec![Some(setup)]), ..DriverConfig::default() };
+//! let layers = Layers { proxy: None, transport: Some(setup) };
+//! let config = DriverConfig { transports: Transports::new(vec![layers]), ..DriverConfig::default() };
 //! ```
 //!
 //! Copies per direction, with rustls 0.23's buffered API: incoming records are copied from

@@ -291,6 +291,8 @@ pub(super) struct ListenEntry {
     address: Option<String>,
     unix_mode: Option<u32>,
     tls: bool,
+    proxy_protocol: bool,
+    proxy_from: Option<Vec<fastpath_drivers::Cidr>>,
 }
 
 #[rustfmt::skip]
@@ -306,6 +308,12 @@ pub(super) const LISTEN: TableSpec<ListenEntry> = TableSpec { place: "in [[liste
         Text(|e, s| parse_mode(s).map(|m| e.unix_mode = Some(m)))),
     // Speak TLS (HTTPS) here, with the hosts' `tls_certificate`s.
     key("tls", "false", Bool(|e, b| e.tls = b)),
+    // Every connection starts with a PROXY protocol header (v1 or v2) naming the client.
+    key("proxy_protocol", "false", Bool(|e, b| e.proxy_protocol = b)),
+    // The addresses (or blocks, "10.0.0.0/8") of the balancers the header is taken from.
+    // (A bad one is reported where it is, and not again as missing.)
+    key("proxy_from", "none",
+        Custom(|ck, f, e| e.proxy_from = Some(ck.address_blocks(f).unwrap_or_default()))),
 ]};
 
 #[rustfmt::skip]
@@ -468,7 +476,7 @@ impl<'a> Checker<'a> {
                 match (&addr, entry.unix_mode) {
                     (ListenAddr::Unix(path), Some(mode)) => c.unix_modes.push((path.clone(), mode)),
                     (ListenAddr::Tcp(_), Some(_)) => self.error(
-                        span,
+                        span.clone(),
                         format!(
                             "[[listen]] \"{text}\" is a TCP address: `unix_mode` is for unix:PATH"
                         ),
@@ -477,6 +485,23 @@ impl<'a> Checker<'a> {
                 }
                 if entry.tls {
                     c.tls.listen.push(addrs.len());
+                }
+                match (entry.proxy_protocol, entry.proxy_from) {
+                    (true, Some(from)) => c.proxy_protocol.push((addrs.len(), from)),
+                    (true, None) => self.error(
+                        span.clone(),
+                        format!(
+                            "[[listen]] \"{text}\" has `proxy_protocol` but no `proxy_from`: \
+                             name the balancers whose headers are trusted"
+                        ),
+                    ),
+                    (false, Some(_)) => self.error(
+                        span,
+                        format!(
+                            "[[listen]] \"{text}\": `proxy_from` needs `proxy_protocol = true`"
+                        ),
+                    ),
+                    (false, None) => {}
                 }
                 addrs.push(addr);
             }
@@ -709,6 +734,21 @@ impl<'a> Checker<'a> {
                     .to_owned(),
             );
         }
+    }
+
+    /// A list of addresses or address blocks; `None` after reporting a bad one.
+    fn address_blocks(&mut self, f: Field<'a>) -> Option<Vec<fastpath_drivers::Cidr>> {
+        let mut blocks = Vec::new();
+        for (s, span) in self.string_list(f, false)? {
+            match s.parse() {
+                Ok(block) => blocks.push(block),
+                Err(e) => {
+                    self.error(span, format!("`{}`: {e}", f.name));
+                    return None;
+                }
+            }
+        }
+        Some(blocks)
     }
 
     /// `[tls] protocols`: TLS 1.3, with or without 1.2.

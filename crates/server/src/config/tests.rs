@@ -1937,3 +1937,32 @@ fn tls_notes_name_uncovered_names() {
     );
     assert!(notes[1].contains("does not cover b.test"), "{notes:?}");
 }
+
+#[test]
+fn proxy_protocol_listeners_name_their_balancers() {
+    let c = ok("[[listen]]\naddress = \"127.0.0.1:8080\"\n\
+        [[listen]]\naddress = \"127.0.0.1:8443\"\nproxy_protocol = true\n\
+        proxy_from = [\"10.0.0.0/8\", \"::1\"]\n");
+    assert_eq!(c.proxy_protocol_from(0), None);
+    let from = c.proxy_protocol_from(1).unwrap();
+    assert_eq!(from.len(), 2);
+    assert!(from[0].contains("10.9.8.7".parse().unwrap()));
+    assert_error(
+        "[[listen]]\naddress = \"127.0.0.1:8443\"\nproxy_protocol = true\n",
+        2,
+        11,
+        "has `proxy_protocol` but no `proxy_from`",
+    );
+    assert_error(
+        "[[listen]]\naddress = \"127.0.0.1:8443\"\nproxy_from = [\"10.0.0.1\"]\n",
+        2,
+        11,
+        "`proxy_from` needs `proxy_protocol = true`",
+    );
+    assert_error(
+        "[[listen]]\naddress = \"127.0.0.1:8443\"\nproxy_protocol = true\nproxy_from = [\"10.0.0.0/40\"]\n",
+        4,
+        15,
+        "the prefix length must be 0 to 32",
+    );
+}
