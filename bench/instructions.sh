@@ -3,7 +3,7 @@
 # (the same binary and inputs give the same count whatever else the machine is doing), so a
 # change can be compared with the code it changes where a timed benchmark would be noisy.
 #
-# Usage: bench/instructions.sh [--close] BINARY [BASELINE_BINARY]
+# Usage: bench/instructions.sh [--close|--proxy] BINARY [BASELINE_BINARY]
 #        bench/instructions.sh [--close] --metrics BINARY
 #
 # Serves a 1 KiB file with one worker (epoll) under valgrind --tool=callgrind, loads it with
@@ -13,12 +13,18 @@
 # which leaves out start-up and exit. With a second binary, both are measured and the
 # ratio is given. With --metrics, the one binary is measured with Prometheus metrics off and
 # on (`[metrics] listen`), and the ratio on / off is given. The load generator is the first
-# binary's `fastpath bench`. Needs valgrind (apt-get install valgrind).
+# binary's `fastpath bench`. With --proxy, the request is proxied instead (`/app/1k.bin`,
+# one [[backend]]: nginx serving the same file, started here on a port of its own, outside
+# valgrind), keep-alive both ways. Needs valgrind (apt-get install valgrind), and nginx for
+# --proxy.
 set -euo pipefail
 
 MODE=keepalive
 if [[ "${1:-}" == "--close" ]]; then
     MODE=close
+    shift
+elif [[ "${1:-}" == "--proxy" ]]; then
+    MODE=proxy
     shift
 fi
 METRICS=no
@@ -43,6 +49,24 @@ access = "off"
 error = "stderr"
 level = "warn"
 EOF
+PATH_SERVED=/1k.bin
+if [[ $MODE == proxy ]]; then
+    command -v nginx >/dev/null || { echo "nginx is required for --proxy (apt-get install nginx)" >&2; exit 1; }
+    BACKEND_PORT=18778
+    cat > "$WORK/backend.conf" <<EOF
+daemon off; master_process off; worker_processes 1; pid $WORK/backend.pid;
+error_log $WORK/backend.err warn;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  server { listen 127.0.0.1:$BACKEND_PORT; location /app/ { alias $WORK/www/; } } }
+EOF
+    nginx -c "$WORK/backend.conf" -p "$WORK" > /dev/null 2>&1 &
+    BACKEND=$!
+    trap 'kill $BACKEND 2>/dev/null; rm -rf "$WORK"' EXIT
+    printf '[[backend]]\nname = "app"\naddresses = "127.0.0.1:%s"\n[[route]]\nprefix = "/app/"\nbackend = "app"\n' \
+        "$BACKEND_PORT" >> "$WORK/fastpath.toml"
+    PATH_SERVED=/app/1k.bin
+fi
 cp "$WORK/fastpath.toml" "$WORK/metrics.toml"
 printf '[metrics]\nlisten = "127.0.0.1:18779"\n' >> "$WORK/metrics.toml"
 CONFIG="$WORK/fastpath.toml"
@@ -61,14 +85,14 @@ run() {
         > "$WORK/server.log" 2>&1 &
     local server=$!
     for _ in $(seq 100); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/1k.bin" && break
+        curl -sf -o /dev/null "http://127.0.0.1:$port$PATH_SERVED" && break
         sleep 0.2
     done
     local extra=()
     [[ $MODE == close ]] && extra=(--no-keepalive)
     local replies
     replies=$("$LOADGEN" bench -t 1 -q --json -d "${seconds}s" -c 8 "${extra[@]}" \
-        "http://127.0.0.1:$port/1k.bin" | python3 -c 'import json,sys; print(json.load(sys.stdin)["replies"])')
+        "http://127.0.0.1:$port$PATH_SERVED" | python3 -c 'import json,sys; print(json.load(sys.stdin)["replies"])')
     kill -INT "$server"
     wait "$server" 2>/dev/null || true
     local instructions

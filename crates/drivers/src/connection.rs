@@ -61,21 +61,28 @@ pub(crate) struct Link {
     pub(crate) drain_told: bool,
     /// The service opened this connection ([`Io::connect`]).
     pub(crate) outgoing: bool,
-    /// The connection this one is linked to ([`Io::connect_linked`]); `None` for one that
-    /// serves itself, or an idle linked one.
-    pub(crate) owner: Option<Token>,
     /// The connections linked to this one.
     pub(crate) links: Vec<LinkEntry>,
-    /// Where this linked connection goes when released for reuse.
-    pub(crate) pool: Option<PoolKey>,
-    /// Taken from the idle pool: it carried an earlier exchange.
-    pub(crate) reused: bool,
     /// Counted against the connection limit (linked connections are not: they are the
     /// clients' own, and a client refused for its backend's connection would be wrong).
     pub(crate) counted: bool,
-    /// Body splices with the owner of this linked connection.
+    /// What a linked connection is to its owner and the idle pool; boxed, as most
+    /// connections are not linked and every connection's state is kept small.
+    pub(crate) side: Option<Box<LinkedSide>>,
+}
+
+/// What a linked connection ([`Io::connect_linked`]) is to its owner and to the idle pool.
+#[derive(Default)]
+pub(crate) struct LinkedSide {
+    /// The connection this one is linked to; `None` for an idle one.
+    pub(crate) owner: Option<Token>,
+    /// Where it goes when released for reuse.
+    pub(crate) pool: Option<PoolKey>,
+    /// Taken from the idle pool: it carried an earlier exchange.
+    pub(crate) reused: bool,
+    /// Body splices with its owner.
     pub(crate) splices: Option<Box<Splices>>,
-    /// The owner asked to be woken once this linked connection's output has all been sent
+    /// The owner asked to be woken once its output has all been sent
     /// ([`crate::Linked::wake_when_sent`]).
     pub(crate) wake_when_sent: bool,
 }
@@ -115,14 +122,32 @@ impl Link {
             linger: false,
             drain_told: false,
             outgoing: false,
-            owner: None,
             links: Vec::new(),
-            pool: None,
-            reused: false,
             counted: true,
-            splices: None,
-            wake_when_sent: false,
+            side: None,
         }
+    }
+
+    /// The connection this one is linked to ([`Io::connect_linked`]); `None` for one that
+    /// serves itself, or an idle linked one.
+    #[inline]
+    pub(crate) fn owner(&self) -> Option<Token> {
+        self.side.as_ref().and_then(|side| side.owner)
+    }
+
+    /// What this connection is as a linked one, made on first use.
+    pub(crate) fn side(&mut self) -> &mut LinkedSide {
+        self.side.get_or_insert_with(Box::default)
+    }
+
+    /// Its body splices with its owner, if any were made.
+    pub(crate) fn splices(&self) -> Option<&Splices> {
+        self.side.as_ref()?.splices.as_deref()
+    }
+
+    /// As [`Link::splices`], to change them.
+    pub(crate) fn splices_mut(&mut self) -> Option<&mut Splices> {
+        self.side.as_mut()?.splices.as_deref_mut()
     }
 
     /// Everything queued has been sent: no send deadline, and the owner of a linked
@@ -131,8 +156,12 @@ impl Link {
     /// until the response arrives, and waking it for nothing costs a call per request.
     pub(crate) fn output_sent(&mut self, woken: &mut Vec<Token>) {
         self.send_deadline = None;
-        if std::mem::take(&mut self.wake_when_sent) {
-            if let Some(owner) = self.owner.filter(|_| self.state != State::Joined) {
+        let asked = self
+            .side
+            .as_mut()
+            .is_some_and(|side| std::mem::take(&mut side.wake_when_sent));
+        if asked {
+            if let Some(owner) = self.owner().filter(|_| self.state != State::Joined) {
                 woken.push(owner);
             }
         }
@@ -145,7 +174,7 @@ impl Link {
             && !self.eof
             && self.input.is_empty()
             && self.output.is_empty()
-            && self.splices.as_ref().is_none_or(|splices| splices.idle())
+            && self.splices().is_none_or(|splices| splices.idle())
             && (self.output.sent() > 0 || self.input.ever_received())
     }
 
@@ -181,7 +210,7 @@ impl Link {
     /// out by closing the connection. A joined connection stays joined whatever it asked,
     /// until the joint ends.
     pub(crate) fn apply(&mut self, next: Next, joined: bool) -> bool {
-        if self.owner.is_some() {
+        if self.owner().is_some() {
             // A linked connection's state is its owner's to change (release, join).
             return true;
         }
@@ -264,7 +293,7 @@ impl Link {
     /// on its peer or on a wake; a closing, lingering or joined connection has nothing more
     /// for the handler to decide. A waiting one reads again from now on.
     pub(crate) fn take_wake(&mut self) -> bool {
-        if self.owner.is_some() {
+        if self.owner().is_some() {
             // Its owner is called for it instead.
             return false;
         }
@@ -315,10 +344,12 @@ impl Link {
     /// Takes what [`Departure`] says from a closing connection.
     pub(crate) fn departure(&mut self) -> Departure {
         Departure {
-            owner: self.owner,
+            owner: self.owner(),
             links: std::mem::take(&mut self.links),
             idle_key: self
-                .pool
+                .side
+                .as_ref()
+                .and_then(|side| side.pool)
                 .filter(|_| self.state == State::Idle)
                 .map(|pool| pool.key),
         }
@@ -390,7 +421,7 @@ impl<H: Handler> Parts<'_, '_, H> {
     /// back to the pool and notes a deadline the sweep would find late.
     #[inline]
     pub(crate) fn call(self, timeout: bool) -> Next {
-        if let Some(owner) = self.link.owner {
+        if let Some(owner) = self.link.owner() {
             // A linked connection's news is its owner's to handle.
             self.core.requests.woken.push(owner);
             return Next::Read;
@@ -415,7 +446,7 @@ impl<H: Handler> Parts<'_, '_, H> {
     /// [`Parts::busy`]; a later sweep tries again). `None` when the handler was not called or
     /// leaves the connection as it is.
     pub(crate) fn drain(self) -> Option<Next> {
-        if self.link.drain_told || self.busy || self.link.owner.is_some() {
+        if self.link.drain_told || self.busy || self.link.owner().is_some() {
             return None;
         }
         self.link.drain_told = true;
@@ -530,10 +561,7 @@ mod tests {
     #[test]
     fn a_connection_hears_of_a_graceful_stop_once_and_only_while_it_waits_on_its_client() {
         with_core(|core| {
-            let token = Token {
-                index: 0,
-                generation: 0,
-            };
+            let token = Token::new(0, 0);
             let mut handler = Drained {
                 calls: 0,
                 answer: Some(Next::Close),

@@ -23,7 +23,7 @@ use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferPool, Input, Output};
-use crate::connection::{Link, State};
+use crate::connection::{Link, LinkedSide, State};
 use crate::linked::{IdlePool, LinkEntry, Linked, PoolKey, Reach};
 use crate::outgoing::{start_connect, UpstreamAddr};
 use crate::slab::Token;
@@ -146,10 +146,7 @@ impl ConnRef {
     /// connection a worker would wake unless one happens to have these numbers.
     #[doc(hidden)]
     pub fn from_raw(index: u32, generation: u32) -> Self {
-        ConnRef(Token {
-            index: index as usize,
-            generation,
-        })
+        ConnRef(Token::new(index as usize, generation))
     }
 }
 
@@ -385,13 +382,15 @@ impl Io<'_> {
                     continue;
                 }
                 link.state = State::Reading;
-                link.owner = Some(self.me);
-                link.reused = true;
                 link.deadline = None;
-                link.pool = Some(pool);
-                // The last exchange's splice outcomes are not this one's.
-                link.splices = None;
-                link.wake_when_sent = false;
+                // The last exchange's splice outcomes and asks are not this one's.
+                *link.side() = LinkedSide {
+                    owner: Some(self.me),
+                    pool: Some(pool),
+                    reused: true,
+                    splices: None,
+                    wake_when_sent: false,
+                };
                 self.links.push(LinkEntry::new(token));
                 self.requests.touched.push(token);
                 return Ok(ConnRef(token));
@@ -405,8 +404,11 @@ impl Io<'_> {
         };
         let token = self.reach.ids.reserve();
         let mut link = Box::new(Link::new(fd));
-        link.owner = Some(self.me);
-        link.pool = pool;
+        *link.side() = LinkedSide {
+            owner: Some(self.me),
+            pool,
+            ..LinkedSide::default()
+        };
         link.counted = false;
         self.requests.outgoing.push(Outgoing {
             link,
@@ -454,18 +456,20 @@ impl Io<'_> {
                 (link, false)
             }
         };
+        let eof = link.eof;
+        let side = link.side.get_or_insert_with(Box::default);
         Ok(Linked {
             input: &mut link.input,
             output: &mut link.output,
             own_input: self.input,
             own_output: self.output,
             pool: self.pool,
-            eof: link.eof,
-            reused: link.reused,
+            eof,
+            reused: side.reused,
             token,
             pending,
-            splices: &mut link.splices,
-            wake_when_sent: &mut link.wake_when_sent,
+            splices: &mut side.splices,
+            wake_when_sent: &mut side.wake_when_sent,
             entry,
             can_splice: self.can_splice,
         })
@@ -576,12 +580,14 @@ impl Io<'_> {
             return;
         };
         let pool = link
-            .pool
+            .side
+            .as_ref()
+            .and_then(|side| side.pool)
             .filter(|_| reuse && !draining && link.fit_for_reuse());
         if let Some(pool) = pool {
             if self.idle.put(pool.key, token) {
                 link.state = State::Idle;
-                link.owner = None;
+                link.side().owner = None;
                 link.deadline = Some(now + pool.idle);
                 return;
             }

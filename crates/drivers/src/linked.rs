@@ -126,13 +126,13 @@ impl<'a> Reach<'a> {
     /// The live connection `token` names, unless it is `me` (the call's own, borrowed
     /// already).
     pub(crate) fn link(&mut self, token: Token, me: Token) -> Option<&mut Link> {
-        if token.index == me.index || token.index >= self.len || !self.ids.is_current(token) {
+        if token.index() == me.index() || token.index() >= self.len || !self.ids.is_current(token) {
             return None;
         }
         // SAFETY: the index is within the slots, it is not the call's own slot (the only one
         // borrowed during a call besides what this lends), and the loan borrows `self`, so
         // no two loans overlap.
-        unsafe { (self.link_at)(self.base, token.index).map(|mut link| link.as_mut()) }
+        unsafe { (self.link_at)(self.base, token.index()).map(|mut link| link.as_mut()) }
     }
 }
 
@@ -153,7 +153,7 @@ pub(crate) fn reach<T: HasLink>(slots: &mut Slab<T>) -> Reach<'_> {
 /// Whether `partner` may be joined with connection `owner`: a connection linked to it that
 /// is open and not joined already.
 pub(crate) fn joinable(owner: Token, partner: &Link) -> bool {
-    partner.owner == Some(owner) && partner.state == crate::connection::State::Reading
+    partner.owner() == Some(owner) && partner.state == crate::connection::State::Reading
 }
 
 /// Joins connection `index` with `partner`, a connection linked to it, as the epoll and
@@ -175,7 +175,7 @@ pub(crate) fn join_slots<'s, T: HasLink>(
     {
         return None;
     }
-    let (slot, other) = slots.pair(index, partner.index)?;
+    let (slot, other) = slots.pair(index, partner.index())?;
     if let (Some(a), Some(b)) = (slot.link_mut(), other.link_mut()) {
         cross_over(a, b, pool);
         b.state = crate::connection::State::Joined;

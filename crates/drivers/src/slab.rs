@@ -12,23 +12,39 @@ const GENERATION_MASK: u32 = (1 << GENERATION_BITS) - 1;
 /// A slot and the generation it had when the token was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Token {
-    pub(crate) index: usize,
+    /// The slot's index, kept in 32 bits (a worker never holds 2^32 connections) so that
+    /// a token, and an `Option` of one, stays small in every connection's state.
+    slot: u32,
     pub(crate) generation: u32,
 }
 
 impl Token {
+    /// A token for slot `index` at `generation`.
+    pub(crate) fn new(index: usize, generation: u32) -> Token {
+        Token {
+            slot: index as u32,
+            generation,
+        }
+    }
+
+    /// The slot's index.
+    #[inline]
+    pub(crate) fn index(self) -> usize {
+        self.slot as usize
+    }
+
     /// Packs the token with a `kind` (what the event is about, the loop's to define) into one
     /// u64: kind in the top 8 bits, then 24 bits of generation, then 32 bits of index.
     pub(crate) fn pack(self, kind: u8) -> u64 {
         ((kind as u64) << 56)
             | (((self.generation & GENERATION_MASK) as u64) << 32)
-            | (self.index as u32) as u64
+            | self.slot as u64
     }
 
     /// The kind and token [`Token::pack`] packed.
     pub(crate) fn unpack(data: u64) -> (u8, Token) {
         let token = Token {
-            index: (data & 0xffff_ffff) as usize,
+            slot: (data & 0xffff_ffff) as u32,
             generation: ((data >> 32) as u32) & GENERATION_MASK,
         };
         ((data >> 56) as u8, token)
@@ -63,21 +79,18 @@ impl SlotIds {
             self.generations.push(0);
             self.generations.len() - 1
         });
-        Token {
-            index,
-            generation: self.generations[index],
-        }
+        Token::new(index, self.generations[index])
     }
 
     /// Gives back a reserved slot that will not be filled.
     pub(crate) fn unreserve(&mut self, token: Token) {
-        self.retire(token.index);
+        self.retire(token.index());
     }
 
-    /// Whether `token` names slot `token.index` as it is now (filled or reserved).
+    /// Whether `token` names slot `token.index()` as it is now (filled or reserved).
     #[inline]
     pub(crate) fn is_current(&self, token: Token) -> bool {
-        self.generations.get(token.index) == Some(&token.generation)
+        self.generations.get(token.index()) == Some(&token.generation)
     }
 
     /// Bumps the slot's generation and frees it.
@@ -115,10 +128,10 @@ impl<T> Slab<T> {
     #[inline]
     pub(crate) fn insert_at(&mut self, token: Token, value: T) {
         debug_assert!(self.ids.is_current(token), "a reserved slot");
-        if self.values.len() <= token.index {
-            self.values.resize_with(token.index + 1, || None);
+        if self.values.len() <= token.index() {
+            self.values.resize_with(token.index() + 1, || None);
         }
-        let slot = &mut self.values[token.index];
+        let slot = &mut self.values[token.index()];
         debug_assert!(slot.is_none(), "a reserved slot is empty");
         *slot = Some(value);
         self.live += 1;
@@ -135,10 +148,7 @@ impl<T> Slab<T> {
     /// The token of slot `index` as it is now.
     #[inline]
     pub(crate) fn token(&self, index: usize) -> Token {
-        Token {
-            index,
-            generation: self.ids.generations[index],
-        }
+        Token::new(index, self.ids.generations[index])
     }
 
     /// The value `token` names, if its slot still holds the value it was made for.
@@ -147,7 +157,7 @@ impl<T> Slab<T> {
         if !self.ids.is_current(token) {
             return None;
         }
-        self.values.get_mut(token.index)?.as_mut()
+        self.values.get_mut(token.index())?.as_mut()
     }
 
     /// The value in slot `index`, whatever its generation.
@@ -279,7 +289,7 @@ mod tests {
             (3, 12345, 7),
             (255, u32::MAX as usize, GENERATION_MASK),
         ] {
-            let token = Token { index, generation };
+            let token = Token::new(index, generation);
             assert_eq!(Token::unpack(token.pack(kind)), (kind, token));
         }
     }
@@ -289,10 +299,10 @@ mod tests {
         let mut slab = Slab::default();
         let first = slab.insert("a");
         assert_eq!(slab.get_mut(first), Some(&mut "a"));
-        assert_eq!(slab.remove(first.index), Some("a"));
+        assert_eq!(slab.remove(first.index()), Some("a"));
         assert_eq!(slab.get_mut(first), None);
         let second = slab.insert("b");
-        assert_eq!(second.index, first.index);
+        assert_eq!(second.index(), first.index());
         assert_ne!(second.generation, first.generation);
         assert_eq!(slab.get_mut(first), None);
         assert_eq!(slab.get_mut(second), Some(&mut "b"));
@@ -304,11 +314,11 @@ mod tests {
         let mut slab = Slab::default();
         for _ in 0..3 {
             let token = slab.insert(());
-            slab.remove(token.index);
+            slab.remove(token.index());
         }
         slab.ids.generations[0] = GENERATION_MASK;
         let token = slab.insert(());
-        slab.remove(token.index);
+        slab.remove(token.index());
         let wrapped = slab.insert(());
         assert_eq!(wrapped.generation, 0);
         let (_, unpacked) = Token::unpack(wrapped.pack(1));
@@ -325,7 +335,7 @@ mod reservation_tests {
         let mut slab = Slab::default();
         let reserved = slab.reserve();
         let other = slab.insert("other");
-        assert_ne!(other.index, reserved.index);
+        assert_ne!(other.index(), reserved.index());
         assert_eq!(slab.get_mut(reserved), None);
         slab.insert_at(reserved, "reserved");
         assert_eq!(slab.get_mut(reserved), Some(&mut "reserved"));
@@ -338,7 +348,7 @@ mod reservation_tests {
         let reserved = slab.reserve();
         slab.ids.unreserve(reserved);
         let next = slab.insert("next");
-        assert_eq!(next.index, reserved.index);
+        assert_eq!(next.index(), reserved.index());
         assert_ne!(next.generation, reserved.generation);
     }
 
@@ -347,8 +357,8 @@ mod reservation_tests {
         let mut slab = Slab::default();
         let a = slab.insert(1);
         let b = slab.insert(2);
-        let (x, y) = slab.pair(b.index, a.index).expect("two live slots");
+        let (x, y) = slab.pair(b.index(), a.index()).expect("two live slots");
         assert_eq!((*x, *y), (2, 1));
-        assert!(slab.pair(a.index, a.index).is_none());
+        assert!(slab.pair(a.index(), a.index()).is_none());
     }
 }

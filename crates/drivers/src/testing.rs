@@ -220,7 +220,7 @@ impl<H: Handler> TestWorker<H> {
     pub fn send(&mut self, conn: TestConn, bytes: &[u8]) {
         if let Some(slot) = self.slots.get_mut(conn.0) {
             slot.peer.unread.extend_from_slice(bytes);
-            self.dirty.push(conn.0.index);
+            self.dirty.push(conn.0.index());
         }
         self.run();
     }
@@ -229,7 +229,7 @@ impl<H: Handler> TestWorker<H> {
     pub fn shutdown_write(&mut self, conn: TestConn) {
         if let Some(slot) = self.slots.get_mut(conn.0) {
             slot.peer.ended = true;
-            self.dirty.push(conn.0.index);
+            self.dirty.push(conn.0.index());
         }
         self.run();
     }
@@ -238,7 +238,7 @@ impl<H: Handler> TestWorker<H> {
     pub fn reset(&mut self, conn: TestConn) {
         if let Some(slot) = self.slots.get_mut(conn.0) {
             slot.peer.reset = true;
-            self.dirty.push(conn.0.index);
+            self.dirty.push(conn.0.index());
         }
         self.run();
     }
@@ -248,7 +248,7 @@ impl<H: Handler> TestWorker<H> {
     pub fn window(&mut self, conn: TestConn, bytes: Option<usize>) {
         if let Some(slot) = self.slots.get_mut(conn.0) {
             slot.peer.window = bytes;
-            self.dirty.push(conn.0.index);
+            self.dirty.push(conn.0.index());
         }
         self.run();
     }
@@ -393,14 +393,15 @@ impl<H: Handler> TestWorker<H> {
                     return;
                 }
                 State::Reading => {
-                    let room = if link.owner.is_some() {
+                    let room = if link.owner().is_some() {
                         LINKED_INPUT_MAX.saturating_sub(link.input.len())
                     } else {
                         usize::MAX
                     };
                     let mut got = false;
                     if !slot.peer.unread.is_empty() && !link.eof && room > 0 {
-                        if link.owner.is_none() && link.input.len() >= self.core.config.max_input {
+                        if link.owner().is_none() && link.input.len() >= self.core.config.max_input
+                        {
                             self.close(index, CloseReason::Error);
                             return;
                         }
@@ -431,14 +432,14 @@ impl<H: Handler> TestWorker<H> {
             return;
         };
         // The owner holds the joint: the partner is moved with it.
-        let owner = match self.slots.at(index).and_then(|slot| slot.link.owner) {
+        let owner = match self.slots.at(index).and_then(|slot| slot.link.owner()) {
             Some(owner) if owner == partner => {
-                self.dirty.push(owner.index);
+                self.dirty.push(owner.index());
                 return;
             }
             _ => token,
         };
-        let Some((a, b)) = self.slots.pair(owner.index, partner.index) else {
+        let Some((a, b)) = self.slots.pair(owner.index(), partner.index()) else {
             self.close(index, CloseReason::Error);
             return;
         };
@@ -452,8 +453,8 @@ impl<H: Handler> TestWorker<H> {
         }
         if b.peer.ended {
             // The partner's end reached the owner's peer: the joint is done.
-            self.close(partner.index, CloseReason::Done);
-            self.close(owner.index, CloseReason::Done);
+            self.close(partner.index(), CloseReason::Done);
+            self.close(owner.index(), CloseReason::Done);
         }
     }
 }
@@ -522,7 +523,7 @@ impl<H: Handler> Engine<'static> for TestWorker<H> {
         other.partner = Some(owner);
         slot.partner = Some(partner);
         self.dirty.push(index);
-        self.dirty.push(partner.index);
+        self.dirty.push(partner.index());
         next
     }
 

@@ -123,7 +123,7 @@ impl<'a> Core<'a> {
     pub(crate) fn note_deadline(&mut self, token: Token, deadline: Option<Instant>) {
         if let Some(at) = deadline.filter(|&at| at < self.next_tick) {
             self.timers
-                .push(Reverse((at, token.index, token.generation)));
+                .push(Reverse((at, token.index(), token.generation)));
         }
     }
 
@@ -142,7 +142,7 @@ impl<'a> Core<'a> {
             return None;
         }
         self.timers.pop();
-        Some(Token { index, generation })
+        Some(Token::new(index, generation))
     }
 
     /// Whether the tick work is due now; if it is, the next one is a [`TICK`] away.

@@ -99,6 +99,13 @@ fn get_from_client(url: &str, ca: &Path) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The bodies of four requests through the balancer on `port`, each on a connection of its
+/// own; `None` when curl is missing.
+fn four_requests(port: u16, ca: &Path) -> Option<Vec<String>> {
+    let url = format!("https://a.test:{port}/node.txt");
+    (0..4).map(|_| get_from_client(&url, ca)).collect()
+}
+
 /// Both nodes answered, and each logged the client at 127.0.0.2.
 fn check_spread(bodies: &[String], nodes: &[&Server]) {
     assert!(bodies.iter().any(|b| b == "node A"), "{bodies:?}");
@@ -129,14 +136,9 @@ fn haproxy_in_tcp_mode_spreads_tls_clients_over_two_nodes_that_see_their_address
     let Some(_haproxy) = haproxy(dir.path(), &config, port) else {
         return;
     };
-    let mut bodies = Vec::new();
-    for _ in 0..4 {
-        let url = format!("https://a.test:{port}/node.txt");
-        let Some(body) = get_from_client(&url, pki.ca()) else {
-            return;
-        };
-        bodies.push(body);
-    }
+    let Some(bodies) = four_requests(port, pki.ca()) else {
+        return;
+    };
     check_spread(&bodies, &[&a, &b]);
 }
 
@@ -164,13 +166,8 @@ fn haproxy_in_http_mode_terminates_tls_for_plain_nodes_that_see_the_client() {
     let Some(_haproxy) = haproxy(dir.path(), &config, port) else {
         return;
     };
-    let mut bodies = Vec::new();
-    for _ in 0..4 {
-        let url = format!("https://a.test:{port}/node.txt");
-        let Some(body) = get_from_client(&url, pki.ca()) else {
-            return;
-        };
-        bodies.push(body);
-    }
+    let Some(bodies) = four_requests(port, pki.ca()) else {
+        return;
+    };
     check_spread(&bodies, &[&a, &b]);
 }

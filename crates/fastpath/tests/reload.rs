@@ -47,7 +47,7 @@ fn kill(pid: u32, sig: libc::c_int) {
 
 /// Reloads the server whose pid file is `pid_file` with `signal` and waits until its
 /// successor has written the pid file and the old process is gone; the successor's pid.
-fn replace(pid_file: &Path, signal: libc::c_int) -> u32 {
+pub(crate) fn replace(pid_file: &Path, signal: libc::c_int) -> u32 {
     let old: u32 = fs::read_to_string(pid_file)
         .unwrap()
         .trim()

@@ -132,8 +132,9 @@ pub(crate) struct HttpConn {
     /// A backend connection of a client connection's exchange: its events step that
     /// exchange, so the handler is never called for it but at its open and close.
     backend: bool,
-    /// The connection speaks TLS, and the server name its client asked for, if it did.
-    tls: Option<Tls>,
+    /// The connection speaks TLS, and the server name its client asked for, if it did
+    /// (boxed: a plain connection pays one word for it).
+    tls: Option<Box<Tls>>,
 }
 
 /// What a TLS connection's requests need of its handshake.
@@ -154,7 +155,7 @@ pub(crate) struct Scheme<'c> {
 
 impl<'c> Scheme<'c> {
     /// The scheme of a connection whose TLS side is `tls`.
-    fn of(tls: &'c Option<Tls>) -> Self {
+    fn of(tls: &'c Option<Box<Tls>>) -> Self {
         match tls {
             Some(tls) => Scheme {
                 https: true,
@@ -890,8 +891,10 @@ impl Handler for HttpHandler {
             .listener()
             .and_then(|i| *self.settings.unix_listeners.get(i)?);
         let mut conn = HttpConn::new(unix.map_or(Peer::Tcp(opened.peer()), Peer::Unix), false);
-        conn.tls = io.transport().map(|agreed| Tls {
-            server_name: agreed.server_name.clone(),
+        conn.tls = io.transport().map(|agreed| {
+            Box::new(Tls {
+                server_name: agreed.server_name.clone(),
+            })
         });
         if let Some(metrics) = &self.metrics {
             metrics.opened();

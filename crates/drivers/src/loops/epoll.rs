@@ -158,11 +158,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 epoll.delete(fd)?;
                 continue;
             }
-            let token = Token {
-                index: i,
-                generation: 0,
-            }
-            .pack(LISTENER);
+            let token = Token::new(i, 0).pack(LISTENER);
             let readable = libc::EPOLLIN as u32;
             let added = epoll.add(fd, readable | libc::EPOLLEXCLUSIVE as u32, token);
             if matches!(&added, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) {
@@ -372,7 +368,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     fn dispatch(&mut self, event: Event) {
         let (kind, token) = Token::unpack(event.token());
         if kind == LISTENER {
-            self.accept(token.index);
+            self.accept(token.index());
             return;
         }
         let Some(slot) = self.slots.get_mut(token) else {
@@ -390,7 +386,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         if flags & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) != 0 {
             slot.writable = true;
         }
-        self.drive(token.index);
+        self.drive(token.index());
     }
 
     fn accept(&mut self, listener_index: usize) {
@@ -492,10 +488,10 @@ impl<'a, H: Handler> Worker<'a, H> {
                 }
             }
             if link.state == State::Joined {
-                if let Some(owner) = link.owner {
+                if let Some(owner) = link.owner() {
                     // A joined linked connection is moved with its owner.
                     if self.is_live(owner) {
-                        self.drive(owner.index);
+                        self.drive(owner.index());
                     }
                     return;
                 }
@@ -509,7 +505,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             let mut feeding = false;
             if link.links.iter().any(|entry| entry.splicing) {
                 feeding = self.pump_owned_splices(index);
-            } else if let Some(owner) = link.owner.filter(|_| link.splices.is_some()) {
+            } else if let Some(owner) = link.owner().filter(|_| link.splices().is_some()) {
                 self.pump_splice(owner, index);
             }
             let Some(slot) = self.slots.at(index) else {
@@ -581,9 +577,9 @@ impl<'a, H: Handler> Worker<'a, H> {
                     let mut got = false;
                     // A linked connection holds at most so much its owner has not taken, and
                     // reads nothing while a splice takes its bytes to the owner.
-                    let held = link.owner.is_some()
+                    let held = link.owner().is_some()
                         && (link.input.len() >= LINKED_INPUT_MAX
-                            || link.splices.as_ref().is_some_and(|s| s.inward.is_some()));
+                            || link.splices().is_some_and(|s| s.inward.is_some()));
                     if slot.readable && !link.eof && !feeding && !held {
                         if link.input.len() >= self.core.config.max_input {
                             warn_input_left!(link.input.len(), self.core.config.max_input);
@@ -638,7 +634,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             .and_then(|slot| slot.partner)
             .filter(|&p| self.is_live(p));
         let epoll = self.epoll.as_ref();
-        let pair = partner.and_then(|p| self.slots.pair(index, p.index));
+        let pair = partner.and_then(|p| self.slots.pair(index, p.index()));
         let Some((slot, other)) = pair else {
             self.close(index, CloseReason::Error);
             return false;
@@ -721,7 +717,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 slot.joint = None;
                 slot.partner = None;
                 link.unjoin();
-                self.close(partner.index, CloseReason::Done);
+                self.close(partner.index(), CloseReason::Done);
                 true
             }
             JointStep::Close(reason) => {
@@ -745,7 +741,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         let mut feeding = false;
         for linked in splicing {
             if self.is_live(linked) {
-                feeding |= self.pump_splice(owner, linked.index);
+                feeding |= self.pump_splice(owner, linked.index());
             }
         }
         feeding
@@ -759,11 +755,12 @@ impl<'a, H: Handler> Worker<'a, H> {
             return false;
         }
         let token = self.slots.token(index);
-        let Some((slot, linked)) = self.slots.pair(owner.index, index) else {
+        let Some((slot, linked)) = self.slots.pair(owner.index(), index) else {
             return false;
         };
         let me = linked.link.fd.as_raw_fd();
-        let Some(splices) = linked.link.splices.as_mut() else {
+        let linked_output_queued = !linked.link.output.is_empty();
+        let Some(splices) = linked.link.splices_mut() else {
             return false;
         };
         let pumped = splices.pump(
@@ -778,7 +775,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 writable: &mut linked.writable,
             },
             !slot.link.output.is_empty(),
-            !linked.link.output.is_empty(),
+            linked_output_queued,
         );
         let feeding = splices.outward.is_some();
         if splices.idle() {

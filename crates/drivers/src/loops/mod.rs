@@ -115,7 +115,7 @@ pub(crate) trait Engine<'a> {
         let deadline = link.deadline;
         self.insert(token, link, conn);
         self.core().note_deadline(token, deadline);
-        let index = token.index;
+        let index = token.index();
         let next = self.after_call(index, next);
         self.apply(index, next).then_some(index)
     }
@@ -148,7 +148,7 @@ pub(crate) trait Engine<'a> {
         }
         for token in std::mem::take(&mut self.core().requests.to_close) {
             if self.is_live(token) {
-                self.close(token.index, CloseReason::Done);
+                self.close(token.index(), CloseReason::Done);
             }
         }
         let mut touched = std::mem::take(&mut self.core().requests.touched);
@@ -161,7 +161,7 @@ pub(crate) trait Engine<'a> {
                 .and_then(|slot| slot.link_mut())
                 .is_some_and(|link| link.state != State::Joined);
             if moves_alone {
-                self.proceed(token.index);
+                self.proceed(token.index());
             }
         }
         touched.clear();
@@ -229,7 +229,7 @@ pub(crate) trait Engine<'a> {
         }
         for entry in departure.links {
             if entry.closed.is_none() && self.is_live(entry.token) {
-                self.close(entry.token.index, CloseReason::Done);
+                self.close(entry.token.index(), CloseReason::Done);
             }
         }
     }
@@ -252,7 +252,7 @@ pub(crate) trait Engine<'a> {
             .slots()
             .at(index)
             .and_then(|slot| slot.link_mut())
-            .and_then(|link| link.owner);
+            .and_then(|link| link.owner());
         if let Some(owner) = owner {
             self.core().requests.woken.push(owner);
             return true;
@@ -281,7 +281,7 @@ pub(crate) trait Engine<'a> {
     fn tell_drain(&mut self) {
         for token in self.core().idle.drain() {
             if self.is_live(token) {
-                self.close(token.index, CloseReason::Done);
+                self.close(token.index(), CloseReason::Done);
             }
         }
         for index in 0..self.slots().capacity() {
@@ -302,18 +302,18 @@ pub(crate) trait Engine<'a> {
         if !self.is_current(token) {
             return;
         }
-        let Some(parts) = self.parts(token.index) else {
+        let Some(parts) = self.parts(token.index()) else {
             return;
         };
         if !parts.link.take_wake() {
             return;
         }
         if parts.busy {
-            self.call_later(token.index);
-        } else if !self.call_and_apply(token.index, false) {
+            self.call_later(token.index());
+        } else if !self.call_and_apply(token.index(), false) {
             return;
         }
-        self.proceed(token.index);
+        self.proceed(token.index());
     }
 
     /// Carries out what handlers asked of the worker ([`crate::Io::wake`],
@@ -331,7 +331,7 @@ pub(crate) trait Engine<'a> {
                     self.open_outgoing(outgoing);
                     continue;
                 };
-                let Some(owner) = outgoing.link.owner.filter(|&owner| self.is_live(owner)) else {
+                let Some(owner) = outgoing.link.owner().filter(|&owner| self.is_live(owner)) else {
                     // A linked connection whose owner closed before it was opened.
                     self.slots().unreserve(token);
                     continue;
@@ -358,7 +358,7 @@ pub(crate) trait Engine<'a> {
     fn keep_time(&mut self) {
         while let Some(token) = self.core().next_due() {
             if self.is_current(token) {
-                self.expire(token.index);
+                self.expire(token.index());
             }
         }
         if !self.core().tick_due() {

@@ -183,7 +183,7 @@ enum Op {
 
 /// user_data of an operation: its kind, and the slot (or listener) and generation it is for.
 fn token(op: Op, index: usize, generation: u32) -> u64 {
-    Token { index, generation }.pack(op as u8)
+    Token::new(index, generation).pack(op as u8)
 }
 
 fn untoken(user_data: u64) -> (Option<Op>, usize, u32) {
@@ -196,7 +196,7 @@ fn untoken(user_data: u64) -> (Option<Op>, usize, u32) {
         5 => Some(Op::Cancel),
         _ => None,
     };
-    (op, token.index, token.generation)
+    (op, token.index(), token.generation)
 }
 
 fn cancel(user_data: u64) -> squeue::Entry {
@@ -221,7 +221,7 @@ fn wants_input<C>(c: &Conn<C>) -> bool {
     if c.link.eof || c.join.is_some() || c.link.state == State::Joined {
         return false;
     }
-    if c.link.owner.is_some() {
+    if c.link.owner().is_some() {
         // A linked connection holds at most so much its owner has not taken.
         return c.link.state == State::Reading && c.link.input.len() < LINKED_INPUT_MAX;
     }
@@ -561,7 +561,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     /// Accounts for a completion of a slot's operation (`last`: the operation is over);
     /// true when the slot holds the live connection the operation belongs to.
     fn op_done(&mut self, index: usize, generation: u32, last: bool) -> bool {
-        let Some(slot) = self.slots.get_mut(Token { index, generation }) else {
+        let Some(slot) = self.slots.get_mut(Token::new(index, generation)) else {
             return false;
         };
         if last {
@@ -773,7 +773,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         if c.join.is_some() || c.link.state == State::Joined {
             // The last bytes before the receive ends: they cross over to the partner, in the
             // owner's flush.
-            let carrier = c.link.owner.unwrap_or(Token { index, generation });
+            let carrier = c.link.owner().unwrap_or(Token::new(index, generation));
             match received {
                 Received::Bytes(bid, buf) => keep_received(
                     &mut self.buffers,
@@ -789,7 +789,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                     return;
                 }
             }
-            self.mark_dirty(carrier.index);
+            self.mark_dirty(carrier.index());
             return;
         }
         if c.link.state == State::Idle {
@@ -819,7 +819,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 // effect).
                 if c.link.state == State::Reading
                     && !c.ready_pending
-                    && c.link.owner.is_none()
+                    && c.link.owner().is_none()
                     && c.link.input.len() >= self.core.config.max_input
                 {
                     warn_input_left!(c.link.input.len(), self.core.config.max_input);
@@ -885,7 +885,7 @@ impl<'a, H: Handler> Worker<'a, H> {
     }
 
     fn on_send(&mut self, index: usize, generation: u32, result: i32) {
-        if let Some(slot) = self.slots.get_mut(Token { index, generation }) {
+        if let Some(slot) = self.slots.get_mut(Token::new(index, generation)) {
             if let Some(msg) = slot.msg.take() {
                 if self.send_msgs.len() < SPARE_SEND_MSGS {
                     self.send_msgs.push(msg);
@@ -940,7 +940,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         if c.link.state == State::Joined {
             // A joined partner's poll: its readiness is the owner's joint's to use.
-            if let Some(owner) = c.link.owner {
+            if let Some(owner) = c.link.owner() {
                 if let Some(joining) = self
                     .slots
                     .get_mut(owner)
@@ -952,7 +952,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                     joining.readable[1] |= readable;
                     joining.writable[1] |= writable;
                 }
-                self.mark_dirty(owner.index);
+                self.mark_dirty(owner.index());
             }
             return;
         }
@@ -995,8 +995,8 @@ impl<'a, H: Handler> Worker<'a, H> {
             if c.link.state == State::Joined && c.join.is_none() {
                 // A joined partner is moved with its owner.
                 c.dirty = false;
-                if let Some(owner) = c.link.owner {
-                    self.mark_dirty(owner.index);
+                if let Some(owner) = c.link.owner() {
+                    self.mark_dirty(owner.index());
                 }
                 return;
             }
@@ -1086,19 +1086,19 @@ impl<'a, H: Handler> Worker<'a, H> {
         }
         // Both receives end first: what they deliver meanwhile crosses over below.
         for side in [owner, partner] {
-            let Some((generation, _, c)) = live(&mut self.slots, side.index) else {
+            let Some((generation, _, c)) = live(&mut self.slots, side.index()) else {
                 continue;
             };
             c.dirty = false;
             if c.recv_armed && !c.recv_cancelled {
                 c.recv_cancelled = true;
                 self.sqes
-                    .push(cancel(token(Op::Recv, side.index, generation)));
+                    .push(cancel(token(Op::Recv, side.index(), generation)));
             }
         }
         let (slot, other) = self
             .slots
-            .pair(index, partner.index)
+            .pair(index, partner.index())
             .expect("two live connections");
         let (Some(c), Some(p)) = (slot.conn.as_mut(), other.conn.as_mut()) else {
             return;
@@ -1169,7 +1169,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                     // any other connection, its late input discarded for the linger time.
                     c.join = None;
                     c.link.unjoin();
-                    self.close(partner.index, CloseReason::Done);
+                    self.close(partner.index(), CloseReason::Done);
                     self.mark_dirty(index);
                     return;
                 }
@@ -1235,7 +1235,7 @@ impl<'a, H: Handler> Worker<'a, H> {
         let index = if side == 0 {
             owner
         } else {
-            joining.partner.index
+            joining.partner.index()
         };
         let Some((generation, in_flight, c)) = live(&mut self.slots, index) else {
             return;
@@ -1543,7 +1543,7 @@ impl<'a, H: Handler> Engine<'a> for Worker<'a, H> {
             self.free_slot(index);
         }
         self.end_close(
-            Token { index, generation },
+            Token::new(index, generation),
             departure,
             c.conn,
             reason,
