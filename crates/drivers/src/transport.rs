@@ -314,6 +314,8 @@ const SMALL_RECORD_BURST: u64 = 16 * 1024;
 pub struct Transported<H> {
     inner: H,
     transports: Transports,
+    /// Some listener has layers: without any, a connection's open is the inner handler's.
+    layered: bool,
     /// File bytes read to be encoded, kept for its allocation.
     scratch: Vec<u8>,
 }
@@ -321,9 +323,14 @@ pub struct Transported<H> {
 impl<H: Handler> Transported<H> {
     /// `inner`, with the connections of the listeners `transports` names run under theirs.
     pub fn new(inner: H, transports: Transports) -> Self {
+        let layered = transports
+            .by_listener
+            .iter()
+            .any(|layers| !layers.is_plain());
         Transported {
             inner,
             transports,
+            layered,
             scratch: Vec::new(),
         }
     }
@@ -331,6 +338,35 @@ impl<H: Handler> Transported<H> {
     /// The handler inside.
     pub fn inner(&mut self) -> &mut H {
         &mut self.inner
+    }
+
+    /// [`Handler::on_open`] of a connection of a listener with layers: a PROXY header to
+    /// wait for (from a trusted address only), or the transport's handshake to start.
+    #[inline(never)]
+    fn open_under(
+        &mut self,
+        opened: Opened,
+        layers: Layers,
+        io: &mut Io<'_>,
+    ) -> (Layered<H::Conn>, Next) {
+        let transport = layers.transport;
+        let Some(proxy) = layers.proxy else {
+            return self.open_layers(opened, transport, io);
+        };
+        let conn = Layered::Preamble { opened, transport };
+        if !proxy
+            .trusted
+            .iter()
+            .any(|net| net.contains(opened.peer().ip()))
+        {
+            tracing::warn!(
+                "{}: a PROXY header is accepted only from a trusted address; closed",
+                opened.peer()
+            );
+            return (conn, Next::Abort);
+        }
+        io.set_deadline(Some(io.now() + proxy.timeout));
+        (conn, Next::Read)
     }
 
     /// A connection whose layers below the handler start now: its transport's handshake,
@@ -604,33 +640,19 @@ impl<C> Secured<C> {
 impl<H: Handler> Handler for Transported<H> {
     type Conn = Layered<H::Conn>;
 
+    #[inline]
     fn on_open(&mut self, opened: Opened, io: &mut Io<'_>) -> (Self::Conn, Next) {
-        let layers = opened
-            .listener()
-            .and_then(|index| self.transports.of(index))
-            .cloned();
-        let Some(layers) = layers else {
-            let (conn, next) = self.inner.on_open(opened, io);
-            return (Layered::Plain(conn), next);
+        let layers = match opened.listener() {
+            Some(index) if self.layered => self.transports.of(index).cloned(),
+            _ => None,
         };
-        let transport = layers.transport;
-        let Some(proxy) = layers.proxy else {
-            return self.open_layers(opened, transport, io);
-        };
-        let conn = Layered::Preamble { opened, transport };
-        if !proxy
-            .trusted
-            .iter()
-            .any(|net| net.contains(opened.peer().ip()))
-        {
-            tracing::warn!(
-                "{}: a PROXY header is accepted only from a trusted address; closed",
-                opened.peer()
-            );
-            return (conn, Next::Abort);
+        match layers {
+            None => {
+                let (conn, next) = self.inner.on_open(opened, io);
+                (Layered::Plain(conn), next)
+            }
+            Some(layers) => self.open_under(opened, layers, io),
         }
-        io.set_deadline(Some(io.now() + proxy.timeout));
-        (conn, Next::Read)
     }
 
     #[inline]
@@ -678,6 +700,7 @@ impl<H: Handler> Handler for Transported<H> {
         }
     }
 
+    #[inline]
     fn on_close(&mut self, conn: Self::Conn, reason: CloseReason, worker: &mut Worker<'_>) {
         match conn {
             Layered::Plain(conn) => self.inner.on_close(conn, reason, worker),
