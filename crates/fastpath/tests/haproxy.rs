@@ -117,6 +117,35 @@ fn check_spread(bodies: &[String], nodes: &[&Server]) {
     }
 }
 
+/// Starts HAProxy in `mode` (`tcp` or `http`) on a free port, its listener's options
+/// `bind_options` (TLS for HTTP mode), sending PROXY v2 headers to nodes `a` and `b` in
+/// turn; then four requests through it are spread over both, and each node logs the client.
+fn spread_through_haproxy(
+    dir: &Path,
+    mode: &str,
+    bind_options: &str,
+    a: &Server,
+    b: &Server,
+    ca: &Path,
+) {
+    let port = free_port();
+    let config = format!(
+        "defaults\n  mode {mode}\n  timeout connect 2s\n  timeout client 10s\n  timeout server 10s\n\
+         frontend https\n  bind 127.0.0.1:{port}{bind_options}\n  default_backend nodes\n\
+         backend nodes\n  balance roundrobin\n\
+         \x20 server a {} send-proxy-v2\n  server b {} send-proxy-v2\n",
+        a.addr(),
+        b.addr()
+    );
+    let Some(_haproxy) = haproxy(dir, &config, port) else {
+        return;
+    };
+    let Some(bodies) = four_requests(port, ca) else {
+        return;
+    };
+    check_spread(&bodies, &[a, b]);
+}
+
 #[test]
 fn haproxy_in_tcp_mode_spreads_tls_clients_over_two_nodes_that_see_their_addresses() {
     let dir = tempfile::tempdir().unwrap();
@@ -124,22 +153,7 @@ fn haproxy_in_tcp_mode_spreads_tls_clients_over_two_nodes_that_see_their_address
     let (chain, key) = pki.leaf("a", &["a.test"], KeyKind::EcdsaP256);
     let (_a_site, a) = node("node A", Some((&chain, &key)));
     let (_b_site, b) = node("node B", Some((&chain, &key)));
-    let port = free_port();
-    let config = format!(
-        "defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 10s\n  timeout server 10s\n\
-         frontend https\n  bind 127.0.0.1:{port}\n  default_backend nodes\n\
-         backend nodes\n  balance roundrobin\n\
-         \x20 server a {} send-proxy-v2\n  server b {} send-proxy-v2\n",
-        a.addr(),
-        b.addr()
-    );
-    let Some(_haproxy) = haproxy(dir.path(), &config, port) else {
-        return;
-    };
-    let Some(bodies) = four_requests(port, pki.ca()) else {
-        return;
-    };
-    check_spread(&bodies, &[&a, &b]);
+    spread_through_haproxy(dir.path(), "tcp", "", &a, &b, pki.ca());
 }
 
 #[test]
@@ -153,21 +167,6 @@ fn haproxy_in_http_mode_terminates_tls_for_plain_nodes_that_see_the_client() {
     std::fs::write(&bundle, pem).unwrap();
     let (_a_site, a) = node("node A", None);
     let (_b_site, b) = node("node B", None);
-    let port = free_port();
-    let config = format!(
-        "defaults\n  mode http\n  timeout connect 2s\n  timeout client 10s\n  timeout server 10s\n\
-         frontend https\n  bind 127.0.0.1:{port} ssl crt {}\n  default_backend nodes\n\
-         backend nodes\n  balance roundrobin\n\
-         \x20 server a {} send-proxy-v2\n  server b {} send-proxy-v2\n",
-        bundle.display(),
-        a.addr(),
-        b.addr()
-    );
-    let Some(_haproxy) = haproxy(dir.path(), &config, port) else {
-        return;
-    };
-    let Some(bodies) = four_requests(port, pki.ca()) else {
-        return;
-    };
-    check_spread(&bodies, &[&a, &b]);
+    let ssl = format!(" ssl crt {}", bundle.display());
+    spread_through_haproxy(dir.path(), "http", &ssl, &a, &b, pki.ca());
 }
