@@ -298,6 +298,7 @@ fn serve(
         config.listen = listen;
         config.tls.listen.clear();
         config.proxy_protocol.clear();
+        config.https_redirects.clear();
     }
     for addr in tls_listen {
         config.add_tls_listener(addr);

@@ -497,3 +497,27 @@ fn tls_a_reload_serves_the_certificate_now_in_the_files() {
     );
     assert_eq!(served_leaf(&srv, pki.ca()), after);
 }
+
+httptest!(
+    tls_a_plain_listener_redirects_every_request_to_https,
+    |model| {
+        let site = Site::new();
+        site.file("hello.txt", "hello");
+        let port = free_port();
+        let config = format!(
+        "root = \"root\"\n[[listen]]\naddress = \"127.0.0.1:{port}\"\nredirect_to_https = 8443\n"
+    );
+        let srv = site
+            .server(model)
+            .config(&config)
+            .configured_listen()
+            .start();
+        let r = srv.request("GET /hello.txt?x=1 HTTP/1.1\r\nHost: a.test:8080\r\n\r\n");
+        r.assert_status(301);
+        r.assert_header("location", "https://a.test:8443/hello.txt?x=1");
+        let r = srv.request("POST /form HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\n\r\nabc");
+        r.assert_status(308);
+        r.assert_header("location", "https://a.test:8443/form");
+        srv.request("GET / HTTP/1.0\r\n\r\n").assert_status(400);
+    }
+);

@@ -82,6 +82,9 @@ pub struct Config {
     /// The listeners that expect a PROXY protocol header (`[[listen]] proxy_protocol`): their
     /// place in `listen`, and the addresses the header is accepted from (`proxy_from`).
     pub proxy_protocol: Vec<(usize, Vec<fastpath_drivers::Cidr>)>,
+    /// The plain listeners that redirect every request to HTTPS (`[[listen]]
+    /// redirect_to_https`): their place in `listen`, and the HTTPS port.
+    pub https_redirects: Vec<(usize, u16)>,
 }
 
 /// The `[tls]` table, and the listeners that speak TLS.
@@ -326,6 +329,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             tls: TlsConfig::default(),
             proxy_protocol: Vec::new(),
+            https_redirects: Vec::new(),
             user: None,
             group: None,
             run_as_root: false,
@@ -473,6 +477,14 @@ impl Config {
             .iter()
             .find(|(i, _)| *i == index)
             .map(|(_, from)| from.as_slice())
+    }
+
+    /// The HTTPS port the listener bound for `listen[index]` redirects its requests to.
+    pub fn https_redirect_of(&self, index: usize) -> Option<u16> {
+        self.https_redirects
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|&(_, port)| port)
     }
 
     /// Adds a listening address that speaks TLS (`--tls-listen`).

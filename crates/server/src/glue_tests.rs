@@ -107,8 +107,8 @@ impl Glue {
              [[route]]\nbackend = \"app\"\n{route}\n"
         );
         let config = Config::from_toml(&text, dir.path()).expect("a valid configuration");
-        let shared =
-            Shared::start(&config, 1, true, None, &[], None, None).expect("the site and log open");
+        let shared = Shared::start(&config, 1, true, None, &Default::default(), None, None)
+            .expect("the site and log open");
         let worker = TestWorker::new(shared.handler(0));
         Glue {
             worker,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use fastpath_content::ContentCache;
 use fastpath_drivers::{CloseReason, Handler, Io, Next, Opened, Origin, Worker};
 use fastpath_handover::{BackendState, HandoverMethod, Routes, SharedCache};
-use fastpath_http::{BodyFraming, ChunkedDecoder, Method, Parser, Request};
+use fastpath_http::{BodyFraming, ChunkedDecoder, Metadata, Method, Parser, Request};
 use fastpath_sys::setsockopt_int;
 
 use crate::access_log::{request_line, AccessLogBuffer, Entry, Logged, Peer, Said};
@@ -47,15 +47,24 @@ const MAX_LOGGED_BAD_LINE: usize = 256;
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nServer: fastpath\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 32\r\nRetry-After: 1\r\nConnection: close\r\n\r\nToo many connections, try again\n";
 
 /// Settings the handler needs, taken from the configuration once.
+/// What the handler knows of each listener, by listener index.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListenerFacts {
+    /// The name of each Unix-domain listener (`None` for TCP ones), which its clients go by
+    /// in the logs.
+    pub unix_names: Vec<Option<&'static str>>,
+    /// The HTTPS port a plain listener redirects every request to (`redirect_to_https`).
+    pub https_redirects: Vec<Option<u16>>,
+}
+
 pub(crate) struct HandlerSettings {
     pub limits: fastpath_http::Limits,
     pub header_timeout: Duration,
     pub keepalive_timeout: Duration,
     pub max_discard_body: u64,
     pub max_requests_per_connection: u64,
-    /// The name of each Unix-domain listener by listener index (`None` for TCP ones), which
-    /// its clients go by in the logs.
-    pub unix_listeners: Vec<Option<&'static str>>,
+    /// What the handler knows of each listener, by listener index.
+    pub listeners: ListenerFacts,
     /// SO_SNDBUF for client connections; 0 leaves the kernel's autotuning.
     pub send_buffer: libc::c_int,
 }
@@ -72,7 +81,7 @@ impl HandlerSettings {
             keepalive_timeout: config.timeouts.keepalive,
             max_discard_body: config.limits.max_discard_body,
             max_requests_per_connection: config.limits.max_requests_per_connection,
-            unix_listeners: Vec::new(),
+            listeners: ListenerFacts::default(),
             send_buffer: libc::c_int::try_from(config.limits.send_buffer)
                 .unwrap_or(libc::c_int::MAX),
         }
@@ -135,6 +144,8 @@ pub(crate) struct HttpConn {
     /// The connection speaks TLS, and the server name its client asked for, if it did
     /// (boxed: a plain connection pays one word for it).
     tls: Option<Box<Tls>>,
+    /// Its listener redirects every request to HTTPS on this port.
+    to_https: Option<u16>,
 }
 
 /// What a TLS connection's requests need of its handshake.
@@ -149,20 +160,50 @@ pub(crate) struct Tls {
 pub(crate) struct Scheme<'c> {
     /// Over TLS.
     pub(crate) https: bool,
+    /// Requests are answered with a redirect to HTTPS on this port.
+    pub(crate) to_https: Option<u16>,
     /// The TLS server name the client asked for.
     pub(crate) server_name: Option<&'c str>,
 }
 
 impl<'c> Scheme<'c> {
     /// The scheme of a connection whose TLS side is `tls`.
-    fn of(tls: &'c Option<Box<Tls>>) -> Self {
+    fn of(tls: &'c Option<Box<Tls>>, to_https: Option<u16>) -> Self {
         match tls {
             Some(tls) => Scheme {
                 https: true,
+                to_https: None,
                 server_name: tls.server_name.as_deref(),
             },
-            None => Scheme::default(),
+            None => Scheme {
+                to_https,
+                ..Scheme::default()
+            },
         }
+    }
+}
+
+/// Where a request for `target` on `host` (maybe with a port) goes over HTTPS on `port`:
+/// the same host and path and query, the port written unless it is 443. A target in
+/// absolute form keeps its path; `*` (OPTIONS) goes to `/`.
+fn https_location(host: &str, port: u16, target: &str) -> String {
+    let name = match host.strip_prefix('[') {
+        Some(_) => host.split_inclusive(']').next().unwrap_or(host),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let path = if target.starts_with('/') {
+        target
+    } else {
+        // absolute-form: after the scheme and the authority.
+        target
+            .split_once("://")
+            .and_then(|(_, rest)| rest.find('/').map(|at| &rest[at..]))
+            .unwrap_or("/")
+    };
+    if port == 443 {
+        format!("https://{name}{path}")
+    } else {
+        format!("https://{name}:{port}{path}")
     }
 }
 
@@ -194,6 +235,7 @@ impl HttpConn {
             idle: false,
             backend,
             tls: None,
+            to_https: None,
         }
     }
 }
@@ -416,7 +458,7 @@ impl HttpHandler {
                     };
                     let scrape = conn.scrape;
                     let served = (requests, scrape, waiting.take());
-                    let scheme = Scheme::of(&conn.tls);
+                    let scheme = Scheme::of(&conn.tls, conn.to_https);
                     self.respond(
                         (peer, scheme),
                         served,
@@ -497,6 +539,12 @@ impl HttpHandler {
                 405 => Route::MethodNotAllowed,
                 status => Route::Error(status),
             }
+        } else if let Some(port) = scheme.to_https {
+            if request.host.is_some() {
+                Route::ToHttps(port)
+            } else {
+                Route::Error(400)
+            }
         } else if scheme
             .server_name
             .is_some_and(|sni| !host_is_server_name(request.host, sni))
@@ -574,6 +622,19 @@ impl HttpHandler {
                 }
             }
             Route::Error(status) => (status, sink.writer(date).error(status, answer)),
+            Route::ToHttps(port) => {
+                let location = https_location(request.host.unwrap_or(""), port, request.target);
+                // 308 keeps the method and body of what is not a GET or HEAD.
+                let status = match request.kind {
+                    Method::Get | Method::Head => 301,
+                    _ => 308,
+                };
+                let meta = Metadata {
+                    location: Some(&location),
+                    ..Metadata::default()
+                };
+                (status, sink.writer(date).page(status, answer, meta))
+            }
             Route::MethodNotAllowed => (405, sink.writer(date).method_not_allowed(answer)),
             Route::Static(reply) => sink.writer(date).static_reply(&reply, answer),
             Route::Metrics => {
@@ -889,8 +950,11 @@ impl Handler for HttpHandler {
         io.set_deadline(Some(io.now() + self.settings.header_timeout));
         let unix = opened
             .listener()
-            .and_then(|i| *self.settings.unix_listeners.get(i)?);
+            .and_then(|i| *self.settings.listeners.unix_names.get(i)?);
         let mut conn = HttpConn::new(unix.map_or(Peer::Tcp(opened.peer()), Peer::Unix), false);
+        conn.to_https = opened
+            .listener()
+            .and_then(|i| *self.settings.listeners.https_redirects.get(i)?);
         conn.tls = io.transport().map(|agreed| {
             Box::new(Tls {
                 server_name: agreed.server_name.clone(),
@@ -1032,5 +1096,36 @@ fn set_send_buffer(io: &Io<'_>, size: libc::c_int) {
         size,
     ) {
         tracing::debug!("SO_SNDBUF: {e}");
+    }
+}
+
+#[cfg(test)]
+mod scheme_tests {
+    use super::{host_is_server_name, https_location};
+
+    #[test]
+    fn https_locations_keep_the_host_path_and_query() {
+        assert_eq!(
+            https_location("a.test", 443, "/x?y=1"),
+            "https://a.test/x?y=1"
+        );
+        assert_eq!(
+            https_location("a.test:8080", 8443, "/"),
+            "https://a.test:8443/"
+        );
+        assert_eq!(https_location("[::1]:8080", 443, "/p"), "https://[::1]/p");
+        assert_eq!(
+            https_location("a.test", 443, "http://a.test/q?r"),
+            "https://a.test/q?r"
+        );
+        assert_eq!(https_location("a.test", 443, "*"), "https://a.test/");
+    }
+
+    #[test]
+    fn a_host_names_the_server_name_whatever_its_port_case_or_final_dot() {
+        assert!(host_is_server_name(Some("A.Test.:8443"), "a.test"));
+        assert!(host_is_server_name(None, "a.test"));
+        assert!(!host_is_server_name(Some("b.test"), "a.test"));
+        assert!(host_is_server_name(Some("[::1]:443"), "[::1]"));
     }
 }

@@ -53,7 +53,7 @@ pub use access_log::AccessLog;
 pub use error_log::init_error_log;
 
 use crate::config::{Config, HostConfig};
-use crate::handler::{HandlerSettings, HttpHandler};
+use crate::handler::{HandlerSettings, HttpHandler, ListenerFacts};
 use crate::listening::ListenerSource;
 use crate::metrics::Metrics;
 use crate::systemd::{Notify, Systemd};
@@ -230,7 +230,7 @@ impl Shared {
         handlers: usize,
         single_threaded: bool,
         metrics: Option<Arc<Metrics>>,
-        unix_listeners: &[Option<&'static str>],
+        listeners: &ListenerFacts,
         generations: Option<&'static [AtomicU64]>,
         kernel_bridge: Option<Arc<fastpath_kernel::BridgePath>>,
     ) -> Result<Shared, ServeError> {
@@ -261,7 +261,7 @@ impl Shared {
         Ok(Shared {
             hosts,
             settings: Arc::new(HandlerSettings {
-                unix_listeners: unix_listeners.to_vec(),
+                listeners: listeners.clone(),
                 ..HandlerSettings::from_config(config)
             }),
             routes: Arc::new(Routes::new(config.routes.clone())),
@@ -396,7 +396,10 @@ pub fn serve_with(
         config,
         handlers: layout.handlers,
         metrics,
-        unix_listeners: unix_listener_names(&served.listeners),
+        listeners: ListenerFacts {
+            unix_names: unix_listener_names(&served.listeners),
+            https_redirects: https_redirects(config, &served),
+        },
         generations: shared_generations(config, model.kind()),
         kernel_bridge,
         switch,
@@ -475,6 +478,23 @@ fn transports(config: &Config, served: &listening::Served) -> Result<Transports,
     Ok(Transports::new(by_listener))
 }
 
+/// The HTTPS port each of the site's listeners redirects its requests to, if it is one with
+/// `redirect_to_https` (matched as [`transports`] matches them).
+fn https_redirects(config: &Config, served: &listening::Served) -> Vec<Option<u16>> {
+    served.listeners.local_addrs[..served.site]
+        .iter()
+        .enumerate()
+        .map(|(i, local)| {
+            let j = if served.activated {
+                (0..config.listen.len()).find(|&j| &config.listen[j] == local)?
+            } else {
+                i
+            };
+            config.https_redirect_of(j)
+        })
+        .collect()
+}
+
 /// Maps the counters every worker will write, for the metrics listener if there is one:
 /// before any worker or child process starts, so that they all share them.
 fn start_metrics(
@@ -534,7 +554,7 @@ struct ProcessPlan<'a> {
     config: &'a Config,
     handlers: usize,
     metrics: Option<Arc<Metrics>>,
-    unix_listeners: Vec<Option<&'static str>>,
+    listeners: ListenerFacts,
     generations: Option<&'static [AtomicU64]>,
     kernel_bridge: Option<Arc<fastpath_kernel::BridgePath>>,
     switch: Option<privileges::Switch>,
@@ -551,7 +571,7 @@ impl ProcessPlan<'_> {
             self.handlers,
             process.single_threaded,
             self.metrics.clone(),
-            &self.unix_listeners,
+            &self.listeners,
             self.generations,
             self.kernel_bridge.clone(),
         )

@@ -24,6 +24,8 @@ pub(crate) enum Route {
     Handover(usize, HandoverMethod),
     /// The metrics exposition (on the metrics listener only).
     Metrics,
+    /// The same URL over HTTPS on this port (a listener with `redirect_to_https`).
+    ToHttps(u16),
 }
 
 /// One worker's router: the sites, the hand-over rules, the worker's handle on the

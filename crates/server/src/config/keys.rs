@@ -291,6 +291,7 @@ pub(super) struct ListenEntry {
     address: Option<String>,
     unix_mode: Option<u32>,
     tls: bool,
+    redirect_to_https: Option<u16>,
     proxy_protocol: bool,
     proxy_from: Option<Vec<fastpath_drivers::Cidr>>,
 }
@@ -308,6 +309,9 @@ pub(super) const LISTEN: TableSpec<ListenEntry> = TableSpec { place: "in [[liste
         Text(|e, s| parse_mode(s).map(|m| e.unix_mode = Some(m)))),
     // Speak TLS (HTTPS) here, with the hosts' `tls_certificate`s.
     key("tls", "false", Bool(|e, b| e.tls = b)),
+    // Answer every request with a redirect to the same URL over HTTPS, on this port.
+    key("redirect_to_https", "unset",
+        Count(1, 65_535, |e, n| e.redirect_to_https = Some(n as u16))),
     // Every connection starts with a PROXY protocol header (v1 or v2) naming the client.
     key("proxy_protocol", "false", Bool(|e, b| e.proxy_protocol = b)),
     // The addresses (or blocks, "10.0.0.0/8") of the balancers the header is taken from.
@@ -485,6 +489,17 @@ impl<'a> Checker<'a> {
                 }
                 if entry.tls {
                     c.tls.listen.push(addrs.len());
+                }
+                match (entry.redirect_to_https, entry.tls) {
+                    (Some(_), true) => self.error(
+                        span.clone(),
+                        format!(
+                            "[[listen]] \"{text}\" speaks TLS: `redirect_to_https` is for a plain \
+                             listener"
+                        ),
+                    ),
+                    (Some(port), false) => c.https_redirects.push((addrs.len(), port)),
+                    (None, _) => {}
                 }
                 match (entry.proxy_protocol, entry.proxy_from) {
                     (true, Some(from)) => c.proxy_protocol.push((addrs.len(), from)),

@@ -1966,3 +1966,25 @@ fn proxy_protocol_listeners_name_their_balancers() {
         "the prefix length must be 0 to 32",
     );
 }
+
+#[test]
+fn a_plain_listener_may_redirect_to_https() {
+    let c = ok(
+        "[[listen]]\naddress = \"127.0.0.1:8080\"\nredirect_to_https = 443\n\
+        [[listen]]\naddress = \"127.0.0.1:8081\"\n",
+    );
+    assert_eq!(c.https_redirect_of(0), Some(443));
+    assert_eq!(c.https_redirect_of(1), None);
+    let (dir, _pki) = tls_base();
+    let errors = Config::from_toml(
+        "tls_certificate = \"a.pem\"\ntls_key = \"a.key\"\n\
+         [[listen]]\naddress = \"127.0.0.1:8443\"\ntls = true\nredirect_to_https = 443\n",
+        dir.path(),
+    )
+    .unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(
+        errors[0].message.contains("is for a plain listener"),
+        "{errors:#?}"
+    );
+}
