@@ -521,3 +521,45 @@ httptest!(
         srv.request("GET / HTTP/1.0\r\n\r\n").assert_status(400);
     }
 );
+
+/// Runs sslyze against the server for `a.test`, trusting the test CA, checked against
+/// Mozilla's `profile`; its output, or `None` (after saying so) where sslyze is missing.
+fn sslyze(srv: &Server, ca: &std::path::Path, profile: &str) -> Option<(String, bool)> {
+    let ok = Command::new("python3")
+        .args(["-c", "import sslyze"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        skip(
+            "sslyze",
+            Missing::Installable,
+            "sslyze is not installed (pip install sslyze)",
+        );
+        return None;
+    }
+    let target = format!("a.test:{}{{127.0.0.1}}", srv.addr().port());
+    let out = Command::new("timeout")
+        .args(["120", "python3", "-m", "sslyze"])
+        .arg(format!("--mozilla_config={profile}"))
+        .arg("--certinfo_ca_file")
+        .arg(ca)
+        .arg(&target)
+        .output()
+        .expect("run sslyze");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Some((text, out.status.success()))
+}
+
+#[test]
+fn tls_the_default_profile_is_mozilla_intermediate_and_tls13_only_is_modern() {
+    let tls = tls_site("");
+    let srv = tls.serve("epoll");
+    let Some((out, ok)) = sslyze(&srv, &tls.ca, "intermediate") else {
+        return;
+    };
+    assert!(ok && out.contains("OK - Compliant"), "{out}");
+    let tls = tls_site("[tls]\nprotocols = [\"TLSv1.3\"]\n");
+    let srv = tls.serve("epoll");
+    let (out, ok) = sslyze(&srv, &tls.ca, "modern").unwrap();
+    assert!(ok && out.contains("OK - Compliant"), "{out}");
+}

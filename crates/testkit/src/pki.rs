@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
-    PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256,
 };
 
 /// The kind of a leaf certificate's key.
@@ -29,6 +29,8 @@ impl TestPki {
     pub fn new(dir: &Path) -> TestPki {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // As a real CA's: strict validators (sslyze's) want the usages spelled out.
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         params
             .distinguished_name
             .push(DnType::CommonName, "fastpath test CA");
@@ -48,14 +50,15 @@ impl TestPki {
         &self.ca_pem
     }
 
-    /// A leaf certificate for `names`, valid from yesterday for a year, written as
+    /// A leaf certificate for `names`, valid from yesterday for 60 days (within the 90 that
+    /// Mozilla's profiles allow), written as
     /// `DIR/FILE.pem` (the leaf, then the CA: a chain) and `DIR/FILE.key`.
     pub fn leaf(&self, file: &str, names: &[&str], kind: KeyKind) -> (PathBuf, PathBuf) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("clock")
             .as_secs() as i64;
-        self.leaf_valid(file, names, kind, (now - 86_400, now + 365 * 86_400))
+        self.leaf_valid(file, names, kind, (now - 86_400, now + 60 * 86_400))
     }
 
     /// As [`TestPki::leaf`], valid between the two Unix times given.
@@ -72,6 +75,8 @@ impl TestPki {
             DnType::CommonName,
             names.first().cloned().unwrap_or_default(),
         );
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
         params.not_before = rcgen::date_time_ymd(1970, 1, 1) + time_secs(from);
         params.not_after = rcgen::date_time_ymd(1970, 1, 1) + time_secs(until);
         let key = match kind {
