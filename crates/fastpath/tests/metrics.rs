@@ -457,3 +457,59 @@ fn metrics_address_taken_by_the_site_is_refused() {
         "{stderr}"
     );
 }
+
+httptest!(
+    tls_handshakes_are_counted_by_every_worker_together,
+    |model| {
+        use fastpath_testkit::{KeyKind, TestPki};
+        let site = Site::new();
+        site.file("a.txt", "a");
+        let pki = TestPki::new(site.base());
+        let (chain, key) = pki.leaf("a", &["a.test"], KeyKind::EcdsaP256);
+        let config = format!(
+            "root = \"root\"\ntls_certificate = {chain:?}\ntls_key = {key:?}\n\
+         [metrics]\nlisten = \"127.0.0.1:0\"\n"
+        );
+        let srv = site.server(model).config(&config).tls().start();
+        let addr = metrics_addr(&srv);
+        let port = srv.addr().port();
+        let resolve = format!("a.test:{port}:127.0.0.1");
+        let url = format!("https://a.test:{port}/a.txt");
+        for _ in 0..2 {
+            let ca = pki.ca().to_str().unwrap();
+            let Some(out) = curl(&["-sS", "--cacert", ca, "--resolve", &resolve, &url]) else {
+                return;
+            };
+            assert_eq!(out.stdout, b"a", "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        // Plain HTTP to the TLS port: a failed handshake.
+        let mut conn = std::net::TcpStream::connect(srv.addr()).unwrap();
+        std::io::Write::write_all(&mut conn, b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").unwrap();
+        let mut answer = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut conn, &mut answer);
+        let text = wait_for(Duration::from_secs(5), || {
+            let text = scrape(addr).text();
+            let done = sum(
+                &text,
+                "fastpath_tls_handshake_failures_total",
+                &[("reason", "plain_http")],
+            ) == 1.0;
+            done.then_some(text)
+        })
+        .expect("the failure counted");
+        assert_eq!(
+            sum(&text, "fastpath_tls_handshakes_total", &[("kind", "full")]),
+            2.0,
+            "{text}"
+        );
+        assert_eq!(
+            sum(
+                &text,
+                "fastpath_tls_handshakes_total",
+                &[("kind", "resumed")]
+            ),
+            0.0
+        );
+        promtool_check("tls_handshakes_are_counted_by_every_worker_together", &text);
+    }
+);

@@ -381,11 +381,11 @@ pub fn serve_with(
     let source = inherited.listener_source()?;
     let served = listening::open(config, source, layout.listener_sets, &serving)
         .map_err(ServeError::Bind)?;
-    let metrics = start_metrics(config, &served, layout.handlers)?;
-    check_roots_and_access_log(config)?;
     // Read while the process may still read root's key files; shared by every worker and
     // preforked child.
-    let transports = transports(config, &served)?;
+    let (transports, handshakes) = transports(config, &served)?;
+    let metrics = start_metrics(config, &served, layout.handlers, handshakes)?;
+    check_roots_and_access_log(config)?;
     // Loaded while the process is still root, once: the workers and prefork's children
     // share its maps (they go when the last process holding them exits).
     let kernel_bridge = kernel_bridge::load(config).map_err(ServeError::Kernel)?;
@@ -438,13 +438,19 @@ pub fn serve_with(
 /// listeners configured with `proxy_protocol`, then TLS for those with `tls = true` (matched by
 /// their place in `listen` when bound here or handed over, by their address when systemd
 /// passed them); the others and the metrics listener are plain.
-fn transports(config: &Config, served: &listening::Served) -> Result<Transports, ServeError> {
+/// Also the TLS listeners' handshake counters, for the metrics.
+fn transports(
+    config: &Config,
+    served: &listening::Served,
+) -> Result<(Transports, Option<Arc<fastpath_tls::HandshakeCounts>>), ServeError> {
+    let mut handshakes = None;
     let tls = match config.tls_settings() {
         Some(settings) => {
             for note in config.tls_notes() {
                 tracing::info!("{note}");
             }
             let setup = fastpath_tls::TlsSetup::new(&settings).map_err(ServeError::Tls)?;
+            handshakes = Some(setup.counts());
             Some(Arc::new(setup) as Arc<dyn TransportSetup>)
         }
         None => None,
@@ -475,7 +481,7 @@ fn transports(config: &Config, served: &listening::Served) -> Result<Transports,
             }
         })
         .collect();
-    Ok(Transports::new(by_listener))
+    Ok((Transports::new(by_listener), handshakes))
 }
 
 /// The HTTPS port each of the site's listeners redirects its requests to, if it is one with
@@ -501,13 +507,14 @@ fn start_metrics(
     config: &Config,
     served: &listening::Served,
     handlers: usize,
+    handshakes: Option<Arc<fastpath_tls::HandshakeCounts>>,
 ) -> Result<Option<Arc<Metrics>>, ServeError> {
     let Some((index, addr)) = served.metrics() else {
         return Ok(None);
     };
     let names = config.backends.iter().map(|b| b.name.clone()).collect();
     // The listener's index tells a scrape's connection apart.
-    let metrics = Metrics::new(handlers, names, index)
+    let metrics = Metrics::new(handlers, names, index, handshakes)
         .map_err(|e| ServeError::Run(io::Error::new(e.kind(), format!("metrics: {e}"))))?;
     tracing::info!("metrics on http://{}{}", addr, metrics::PATH);
     Ok(Some(Arc::new(metrics)))

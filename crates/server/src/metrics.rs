@@ -109,13 +109,20 @@ pub(crate) struct Metrics {
     listener: usize,
     /// When the server started, in seconds since the epoch.
     started: f64,
+    /// The TLS listeners' handshakes, when there are TLS listeners.
+    tls: Option<Arc<fastpath_tls::HandshakeCounts>>,
 }
 
 impl Metrics {
     /// Maps zeroed counters for `workers` workers and the named backends; `listener` is the
     /// index of the address scrapes come in on. Must be called before the workers (or
     /// processes) start, so that they all share it.
-    pub(crate) fn new(workers: usize, backends: Vec<String>, listener: usize) -> io::Result<Self> {
+    pub(crate) fn new(
+        workers: usize,
+        backends: Vec<String>,
+        listener: usize,
+        tls: Option<Arc<fastpath_tls::HandshakeCounts>>,
+    ) -> io::Result<Self> {
         let workers = workers.max(1);
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -126,6 +133,7 @@ impl Metrics {
             backends,
             listener,
             started,
+            tls,
         })
     }
 
@@ -285,6 +293,42 @@ impl Metrics {
             }
         }
         self.render_backends(out, &shown);
+        self.render_tls(out);
+    }
+
+    /// The TLS listeners' handshakes, counted by every worker together.
+    fn render_tls(&self, out: &mut String) {
+        let Some(tls) = &self.tls else {
+            return;
+        };
+        family(
+            out,
+            "fastpath_tls_handshakes_total",
+            "counter",
+            "TLS handshakes that succeeded, full or resumed.",
+        );
+        let _ = writeln!(
+            out,
+            "fastpath_tls_handshakes_total{{kind=\"full\"}} {}",
+            tls.full()
+        );
+        let _ = writeln!(
+            out,
+            "fastpath_tls_handshakes_total{{kind=\"resumed\"}} {}",
+            tls.resumed()
+        );
+        family(
+            out,
+            "fastpath_tls_handshake_failures_total",
+            "counter",
+            "TLS handshakes that failed, by reason.",
+        );
+        for (reason, count) in tls.failed() {
+            let _ = writeln!(
+                out,
+                "fastpath_tls_handshake_failures_total{{reason=\"{reason}\"}} {count}"
+            );
+        }
     }
 
     fn render_backends(&self, out: &mut String, shown: &[usize]) {
@@ -534,7 +578,7 @@ mod tests {
 
     #[test]
     fn counts_sum_per_worker_and_render() {
-        let metrics = Arc::new(Metrics::new(2, vec!["app".into()], 1).unwrap());
+        let metrics = Arc::new(Metrics::new(2, vec!["app".into()], 1, None).unwrap());
         let (a, b) = (metrics.for_worker(0), metrics.for_worker(1));
         a.opened();
         b.opened();
@@ -568,7 +612,7 @@ mod tests {
 
     #[test]
     fn every_method_counts_under_its_name() {
-        let metrics = Arc::new(Metrics::new(1, Vec::new(), 1).unwrap());
+        let metrics = Arc::new(Metrics::new(1, Vec::new(), 1, None).unwrap());
         let worker = metrics.for_worker(0);
         worker.opened();
         for method in METHODS {

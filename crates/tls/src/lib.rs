@@ -46,4 +46,6 @@ mod setup;
 
 pub use certs::{inspect, CertificateFiles, CertificateReport};
 pub use session::TlsSession;
-pub use setup::{HandshakeCounts, TlsError, TlsSettings, TlsSetup, TlsVersions, UnknownName};
+pub use setup::{
+    HandshakeCounts, TlsError, TlsSettings, TlsSetup, TlsVersions, UnknownName, FAILURE_REASONS,
+};

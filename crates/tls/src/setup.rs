@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fastpath_drivers::{Opened, Transport, TransportSetup};
@@ -110,30 +110,79 @@ pub(crate) fn provider() -> CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
 }
 
-/// Handshakes of a listener so far, for the metrics.
-#[derive(Debug, Default)]
+/// Why handshakes fail, as the metrics name them (a `TransportError::kind`, or `timeout`);
+/// any other reason counts as `other`.
+pub const FAILURE_REASONS: [&str; 10] = [
+    "bad_message",
+    "incompatible",
+    "misbehaved",
+    "alert_received",
+    "decrypt",
+    "certificate",
+    "plain_http",
+    "timeout",
+    "general",
+    "other",
+];
+
+/// The counters themselves, in memory every worker and preforked child shares.
+#[derive(Default)]
+struct HandshakeBlock {
+    full: AtomicU64,
+    resumed: AtomicU64,
+    failed: [AtomicU64; FAILURE_REASONS.len()],
+}
+
+// SAFETY: atomics only, valid at zero; no pointers, no drop.
+unsafe impl fastpath_sys::ProcessShared for HandshakeBlock {}
+
+/// The handshakes of the TLS listeners so far, for the metrics: counted by every worker
+/// and preforked child into memory they share (mapped before they start).
 pub struct HandshakeCounts {
-    /// Full handshakes that succeeded.
-    pub full: AtomicU64,
-    /// Resumed sessions.
-    pub resumed: AtomicU64,
-    /// Failed handshakes, by reason.
-    failed: Mutex<Vec<(&'static str, u64)>>,
+    block: fastpath_sys::SharedMapping<HandshakeBlock>,
 }
 
 impl HandshakeCounts {
-    /// The failed handshakes by reason, each reason once.
-    pub fn failed(&self) -> Vec<(&'static str, u64)> {
-        self.failed.lock().map(|f| f.clone()).unwrap_or_default()
+    fn new() -> Result<Self, TlsError> {
+        let block = fastpath_sys::SharedMapping::new(1)
+            .map_err(|e| TlsError::general(format!("handshake counters: {e}")))?;
+        Ok(HandshakeCounts { block })
     }
 
-    fn fail(&self, reason: &'static str) {
-        if let Ok(mut failed) = self.failed.lock() {
-            match failed.iter_mut().find(|(r, _)| *r == reason) {
-                Some((_, n)) => *n += 1,
-                None => failed.push((reason, 1)),
-            }
-        }
+    /// Full handshakes that succeeded.
+    pub fn full(&self) -> u64 {
+        self.block[0].full.load(Relaxed)
+    }
+
+    /// Sessions resumed.
+    pub fn resumed(&self) -> u64 {
+        self.block[0].resumed.load(Relaxed)
+    }
+
+    /// Failed handshakes by reason ([`FAILURE_REASONS`]), each reason once.
+    pub fn failed(&self) -> Vec<(&'static str, u64)> {
+        FAILURE_REASONS
+            .iter()
+            .zip(&self.block[0].failed)
+            .map(|(reason, count)| (*reason, count.load(Relaxed)))
+            .collect()
+    }
+
+    fn fail(&self, reason: &str) {
+        let at = FAILURE_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(FAILURE_REASONS.len() - 1);
+        self.block[0].failed[at].fetch_add(1, Relaxed);
+    }
+}
+
+impl std::fmt::Debug for HandshakeCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandshakeCounts")
+            .field("full", &self.full())
+            .field("resumed", &self.resumed())
+            .finish()
     }
 }
 
@@ -216,7 +265,7 @@ impl TlsSetup {
         Ok(TlsSetup {
             config: Arc::new(config),
             handshake_timeout: settings.handshake_timeout,
-            counts: Arc::new(HandshakeCounts::default()),
+            counts: Arc::new(HandshakeCounts::new()?),
         })
     }
 
@@ -239,10 +288,10 @@ impl TransportSetup for TlsSetup {
         match failure {
             Some(reason) => self.counts.fail(reason),
             None if resumed => {
-                self.counts.resumed.fetch_add(1, Relaxed);
+                self.counts.block[0].resumed.fetch_add(1, Relaxed);
             }
             None => {
-                self.counts.full.fetch_add(1, Relaxed);
+                self.counts.block[0].full.fetch_add(1, Relaxed);
             }
         }
     }
