@@ -187,10 +187,7 @@ impl<'c> Scheme<'c> {
 /// the same host and path and query, the port written unless it is 443. A target in
 /// absolute form keeps its path; `*` (OPTIONS) goes to `/`.
 fn https_location(host: &str, port: u16, target: &str) -> String {
-    let name = match host.strip_prefix('[') {
-        Some(_) => host.split_inclusive(']').next().unwrap_or(host),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
+    let name = crate::vhosts::host_without_port(host);
     let path = if target.starts_with('/') {
         target
     } else {
@@ -210,15 +207,7 @@ fn https_location(host: &str, port: u16, target: &str) -> String {
 /// Whether a request's `Host` (maybe with a port, maybe with a trailing dot, any case) names
 /// the TLS server name `sni`. A request without Host (HTTP/1.0) is taken to mean it.
 fn host_is_server_name(host: Option<&str>, sni: &str) -> bool {
-    let Some(host) = host else {
-        return true;
-    };
-    let name = match host.strip_prefix('[') {
-        Some(_) => host.split_inclusive(']').next().unwrap_or(host),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    let name = name.strip_suffix('.').unwrap_or(name);
-    name.eq_ignore_ascii_case(sni)
+    host.is_none_or(|host| crate::vhosts::host_name(host).eq_ignore_ascii_case(sni))
 }
 
 impl HttpConn {

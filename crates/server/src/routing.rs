@@ -210,11 +210,7 @@ impl Router {
 
 /// The host name a route condition is compared with: lower case, without the port.
 fn lower_host_name<'b>(host: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
-    let name = match host.strip_prefix('[') {
-        Some(_) => host.split_inclusive(']').next().unwrap_or(host),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    let name = name.strip_suffix('.').unwrap_or(name);
+    let name = crate::vhosts::host_name(host);
     if name.is_empty() || name.len() > buf.len() {
         return None;
     }

@@ -77,6 +77,18 @@ impl VirtualHosts {
     }
 }
 
+/// `host` (a `Host` field's value) without its port.
+pub(crate) fn host_without_port(host: &str) -> &str {
+    // The cut falls before ':' or after ']', both ASCII: on a character boundary.
+    &host[..strip_port(host.as_bytes()).len()]
+}
+
+/// The name `host` names: without its port and a final dot (not lower-cased).
+pub(crate) fn host_name(host: &str) -> &str {
+    let name = host_without_port(host);
+    name.strip_suffix('.').unwrap_or(name)
+}
+
 fn strip_port(host: &[u8]) -> &[u8] {
     if host.first() == Some(&b'[') {
         // An IPv6 literal: the port, if any, follows the bracket.
