@@ -435,9 +435,8 @@ pub fn serve_with(
 }
 
 /// What each listener's connections run under: a PROXY protocol header first for the site's
-/// listeners configured with `proxy_protocol`, then TLS for those with `tls = true` (matched by
-/// their place in `listen` when bound here or handed over, by their address when systemd
-/// passed them); the others and the metrics listener are plain.
+/// listeners configured with `proxy_protocol`, then TLS for those with `tls = true` (see
+/// [`listening::Served::configured_places`]); the others and the metrics listener are plain.
 /// Also the TLS listeners' handshake counters, for the metrics.
 fn transports(
     config: &Config,
@@ -455,19 +454,10 @@ fn transports(
         }
         None => None,
     };
-    // The configured listener a listening socket is for.
-    let configured = |i: usize, local: &ListenAddr| {
-        if served.activated {
-            (0..config.listen.len()).find(|&j| &config.listen[j] == local)
-        } else {
-            Some(i)
-        }
-    };
-    let by_listener = served.listeners.local_addrs[..served.site]
-        .iter()
-        .enumerate()
-        .map(|(i, local)| {
-            let Some(j) = configured(i, local) else {
+    let by_listener = served
+        .configured_places(config)
+        .map(|place| {
+            let Some(j) = place else {
                 return Layers::default();
             };
             Layers {
@@ -485,19 +475,11 @@ fn transports(
 }
 
 /// The HTTPS port each of the site's listeners redirects its requests to, if it is one with
-/// `redirect_to_https` (matched as [`transports`] matches them).
+/// `redirect_to_https`.
 fn https_redirects(config: &Config, served: &listening::Served) -> Vec<Option<u16>> {
-    served.listeners.local_addrs[..served.site]
-        .iter()
-        .enumerate()
-        .map(|(i, local)| {
-            let j = if served.activated {
-                (0..config.listen.len()).find(|&j| &config.listen[j] == local)?
-            } else {
-                i
-            };
-            config.https_redirect_of(j)
-        })
+    served
+        .configured_places(config)
+        .map(|place| config.https_redirect_of(place?))
         .collect()
 }
 

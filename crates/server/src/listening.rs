@@ -68,9 +68,9 @@ impl ListenerSource {
 pub(crate) struct Served {
     pub(crate) listeners: Listeners,
     /// How many of them are the site's: the metrics listener, if any, comes after them.
-    pub(crate) site: usize,
+    site: usize,
     /// systemd passed the site's: every worker holds a copy of the same sockets.
-    pub(crate) activated: bool,
+    activated: bool,
     /// The name each listener is handed over under on a reload: the configured address or
     /// systemd's for the site's, its own for the metrics listener (so that a successor under
     /// socket activation does not take it for one of systemd's).
@@ -86,6 +86,26 @@ impl Served {
             .map(ToString::to_string)
             .collect();
         format!("serving on {} ({serving})", addrs.join(", "))
+    }
+
+    /// For each of the site's listeners, its place in `config.listen`, which its options
+    /// (`tls`, `proxy_protocol`, `redirect_to_https`) are kept by: its own index when bound
+    /// here or handed over, the configured address it listens on when systemd passed it
+    /// (`None` for a socket no configured address names).
+    pub(crate) fn configured_places<'c>(
+        &'c self,
+        config: &'c Config,
+    ) -> impl Iterator<Item = Option<usize>> + 'c {
+        self.listeners.local_addrs[..self.site]
+            .iter()
+            .enumerate()
+            .map(move |(i, local)| {
+                if self.activated {
+                    config.listen.iter().position(|addr| addr == local)
+                } else {
+                    Some(i)
+                }
+            })
     }
 
     /// The metrics listener's place among the listeners and its address, if there is one.
