@@ -168,6 +168,12 @@ impl HandshakeCounts {
             .collect()
     }
 
+    fn succeed(&self, resumed: bool) {
+        let block = &self.block[0];
+        let count = if resumed { &block.resumed } else { &block.full };
+        count.fetch_add(1, Relaxed);
+    }
+
     fn fail(&self, reason: &str) {
         let at = FAILURE_REASONS
             .iter()
@@ -287,12 +293,7 @@ impl TransportSetup for TlsSetup {
     fn handshake_done(&self, resumed: bool, failure: Option<&'static str>) {
         match failure {
             Some(reason) => self.counts.fail(reason),
-            None if resumed => {
-                self.counts.block[0].resumed.fetch_add(1, Relaxed);
-            }
-            None => {
-                self.counts.block[0].full.fetch_add(1, Relaxed);
-            }
+            None => self.counts.succeed(resumed),
         }
     }
 }
