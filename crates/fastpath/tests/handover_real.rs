@@ -44,11 +44,7 @@ fn stop_group(child: &mut Child) {
 }
 
 fn gunicorn() -> Option<Gunicorn> {
-    let have = Command::new("python3")
-        .args(["-c", "import gunicorn"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
+    if !python_has("gunicorn") {
         skip(
             "gunicorn backend",
             Missing::Installable,

@@ -77,23 +77,17 @@ fn node(name: &str, tls: Option<(&Path, &Path)>) -> (Site, Server) {
 
 /// GETs `url` with curl from 127.0.0.2, so that the nodes can tell the client's address
 /// from the balancer's (127.0.0.1); the body.
-fn get_from_client(url: &str, ca: &Path) -> Option<String> {
-    let out = curl(&[
-        "-sS",
-        "--interface",
-        "127.0.0.2",
-        "--cacert",
-        ca.to_str().unwrap(),
-        "--resolve",
-        &format!(
-            "a.test:{}:127.0.0.1",
-            url.rsplit(':').next().unwrap().split('/').next().unwrap()
-        ),
-        url,
-    ])?;
+fn get_from_client(port: u16, ca: &Path) -> Option<String> {
+    let out = curl_https(
+        ca,
+        "a.test",
+        port,
+        "/node.txt",
+        &["--interface", "127.0.0.2"],
+    )?;
     assert!(
         out.status.success(),
-        "curl {url}: {}",
+        "curl to port {port}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Some(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -102,8 +96,7 @@ fn get_from_client(url: &str, ca: &Path) -> Option<String> {
 /// The bodies of four requests through the balancer on `port`, each on a connection of its
 /// own; `None` when curl is missing.
 fn four_requests(port: u16, ca: &Path) -> Option<Vec<String>> {
-    let url = format!("https://a.test:{port}/node.txt");
-    (0..4).map(|_| get_from_client(&url, ca)).collect()
+    (0..4).map(|_| get_from_client(port, ca)).collect()
 }
 
 /// Both nodes answered, and each logged the client at 127.0.0.2.

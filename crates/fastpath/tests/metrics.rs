@@ -472,12 +472,8 @@ httptest!(
         );
         let srv = site.server(model).config(&config).tls().start();
         let addr = metrics_addr(&srv);
-        let port = srv.addr().port();
-        let resolve = format!("a.test:{port}:127.0.0.1");
-        let url = format!("https://a.test:{port}/a.txt");
         for _ in 0..2 {
-            let ca = pki.ca().to_str().unwrap();
-            let Some(out) = curl(&["-sS", "--cacert", ca, "--resolve", &resolve, &url]) else {
+            let Some(out) = curl_https(pki.ca(), "a.test", srv.addr().port(), "/a.txt", &[]) else {
                 return;
             };
             assert_eq!(out.stdout, b"a", "{}", String::from_utf8_lossy(&out.stderr));

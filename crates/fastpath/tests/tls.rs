@@ -59,15 +59,14 @@ impl Tls {
 
 /// curl over HTTPS to `name` (resolved to the server), trusting the test CA; `None` when
 /// curl is missing.
-fn curl_https(tls: &Tls, srv: &Server, name: &str, path: &str, extra: &[&str]) -> Option<Output> {
-    let port = srv.addr().port();
-    let resolve = format!("{name}:{port}:127.0.0.1");
-    let url = format!("https://{name}:{port}{path}");
-    let ca = tls.ca.to_str().unwrap();
-    let mut args = vec!["-sS", "--cacert", ca, "--resolve", &resolve];
-    args.extend_from_slice(extra);
-    args.push(&url);
-    curl(&args)
+fn curl_https_to(
+    tls: &Tls,
+    srv: &Server,
+    name: &str,
+    path: &str,
+    extra: &[&str],
+) -> Option<Output> {
+    curl_https(&tls.ca, name, srv.addr().port(), path, extra)
 }
 
 fn openssl() -> bool {
@@ -121,7 +120,7 @@ fn python(script: &str, srv: &Server, tls: &Tls) -> String {
 httptest!(tls_curl_gets_a_file_from_each_host_by_sni, |model| {
     let tls = tls_site("");
     let srv = tls.serve(model);
-    let Some(out) = curl_https(&tls, &srv, "a.test", "/hello.txt", &["-D", "-"]) else {
+    let Some(out) = curl_https_to(&tls, &srv, "a.test", "/hello.txt", &["-D", "-"]) else {
         return;
     };
     let text = String::from_utf8_lossy(&out.stdout);
@@ -132,7 +131,7 @@ httptest!(tls_curl_gets_a_file_from_each_host_by_sni, |model| {
     );
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(text.ends_with("hello over tls"), "{text}");
-    let out = curl_https(&tls, &srv, "b.test", "/hello.txt", &[]).unwrap();
+    let out = curl_https_to(&tls, &srv, "b.test", "/hello.txt", &[]).unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -256,7 +255,7 @@ fn tls_an_unknown_name_is_refused_when_so_configured() {
 fn tls_a_host_other_than_the_sni_name_is_misdirected() {
     let tls = tls_site("");
     let srv = tls.serve("epoll");
-    let Some(out) = curl_https(
+    let Some(out) = curl_https_to(
         &tls,
         &srv,
         "a.test",
@@ -273,7 +272,7 @@ fn tls_a_host_other_than_the_sni_name_is_misdirected() {
     // The same name with a port, another case and a trailing dot is the same host.
     let port = srv.addr().port();
     let host = format!("Host: A.Test.:{port}");
-    let out = curl_https(&tls, &srv, "a.test", "/hello.txt", &["-H", &host]).unwrap();
+    let out = curl_https_to(&tls, &srv, "a.test", "/hello.txt", &["-H", &host]).unwrap();
     assert_eq!(out.stdout, b"hello over tls");
 }
 
@@ -373,7 +372,7 @@ fn tls_a_proxied_request_tells_the_backend_it_came_over_https() {
         backend.addr
     ));
     let srv = tls.serve("epoll");
-    let Some(out) = curl_https(&tls, &srv, "a.test", "/app/x", &[]) else {
+    let Some(out) = curl_https_to(&tls, &srv, "a.test", "/app/x", &[]) else {
         return;
     };
     assert!(
@@ -525,11 +524,7 @@ httptest!(
 /// Runs sslyze against the server for `a.test`, trusting the test CA, checked against
 /// Mozilla's `profile`; its output, or `None` (after saying so) where sslyze is missing.
 fn sslyze(srv: &Server, ca: &std::path::Path, profile: &str) -> Option<(String, bool)> {
-    let ok = Command::new("python3")
-        .args(["-c", "import sslyze"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
+    if !python_has("sslyze") {
         skip(
             "sslyze",
             Missing::Installable,

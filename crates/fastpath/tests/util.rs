@@ -873,6 +873,28 @@ pub fn curl(args: &[&str]) -> Option<Output> {
     Some(out)
 }
 
+/// Runs curl over HTTPS for `https://NAME:PORT/PATH`, the name resolved to 127.0.0.1 and
+/// the test CA `ca` trusted, with `extra` arguments; `None` if curl is not installed.
+pub fn curl_https(ca: &Path, name: &str, port: u16, path: &str, extra: &[&str]) -> Option<Output> {
+    let resolve = format!("{name}:{port}:127.0.0.1");
+    let url = format!("https://{name}:{port}{path}");
+    let ca = ca.to_str().expect("a UTF-8 path");
+    let mut args = vec!["-sS", "--cacert", ca, "--resolve", &resolve];
+    args.extend_from_slice(extra);
+    args.push(&url);
+    curl(&args)
+}
+
+/// Whether `python3` can import `module`.
+pub fn python_has(module: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// A gzip member holding `data` in stored (uncompressed) deflate blocks:
 /// enough for a client to decode, with no compressor needed.
 pub fn gzip_stored(data: &[u8]) -> Vec<u8> {
