@@ -224,6 +224,14 @@ fn connect(worker: &mut TestWorker<Transported<Lines>>, listener: usize) -> Test
     worker.connect_from(listener, "127.0.0.1:40000".parse().unwrap())
 }
 
+/// A client of listener 0 past its handshake, the server's answer to it read.
+fn handshaken(worker: &mut TestWorker<Transported<Lines>>) -> TestConn {
+    let client = connect(worker, 0);
+    worker.send(client, HELLO);
+    assert_eq!(worker.received(client), WELCOME);
+    client
+}
+
 #[test]
 fn the_handler_hears_of_a_connection_once_its_handshake_is_over() {
     let setup = Arc::new(ToySetup::default());
@@ -251,9 +259,7 @@ fn the_handler_hears_of_a_connection_once_its_handshake_is_over() {
 fn bytes_that_complete_no_record_do_not_call_the_handler() {
     let setup = Arc::new(ToySetup::default());
     let mut worker = worker(&setup);
-    let client = connect(&mut worker, 0);
-    worker.send(client, HELLO);
-    worker.received(client);
+    let client = handshaken(&mut worker);
     let calls = worker.handler().inner().calls;
     let record = seal(b"split\n");
     for byte in &record[..record.len() - 1] {
@@ -295,9 +301,7 @@ fn a_broken_handshake_gets_the_transport_s_answer_and_the_connection_closes() {
 fn closing_sends_the_end_of_stream_after_the_last_record() {
     let setup = Arc::new(ToySetup::default());
     let mut worker = worker(&setup);
-    let client = connect(&mut worker, 0);
-    worker.send(client, HELLO);
-    worker.received(client);
+    let client = handshaken(&mut worker);
     worker.send(client, &seal(b"bye\n"));
     let (plain, ended) = open_records(&worker.received(client));
     assert_eq!(plain, b"goodbye\n");
@@ -309,9 +313,7 @@ fn closing_sends_the_end_of_stream_after_the_last_record() {
 fn the_peer_s_end_of_stream_is_the_handler_s_end_of_input() {
     let setup = Arc::new(ToySetup::default());
     let mut worker = worker(&setup);
-    let client = connect(&mut worker, 0);
-    worker.send(client, HELLO);
-    worker.received(client);
+    let client = handshaken(&mut worker);
     let mut bytes = seal(b"last\n");
     bytes.extend_from_slice(&[0, 0]);
     worker.send(client, &bytes);
@@ -329,9 +331,7 @@ fn a_file_is_encoded_as_the_peer_takes_it_in_records_that_grow() {
     let setup = Arc::new(ToySetup::default());
     let mut worker = worker(&setup);
     worker.handler().inner().file = Some(Arc::new(file));
-    let client = connect(&mut worker, 0);
-    worker.send(client, HELLO);
-    worker.received(client);
+    let client = handshaken(&mut worker);
     // The client reads nothing: what is encoded stays near ENCODE_AHEAD.
     worker.window(client, Some(0));
     worker.send(client, &seal(b"big 400000\n"));
