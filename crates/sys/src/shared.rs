@@ -1,10 +1,13 @@
 //! Memory shared with the processes forked after it is made: an anonymous shared mapping of
 //! values made of atomics, such as the counters and scoreboards every process of a
-//! pre-forked server reads and writes.
+//! pre-forked server reads and writes; or one in a memory file, which a process started
+//! later (a reloaded server) can map too.
 
+use std::ffi::CStr;
 use std::fmt;
 use std::io;
 use std::ops::Deref;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{
     AtomicBool, AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicIsize, AtomicU16, AtomicU32,
@@ -114,6 +117,65 @@ impl<T: ProcessShared> SharedMapping<T> {
         Ok(SharedMapping { base, len })
     }
 
+    /// Maps `len` zeroed values in a memory file (`memfd_create`), returned with the mapping:
+    /// besides the processes forked after it, a process this one starts may map the same
+    /// memory from the file ([`SharedMapping::map_file`]), as a reloaded server does.
+    pub fn new_in_file(len: usize, name: &CStr) -> io::Result<(Self, OwnedFd)> {
+        let bytes = Self::bytes(len)?;
+        // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+        let fd = crate::syscall!(memfd_create(name.as_ptr(), libc::MFD_CLOEXEC))?;
+        // SAFETY: memfd_create just returned this descriptor, owned by no one else.
+        let file = unsafe { OwnedFd::from_raw_fd(fd) };
+        let size = libc::off_t::try_from(bytes)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "shared mapping too large"))?;
+        // SAFETY: sizes a file we own; a memory file reads as zeroes up to its size.
+        crate::syscall!(ftruncate(file.as_raw_fd(), size))?;
+        // SAFETY: the file is new and zeroed, a valid T throughout (ProcessShared).
+        let mapping = unsafe { Self::map_file(&file, len)? };
+        Ok((mapping, file))
+    }
+
+    /// Maps the `len` values held in `file`, which must be exactly that long.
+    ///
+    /// # Safety
+    ///
+    /// The file must hold valid values of `T`: made by [`SharedMapping::new_in_file`] for the
+    /// same `T` (the same build, or a type laid out the same), and written only through such
+    /// mappings. Any other process mapping it shares the values from then on.
+    pub unsafe fn map_file(file: &OwnedFd, len: usize) -> io::Result<Self> {
+        const { assert!(std::mem::align_of::<T>() <= 4096, "aligned beyond a page") };
+        let bytes = Self::bytes(len)?;
+        // SAFETY: fstat into a zeroed stat buffer.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        crate::syscall!(fstat(file.as_raw_fd(), &mut stat))?;
+        if usize::try_from(stat.st_size).ok() != Some(bytes) || bytes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a shared file of {} bytes where {bytes} are expected",
+                    stat.st_size
+                ),
+            ));
+        }
+        // SAFETY: a new shared mapping of the whole file, placed by the kernel; checked below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // Page-aligned, so aligned for T (checked above); valid values by the caller's word.
+        let base = NonNull::new(base.cast::<T>()).expect("mmap gives no null mapping");
+        Ok(SharedMapping { base, len })
+    }
+
     fn bytes(len: usize) -> io::Result<usize> {
         len.checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "shared mapping too large"))
@@ -215,6 +277,21 @@ mod tests {
             .join()
             .unwrap();
         assert_eq!(seen, 3);
+    }
+
+    #[test]
+    fn a_second_mapping_of_the_file_sees_the_same_values() {
+        let (first, file) = SharedMapping::<AtomicU64>::new_in_file(2, c"test-shared").unwrap();
+        first[1].store(42, SeqCst);
+        // SAFETY: the file was made for two AtomicU64 just above.
+        let second = unsafe { SharedMapping::<AtomicU64>::map_file(&file, 2) }.unwrap();
+        assert_eq!(second[1].load(SeqCst), 42);
+        second[0].fetch_add(3, SeqCst);
+        drop(second);
+        assert_eq!(first[0].load(SeqCst), 3);
+        // SAFETY: as above; the length is wrong on purpose, and refused before mapping.
+        let err = unsafe { SharedMapping::<AtomicU64>::map_file(&file, 3) }.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
 
     #[test]
