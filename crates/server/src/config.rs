@@ -88,7 +88,7 @@ pub struct Config {
 }
 
 /// The `[tls]` table, and the listeners that speak TLS.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
     /// The places in `listen` of the addresses with `tls = true`, in order.
     pub listen: Vec<usize>,
@@ -96,6 +96,40 @@ pub struct TlsConfig {
     pub versions: fastpath_tls::TlsVersions,
     /// What a server name no host has a certificate for gets (`unknown_name`).
     pub unknown_name: fastpath_tls::UnknownName,
+    /// Whether sessions resume with tickets (`session_tickets`).
+    pub session_tickets: bool,
+    /// Ticket key files, the first encrypting (`ticket_keys`); none: keys made at start.
+    pub ticket_keys: Vec<PathBuf>,
+    /// How long a key made at start encrypts tickets before the next (`ticket_key_rotation`).
+    pub ticket_key_rotation: Duration,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            listen: Vec::new(),
+            versions: fastpath_tls::TlsVersions::default(),
+            unknown_name: fastpath_tls::UnknownName::default(),
+            session_tickets: true,
+            ticket_keys: Vec::new(),
+            ticket_key_rotation: Duration::from_secs(12 * 3600),
+        }
+    }
+}
+
+impl TlsConfig {
+    /// Where the session ticket keys come from.
+    pub fn ticket_source(&self) -> fastpath_tls::TicketKeys {
+        if !self.session_tickets {
+            fastpath_tls::TicketKeys::Off
+        } else if !self.ticket_keys.is_empty() {
+            fastpath_tls::TicketKeys::Files(self.ticket_keys.clone())
+        } else {
+            fastpath_tls::TicketKeys::Rotating {
+                every: self.ticket_key_rotation,
+            }
+        }
+    }
 }
 
 /// The `[metrics]` table.
@@ -461,6 +495,7 @@ impl Config {
             versions: self.tls.versions,
             unknown_name: self.tls.unknown_name,
             handshake_timeout: self.timeouts.header,
+            tickets: self.tls.ticket_source(),
             ..fastpath_tls::TlsSettings::default()
         })
     }

@@ -383,8 +383,8 @@ pub fn serve_with(
         .map_err(ServeError::Bind)?;
     // Read while the process may still read root's key files; shared by every worker and
     // preforked child.
-    let (transports, handshakes) = transports(config, &served)?;
-    let metrics = start_metrics(config, &served, layout.handlers, handshakes)?;
+    let layered = transports(config, &served, inherited.handed.ticket_keys.take())?;
+    let metrics = start_metrics(config, &served, layout.handlers, layered.handshakes)?;
     check_roots_and_access_log(config)?;
     // Loaded while the process is still root, once: the workers and prefork's children
     // share its maps (they go when the last process holding them exits).
@@ -408,7 +408,12 @@ pub fn serve_with(
     let notify = Notify::start(&mut inherited.systemd);
     let _pid_file = write_pid_file(config)?;
     let pass_on = std::mem::take(&mut inherited.systemd.pass_on);
-    answer_reloads(config, model.kind(), handover, pass_on, &notify)?;
+    let handover = Handover {
+        sockets: handover,
+        pass_on,
+        ticket_keys: layered.ticket_keys,
+    };
+    answer_reloads(config, model.kind(), handover, &notify)?;
     // The server this one replaces stops from here on.
     inherited.handed.ready();
     if let Some(notify) = &notify {
@@ -418,7 +423,7 @@ pub fn serve_with(
         model,
         served.listeners,
         &DriverConfig {
-            transports,
+            transports: layered.transports,
             ..driver_config(config)
         },
         stop,
@@ -434,22 +439,49 @@ pub fn serve_with(
     outcome
 }
 
+/// What each listener's connections run under, and what goes with it.
+struct Layered {
+    transports: Transports,
+    /// The TLS listeners' handshake counters, for the metrics.
+    handshakes: Option<Arc<fastpath_tls::HandshakeCounts>>,
+    /// The memory file of the session ticket keys, for the server a reload starts.
+    ticket_keys: Option<OwnedFd>,
+}
+
 /// What each listener's connections run under: a PROXY protocol header first for the site's
 /// listeners configured with `proxy_protocol`, then TLS for those with `tls = true` (see
 /// [`listening::Served::configured_places`]); the others and the metrics listener are plain.
-/// Also the TLS listeners' handshake counters, for the metrics.
+/// The TLS setup takes over the session ticket keys `handed_keys` of the server this one
+/// replaces.
 fn transports(
     config: &Config,
     served: &listening::Served,
-) -> Result<(Transports, Option<Arc<fastpath_tls::HandshakeCounts>>), ServeError> {
+    handed_keys: Option<OwnedFd>,
+) -> Result<Layered, ServeError> {
     let mut handshakes = None;
+    let mut ticket_keys = None;
     let tls = match config.tls_settings() {
         Some(settings) => {
             for note in config.tls_notes() {
                 tracing::info!("{note}");
             }
-            let setup = fastpath_tls::TlsSetup::new(&settings).map_err(ServeError::Tls)?;
+            let setup = fastpath_tls::TlsSetup::inheriting(&settings, handed_keys)
+                .map_err(ServeError::Tls)?;
+            match setup.ticket_origin() {
+                Some(fastpath_tls::TicketOrigin::MadeInstead(why)) => {
+                    tracing::warn!("TLS session ticket keys made anew: {why}")
+                }
+                Some(fastpath_tls::TicketOrigin::Inherited) => {
+                    tracing::info!("TLS session ticket keys taken over from the previous server")
+                }
+                _ => {}
+            }
             handshakes = Some(setup.counts());
+            ticket_keys = setup
+                .ticket_keys_file()
+                .map(|file| file.try_clone_to_owned())
+                .transpose()
+                .map_err(ServeError::Run)?;
             Some(Arc::new(setup) as Arc<dyn TransportSetup>)
         }
         None => None,
@@ -471,7 +503,11 @@ fn transports(
             }
         })
         .collect();
-    Ok((Transports::new(by_listener), handshakes))
+    Ok(Layered {
+        transports: Transports::new(by_listener),
+        handshakes,
+        ticket_keys,
+    })
 }
 
 /// The HTTPS port each of the site's listeners redirects its requests to, if it is one with
@@ -596,15 +632,27 @@ fn write_pid_file(config: &Config) -> Result<Option<reload::PidFile>, ServeError
 /// Starts answering SIGHUP and SIGUSR2 by handing `handover` to a successor, passing it the
 /// variables `pass_on`: on the prefork parent's turns, or on a thread of its own for the
 /// other models.
+/// What a reload hands to the new server: the listening sockets, systemd's variables and
+/// the TLS session ticket keys.
+struct Handover {
+    sockets: Vec<(OwnedFd, String)>,
+    pass_on: Vec<(&'static str, std::ffi::OsString)>,
+    ticket_keys: Option<OwnedFd>,
+}
+
 fn answer_reloads(
     config: &Config,
     model: ModelKind,
-    handover: Vec<(OwnedFd, String)>,
-    pass_on: Vec<(&'static str, std::ffi::OsString)>,
+    handover: Handover,
     notify: &Option<Arc<Notify>>,
 ) -> Result<(), ServeError> {
-    let mut reloader =
-        reload::Reloader::new(config.source.clone(), handover, pass_on, notify.clone());
+    let mut reloader = reload::Reloader::new(
+        config.source.clone(),
+        handover.sockets,
+        handover.pass_on,
+        handover.ticket_keys,
+        notify.clone(),
+    );
     if model == ModelKind::Prefork {
         // The parent of the children answers on its turns: it must stay single-threaded.
         fastpath_drivers::signals::set_supervisor(Box::new(move || reloader.poll()));

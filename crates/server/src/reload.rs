@@ -7,9 +7,10 @@
 //! file was replaced; the path it was started from for an upgrade) with the same arguments,
 //! passing every listening socket it holds: `FASTPATH_LISTENERS=FD=ADDR,...` names each
 //! descriptor with the configured address it was bound for (`systemd` for sockets systemd
-//! passed), and `FASTPATH_READY_FD` is the write end of a pipe. The new process serves the
-//! inherited sockets of the addresses it is configured for, binds the others afresh and closes
-//! those no longer configured; once it listens, with every root and log opened, it writes one
+//! passed), `FASTPATH_READY_FD` is the write end of a pipe, and `FASTPATH_TICKET_KEYS_FD`
+//! the memory file of the TLS session ticket keys, so that sessions resume across it. The new
+//! process serves the inherited sockets of the addresses it is configured for, binds the
+//! others afresh and closes those no longer configured; once it listens, with every root and log opened, it writes one
 //! byte to the pipe (and writes the pid file). Only then does the old server stop gracefully,
 //! closing its own copies of the sockets without shutting them down. If the new process fails
 //! before that, the old one logs why and goes on as it was.
@@ -35,6 +36,7 @@ use crate::systemd::Notify;
 
 const LISTENERS_VAR: &str = "FASTPATH_LISTENERS";
 const READY_VAR: &str = "FASTPATH_READY_FD";
+const TICKET_KEYS_VAR: &str = "FASTPATH_TICKET_KEYS_FD";
 /// The name handed-over sockets of systemd's carry: they are served whatever `listen` says.
 pub(crate) const SYSTEMD_NAME: &str = "systemd";
 /// How long a new server has to say it is ready before the old one gives up on it.
@@ -47,6 +49,9 @@ pub(crate) struct Handed {
     pub(crate) sockets: Vec<(OwnedFd, String)>,
     /// Where to say that this process is ready.
     ready: Option<OwnedFd>,
+    /// The memory file of the TLS session ticket keys, so that sessions resume across the
+    /// reload.
+    pub(crate) ticket_keys: Option<OwnedFd>,
 }
 
 /// Reads and removes a variable.
@@ -71,11 +76,13 @@ fn open_fd(text: &str) -> Option<OwnedFd> {
 }
 
 impl Handed {
-    /// Reads `FASTPATH_LISTENERS` and `FASTPATH_READY_FD` and unsets them. Like
+    /// Reads `FASTPATH_LISTENERS`, `FASTPATH_READY_FD` and `FASTPATH_TICKET_KEYS_FD` and
+    /// unsets them. Like
     /// `Systemd::from_env`, before the process has other threads.
     pub(crate) fn from_env() -> Handed {
         let listeners = take_var(LISTENERS_VAR);
         let ready = take_var(READY_VAR);
+        let ticket_keys = take_var(TICKET_KEYS_VAR);
         let mut handed = Handed::default();
         if let Some(list) = listeners.as_ref().and_then(|l| l.to_str()) {
             for entry in list.split(',').filter(|e| !e.is_empty()) {
@@ -89,6 +96,7 @@ impl Handed {
             }
         }
         handed.ready = ready.as_ref().and_then(|r| open_fd(r.to_str()?));
+        handed.ticket_keys = ticket_keys.as_ref().and_then(|t| open_fd(t.to_str()?));
         handed
     }
 
@@ -271,6 +279,8 @@ pub(crate) struct Reloader {
     pub(crate) sockets: Vec<(OwnedFd, String)>,
     /// Variables to pass on (systemd's notification socket and watchdog).
     pub(crate) pass_on: Vec<(&'static str, OsString)>,
+    /// The memory file of the TLS session ticket keys, passed on too.
+    pub(crate) ticket_keys: Option<OwnedFd>,
     pub(crate) notify: Option<Arc<Notify>>,
     /// Set once the sockets are handed over: later signals are ignored.
     done: bool,
@@ -281,6 +291,7 @@ impl Reloader {
         config_path: Option<PathBuf>,
         sockets: Vec<(OwnedFd, String)>,
         pass_on: Vec<(&'static str, OsString)>,
+        ticket_keys: Option<OwnedFd>,
         notify: Option<Arc<Notify>>,
     ) -> Reloader {
         Reloader {
@@ -288,6 +299,7 @@ impl Reloader {
             exe: std::env::current_exe().ok().map(|exe| on_disk(&exe)),
             sockets,
             pass_on,
+            ticket_keys,
             notify,
             done: false,
         }
@@ -376,6 +388,7 @@ impl Reloader {
             .collect();
         let mut passed: Vec<RawFd> = self.sockets.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
         passed.push(write.as_raw_fd());
+        passed.extend(self.ticket_keys.as_ref().map(|fd| fd.as_raw_fd()));
         let mut command = Command::new(exe);
         if let Some(arg0) = std::env::args_os().next() {
             command.arg0(arg0);
@@ -386,6 +399,9 @@ impl Reloader {
             .env(READY_VAR, write.as_raw_fd().to_string());
         for (name, value) in &self.pass_on {
             command.env(name, value);
+        }
+        if let Some(fd) = &self.ticket_keys {
+            command.env(TICKET_KEYS_VAR, fd.as_raw_fd().to_string());
         }
         // SAFETY: only fcntl, which is async-signal-safe, between fork and exec: the passed
         // descriptors lose close-on-exec in the child alone.

@@ -4,7 +4,8 @@
 //! (`fastpath-drivers`) runs a [`fastpath_drivers::Transport`] per connection of a listener
 //! that has a [`fastpath_drivers::TransportSetup`]; this crate provides both for TLS:
 //! [`TlsSetup`] is built once from [`TlsSettings`] (certificates chosen by SNI, protocol
-//! versions, ALPN, session resumption) and makes a [`TlsSession`] per connection, a rustls
+//! versions, ALPN, session resumption with ticket keys shared by every serving process and
+//! handed to the server a reload starts) and makes a [`TlsSession`] per connection, a rustls
 //! `ServerConnection` fed from and drained into the engine's buffers. Handlers see plaintext
 //! and [`fastpath_drivers::TransportInfo`]; they do not change.
 //!
@@ -43,9 +44,11 @@
 mod certs;
 mod session;
 mod setup;
+mod tickets;
 
 pub use certs::{inspect, CertificateFiles, CertificateReport};
 pub use session::TlsSession;
 pub use setup::{
     HandshakeCounts, TlsError, TlsSettings, TlsSetup, TlsVersions, UnknownName, FAILURE_REASONS,
 };
+pub use tickets::{SessionTickets, TicketKeys, TicketOrigin};

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use rustls::sign::CertifiedKey;
 
 use crate::certs::{covered_names, load, CertificateFiles};
 use crate::session::TlsSession;
+use crate::tickets::{SessionTickets, TicketKeys, TicketOrigin};
 
 /// The protocol versions a listener accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,6 +54,8 @@ pub struct TlsSettings {
     pub alpn: Vec<Vec<u8>>,
     /// How long a handshake may take.
     pub handshake_timeout: Duration,
+    /// Where the session ticket keys come from.
+    pub tickets: TicketKeys,
 }
 
 impl Default for TlsSettings {
@@ -63,6 +67,7 @@ impl Default for TlsSettings {
             unknown_name: UnknownName::default(),
             alpn: vec![b"http/1.1".to_vec()],
             handshake_timeout: Duration::from_secs(10),
+            tickets: TicketKeys::default(),
         }
     }
 }
@@ -84,7 +89,7 @@ impl TlsError {
         }
     }
 
-    fn general(message: impl Into<String>) -> Self {
+    pub(crate) fn general(message: impl Into<String>) -> Self {
         TlsError {
             path: None,
             message: message.into(),
@@ -197,11 +202,20 @@ pub struct TlsSetup {
     config: Arc<ServerConfig>,
     handshake_timeout: Duration,
     counts: Arc<HandshakeCounts>,
+    tickets: Option<(Arc<SessionTickets>, TicketOrigin)>,
 }
 
 impl TlsSetup {
-    /// Reads the certificates and keys of `settings` and builds the configuration.
+    /// Reads the certificates and keys of `settings` and builds the configuration, with
+    /// session ticket keys of its own.
     pub fn new(settings: &TlsSettings) -> Result<Self, TlsError> {
+        Self::inheriting(settings, None)
+    }
+
+    /// As [`TlsSetup::new`], taking over the rotating ticket keys of the server this one
+    /// replaces from the memory file it handed over (see [`TlsSetup::ticket_keys_file`]), so
+    /// that sessions resume across a reload.
+    pub fn inheriting(settings: &TlsSettings, handed: Option<OwnedFd>) -> Result<Self, TlsError> {
         let provider = provider();
         if settings.certificates.is_empty() {
             return Err(TlsError::general("a TLS listener needs a certificate"));
@@ -262,9 +276,14 @@ impl TlsSetup {
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
         config.alpn_protocols = settings.alpn.clone();
-        // Stateless tickets for TLS 1.3 and 1.2 resumption; 0-RTT stays off (replayable).
-        config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
-            .map_err(|e| TlsError::general(format!("session tickets: {e}")))?;
+        // Stateless tickets for TLS 1.3 and 1.2 resumption, with keys every serving process
+        // shares; without them, sessions resume from the process's own cache (rustls's
+        // default). 0-RTT stays off (replayable).
+        let tickets = SessionTickets::new(&settings.tickets, handed)?
+            .map(|(tickets, origin)| (Arc::new(tickets), origin));
+        if let Some((tickets, _)) = &tickets {
+            config.ticketer = Arc::clone(tickets) as Arc<dyn rustls::server::ProducesTickets>;
+        }
         config.max_early_data_size = 0;
         // The engine bounds what is encoded ahead of the socket (ENCODE_AHEAD).
         config.send_half_rtt_data = false;
@@ -272,7 +291,19 @@ impl TlsSetup {
             config: Arc::new(config),
             handshake_timeout: settings.handshake_timeout,
             counts: Arc::new(HandshakeCounts::new()?),
+            tickets,
         })
+    }
+
+    /// The memory file of the rotating ticket keys, to hand to a server that replaces this
+    /// one; `None` for keys from files or no tickets.
+    pub fn ticket_keys_file(&self) -> Option<BorrowedFd<'_>> {
+        self.tickets.as_ref()?.0.handover_file()
+    }
+
+    /// Where the ticket keys came from (`None`: no tickets), for the log.
+    pub fn ticket_origin(&self) -> Option<&TicketOrigin> {
+        self.tickets.as_ref().map(|(_, origin)| origin)
     }
 
     /// The handshakes of this listener so far.

@@ -269,6 +269,14 @@ pub(super) const TLS: TableSpec<TlsConfig> = TableSpec { place: "in [tls]", keys
         };
         Ok(())
     })),
+    // Session tickets (resumption without server state); off: sessions resume only from
+    // the serving process's own cache.
+    key("session_tickets", "true", Bool(|t, b| t.session_tickets = b)),
+    // Files of 48 or 80 random bytes (`openssl rand 80`) that key the tickets, the first
+    // encrypting and all decrypting: nodes sharing them resume each other's sessions.
+    key("ticket_keys", "keys made at start", Custom(|ck, f, t| ck.ticket_key_files(f, t))),
+    // How long a key made at start encrypts tickets before the next one is made.
+    key("ticket_key_rotation", "\"12h\"", Duration(|t, d| t.ticket_key_rotation = d)),
 ]};
 
 #[rustfmt::skip]
@@ -786,6 +794,26 @@ impl<'a> Checker<'a> {
                 )
             }
         };
+    }
+
+    /// Ticket key files: each readable and 48 or 80 bytes long.
+    fn ticket_key_files(&mut self, f: Field<'a>, t: &mut TlsConfig) {
+        for (name, span) in self.string_list(f, false).unwrap_or_default() {
+            let path = resolve(self.base_dir, Path::new(name));
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.len() == 48 || meta.len() == 80 => t.ticket_keys.push(path),
+                Ok(meta) => self.error(
+                    span,
+                    format!(
+                        "{}: a ticket key file holds 48 or 80 random bytes (`openssl rand 80 \
+                         > FILE`), not {}",
+                        path.display(),
+                        meta.len()
+                    ),
+                ),
+                Err(e) => self.error(span, format!("{}: {e}", path.display())),
+            }
+        }
     }
 
     fn host_names(&mut self, f: Field<'a>, names: &mut Vec<String>) {

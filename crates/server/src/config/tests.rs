@@ -1924,6 +1924,63 @@ fn tls_mistakes_are_reported_where_they_are() {
 }
 
 #[test]
+fn tls_ticket_keys_are_files_made_keys_or_none() {
+    let (dir, _pki) = tls_base();
+    std::fs::write(dir.path().join("ticket.key"), [1u8; 80]).unwrap();
+    std::fs::write(dir.path().join("old.key"), [2u8; 48]).unwrap();
+    std::fs::write(dir.path().join("short.key"), [3u8; 32]).unwrap();
+    let c = tls_parse(dir.path(), "").unwrap();
+    assert_eq!(
+        c.tls.ticket_source(),
+        fastpath_tls::TicketKeys::Rotating {
+            every: Duration::from_secs(12 * 3600)
+        }
+    );
+    let c = tls_parse(dir.path(), "[tls]\nticket_key_rotation = \"1h\"\n").unwrap();
+    assert_eq!(
+        c.tls.ticket_source(),
+        fastpath_tls::TicketKeys::Rotating {
+            every: Duration::from_secs(3600)
+        }
+    );
+    let text = "[tls]\nticket_keys = [\"ticket.key\", \"old.key\"]\n";
+    let c = tls_parse(dir.path(), text).unwrap();
+    assert_eq!(
+        c.tls.ticket_source(),
+        fastpath_tls::TicketKeys::Files(vec![
+            dir.path().join("ticket.key"),
+            dir.path().join("old.key")
+        ])
+    );
+    let c = tls_parse(dir.path(), &format!("{text}session_tickets = false\n")).unwrap();
+    assert_eq!(c.tls.ticket_source(), fastpath_tls::TicketKeys::Off);
+
+    let errors = tls_parse(
+        dir.path(),
+        "[tls]\nticket_keys = [\"old.key\", \"short.key\"]\n",
+    )
+    .unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!((errors[0].line, errors[0].column), (2, 27));
+    assert!(
+        errors[0].message.contains("48 or 80 random bytes"),
+        "{}",
+        errors[0].message
+    );
+    assert!(
+        errors[0].message.contains("not 32"),
+        "{}",
+        errors[0].message
+    );
+    let errors = tls_parse(dir.path(), "[tls]\nticket_keys = [\"none.key\"]\n").unwrap_err();
+    assert!(
+        errors[0].message.contains("none.key: No such file"),
+        "{}",
+        errors[0].message
+    );
+}
+
+#[test]
 fn tls_notes_name_uncovered_names() {
     let (dir, _pki) = tls_base();
     let text = "listen = [{ address = \"127.0.0.1:8443\", tls = true }]\n\
