@@ -507,6 +507,30 @@ httptest!(tls_sessions_resume_across_a_reload, |model| {
     );
 });
 
+httptest!(
+    tls_the_access_log_can_name_protocol_cipher_and_resumption,
+    |model| {
+        let tls = tls_site("[log]\ntls_fields = true");
+        let srv = tls.serve(model);
+        let port = srv.addr().port();
+        resume_later(&tls, port, port, || {});
+        let ends = [
+            "\"-\" \"-\" TLSv1.2 TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 .",
+            "\"-\" \"-\" TLSv1.2 TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 r",
+            "\"-\" \"-\" TLSv1.3 TLS13_AES_256_GCM_SHA384 .",
+            "\"-\" \"-\" TLSv1.3 TLS13_AES_256_GCM_SHA384 r",
+        ];
+        for end in ends {
+            let line = srv.wait_stdout_line(Duration::from_secs(5), |l| l.ends_with(end));
+            assert!(
+                line.is_some(),
+                "no line ends with {end:?}: {}",
+                srv.stdout()
+            );
+        }
+    }
+);
+
 #[test]
 fn tls_servers_sharing_ticket_key_files_resume_each_others_sessions() {
     let tls = tls_site("[tls]\nticket_keys = [\"current.key\", \"previous.key\"]");

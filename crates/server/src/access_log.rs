@@ -83,6 +83,8 @@ impl Sink {
 pub struct AccessLog {
     sender: Option<Destination>,
     writer: Option<JoinHandle<()>>,
+    /// Lines end with the TLS fields (`[log] tls_fields`).
+    tls_fields: bool,
 }
 
 impl AccessLog {
@@ -92,6 +94,7 @@ impl AccessLog {
             return Ok(AccessLog {
                 sender: None,
                 writer: None,
+                tls_fields: false,
             });
         };
         let (sender, receiver) = sync_channel(CHANNEL_DEPTH);
@@ -101,6 +104,7 @@ impl AccessLog {
         Ok(AccessLog {
             sender: Some(Destination::Writer(sender)),
             writer: Some(writer),
+            tls_fields: false,
         })
     }
 
@@ -110,15 +114,24 @@ impl AccessLog {
         Ok(AccessLog {
             sender: sink.map(|sink| Destination::Direct(Arc::new(Mutex::new(sink)))),
             writer: None,
+            tls_fields: false,
         })
+    }
+
+    /// Its lines end with the TLS fields if `on` (see [`AccessLogBuffer::record`]).
+    pub fn with_tls_fields(mut self, on: bool) -> AccessLog {
+        self.tls_fields = on;
+        self
     }
 
     /// A buffer for one worker.
     pub(crate) fn buffer(&self) -> Option<AccessLogBuffer> {
+        let tls_fields = self.tls_fields;
         self.sender.as_ref().map(|sender| AccessLogBuffer {
             buf: Vec::with_capacity(FLUSH_AT + 1024),
             sender: sender.clone(),
             dropped: 0,
+            tls_fields,
         })
     }
 
@@ -252,6 +265,9 @@ pub(crate) struct AccessLogBuffer {
     buf: Vec<u8>,
     sender: Destination,
     dropped: u64,
+    /// Each line ends with the connection's TLS protocol, cipher and whether its session
+    /// was resumed (`[log] tls_fields`).
+    tls_fields: bool,
 }
 
 /// Who a connection is from, as the logs name it.
@@ -283,9 +299,28 @@ impl fmt::Display for Peer {
     }
 }
 
+/// What the access log says of a connection's TLS, with `[log] tls_fields`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TlsFields {
+    /// `TLSv1.3`.
+    pub protocol: &'static str,
+    /// `TLS13_AES_128_GCM_SHA256`.
+    pub cipher: &'static str,
+    /// The session was resumed.
+    pub resumed: bool,
+}
+
+/// Who a request came from, as its access-log line names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Client {
+    pub peer: Peer,
+    /// Over TLS, as agreed; `None` for a plain connection.
+    pub tls: Option<TlsFields>,
+}
+
 /// The fields of one access-log line.
 pub(crate) struct Entry<'a> {
-    pub peer: Peer,
+    pub client: Client,
     pub time: &'a [u8],
     pub said: Said<'a>,
     pub status: u16,
@@ -297,10 +332,13 @@ pub(crate) struct Entry<'a> {
 
 impl AccessLogBuffer {
     /// Appends one line:
-    /// `host - - [time] "request" status bytes "referer" "user-agent"`.
+    /// `host - - [time] "request" status bytes "referer" "user-agent"`, then with
+    /// `tls_fields` the TLS protocol, cipher and `r` for a resumed session or `.` for a full
+    /// handshake (nginx's `$ssl_protocol $ssl_cipher $ssl_session_reused`), each `-` on a
+    /// plain connection, then why the request ended early, if it did.
     pub(crate) fn record(&mut self, entry: &Entry<'_>) {
         let buf = &mut self.buf;
-        let _ = match entry.peer {
+        let _ = match entry.client.peer {
             Peer::Tcp(addr) => write!(buf, "{} - - ", addr.ip()),
             Peer::Unix(name) => write!(buf, "{name} - - "),
         };
@@ -334,6 +372,18 @@ impl AccessLogBuffer {
                 None => buf.push(b'-'),
             }
             buf.push(b'"');
+        }
+        if self.tls_fields {
+            let _ = match entry.client.tls {
+                Some(tls) => write!(
+                    buf,
+                    " {} {} {}",
+                    tls.protocol,
+                    tls.cipher,
+                    if tls.resumed { 'r' } else { '.' }
+                ),
+                None => write!(buf, " - - -"),
+            };
         }
         if let Some(ended) = entry.ended {
             buf.push(b' ');
@@ -397,6 +447,71 @@ fn escape_into(value: &[u8], out: &mut Vec<u8>) {
 mod tests {
     use super::*;
 
+    fn plain_client() -> Client {
+        Client {
+            peer: Peer::Tcp("127.0.0.1:5000".parse().unwrap()),
+            tls: None,
+        }
+    }
+
+    #[test]
+    fn tls_fields_follow_the_user_agent_when_asked_for() {
+        let (sender, receiver) = sync_channel(4);
+        let mut buffer = AccessLogBuffer {
+            buf: Vec::new(),
+            sender: Destination::Writer(sender),
+            dropped: 0,
+            tls_fields: true,
+        };
+        let said = Said {
+            method: Method::Get,
+            line: &[b"GET", b"/", b"HTTP/1.1"],
+            referer: None,
+            user_agent: None,
+        };
+        let tls = TlsFields {
+            protocol: "TLSv1.3",
+            cipher: "TLS13_AES_128_GCM_SHA256",
+            resumed: true,
+        };
+        for (client, ended) in [
+            (
+                Client {
+                    tls: Some(tls),
+                    ..plain_client()
+                },
+                None,
+            ),
+            (
+                Client {
+                    tls: Some(TlsFields {
+                        resumed: false,
+                        ..tls
+                    }),
+                    ..plain_client()
+                },
+                Some("client-gone"),
+            ),
+            (plain_client(), None),
+        ] {
+            buffer.record(&Entry {
+                client,
+                time: b"[t]",
+                said,
+                status: 200,
+                body_bytes: 1,
+                ended,
+            });
+        }
+        buffer.flush();
+        assert_eq!(
+            String::from_utf8(receiver.recv().unwrap()).unwrap(),
+            "127.0.0.1 - - [t] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\" TLSv1.3 TLS13_AES_128_GCM_SHA256 r\n\
+             127.0.0.1 - - [t] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\" TLSv1.3 TLS13_AES_128_GCM_SHA256 . client-gone\n\
+             127.0.0.1 - - [t] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\" - - -\n"
+        );
+    }
+
     #[test]
     fn records_a_combined_log_line() {
         let (sender, receiver) = sync_channel(4);
@@ -404,9 +519,10 @@ mod tests {
             buf: Vec::new(),
             sender: Destination::Writer(sender),
             dropped: 0,
+            tls_fields: false,
         };
         buffer.record(&Entry {
-            peer: Peer::Tcp("127.0.0.1:5000".parse().unwrap()),
+            client: plain_client(),
             time: b"[21/Nov/2026:22:50:00 +0000]",
             said: Said {
                 method: Method::Other,
@@ -419,7 +535,7 @@ mod tests {
             ended: None,
         });
         buffer.record(&Entry {
-            peer: Peer::Tcp("127.0.0.1:5000".parse().unwrap()),
+            client: plain_client(),
             time: b"[21/Nov/2026:22:50:01 +0000]",
             said: Said {
                 method: Method::Other,

@@ -264,6 +264,8 @@ pub struct LogConfig {
     pub error: LogTarget,
     /// Minimum level of diagnostics: `error`, `warn`, `info`, `debug` or `trace`.
     pub level: String,
+    /// Access log lines end with the TLS protocol, cipher and resumption (`tls_fields`).
+    pub tls_fields: bool,
 }
 
 /// Destination of a log.
@@ -405,6 +407,7 @@ impl Default for LogConfig {
             access: LogTarget::Stdout,
             error: LogTarget::Stderr,
             level: "info".to_owned(),
+            tls_fields: false,
         }
     }
 }

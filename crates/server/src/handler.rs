@@ -17,7 +17,9 @@ use fastpath_handover::{BackendState, HandoverMethod, Routes, SharedCache};
 use fastpath_http::{BodyFraming, ChunkedDecoder, Metadata, Method, Parser, Request};
 use fastpath_sys::setsockopt_int;
 
-use crate::access_log::{request_line, AccessLogBuffer, Entry, Logged, Peer, Said};
+use crate::access_log::{
+    request_line, AccessLogBuffer, Client, Entry, Logged, Peer, Said, TlsFields,
+};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::hand_over::{Backends, HandOver, Incoming, Sink};
@@ -153,6 +155,8 @@ pub(crate) struct Tls {
     /// The SNI name, in lower case: every request's `Host` must name it (RFC 9110 §7.4:
     /// a request for another host on this connection gets 421).
     server_name: Option<Box<str>>,
+    /// What the access log says of it.
+    fields: TlsFields,
 }
 
 /// How the client reached the server, as a request answered on the connection sees it.
@@ -164,6 +168,8 @@ pub(crate) struct Scheme<'c> {
     pub(crate) to_https: Option<u16>,
     /// The TLS server name the client asked for.
     pub(crate) server_name: Option<&'c str>,
+    /// The TLS agreed, for the access log.
+    pub(crate) tls: Option<TlsFields>,
 }
 
 impl<'c> Scheme<'c> {
@@ -174,6 +180,7 @@ impl<'c> Scheme<'c> {
                 https: true,
                 to_https: None,
                 server_name: tls.server_name.as_deref(),
+                tls: Some(tls.fields),
             },
             None => Scheme {
                 to_https,
@@ -212,6 +219,18 @@ fn host_is_server_name(host: Option<&str>, sni: &str) -> bool {
 
 impl HttpConn {
     /// A new connection's state; `backend` for a connection to a backend.
+    /// Who the connection's requests come from, as the access log names them.
+    fn client(&self) -> Client {
+        Client {
+            peer: self.peer,
+            tls: self.tls_fields(),
+        }
+    }
+
+    fn tls_fields(&self) -> Option<TlsFields> {
+        self.tls.as_ref().map(|tls| tls.fields)
+    }
+
     fn new(peer: Peer, backend: bool) -> Self {
         HttpConn {
             peer,
@@ -408,6 +427,7 @@ impl HttpHandler {
             }
             let started = *conn.head_started.get_or_insert(io.now());
             let peer = conn.peer;
+            let tls = conn.tls_fields();
             let requests = conn.requests;
             let limits = self.settings.limits;
             let parser = conn.parser.get_or_insert_with(|| {
@@ -434,7 +454,8 @@ impl HttpHandler {
                         date: self.clock.http_date(),
                     }
                     .error(e.status, Answer::BAD_REQUEST);
-                    self.log(peer, Said::unparsed(&[line]), e.status, sent, None);
+                    let client = Client { peer, tls };
+                    self.log(client, Said::unparsed(&[line]), e.status, sent, None);
                     return Next::Close;
                 }
                 Ok(Some(request)) => {
@@ -660,7 +681,11 @@ impl HttpHandler {
             };
         }
         let line = request_line(request);
-        self.log(peer, Said::of(request, &line), status, body_bytes, None);
+        let client = Client {
+            peer,
+            tls: scheme.tls,
+        };
+        self.log(client, Said::of(request, &line), status, body_bytes, None);
         Outcome {
             head_len: request.head_len,
             close,
@@ -696,7 +721,7 @@ impl HttpHandler {
         }
         if let Some(log) = self.access_log.as_mut() {
             log.record(&Entry {
-                peer: conn.peer,
+                client: conn.client(),
                 time: &deferred.time,
                 said,
                 status: deferred.status,
@@ -713,6 +738,7 @@ impl HttpHandler {
         io: &mut Io<'_>,
         progress: Progress,
     ) -> Option<Next> {
+        let client = conn.client();
         let Phase::Proxy(handed) = &mut conn.phase else {
             return None;
         };
@@ -741,12 +767,11 @@ impl HttpHandler {
                     handed.written = true;
                     let line = [handed.logged.line()];
                     let said = handed.logged.said(&line);
-                    let peer = conn.peer;
                     Self::record(
                         &self.metrics,
                         &mut self.access_log,
                         &self.clock,
-                        peer,
+                        client,
                         said,
                         0,
                         0,
@@ -821,13 +846,13 @@ impl HttpHandler {
             return next;
         }
         let line = [logged.line()];
-        self.log(conn.peer, logged.said(&line), status, bytes, ended);
+        self.log(conn.client(), logged.said(&line), status, bytes, ended);
         next
     }
 
     fn log(
         &mut self,
-        peer: Peer,
+        client: Client,
         said: Said<'_>,
         status: u16,
         body_bytes: u64,
@@ -837,7 +862,7 @@ impl HttpHandler {
             &self.metrics,
             &mut self.access_log,
             &self.clock,
-            peer,
+            client,
             said,
             status,
             body_bytes,
@@ -852,7 +877,7 @@ impl HttpHandler {
         metrics: &Option<WorkerMetrics>,
         access_log: &mut Option<AccessLogBuffer>,
         clock: &Clock,
-        peer: Peer,
+        client: Client,
         said: Said<'_>,
         status: u16,
         body_bytes: u64,
@@ -863,7 +888,7 @@ impl HttpHandler {
         }
         if let Some(log) = access_log.as_mut() {
             log.record(&Entry {
-                peer,
+                client,
                 time: clock.log_time(),
                 said,
                 status,
@@ -876,7 +901,8 @@ impl HttpHandler {
     /// Logs an exchange the connection's end cut off: the status as sent (`-` if none was),
     /// the body bytes relayed and why it ended; in the error log too when the failure was on
     /// this side.
-    fn log_cut_exchange(&mut self, peer: Peer, handed: Handed, reason: CloseReason) {
+    fn log_cut_exchange(&mut self, client: Client, handed: Handed, reason: CloseReason) {
+        let peer = client.peer;
         let ended = ended_because(reason);
         let Handed {
             exchange, logged, ..
@@ -898,7 +924,7 @@ impl HttpHandler {
             );
         }
         let line = [logged.line()];
-        self.log(peer, logged.said(&line), status, relayed, Some(ended));
+        self.log(client, logged.said(&line), status, relayed, Some(ended));
     }
 }
 
@@ -947,6 +973,11 @@ impl Handler for HttpHandler {
         conn.tls = io.transport().map(|agreed| {
             Box::new(Tls {
                 server_name: agreed.server_name.clone(),
+                fields: TlsFields {
+                    protocol: agreed.protocol,
+                    cipher: agreed.cipher,
+                    resumed: agreed.resumed,
+                },
             })
         });
         if let Some(metrics) = &self.metrics {
@@ -981,7 +1012,7 @@ impl Handler for HttpHandler {
             }
             .error(408, Answer::BAD_REQUEST);
             let line = first_line(io.input().data());
-            self.log(conn.peer, Said::unparsed(&[line]), 408, sent, None);
+            self.log(conn.client(), Said::unparsed(&[line]), 408, sent, None);
             let unread = io.input().len();
             io.input_mut().consume(unread);
             // The client may still be trickling the rest in.
@@ -1040,7 +1071,7 @@ impl Handler for HttpHandler {
             // A joined bridge was logged as it was handed over; any other request cut off
             // here has had no line yet, and must not end unseen.
             if !handed.written {
-                self.log_cut_exchange(conn.peer, *handed, reason);
+                self.log_cut_exchange(conn.client(), *handed, reason);
             } else {
                 self.backends.exchange_ended(handed.exchange, false);
             }

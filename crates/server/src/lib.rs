@@ -245,7 +245,8 @@ impl Shared {
         } else {
             AccessLog::start(&config.log.access)
         }
-        .map_err(ServeError::AccessLog)?;
+        .map_err(ServeError::AccessLog)?
+        .with_tls_fields(config.log.tls_fields);
         // The processes that divide the budgets: a prefork pool's children, else one.
         let children = if single_threaded { handlers as u64 } else { 1 };
         // percore's workers share nothing on the request path: a private content cache

@@ -230,6 +230,8 @@ pub(super) const LOG: TableSpec<LogConfig> = TableSpec { place: "in [log]", keys
     key("error", "\"stderr\"", Custom(|ck, f, l| ck.log_target(f, &mut l.error, false))),
     // Least severe diagnostics written.
     key("level", "\"info\"", Text(|l, level| log_level(level).map(|s| l.level = s))),
+    // Access log lines end with the TLS protocol, cipher and `r` (resumed) or `.`.
+    key("tls_fields", "false", Bool(|l, b| l.tls_fields = b)),
 ]};
 
 #[rustfmt::skip]
