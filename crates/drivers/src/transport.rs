@@ -126,10 +126,12 @@ impl Layers {
 }
 
 /// The layers of each listener, by the listener's index (see [`Opened::listener`]);
-/// listeners past the end are plain.
+/// listeners past the end are plain, unless every listener has the same layers.
 #[derive(Clone, Default)]
 pub struct Transports {
     by_listener: Arc<[Layers]>,
+    /// The layers of every listener, for a service whose addresses all speak alike.
+    every: Option<Arc<Layers>>,
 }
 
 impl Transports {
@@ -137,6 +139,15 @@ impl Transports {
     pub fn new(layers: Vec<Layers>) -> Self {
         Transports {
             by_listener: layers.into(),
+            every: None,
+        }
+    }
+
+    /// Every listener runs under `layers`, however many sockets the model binds.
+    pub fn every_listener(layers: Layers) -> Self {
+        Transports {
+            by_listener: Arc::new([]),
+            every: Some(Arc::new(layers)),
         }
     }
 
@@ -144,13 +155,23 @@ impl Transports {
     pub fn of(&self, index: usize) -> Option<&Layers> {
         self.by_listener
             .get(index)
+            .or(self.every.as_deref())
             .filter(|layers| !layers.is_plain())
+    }
+
+    /// Whether some listener has a layer (PROXY protocol or a transport).
+    fn any_layered(&self) -> bool {
+        self.by_listener
+            .iter()
+            .chain(self.every.as_deref())
+            .any(|layers| !layers.is_plain())
     }
 
     /// Whether no listener has a transport (TLS).
     pub fn is_empty(&self) -> bool {
         self.by_listener
             .iter()
+            .chain(self.every.as_deref())
             .all(|layers| layers.transport.is_none())
     }
 }
@@ -323,10 +344,7 @@ pub struct Transported<H> {
 impl<H: Handler> Transported<H> {
     /// `inner`, with the connections of the listeners `transports` names run under theirs.
     pub fn new(inner: H, transports: Transports) -> Self {
-        let layered = transports
-            .by_listener
-            .iter()
-            .any(|layers| !layers.is_plain());
+        let layered = transports.any_layered();
         Transported {
             inner,
             transports,

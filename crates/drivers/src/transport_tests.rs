@@ -256,6 +256,25 @@ fn the_handler_hears_of_a_connection_once_its_handshake_is_over() {
 }
 
 #[test]
+fn layers_for_every_listener_reach_listeners_of_any_index() {
+    let setup: Arc<dyn TransportSetup> = Arc::new(ToySetup::default());
+    let transports = Transports::every_listener(Layers {
+        proxy: None,
+        transport: Some(setup),
+    });
+    assert!(!transports.is_empty());
+    let mut worker = TestWorker::new(Transported::new(Lines::default(), transports));
+    for listener in [0, 3] {
+        let client = connect(&mut worker, listener);
+        worker.send(client, HELLO);
+        assert_eq!(worker.received(client), WELCOME, "listener {listener}");
+        worker.send(client, &seal(b"line\n"));
+        assert_eq!(open_records(&worker.received(client)).0, b"line\n");
+    }
+    assert_eq!(worker.handler().inner().opened, 2);
+}
+
+#[test]
 fn bytes_that_complete_no_record_do_not_call_the_handler() {
     let setup = Arc::new(ToySetup::default());
     let mut worker = worker(&setup);

@@ -595,3 +595,163 @@ fn echo_serves_the_socket_passed_by_socket_activation() {
     };
     assert_eq!(&echoed, b"activated");
 }
+
+/// Runs `script` under Python with the arguments `args`, `input` on its stdin; its stdout.
+fn python_with(script: &str, args: &[&str], input: &[u8]) -> String {
+    let mut child = Command::new("timeout")
+        .args(["30", "python3", "-c", script])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A certificate for `localhost` made by a test CA in `site`'s directory: (CA, chain, key).
+fn service_certificate(site: &Site) -> (PathBuf, PathBuf, PathBuf) {
+    let pki = fastpath_testkit::TestPki::new(site.base());
+    let (chain, key) = pki.leaf(
+        "service",
+        &["localhost"],
+        fastpath_testkit::KeyKind::EcdsaP256,
+    );
+    (pki.ca().to_owned(), chain, key)
+}
+
+/// Sends stdin over TLS to the port, reading back as many bytes when asked ("echo").
+const TLS_CLIENT: &str = r#"
+import socket, ssl, sys
+port, ca, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+data = sys.stdin.buffer.read()
+ctx = ssl.create_default_context(cafile=ca)
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                    server_hostname="localhost")
+s.sendall(data)
+if mode == "echo":
+    back = b""
+    while len(back) < len(data):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        back += chunk
+    print("echoed", back == data, len(back))
+else:
+    print("sent", len(data))
+print(s.version())
+s.unwrap()
+"#;
+
+httptest!(
+    echo_and_forward_speak_tls_when_given_a_certificate,
+    |model| {
+        let site = Site::new();
+        let (ca, chain, key) = service_certificate(&site);
+        let tls_args = [
+            "--tls-certificate",
+            chain.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ];
+        let mut builder = site.server(model).service("echo").arg("--plain");
+        for arg in tls_args {
+            builder = builder.arg(arg);
+        }
+        let echo = builder.start();
+        let data = pattern(3, 300_000);
+        let port = echo.addr().port().to_string();
+        let out = python_with(TLS_CLIENT, &[&port, ca.to_str().unwrap(), "echo"], &data);
+        assert_eq!(out, "echoed True 300000\nTLSv1.3\n");
+        assert!(
+            echo.wait_stderr(Duration::from_secs(5), "kernel path: off (TLS"),
+            "{}",
+            echo.stderr()
+        );
+        // Plain bytes to a TLS echo are not echoed: the handshake fails and the connection ends.
+        let mut plain = connect(echo.addr());
+        plain.write_all(b"hello, plain\n").unwrap();
+        let mut answer = Vec::new();
+        let _ = plain.read_to_end(&mut answer);
+        assert!(!answer.windows(5).any(|w| w == b"hello"), "{answer:?}");
+
+        let sinks = [Sink::start(), Sink::start()];
+        let to: Vec<String> = sinks.iter().map(|s| s.addr.to_string()).collect();
+        let mut builder = site
+            .server(model)
+            .service("forward")
+            .arg("--to")
+            .arg(&to.join(","));
+        for arg in tls_args {
+            builder = builder.arg(arg);
+        }
+        let forward = builder.start();
+        let mut messages = Vec::new();
+        let mut expected = [Vec::new(), Vec::new()];
+        for seq in 0..200 {
+            let msg = framed_msg(seq, seq, &pattern(seq as usize, 500 + seq as usize * 7));
+            expected[(seq % 2) as usize].extend_from_slice(&msg);
+            messages.extend_from_slice(&msg);
+        }
+        let port = forward.addr().port().to_string();
+        let out = python_with(
+            TLS_CLIENT,
+            &[&port, ca.to_str().unwrap(), "send"],
+            &messages,
+        );
+        assert_eq!(out, format!("sent {}\nTLSv1.3\n", messages.len()));
+        let arrived = wait_for(Duration::from_secs(10), || {
+            (sinks.iter().map(Sink::len).sum::<usize>() >= messages.len()).then_some(())
+        });
+        assert!(arrived.is_some(), "not everything arrived");
+        for (i, sink) in sinks.iter().enumerate() {
+            assert!(
+                *sink.received.lock().unwrap() == expected[i],
+                "destination {i} got other bytes than its messages, in plaintext and in order"
+            );
+        }
+    }
+);
+
+#[test]
+fn echo_refuses_the_kernel_path_over_tls() {
+    let site = Site::new();
+    let (_, chain, key) = service_certificate(&site);
+    let out = Command::new(BIN)
+        .args([
+            "echo",
+            "--run-as-root",
+            "--kernel-path",
+            "on",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--tls-certificate")
+        .arg(&chain)
+        .arg("--tls-key")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot echo over TLS"), "{err}");
+    // A key without a certificate is refused by the command line.
+    let out = Command::new(BIN)
+        .args(["echo", "--tls-key"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--tls-certificate"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

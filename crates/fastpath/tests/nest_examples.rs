@@ -240,6 +240,52 @@ fn nest_rot13_with_a_python_client_on_every_model() {
 }
 
 #[test]
+fn nest_rot13_speaks_tls_with_a_certificate_in_config_nest() {
+    let rot13 = example("rot13");
+    let dir = tempfile::tempdir().unwrap();
+    let pki = fastpath_testkit::TestPki::new(dir.path());
+    let (chain, key) = pki.leaf(
+        "rot13",
+        &["localhost"],
+        fastpath_testkit::KeyKind::EcdsaP256,
+    );
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "tlsCertificate {}\ntlsKey {}\n",
+            chain.display(),
+            key.display()
+        ),
+    );
+    let cfg = cfg.to_str().unwrap();
+    let ca = pki.ca().to_str().unwrap();
+    for model in MODELS {
+        let server = Nest::start(&rot13, &["--model", model, "--config", cfg], &[]);
+        let out = python("rot13_client.py", &["127.0.0.1", &server.port(), ca], model);
+        assert_eq!(out, "ok 204 lines over TLSv1.3\n", "{model}");
+        // Plain text to it is no TLS: no rot13 comes back.
+        let mut c = server.connect();
+        c.write_all(b"hello\n").unwrap();
+        let answer = read_to_close(&mut c);
+        assert!(!answer.contains("uryyb"), "{model}: {answer:?}");
+    }
+    // One without the other is refused at start.
+    let half = config(dir.path(), &format!("tlsCertificate {}\n", chain.display()));
+    let out = Command::new(&rot13)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            half.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tlsCertificate needs tlsKey too"), "{err}");
+}
+
+#[test]
 fn nest_rot13_bad_input_and_silence_end_the_connection() {
     let rot13 = example("rot13");
     let dir = tempfile::tempdir().unwrap();

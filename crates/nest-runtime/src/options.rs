@@ -66,6 +66,8 @@ const TABLE: &[Def] = &[
     def("maxConnections", Kind::Count, false, false),
     def("logLevel", Kind::Level, false, false),
     def("directory", Kind::Text, false, false),
+    def("tlsCertificate", Kind::Text, false, false),
+    def("tlsKey", Kind::Text, false, false),
 ];
 
 const NAMES: &[&str] = &[
@@ -85,6 +87,8 @@ const NAMES: &[&str] = &[
     "maxConnections",
     "logLevel",
     "directory",
+    "tlsCertificate",
+    "tlsKey",
 ];
 
 /// Every option's name, in the table's order.
@@ -213,6 +217,10 @@ pub struct Options {
     /// directory: the working directory the server changes into before serving, where
     /// relative paths in actions start; `None` to stay where it was started.
     pub directory: Option<std::path::PathBuf>,
+    /// tlsCertificate: speak TLS with this certificate chain (PEM), with `tls_key`.
+    pub tls_certificate: Option<std::path::PathBuf>,
+    /// tlsKey: the certificate's private key (PEM).
+    pub tls_key: Option<std::path::PathBuf>,
     /// Every option given, by name, as text (the last value wins), for `Cx::option`.
     values: Vec<(String, String)>,
     /// The defaults' texts, made on the first lookup of an option not given (by then the
@@ -238,6 +246,8 @@ impl Default for Options {
             max_connections: 10_000,
             log_level: "info".to_string(),
             directory: None,
+            tls_certificate: None,
+            tls_key: None,
             values: Vec::new(),
             defaults: OnceLock::new(),
             model_set: false,
@@ -349,6 +359,8 @@ impl Options {
             ("maxConnections", Value::Count(n)) => self.max_connections = n,
             ("logLevel", Value::Text(t)) => self.log_level = t,
             ("directory", Value::Text(t)) => self.directory = Some(t.into()),
+            ("tlsCertificate", Value::Text(t)) => self.tls_certificate = Some(t.into()),
+            ("tlsKey", Value::Text(t)) => self.tls_key = Some(t.into()),
             _ => unreachable!("option {name}: value kind does not match the table"),
         }
         if def.model {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::{error::ErrorKind, value_parser, Arg, ArgAction, ArgMatches, Command};
 
-use fastpath_drivers::DriverConfig;
+use fastpath_drivers::{DriverConfig, Transports};
 use fastpath_sockets::{serve, ListenAddr, ServiceOptions};
 
 use crate::machine::Engine;
@@ -162,6 +162,8 @@ pub fn run_with_args<S: Server>(
             .map_err(|e| format!("command line: {e}"))?;
     }
     init_log(&options);
+    // Read before the server changes directory: the paths are the caller's.
+    let transports = tls_transports(&options)?;
     // After config.nest and the command line are read (their relative paths are the
     // caller's), before the patterns are compiled and anything is served.
     if let Some(dir) = &options.directory {
@@ -170,9 +172,29 @@ pub fn run_with_args<S: Server>(
     let inetd = options.inetd;
     let engine = Arc::new(Engine::new(server, options)?);
     if inetd {
+        if transports.is_some() {
+            return Err(
+                "tlsCertificate: a server started by inetd is handed a connection \
+                 without TLS; terminate TLS in front of it, or run it standalone"
+                    .to_string(),
+            );
+        }
         return crate::inetd::serve(&engine);
     }
-    standalone(engine)
+    standalone(engine, transports)
+}
+
+/// TLS on the server's address when `tlsCertificate` and `tlsKey` are set (both or
+/// neither); the handshake is held to `idleTimeout`.
+fn tls_transports(options: &Options) -> Result<Option<Transports>, String> {
+    match (&options.tls_certificate, &options.tls_key) {
+        (None, None) => Ok(None),
+        (Some(chain), Some(key)) => fastpath_tls::every_listener(chain, key, options.idle_timeout)
+            .map(Some)
+            .map_err(|e| format!("TLS: {e}")),
+        (Some(_), None) => Err("tlsCertificate needs tlsKey too".to_string()),
+        (None, Some(_)) => Err("tlsKey needs tlsCertificate too".to_string()),
+    }
 }
 
 /// The values of the flag `id` with their positions on the command line.
@@ -185,12 +207,25 @@ fn indexed<'m, T: Clone + Send + Sync + 'static>(
     at.zip(values)
 }
 
-fn standalone<S: Server>(engine: Arc<Engine<S>>) -> Result<(), String> {
+fn standalone<S: Server>(
+    engine: Arc<Engine<S>>,
+    transports: Option<Transports>,
+) -> Result<(), String> {
     let o = &engine.options;
     let name = engine.server.spec().name;
+    if transports.is_some() {
+        tracing::info!(
+            "{name}: TLS with the certificate in {}",
+            o.tls_certificate
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display()
+        );
+    }
     let mut driver = DriverConfig {
         max_connections: o.max_connections,
         send_timeout: o.send_timeout,
+        transports: transports.unwrap_or_default(),
         ..DriverConfig::default()
     };
     // The driver's own guard stays above the input buffer, which the runtime enforces.

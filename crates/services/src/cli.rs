@@ -43,6 +43,12 @@ pub struct CommonArgs {
     /// Started as root, run as root rather than refuse.
     #[arg(long)]
     run_as_root: bool,
+    /// Speak TLS on every address, with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_certificate: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_certificate")]
+    tls_key: Option<PathBuf>,
 }
 
 /// `fastpath echo`.
@@ -97,6 +103,8 @@ struct FileSettings {
     max_connections: Option<usize>,
     idle_timeout: Option<Duration>,
     run_as_root: bool,
+    tls_certificate: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     plain: bool,
     kernel_path: Option<KernelMode>,
     kernel_sockets: Option<u32>,
@@ -113,6 +121,8 @@ const COMMON_KEYS: &[&str] = &[
     "max_connections",
     "idle_timeout",
     "run_as_root",
+    "tls_certificate",
+    "tls_key",
 ];
 
 /// Reads `path`, accepting the common keys and `extra` ones; every error is one line,
@@ -120,7 +130,8 @@ const COMMON_KEYS: &[&str] = &[
 fn read_file(path: &Path, extra: &[&str]) -> Result<FileSettings, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read it: {e}", path.display()))?;
-    parse_file(&text, extra).map_err(|(span, e)| match span {
+    let base = path.parent().unwrap_or(Path::new("."));
+    parse_file(&text, extra, base).map_err(|(span, e)| match span {
         Some(span) => {
             let (line, column) = position(&text, span.start);
             format!("{}:{line}:{column}: {e}", path.display())
@@ -142,7 +153,8 @@ fn position(text: &str, offset: usize) -> (usize, usize) {
 /// An error, and where in the text it is when the parser knows.
 type Located = (Option<Range<usize>>, String);
 
-fn parse_file(text: &str, extra: &[&str]) -> Result<FileSettings, Located> {
+/// Reads the file's `text`; paths in it are relative to `base`, the file's directory.
+fn parse_file(text: &str, extra: &[&str], base: &Path) -> Result<FileSettings, Located> {
     let doc =
         Document::parse(text).map_err(|e| (e.span(), format!("not TOML: {}", e.message())))?;
     let table = doc.as_table();
@@ -156,14 +168,30 @@ fn parse_file(text: &str, extra: &[&str]) -> Result<FileSettings, Located> {
                 format!("unknown key `{key}` (expected one of {})", known.join(", ")),
             ));
         }
-        read_key(&mut settings, key, item)
+        read_key(&mut settings, key, item, base)
             .map_err(|(span, e)| (span.or_else(|| item.span()), e))?;
+    }
+    if settings.tls_certificate.is_some() != settings.tls_key.is_some() {
+        let (given, missing) = if settings.tls_certificate.is_some() {
+            ("tls_certificate", "tls_key")
+        } else {
+            ("tls_key", "tls_certificate")
+        };
+        return Err((
+            table.key(given).and_then(|k| k.span()),
+            format!("`{given}` needs `{missing}` too"),
+        ));
     }
     Ok(settings)
 }
 
 /// Reads one known key into `settings`; an error without a position is the value's.
-fn read_key(settings: &mut FileSettings, key: &str, item: &Item) -> Result<(), Located> {
+fn read_key(
+    settings: &mut FileSettings,
+    key: &str,
+    item: &Item,
+    base: &Path,
+) -> Result<(), Located> {
     let bad = |what: &str| (None, format!("`{key}` must be {what}"));
     let string = || item.as_str().ok_or_else(|| bad("a string"));
     match key {
@@ -222,6 +250,8 @@ fn read_key(settings: &mut FileSettings, key: &str, item: &Item) -> Result<(), L
             }
         }
         "idle_timeout" => settings.idle_timeout = Some(value(parse_duration(string()?))?),
+        "tls_certificate" => settings.tls_certificate = Some(base.join(string()?)),
+        "tls_key" => settings.tls_key = Some(base.join(string()?)),
         "max_message" => settings.max_message = Some(value(parse_size(string()?))?),
         "queue_limit" => settings.queue_limit = Some(value(parse_size(string()?))?),
         "run_as_root" | "plain" => {
@@ -288,6 +318,21 @@ struct Setup {
     run_as_root: bool,
     /// The model chosen, and why when not named.
     model_note: String,
+    /// The certificate chain when every address speaks TLS.
+    tls: Option<PathBuf>,
+}
+
+impl Setup {
+    /// What the listeners speak, for the log and the check.
+    fn tls_note(&self) -> String {
+        match &self.tls {
+            Some(chain) => format!(
+                "TLS on every address, with the certificate in {}",
+                chain.display()
+            ),
+            None => "no TLS (plain TCP on every address)".to_string(),
+        }
+    }
 }
 
 /// The service options from the command line over the file; an error says what is wrong.
@@ -346,6 +391,17 @@ fn options(
     if let Some(max) = common.max_connections.or(file.max_connections) {
         driver.max_connections = max;
     }
+    let idle_timeout = common.idle_timeout.or(file.idle_timeout);
+    let tls = match (&common.tls_certificate, &common.tls_key) {
+        (Some(chain), Some(key)) => Some((chain, key)),
+        _ => file.tls_certificate.as_ref().zip(file.tls_key.as_ref()),
+    };
+    if let Some((chain, key)) = tls {
+        // The handshake is held to the idle timeout, or the web server's header timeout.
+        let handshake = idle_timeout.unwrap_or(Duration::from_secs(10));
+        driver.transports =
+            fastpath_tls::every_listener(chain, key, handshake).map_err(|e| format!("TLS: {e}"))?;
+    }
     options.driver = driver;
     let run_as_root = common.run_as_root || file.run_as_root;
     if let Some(why) = root_refusal(run_as_root).filter(|_| starting) {
@@ -353,9 +409,10 @@ fn options(
     }
     Ok(Setup {
         options,
-        idle_timeout: common.idle_timeout.or(file.idle_timeout),
+        idle_timeout,
         run_as_root,
         model_note,
+        tls: tls.map(|(chain, _)| chain.clone()),
     })
 }
 
@@ -443,7 +500,21 @@ fn echo_setup(args: &EchoArgs, starting: bool) -> Result<EchoSetup, String> {
         ),
         _ => (0, "every connection".to_string()),
     };
-    let (kernel, kernel_line) = if mode == KernelMode::Auto && config.plain {
+    let (kernel, kernel_line) = if setup.tls.is_some() {
+        // The in-kernel echo sends back what arrives, ciphertext included; without kTLS
+        // (which this kernel does not have) nothing can decrypt and encrypt it there.
+        if mode == KernelMode::On {
+            return Err(
+                "kernel_path = \"on\" cannot echo over TLS: the kernel would send \
+                 back the bytes as they arrive, which only user space can decrypt"
+                    .to_string(),
+            );
+        }
+        (
+            None,
+            "kernel path: off (TLS: only user space decrypts and encrypts)".to_string(),
+        )
+    } else if mode == KernelMode::Auto && config.plain {
         (
             None,
             "kernel path: off (kernel_path = \"auto\": plain echo announces no buffer size, \
@@ -469,6 +540,7 @@ pub fn echo(args: EchoArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     tracing::info!("{}", echo.kernel_line);
+    tracing::info!("{}", echo.setup.tls_note());
     let EchoSetup {
         setup,
         config,
@@ -549,6 +621,7 @@ pub fn forward(args: ForwardArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     tracing::info!("{}", forward.kernel_line);
+    tracing::info!("{}", forward.setup.tls_note());
     let ForwardSetup { setup, config, .. } = forward;
     let config = Arc::new(config);
     let stats = Arc::new(ForwardStats::default());
@@ -620,8 +693,9 @@ pub fn check(service: Service, path: &Path) -> ExitCode {
     match outcome {
         Ok((setup, kernel_line)) => {
             let mut report = format!(
-                "{shown}: note: {}\n{shown}: note: {kernel_line}\n",
-                setup.model_note
+                "{shown}: note: {}\n{shown}: note: {kernel_line}\n{shown}: note: {}\n",
+                setup.model_note,
+                setup.tls_note()
             );
             // A note, not an error: the service may be started as another user than the check.
             if root_refusal(setup.run_as_root).is_some() {
@@ -653,7 +727,9 @@ mod tests {
     use super::*;
 
     fn error_at(text: &str, extra: &[&str]) -> ((usize, usize), String) {
-        let (span, e) = parse_file(text, extra).err().expect("an error");
+        let (span, e) = parse_file(text, extra, Path::new("/etc"))
+            .err()
+            .expect("an error");
         (position(text, span.expect("a position").start), e)
     }
 
@@ -688,6 +764,12 @@ mod tests {
         let (at, e) = error_at("to = \"127.0.0.1:1\"\n", ECHO_KEYS);
         assert_eq!(at, (1, 1));
         assert!(e.starts_with("unknown key `to`"), "{e}");
+        // A certificate without its key, at the key given.
+        let (at, e) = error_at("workers = 1\ntls_certificate = \"c.pem\"\n", ECHO_KEYS);
+        assert_eq!(
+            (at, e.as_str()),
+            ((2, 1), "`tls_certificate` needs `tls_key` too")
+        );
     }
 
     #[test]
@@ -695,8 +777,11 @@ mod tests {
         let text = "listen = [\"127.0.0.1:1\"]\nmodel = \"auto\"\nworkers = 2\n\
                     max_connections = 10\nidle_timeout = \"5s\"\nrun_as_root = true\n\
                     to = \"127.0.0.1:2\"\ntransport = \"unframed\"\nmax_message = \"1m\"\n\
-                    queue_limit = \"64k\"\nkernel_path = \"off\"\n";
-        let s = parse_file(text, FORWARD_KEYS).map_err(|e| e.1).unwrap();
+                    queue_limit = \"64k\"\nkernel_path = \"off\"\n\
+                    tls_certificate = \"tls/cert.pem\"\ntls_key = \"/keys/key.pem\"\n";
+        let s = parse_file(text, FORWARD_KEYS, Path::new("/etc/fp"))
+            .map_err(|e| e.1)
+            .unwrap();
         assert_eq!(s.listen.len(), 1);
         assert_eq!(s.model.as_deref(), Some("auto"));
         assert_eq!((s.workers, s.max_connections), (Some(2), Some(10)));
@@ -709,7 +794,13 @@ mod tests {
             (Some(1 << 20), Some(64 << 10))
         );
         assert_eq!(s.kernel_path, Some(KernelMode::Off));
-        let s = parse_file("kernel_sockets = 3\n", ECHO_KEYS)
+        // Relative to the file's directory.
+        assert_eq!(
+            s.tls_certificate.as_deref(),
+            Some(Path::new("/etc/fp/tls/cert.pem"))
+        );
+        assert_eq!(s.tls_key.as_deref(), Some(Path::new("/keys/key.pem")));
+        let s = parse_file("kernel_sockets = 3\n", ECHO_KEYS, Path::new("."))
             .map_err(|e| e.1)
             .unwrap();
         assert_eq!(s.kernel_sockets, Some(3));

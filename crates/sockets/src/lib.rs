@@ -98,8 +98,9 @@ pub use thrift_socket::ThriftSocket;
 
 pub use fastpath_drivers::{
     bind_listeners, run, run_service, uring_available, worker_count, CloseReason, ConnRef,
-    DriverConfig, Handler, Io, IoParts, ListenAddr, ListenOptions, Listeners, Model, ModelKind,
-    ModelSettings, Next, Opened, Origin, Process, UpstreamAddr, Worker, TICK,
+    DriverConfig, Handler, Io, IoParts, Layers, ListenAddr, ListenOptions, Listeners, Model,
+    ModelKind, ModelSettings, Next, Opened, Origin, Process, TransportInfo, Transports,
+    UpstreamAddr, Worker, TICK,
 };
 
 /// Sizes and durations as configurations write them.

@@ -49,6 +49,7 @@ mod tickets;
 pub use certs::{inspect, CertificateFiles, CertificateReport};
 pub use session::TlsSession;
 pub use setup::{
-    HandshakeCounts, TlsError, TlsSettings, TlsSetup, TlsVersions, UnknownName, FAILURE_REASONS,
+    every_listener, HandshakeCounts, TlsError, TlsSettings, TlsSetup, TlsVersions, UnknownName,
+    FAILURE_REASONS,
 };
 pub use tickets::{SessionTickets, TicketKeys, TicketOrigin};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fastpath_drivers::{Opened, Transport, TransportSetup};
+use fastpath_drivers::{Layers, Opened, Transport, TransportSetup, Transports};
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig};
 use rustls::sign::CertifiedKey;
@@ -310,6 +310,31 @@ impl TlsSetup {
     pub fn counts(&self) -> Arc<HandshakeCounts> {
         Arc::clone(&self.counts)
     }
+}
+
+/// TLS on every listener of a service (`fastpath echo`, `fastpath forward`, a NEST server):
+/// one certificate chain and key, no ALPN (the services' protocols have no registered name),
+/// TLS 1.2 and 1.3, tickets with keys made at start.
+pub fn every_listener(
+    chain: &Path,
+    key: &Path,
+    handshake_timeout: Duration,
+) -> Result<Transports, TlsError> {
+    let settings = TlsSettings {
+        certificates: vec![CertificateFiles {
+            names: Vec::new(),
+            chain: chain.to_owned(),
+            key: key.to_owned(),
+        }],
+        alpn: Vec::new(),
+        handshake_timeout,
+        ..TlsSettings::default()
+    };
+    let setup = TlsSetup::new(&settings)?;
+    Ok(Transports::every_listener(Layers {
+        proxy: None,
+        transport: Some(Arc::new(setup)),
+    }))
 }
 
 impl TransportSetup for TlsSetup {
