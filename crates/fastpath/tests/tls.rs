@@ -384,6 +384,58 @@ fn tls_a_proxied_request_tells_the_backend_it_came_over_https() {
     assert!(seen.contains("x-forwarded-proto: https"), "{seen}");
 }
 
+httptest!(tls_hsts_is_on_every_answer_over_tls, |model| {
+    let backend = Backend::start(echo);
+    let tls = tls_site(&format!(
+        "hsts = \"max-age=600;  includesubdomains\"\n\
+         [[backend]]\nname = \"app\"\naddresses = \"{}\"\n\n\
+         [[route]]\nprefix = \"/app/\"\nbackend = \"app\"\n",
+        backend.addr
+    ));
+    let srv = tls.serve(model);
+    let want = "strict-transport-security: max-age=600; includeSubDomains\r\n";
+    for (name, path, status) in [
+        ("a.test", "/hello.txt", 200),
+        ("a.test", "/missing", 404),
+        ("a.test", "/app/x", 200),
+        // b.test inherits the top level's.
+        ("b.test", "/hello.txt", 200),
+    ] {
+        let Some(out) = curl_https_to(&tls, &srv, name, path, &["-D", "-", "-o", "/dev/null"])
+        else {
+            return;
+        };
+        let head = String::from_utf8_lossy(&out.stdout);
+        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+        assert_eq!(
+            head.to_ascii_lowercase()
+                .matches("strict-transport-security")
+                .count(),
+            1,
+            "{name}{path}: {head}"
+        );
+        assert!(
+            head.to_ascii_lowercase()
+                .contains(&want.to_ascii_lowercase()),
+            "{name}{path}: {head}"
+        );
+        assert!(head.contains(want.split(':').nth(1).unwrap()), "{head}");
+    }
+});
+
+#[test]
+fn tls_hsts_is_never_sent_over_plain_http() {
+    let site = Site::new();
+    site.file("hello.txt", "hi");
+    let srv = site
+        .server("epoll")
+        .config("root = \"root\"\nhsts = true\n")
+        .start();
+    let r = srv.request("GET /hello.txt HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    r.assert_status(200);
+    assert!(r.header("strict-transport-security").is_none());
+}
+
 httptest!(tls_sessions_resume_on_every_worker_with_tickets, |model| {
     let tls = tls_site("");
     let srv = tls.serve(model);

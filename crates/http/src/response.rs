@@ -208,6 +208,10 @@ pub struct Head<'a> {
     pub version: Version,
     /// The connection closes after this response.
     pub close: bool,
+    /// Lines every response on the connection carries (`Strict-Transport-Security` on a
+    /// TLS connection, say), whole lines each ending in CRLF, written before
+    /// `Connection`: the server's own configuration, never text from a peer.
+    pub also: &'a [u8],
 }
 
 /// Writes a whole response head fastpath makes itself: the status line,
@@ -224,6 +228,7 @@ pub fn write_response_head(head: &Head<'_>, out: &mut Vec<u8>) {
         HeadFields::Write(fields) => fields.write(head.status, out),
         HeadFields::Prebuilt(bytes) => out.extend_from_slice(bytes),
     }
+    out.extend_from_slice(head.also);
     write_connection(head.version, head.close, out);
     out.extend_from_slice(b"\r\n");
 }
@@ -244,10 +249,11 @@ pub fn start_relayed_response<S: Sink>(
     head: &ResponseHead<'_>,
     client_version: Version,
     close: bool,
+    also: &[u8],
     sink: &mut S,
 ) -> (BodyRelay, Http1Body) {
     let relay =
-        sink.write_with(|out| write_relayed_response_head(head, client_version, close, out));
+        sink.write_with(|out| write_relayed_response_head(head, client_version, close, also, out));
     let framing = match relay {
         BodyRelay::None => Framing::None,
         BodyRelay::Length(n) => Framing::Length(n),
@@ -261,8 +267,10 @@ pub fn start_relayed_response<S: Sink>(
 /// [`write_not_modified_head`]) as a cache sends it to a `client` of that version
 /// that the answer leaves open or, with `close`, not: the `Connection` field that
 /// says so (a kept head has none: it is the same for every client), `Age: {age}`
-/// (RFC 9111 §5.1), then the empty line.
-pub fn write_age_and_end(age: u64, client: Version, close: bool, out: &mut Vec<u8>) {
+/// (RFC 9111 §5.1), then the empty line; the connection's own lines `also` (see
+/// [`Head::also`]) before them, since a kept head has none of its own.
+pub fn write_age_and_end(age: u64, client: Version, close: bool, also: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(also);
     write_connection(client, close, out);
     write_header_u64("Age", age, out);
     out.extend_from_slice(b"\r\n");
@@ -310,13 +318,16 @@ pub enum BodyRelay {
 /// - `Connection: close` if `close` or the body ends by closing, else
 ///   `Connection: keep-alive` for an HTTP/1.0 client. An interim (1xx)
 ///   response gets neither; it must not be sent to an HTTP/1.0 client.
+/// - Before that, the connection's own lines `also` (see [`Head::also`]) on a final
+///   response, each unless the backend sent a field of the same name: the backend's wins.
 pub fn write_relayed_response_head(
     head: &ResponseHead<'_>,
     client_version: Version,
     close: bool,
+    also: &[u8],
     out: &mut Vec<u8>,
 ) -> BodyRelay {
-    relay_head(head, client_version, close, false, out)
+    relay_head(head, client_version, close, also, false, out)
 }
 
 /// Writes the head a cache keeps of a backend response: as
@@ -326,7 +337,7 @@ pub fn write_relayed_response_head(
 /// Returns how the body is relayed (and so kept): only a body framed by length
 /// or by chunks can be replayed.
 pub fn write_stored_response_head(head: &ResponseHead<'_>, out: &mut Vec<u8>) -> BodyRelay {
-    relay_head(head, Version::Http11, false, true, out)
+    relay_head(head, Version::Http11, false, b"", true, out)
 }
 
 /// Writes the head of the `304 Not Modified` a cache answers a conditional
@@ -358,6 +369,7 @@ fn relay_head(
     head: &ResponseHead<'_>,
     client_version: Version,
     close: bool,
+    also: &[u8],
     stored: bool,
     out: &mut Vec<u8>,
 ) -> BodyRelay {
@@ -417,6 +429,13 @@ fn relay_head(
     }
 
     if !interim {
+        for line in also.split_inclusive(|&b| b == b'\n') {
+            let name = line.split(|&b| b == b':').next().unwrap_or_default();
+            let named = std::str::from_utf8(name).ok();
+            if named.is_some_and(|name| head.header(name).is_none()) {
+                out.extend_from_slice(line);
+            }
+        }
         let close = close || matches!(relay, BodyRelay::Dechunk | BodyRelay::UntilClose);
         write_connection(client_version, close, out);
     }

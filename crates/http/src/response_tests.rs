@@ -48,7 +48,7 @@ fn relay(resp: &[u8], head: bool, client: Version, close: bool) -> (String, Body
         .unwrap()
         .expect("complete response");
     let mut out = Vec::new();
-    let how = write_relayed_response_head(&h, client, close, &mut out);
+    let how = write_relayed_response_head(&h, client, close, b"", &mut out);
     (String::from_utf8(out).unwrap(), how)
 }
 
@@ -258,6 +258,7 @@ fn head(status: u16, fields: HeadFields<'_>, version: Version, close: bool) -> S
             fields,
             version,
             close,
+            also: b"",
         },
         &mut out,
     );
@@ -385,17 +386,17 @@ fn error_pages_bring_their_own_type_after_the_metadata() {
 #[test]
 fn age_ends_a_kept_head() {
     let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
-    write_age_and_end(0, Version::Http11, false, &mut out);
-    write_age_and_end(1 << 31, Version::Http11, false, &mut out);
+    write_age_and_end(0, Version::Http11, false, b"", &mut out);
+    write_age_and_end(1 << 31, Version::Http11, false, b"", &mut out);
     assert_eq!(
         out,
         b"HTTP/1.1 200 OK\r\nAge: 0\r\n\r\nAge: 2147483648\r\n\r\n"
     );
     // The connection is the client's: said as for any other response.
     let mut out = Vec::new();
-    write_age_and_end(5, Version::Http11, true, &mut out);
-    write_age_and_end(5, Version::Http10, false, &mut out);
-    write_age_and_end(5, Version::Http10, true, &mut out);
+    write_age_and_end(5, Version::Http11, true, b"", &mut out);
+    write_age_and_end(5, Version::Http10, false, b"", &mut out);
+    write_age_and_end(5, Version::Http10, true, b"", &mut out);
     assert_eq!(
         out,
         b"Connection: close\r\nAge: 5\r\n\r\nConnection: keep-alive\r\nAge: 5\r\n\r\n\
@@ -429,13 +430,13 @@ fn stored_heads_are_relayed_heads_without_age_or_end() {
         );
         // What a hit sends is what was relayed, its Age aside.
         let mut relayed = Vec::new();
-        write_relayed_response_head(h, Version::Http11, false, &mut relayed);
+        write_relayed_response_head(h, Version::Http11, false, b"", &mut relayed);
         let relayed = String::from_utf8(relayed).unwrap();
         let without_age: String = relayed
             .split_inclusive("\r\n")
             .filter(|l| !l.to_ascii_lowercase().starts_with("age:"))
             .collect();
-        write_age_and_end(3, Version::Http11, false, &mut stored);
+        write_age_and_end(3, Version::Http11, false, b"", &mut stored);
         let sent = String::from_utf8(stored).unwrap();
         assert_eq!(sent.replace("Age: 3\r\n", ""), without_age);
     });
@@ -464,4 +465,69 @@ fn not_modified_heads_repeat_what_a_304_must() {
              Vary: Accept-Encoding\r\ncache-control: max-age=9\r\n"
         );
     });
+}
+
+const HSTS: &[u8] = b"Strict-Transport-Security: max-age=63072000\r\n";
+
+#[test]
+fn the_connections_own_lines_go_on_every_final_head_before_connection() {
+    let out = head(
+        404,
+        HeadFields::Write(Fields {
+            meta: Metadata::default(),
+            extra: b"Content-Type: text/html\r\n",
+            content_length: Some(0),
+        }),
+        Version::Http11,
+        true,
+    );
+    assert!(!out.contains("Strict"), "{out}");
+    let mut with = Vec::new();
+    write_response_head(
+        &Head {
+            status: 404,
+            date: DATE,
+            fields: HeadFields::Prebuilt(b"Content-Length: 0\r\n"),
+            version: Version::Http11,
+            close: true,
+            also: HSTS,
+        },
+        &mut with,
+    );
+    let with = String::from_utf8(with).unwrap();
+    assert!(
+        with.ends_with(
+            "Content-Length: 0\r\nStrict-Transport-Security: max-age=63072000\r\n\
+             Connection: close\r\n\r\n"
+        ),
+        "{with}"
+    );
+    // Relayed: added unless the backend said it itself; never on an interim response.
+    let relayed = |resp: &[u8]| {
+        let mut parser = ResponseParser::new(Limits::default());
+        let h = parser.parse(resp, false).unwrap().unwrap();
+        let mut out = Vec::new();
+        write_relayed_response_head(&h, Version::Http11, false, HSTS, &mut out);
+        String::from_utf8(out).unwrap()
+    };
+    let out = relayed(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nStrict-Transport-Security: max-age=63072000\r\n\r\n"
+    );
+    let out = relayed(
+        b"HTTP/1.1 200 OK\r\nstrict-transport-security: max-age=5\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(out.matches("max-age").count(), 1, "{out}");
+    assert!(out.contains("max-age=5"), "{out}");
+    let out = relayed(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n");
+    assert!(!out.contains("Strict"), "{out}");
+    // A cache hit: after the kept head, before Connection and Age.
+    let mut out = b"HTTP/1.1 200 OK\r\n".to_vec();
+    write_age_and_end(1, Version::Http11, true, HSTS, &mut out);
+    assert_eq!(
+        out,
+        b"HTTP/1.1 200 OK\r\nStrict-Transport-Security: max-age=63072000\r\n\
+          Connection: close\r\nAge: 1\r\n\r\n"
+    );
 }

@@ -306,6 +306,9 @@ pub struct HostConfig {
     pub tls_certificate: Option<PathBuf>,
     /// Its private key (`tls_key`).
     pub tls_key: Option<PathBuf>,
+    /// The `Strict-Transport-Security` value its responses over TLS carry (`hsts`);
+    /// inherited from the top level unless a `[[host]]` sets its own.
+    pub hsts: Option<String>,
 }
 
 /// One problem found in a configuration file.
@@ -423,6 +426,7 @@ impl Default for HostConfig {
             is_default: false,
             tls_certificate: None,
             tls_key: None,
+            hsts: None,
         }
     }
 }

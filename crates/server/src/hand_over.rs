@@ -76,6 +76,9 @@ pub(crate) struct Sink<'s> {
     pub(crate) pool: &'s mut BufferPool,
     pub(crate) deadline: &'s mut Option<Instant>,
     pub(crate) now: Instant,
+    /// Lines every response head on the connection carries (its host's
+    /// `Strict-Transport-Security` over TLS).
+    pub(crate) also: Option<&'s Arc<[u8]>>,
 }
 
 impl Sink<'_> {
@@ -85,6 +88,7 @@ impl Sink<'_> {
             output: self.output,
             pool: self.pool,
             date,
+            also: self.also.map_or(&[], |also| also),
         }
     }
 }
@@ -282,6 +286,7 @@ impl Backends {
             client_version: answer.version,
             head_request: answer.head,
             client_close: incoming.client_close,
+            also: sink.also.cloned(),
             cache,
             carrier,
         };
@@ -357,8 +362,9 @@ impl Backends {
             None => (hit.status, hit.head, Some(hit.body)),
         };
         sink.output.push_shared(start);
+        let also = sink.also.map_or(&[][..], |also| also);
         sink.output.write_with(sink.pool, |out| {
-            write_age_and_end(hit.age, answer.version, answer.close, out)
+            write_age_and_end(hit.age, answer.version, answer.close, also, out)
         });
         // Kept as it was relayed (framed by length, or chunked for a 1.1 client): it goes
         // as it is, shared with the cache.

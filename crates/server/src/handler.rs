@@ -157,6 +157,8 @@ pub(crate) struct Tls {
     server_name: Option<Box<str>>,
     /// What the access log says of it.
     fields: TlsFields,
+    /// The `Strict-Transport-Security` line of the host it is for, if that host has one.
+    hsts: Option<Arc<[u8]>>,
 }
 
 /// How the client reached the server, as a request answered on the connection sees it.
@@ -170,6 +172,15 @@ pub(crate) struct Scheme<'c> {
     pub(crate) server_name: Option<&'c str>,
     /// The TLS agreed, for the access log.
     pub(crate) tls: Option<TlsFields>,
+}
+
+/// The lines every response on a connection whose TLS side is `tls` carries: its host's
+/// `Strict-Transport-Security` (none over plain HTTP, RFC 6797 §7.2). Taken from the TLS
+/// side alone, for callers that hold other parts of the connection borrowed.
+fn hsts_of(tls: &Option<Box<Tls>>) -> &[u8] {
+    tls.as_ref()
+        .and_then(|tls| tls.hsts.as_deref())
+        .unwrap_or_default()
 }
 
 impl<'c> Scheme<'c> {
@@ -452,6 +463,7 @@ impl HttpHandler {
                         output: parts.output,
                         pool: parts.pool,
                         date: self.clock.http_date(),
+                        also: hsts_of(&conn.tls),
                     }
                     .error(e.status, Answer::BAD_REQUEST);
                     let client = Client { peer, tls };
@@ -465,6 +477,7 @@ impl HttpHandler {
                         pool: parts.pool,
                         deadline: parts.deadline,
                         now,
+                        also: conn.tls.as_ref().and_then(|tls| tls.hsts.as_ref()),
                     };
                     let scrape = conn.scrape;
                     let served = (requests, scrape, waiting.take());
@@ -803,6 +816,7 @@ impl HttpHandler {
                     output,
                     pool,
                     date: self.clock.http_date(),
+                    also: hsts_of(&conn.tls),
                 }
                 .error(status, answer);
                 (status, sent, close.then_some(Next::Linger))
@@ -978,6 +992,7 @@ impl Handler for HttpHandler {
                     cipher: agreed.cipher,
                     resumed: agreed.resumed,
                 },
+                hsts: self.router.hsts(agreed.server_name.as_deref()),
             })
         });
         if let Some(metrics) = &self.metrics {
@@ -1009,6 +1024,7 @@ impl Handler for HttpHandler {
                 output,
                 pool,
                 date: self.clock.http_date(),
+                also: hsts_of(&conn.tls),
             }
             .error(408, Answer::BAD_REQUEST);
             let line = first_line(io.input().data());

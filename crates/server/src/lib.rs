@@ -180,7 +180,11 @@ fn virtual_hosts(config: &Config, watch: Watching) -> Result<VirtualHosts, Serve
         }
         names.extend(host.names.iter().map(|name| (name.clone(), index)));
     }
-    Ok(VirtualHosts::new(sites, default, names))
+    let hsts = std::iter::once(&config.default_host)
+        .chain(&config.hosts)
+        .map(|host| host.hsts.clone())
+        .collect();
+    Ok(VirtualHosts::new(sites, default, names).with_hsts(hsts))
 }
 
 /// The driver model for a configured one; io_uring falls back to epoll, with one warning,

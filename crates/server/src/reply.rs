@@ -48,6 +48,8 @@ pub(crate) struct Writer<'a> {
     pub(crate) output: &'a mut Output,
     pub(crate) pool: &'a mut BufferPool,
     pub(crate) date: &'a [u8],
+    /// Lines every head carries (see [`fastpath_http::Head::also`]).
+    pub(crate) also: &'a [u8],
 }
 
 impl Writer<'_> {
@@ -72,7 +74,7 @@ impl Writer<'_> {
         } else {
             Framing::Length(reply.content_length)
         };
-        let head = head(self.date, status, fields, answer);
+        let head = head(self.date, status, fields, answer, self.also);
         let out = &mut self.sink();
         let mut body = start_response(&head, framing, out);
         match &reply.body {
@@ -131,7 +133,7 @@ impl Writer<'_> {
         } else {
             Framing::Length(body.len() as u64)
         };
-        let head = head(self.date, 200, fields, answer);
+        let head = head(self.date, 200, fields, answer, self.also);
         let out = &mut self.sink();
         let mut encoder = start_response(&head, framing, out);
         // Its own allocation, so that a large body does not grow a pooled buffer for good.
@@ -170,7 +172,7 @@ impl Writer<'_> {
         } else {
             Framing::Length(page_len as u64)
         };
-        let head = head(self.date, status, fields, answer);
+        let head = head(self.date, status, fields, answer, self.also);
         let out = &mut self.sink();
         let mut body = start_response(&head, framing, out);
         if !answer.head {
@@ -199,12 +201,19 @@ impl Writer<'_> {
 }
 
 /// The head of an answer: what every head fastpath makes shares.
-fn head<'h>(date: &'h [u8], status: u16, fields: HeadFields<'h>, answer: Answer) -> Head<'h> {
+fn head<'h>(
+    date: &'h [u8],
+    status: u16,
+    fields: HeadFields<'h>,
+    answer: Answer,
+    also: &'h [u8],
+) -> Head<'h> {
     Head {
         status,
         date,
         fields,
         version: answer.version,
         close: answer.close,
+        also,
     }
 }

@@ -40,6 +40,11 @@ pub(crate) struct Router {
 }
 
 impl Router {
+    /// The `Strict-Transport-Security` line for a TLS connection to `server_name`.
+    pub(crate) fn hsts(&self, server_name: Option<&str>) -> Option<std::sync::Arc<[u8]>> {
+        self.hosts.hsts(server_name)
+    }
+
     pub(crate) fn new(
         hosts: Arc<VirtualHosts>,
         routes: Arc<Routes>,

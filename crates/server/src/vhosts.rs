@@ -1,6 +1,7 @@
 //! Virtual hosts: which site answers a request, chosen by its host name.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use fastpath_content::Site;
 
@@ -14,6 +15,8 @@ pub(crate) struct VirtualHosts {
     exact: HashMap<Vec<u8>, usize>,
     /// `(".example.com", site)`, longest suffix first so the most specific wildcard wins.
     wildcards: Vec<(Vec<u8>, usize)>,
+    /// Each site's `Strict-Transport-Security` line, for its responses over TLS.
+    hsts: Vec<Option<Arc<[u8]>>>,
 }
 
 impl VirtualHosts {
@@ -32,11 +35,34 @@ impl VirtualHosts {
         }
         wildcards.sort_by_key(|(suffix, _)| std::cmp::Reverse(suffix.len()));
         VirtualHosts {
+            hsts: vec![None; sites.len()],
             sites,
             default,
             exact,
             wildcards,
         }
+    }
+
+    /// Each site's `Strict-Transport-Security` value (`hsts`), by the sites' order.
+    pub(crate) fn with_hsts(mut self, values: Vec<Option<String>>) -> Self {
+        self.hsts = values
+            .into_iter()
+            .map(|value| {
+                value.map(|v| Arc::from(format!("Strict-Transport-Security: {v}\r\n").as_bytes()))
+            })
+            .collect();
+        self.hsts.resize(self.sites.len(), None);
+        self
+    }
+
+    /// The `Strict-Transport-Security` line of the site a TLS connection asked for by its
+    /// server name (the default site's without one): every request on the connection is
+    /// for that name (421 otherwise), so it is looked up once per connection.
+    pub(crate) fn hsts(&self, server_name: Option<&str>) -> Option<Arc<[u8]>> {
+        let index = server_name
+            .and_then(|name| self.lookup(name.as_bytes()))
+            .unwrap_or(self.default);
+        self.hsts[index].clone()
     }
 
     /// The site for a Host value (or an absolute target's authority): case-insensitive, port

@@ -113,6 +113,10 @@ pub struct Start {
     pub head_request: bool,
     /// The client asked to close after this response.
     pub client_close: bool,
+    /// Lines the response head relayed to the client carries besides the backend's
+    /// (`Strict-Transport-Security` on a TLS connection): see
+    /// [`fastpath_http::write_relayed_response_head`].
+    pub also: Option<std::sync::Arc<[u8]>>,
     /// Where the response may be kept, for a request the cache can answer.
     pub cache: Option<CacheSlot>,
     /// A bridge's joint is carried by this (the kernel path), else by pipes.

@@ -135,6 +135,8 @@ pub struct ProxyExchange {
     head_request: bool,
     /// The client asked to close after this response.
     pub client_close: bool,
+    /// Lines the relayed head carries besides the backend's.
+    also: Option<std::sync::Arc<[u8]>>,
     /// Status relayed, for the access log.
     pub status: u16,
     /// Body bytes relayed, for the access log.
@@ -246,6 +248,7 @@ impl ProxyExchange {
             client_version: start.client_version,
             head_request: start.head_request,
             client_close: start.client_close,
+            also: start.also,
             status: 0,
             relayed: 0,
             spill,
@@ -592,6 +595,7 @@ impl ProxyExchange {
             &head,
             self.client_version,
             self.client_close,
+            self.also.as_deref().unwrap_or_default(),
             &mut OutputSink {
                 output: linked.own_output,
                 pool: linked.pool,

@@ -221,7 +221,7 @@ fn check_relay(data: &[u8], head: bool) {
     for client in [Version::Http10, Version::Http11] {
         for close in [false, true] {
             let mut out = Vec::new();
-            let relay = write_relayed_response_head(&h, client, close, &mut out);
+            let relay = write_relayed_response_head(&h, client, close, b"", &mut out);
             let mut reparser = ResponseParser::new(ROOMY);
             let r = match reparser.parse(&out, head) {
                 Ok(Some(r)) => r,

@@ -347,7 +347,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn wrong_type(&mut self, f: Field<'a>, expected: &str) {
+    pub(super) fn wrong_type(&mut self, f: Field<'a>, expected: &str) {
         self.error(
             f.value_span(),
             format!(

@@ -89,6 +89,9 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     key("dotfiles", "false", Bool(|c, b| c.default_host.dotfiles = b)),
     // Serve `X.br` or `X.gz` instead of `X` to clients that accept them.
     key("precompressed", "true", Bool(|c, b| c.default_host.precompressed = b)),
+    // Strict-Transport-Security on responses over TLS: true (two years), false, or the
+    // value itself; [[host]] tables inherit it, so it is read before them.
+    key("hsts", "false", Custom(|ck, f, c| ck.hsts(f, &mut c.default_host.hsts))),
     // Protocol limits.
     key("limits", "", Table(|ck, s, c| ck.read_table(s, &LIMITS, &mut c.limits))),
     // Connection timeouts.
@@ -254,6 +257,8 @@ pub(super) const HOST: TableSpec<HostConfig> = TableSpec { place: "in [[host]]",
         Custom(|ck, f, h| ck.path(f, &mut h.tls_certificate))),
     // Its private key (PEM).
     key("tls_key", "none", Custom(|ck, f, h| ck.path(f, &mut h.tls_key))),
+    // As at the top level.
+    key("hsts", "top-level `hsts`", Custom(|ck, f, h| ck.hsts(f, &mut h.hsts))),
 ]};
 
 #[rustfmt::skip]
@@ -692,6 +697,26 @@ impl<'a> Checker<'a> {
             hosts.push(h);
         }
         hosts
+    }
+
+    /// `hsts`: `true` for two years (what Mozilla and the HSTS preload list ask), `false`
+    /// for none, or a value of `max-age=SECONDS` with `includeSubDomains` and `preload`
+    /// (RFC 6797 §6.1), checked here so that no header is ever malformed.
+    fn hsts(&mut self, f: Field<'a>, hsts: &mut Option<String>) {
+        if let Some(on) = f.item.as_bool() {
+            *hsts = on.then(|| "max-age=63072000".to_owned());
+            return;
+        }
+        let Some(value) = f.item.as_str() else {
+            return self.wrong_type(f, "true, false or a Strict-Transport-Security value");
+        };
+        match hsts_value(value) {
+            Ok(value) => *hsts = Some(value),
+            Err(e) => self.error(
+                f.value_span(),
+                format!("`hsts` \"{}\": {e}", value.escape_debug()),
+            ),
+        }
     }
 
     /// A path, resolved against the configuration file's directory.
@@ -1137,4 +1162,38 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         .ok_or_else(|| {
             format!("`unix_mode` \"{s}\" is not a file mode in octal (for example \"0660\")")
         })
+}
+
+/// A `Strict-Transport-Security` value as written: its directives checked and rejoined.
+fn hsts_value(value: &str) -> Result<String, String> {
+    let mut max_age = None;
+    let mut directives = Vec::new();
+    for directive in value.split(';').map(str::trim).filter(|d| !d.is_empty()) {
+        let (name, argument) = match directive.split_once('=') {
+            Some((name, argument)) => (name.trim(), Some(argument.trim())),
+            None => (directive, None),
+        };
+        match (name.to_ascii_lowercase().as_str(), argument) {
+            ("max-age", Some(seconds))
+                if !seconds.is_empty() && seconds.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                if max_age.replace(seconds).is_some() {
+                    return Err("`max-age` is given twice".into());
+                }
+                directives.push(format!("max-age={seconds}"));
+            }
+            ("max-age", _) => return Err("`max-age` needs a whole number of seconds".into()),
+            ("includesubdomains", None) => directives.push("includeSubDomains".into()),
+            ("preload", None) => directives.push("preload".into()),
+            _ => {
+                return Err(format!(
+                    "`{directive}` is not max-age=SECONDS, includeSubDomains or preload"
+                ))
+            }
+        }
+    }
+    if max_age.is_none() {
+        return Err("it needs max-age=SECONDS (63072000 is two years)".into());
+    }
+    Ok(directives.join("; "))
 }

@@ -182,6 +182,7 @@ names = "static.test"
         is_default: false,
         tls_certificate: None,
         tls_key: None,
+        hsts: None,
     };
     assert_eq!(c.default_host, top);
     assert_eq!(
@@ -196,6 +197,7 @@ names = "static.test"
                 is_default: true,
                 tls_certificate: None,
                 tls_key: None,
+                hsts: None,
             },
             // Everything but the names inherited from the top level.
             HostConfig {
@@ -1975,6 +1977,47 @@ fn tls_ticket_keys_are_files_made_keys_or_none() {
     let errors = tls_parse(dir.path(), "[tls]\nticket_keys = [\"none.key\"]\n").unwrap_err();
     assert!(
         errors[0].message.contains("none.key: No such file"),
+        "{}",
+        errors[0].message
+    );
+}
+
+#[test]
+fn hsts_is_inherited_overridden_and_checked() {
+    let (dir, _pki) = tls_base();
+    let text = "hsts = true\n[[host]]\nnames = [\"a.test\"]\n\
+        [[host]]\nnames = [\"b.test\"]\nhsts = false\n\
+        [[host]]\nnames = [\"c.test\"]\nhsts = \" max-age=300 ; Preload;includesubdomains \"\n";
+    let c = tls_parse(dir.path(), text).unwrap();
+    assert_eq!(c.default_host.hsts.as_deref(), Some("max-age=63072000"));
+    assert_eq!(c.hosts[0].hsts.as_deref(), Some("max-age=63072000"));
+    assert_eq!(c.hosts[1].hsts, None);
+    assert_eq!(
+        c.hosts[2].hsts.as_deref(),
+        Some("max-age=300; preload; includeSubDomains")
+    );
+    for (value, problem) in [
+        ("includeSubDomains", "needs max-age"),
+        ("max-age=ten", "whole number of seconds"),
+        ("max-age=1; max-age=2", "given twice"),
+        ("max-age=1; always", "`always` is not"),
+        (
+            "max-age=1\r\nX-Evil: 1",
+            "\\r\\nX-Evil: 1\": `max-age` needs",
+        ),
+    ] {
+        let errors = tls_parse(dir.path(), &format!("hsts = {value:?}\n")).unwrap_err();
+        assert_eq!(errors.len(), 1, "{value}: {errors:#?}");
+        assert!(
+            errors[0].message.contains(problem),
+            "{value}: {}",
+            errors[0].message
+        );
+        assert_eq!((errors[0].line, errors[0].column), (1, 8));
+    }
+    let errors = tls_parse(dir.path(), "hsts = 5\n").unwrap_err();
+    assert!(
+        errors[0].message.contains("true, false or"),
         "{}",
         errors[0].message
     );
