@@ -77,6 +77,8 @@ pub struct Config {
     pub source: Option<PathBuf>,
     /// The Prometheus metrics listener (`[metrics]`).
     pub metrics: MetricsConfig,
+    /// The path a load balancer's health check asks for (`health_check`); `None`: none.
+    pub health_check: Option<String>,
     /// HTTPS: which listeners speak TLS (`[[listen]] tls`) and how (`[tls]`).
     pub tls: TlsConfig,
     /// The listeners that expect a PROXY protocol header (`[[listen]] proxy_protocol`): their
@@ -366,6 +368,7 @@ impl Default for Config {
             backends: Vec::new(),
             routes: Vec::new(),
             metrics: MetricsConfig::default(),
+            health_check: None,
             tls: TlsConfig::default(),
             proxy_protocol: Vec::new(),
             https_redirects: Vec::new(),

@@ -69,6 +69,8 @@ pub(crate) struct HandlerSettings {
     pub listeners: ListenerFacts,
     /// SO_SNDBUF for client connections; 0 leaves the kernel's autotuning.
     pub send_buffer: libc::c_int,
+    /// The path of the health check (`health_check`).
+    pub health_check: Option<Box<str>>,
 }
 
 impl HandlerSettings {
@@ -86,6 +88,7 @@ impl HandlerSettings {
             listeners: ListenerFacts::default(),
             send_buffer: libc::c_int::try_from(config.limits.send_buffer)
                 .unwrap_or(libc::c_int::MAX),
+            health_check: config.health_check.as_deref().map(Box::from),
         }
     }
 }
@@ -173,6 +176,9 @@ pub(crate) struct Scheme<'c> {
     /// The TLS agreed, for the access log.
     pub(crate) tls: Option<TlsFields>,
 }
+
+/// The health check's answer: small, never cached by anything between.
+const HEALTH_FIELDS: &[u8] = b"Content-Type: text/plain\r\nCache-Control: no-store\r\n";
 
 /// The lines every response on a connection whose TLS side is `tls` carries: its host's
 /// `Strict-Transport-Security` (none over plain HTTP, RFC 6797 §7.2). Taken from the TLS
@@ -522,6 +528,17 @@ impl HttpHandler {
         }
     }
 
+    /// Whether `target` asks for the health check (a query is allowed: some balancers add
+    /// one to tell their checks apart).
+    fn is_health_check(&self, target: &str) -> bool {
+        self.settings.health_check.as_deref().is_some_and(|path| {
+            target
+                .split_once('?')
+                .map_or(target, |(path, _)| path)
+                .eq(path)
+        })
+    }
+
     /// Answers one parsed request by queueing the whole response.
     fn respond(
         &mut self,
@@ -561,6 +578,11 @@ impl HttpHandler {
                 200 => Route::Metrics,
                 405 => Route::MethodNotAllowed,
                 status => Route::Error(status),
+            }
+        } else if self.is_health_check(request.target) {
+            match request.kind {
+                Method::Get | Method::Head => Route::Health,
+                _ => Route::MethodNotAllowed,
             }
         } else if let Some(port) = scheme.to_https {
             if request.host.is_some() {
@@ -660,6 +682,10 @@ impl HttpHandler {
             }
             Route::MethodNotAllowed => (405, sink.writer(date).method_not_allowed(answer)),
             Route::Static(reply) => sink.writer(date).static_reply(&reply, answer),
+            Route::Health => (
+                200,
+                sink.writer(date).document(answer, HEALTH_FIELDS, b"ok\n"),
+            ),
             Route::Metrics => {
                 self.scrape.clear();
                 if let Some(metrics) = &self.metrics {

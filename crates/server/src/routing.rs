@@ -24,6 +24,8 @@ pub(crate) enum Route {
     Handover(usize, HandoverMethod),
     /// The metrics exposition (on the metrics listener only).
     Metrics,
+    /// The health check (`health_check`): `200 ok`.
+    Health,
     /// The same URL over HTTPS on this port (a listener with `redirect_to_https`).
     ToHttps(u16),
 }

@@ -108,6 +108,14 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     key("backend", "", Tables(|ck, tables, c| c.backends = ck.backends(tables))),
     // Which requests go to which backend, and how.
     key("route", "", Tables(|ck, tables, c| c.routes = ck.routes(tables))),
+    // The path answered `200 ok` for a load balancer's health check, before any routing.
+    key("health_check", "none", Text(|c, path| {
+        if !path.starts_with('/') || path.contains(['?', '#']) || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(format!("`health_check` \"{}\" must be a path: a `/` first, no query, no spaces", path.escape_debug()));
+        }
+        c.health_check = Some(path.to_owned());
+        Ok(())
+    })),
     // The Prometheus metrics listener; after `listen`, which it must not repeat.
     key("metrics", "", Table(|ck, s, c| ck.metrics(s, c))),
     // The top-level host's certificate chain (PEM) for TLS listeners, the default one
