@@ -306,6 +306,14 @@ impl<H: Handler> TestWorker<H> {
         }
     }
 
+    /// Begins a graceful stop: every connection's handler hears of it (`on_drain`), as on
+    /// a loop's next tick after the stop signal.
+    pub fn drain(&mut self) {
+        self.core.draining = true;
+        self.tell_drain();
+        self.run();
+    }
+
     /// Moves every connection on, and carries out what handlers asked, until nothing is
     /// left to do.
     pub fn run(&mut self) {

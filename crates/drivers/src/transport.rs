@@ -732,14 +732,17 @@ impl<H: Handler> Handler for Transported<H> {
     }
 
     fn on_drain(&mut self, conn: &mut Self::Conn, io: &mut Io<'_>) -> Option<Next> {
+        // A PROXY header or a handshake under way when the stop began goes on, bounded by
+        // its timeout: the client's first request is then answered (with `Connection:
+        // close`), as a plain connection's is. Cutting it would fail handshakes in every
+        // reload and graceful stop.
         let secured = match conn {
             Layered::Plain(conn) => return self.inner.on_drain(conn, io),
             Layered::Secured(secured) => secured,
-            Layered::Preamble { .. } => return Some(Next::Abort),
+            Layered::Preamble { .. } => return None,
         };
         if secured.conn.is_none() {
-            // A handshake under way when the stop began is not finished.
-            return Some(Next::Abort);
+            return None;
         }
         let inner = &mut self.inner;
         let next = secured.call(io, |conn, plain, _| {

@@ -275,6 +275,28 @@ fn layers_for_every_listener_reach_listeners_of_any_index() {
 }
 
 #[test]
+fn a_handshake_under_way_when_the_stop_begins_is_finished_and_its_request_answered() {
+    let setup = Arc::new(ToySetup::default());
+    let mut worker = worker(&setup);
+    let client = connect(&mut worker, 0);
+    worker.send(client, &HELLO[..3]);
+    worker.drain();
+    assert!(worker.is_open(client), "cut off mid-handshake");
+    worker.send(client, &HELLO[3..]);
+    assert_eq!(worker.received(client), WELCOME);
+    assert_eq!(worker.handler().inner().opened, 1);
+    worker.send(client, &seal(b"last\n"));
+    assert_eq!(open_records(&worker.received(client)).0, b"last\n");
+    // A PROXY header under way goes on too.
+    let proxied = connect(&mut worker, 2);
+    worker.send(proxied, b"PROXY TCP4 192.0.2.1 ");
+    worker.drain();
+    assert!(worker.is_open(proxied));
+    worker.send(proxied, b"192.0.2.2 1000 80\r\nhello\n");
+    assert_eq!(worker.handler().inner().opened, 2);
+}
+
+#[test]
 fn bytes_that_complete_no_record_do_not_call_the_handler() {
     let setup = Arc::new(ToySetup::default());
     let mut worker = worker(&setup);
