@@ -623,7 +623,8 @@ fn tls_without_tickets_sessions_resume_from_the_process_cache() {
     );
 }
 
-/// The leaf certificate the server at `srv` sends for `a.test`, as PEM.
+/// The leaf certificate the server at `srv` sends for `a.test`, as PEM (at once: the
+/// connection ends after one request).
 fn served_leaf(srv: &Server, ca: &std::path::Path) -> String {
     let (out, ok) = s_client(
         srv,
@@ -634,7 +635,9 @@ fn served_leaf(srv: &Server, ca: &std::path::Path) -> String {
             ca.to_str().unwrap(),
             "-showcerts",
         ],
-        b"",
+        // A request that ends the connection: without one the server would wait for the
+        // header timeout before closing it.
+        b"HEAD / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
     );
     assert!(ok, "{out}");
     let start = out
@@ -692,6 +695,79 @@ fn tls_a_reload_serves_the_certificate_now_in_the_files() {
     );
     assert_eq!(served_leaf(&srv, pki.ca()), after);
 }
+
+httptest!(
+    tls_a_changed_certificate_file_is_served_with_no_failed_handshake,
+    |model| {
+        if !openssl() {
+            return;
+        }
+        let site = Site::new();
+        site.file("hello.txt", "hello over tls");
+        let pki = TestPki::new(site.base());
+        let (chain, key) = pki.leaf("a", &["a.test"], KeyKind::EcdsaP256);
+        let pid_file = site.base().join("fastpath.pid");
+        let config = format!("root = \"root\"\ntls_certificate = {chain:?}\ntls_key = {key:?}\n");
+        let srv = site
+            .server(model)
+            .config(&config)
+            .tls()
+            .arg("--pid-file")
+            .arg(pid_file.to_str().unwrap())
+            .start();
+        let before = served_leaf(&srv, pki.ca());
+        // Clients keep coming while the files change and the server takes them up.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ca, port) = (pki.ca().to_owned(), srv.addr().port());
+        let clients = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (mut done, mut failed) = (0, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Some(out) = curl_https(&ca, "a.test", port, "/hello.txt", &[]) else {
+                        return (done, failed);
+                    };
+                    if out.status.success() && out.stdout == b"hello over tls" {
+                        done += 1;
+                    } else {
+                        failed.push(String::from_utf8_lossy(&out.stderr).into_owned());
+                    }
+                }
+                (done, failed)
+            })
+        };
+        // A new key and certificate in the same files, no signal.
+        pki.leaf("a", &["a.test"], KeyKind::EcdsaP256);
+        let after = wait_for(Duration::from_secs(10), || {
+            let now = served_leaf(&srv, pki.ca());
+            (now != before).then_some(now)
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (done, failed) = clients.join().unwrap();
+        let after = after
+            .unwrap_or_else(|| panic!("the old certificate is still served: {}", srv.stderr()));
+        assert!(std::fs::read_to_string(&chain)
+            .unwrap()
+            .contains(after.trim()));
+        assert!(
+            failed.is_empty(),
+            "{} requests failed: {failed:?}",
+            failed.len()
+        );
+        assert!(done > 0);
+        assert!(
+            srv.wait_stderr(
+                Duration::from_secs(1),
+                &format!("{} changed", chain.display())
+            ) || srv.wait_stderr(
+                Duration::from_secs(1),
+                &format!("{} changed", key.display())
+            ),
+            "{}",
+            srv.stderr()
+        );
+    }
+);
 
 httptest!(
     tls_a_plain_listener_redirects_every_request_to_https,

@@ -510,6 +510,23 @@ impl Config {
         })
     }
 
+    /// The files TLS is read from, watched for changes that reload the server: every
+    /// certificate chain and key, and the ticket key files. None without a TLS listener.
+    pub fn tls_files(&self) -> Vec<PathBuf> {
+        let Some(settings) = self.tls_settings() else {
+            return Vec::new();
+        };
+        let mut files: Vec<PathBuf> = settings
+            .certificates
+            .into_iter()
+            .flat_map(|files| [files.chain, files.key])
+            .collect();
+        files.extend(self.tls.ticket_keys.iter().cloned());
+        files.sort();
+        files.dedup();
+        files
+    }
+
     /// Whether the listener bound for `listen[index]` speaks TLS.
     pub fn listens_with_tls(&self, index: usize) -> bool {
         self.tls.listen.contains(&index)

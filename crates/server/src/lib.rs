@@ -656,6 +656,7 @@ fn answer_reloads(
         handover.sockets,
         handover.pass_on,
         handover.ticket_keys,
+        reload::WatchedFiles::new(config.tls_files()),
         notify.clone(),
     );
     if model == ModelKind::Prefork {

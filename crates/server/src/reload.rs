@@ -284,6 +284,96 @@ pub(crate) struct Reloader {
     pub(crate) notify: Option<Arc<Notify>>,
     /// Set once the sockets are handed over: later signals are ignored.
     done: bool,
+    /// The certificate, key and ticket key files: a change reloads.
+    watched: WatchedFiles,
+}
+
+/// How often the watched files are looked at.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// Files whose change reloads the server (the TLS certificates, their keys and the ticket
+/// key files), looked at once a second. A change is acted on once the file has stayed the
+/// same for one look, so that a certificate and key written one after the other, or a file
+/// written in several steps, are read whole; a certificate renewed by certbot (a symbolic
+/// link moved to new files) is seen through the link.
+pub(crate) struct WatchedFiles {
+    files: Vec<Watched>,
+    next_look: Instant,
+}
+
+struct Watched {
+    path: PathBuf,
+    /// As the running server read it.
+    loaded: Option<Stamp>,
+    /// As the last look found it.
+    seen: Option<Stamp>,
+}
+
+/// What tells one version of a file from the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    device: u64,
+    inode: u64,
+    size: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        device: meta.dev(),
+        inode: meta.ino(),
+        size: meta.len(),
+        modified: meta.modified().ok(),
+    })
+}
+
+impl WatchedFiles {
+    /// Watches `paths`, as they are now.
+    pub(crate) fn new(paths: Vec<PathBuf>) -> WatchedFiles {
+        let files = paths
+            .into_iter()
+            .map(|path| {
+                let loaded = stamp(&path);
+                Watched {
+                    path,
+                    loaded,
+                    seen: loaded,
+                }
+            })
+            .collect();
+        WatchedFiles {
+            files,
+            next_look: Instant::now() + WATCH_EVERY,
+        }
+    }
+
+    /// A file that changed since the server read it and has stayed so since the last look,
+    /// if it is time to look.
+    fn changed(&mut self, now: Instant) -> Option<&Path> {
+        if self.files.is_empty() || now < self.next_look {
+            return None;
+        }
+        self.next_look = now + WATCH_EVERY;
+        let mut settled = None;
+        for file in &mut self.files {
+            let now_seen = stamp(&file.path);
+            if now_seen != file.loaded && now_seen == file.seen && settled.is_none() {
+                settled = Some(file.path.as_path());
+            }
+            file.seen = now_seen;
+        }
+        settled
+    }
+
+    /// Takes the files as they are now as read (after a reload, done or refused, so that
+    /// one change starts one reload).
+    fn settle(&mut self) {
+        for file in &mut self.files {
+            file.loaded = file.seen;
+        }
+    }
 }
 
 impl Reloader {
@@ -292,6 +382,7 @@ impl Reloader {
         sockets: Vec<(OwnedFd, String)>,
         pass_on: Vec<(&'static str, OsString)>,
         ticket_keys: Option<OwnedFd>,
+        watched: WatchedFiles,
         notify: Option<Arc<Notify>>,
     ) -> Reloader {
         Reloader {
@@ -302,6 +393,7 @@ impl Reloader {
             ticket_keys,
             notify,
             done: false,
+            watched,
         }
     }
 
@@ -317,6 +409,10 @@ impl Reloader {
         }
         if hangup {
             self.replace(Path::new("/proc/self/exe"), "reload");
+        } else if let Some(path) = self.watched.changed(Instant::now()) {
+            tracing::info!("{} changed", path.display());
+            self.replace(Path::new("/proc/self/exe"), "reload");
+            self.watched.settle();
         } else if usr2 {
             match self.exe.clone() {
                 Some(exe) => self.replace(&exe, "binary upgrade"),
