@@ -757,9 +757,9 @@ pub trait Handler {
     /// Called once when the worker stops.
     fn on_stop(&mut self) {}
 
-    /// Bytes sent to a connection refused because the connection limit is reached, before it
-    /// is closed.
-    fn refusal(&self) -> &[u8] {
+    /// Bytes sent to a connection of listener `listener` (see [`Opened::listener`]) refused
+    /// because the connection limit is reached, before it is closed.
+    fn refusal(&self, _listener: usize) -> &[u8] {
         b""
     }
 }

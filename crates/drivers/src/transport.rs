@@ -741,9 +741,7 @@ impl<H: Handler> Handler for Transported<H> {
             Layered::Secured(secured) => secured,
             Layered::Preamble { .. } => return None,
         };
-        if secured.conn.is_none() {
-            return None;
-        }
+        secured.conn.as_ref()?;
         let inner = &mut self.inner;
         let next = secured.call(io, |conn, plain, _| {
             conn.as_mut().and_then(|conn| inner.on_drain(conn, plain))
@@ -759,12 +757,12 @@ impl<H: Handler> Handler for Transported<H> {
         self.inner.on_stop();
     }
 
-    fn refusal(&self) -> &[u8] {
-        // Sent in plaintext, which a TLS client would take for a broken record.
-        if self.transports.is_empty() {
-            self.inner.refusal()
-        } else {
-            b""
+    fn refusal(&self, listener: usize) -> &[u8] {
+        // Plaintext, which a TLS client would take for a broken record, and which must not
+        // come before a PROXY header is read: such listeners refuse with the close alone.
+        match self.transports.of(listener) {
+            None => self.inner.refusal(listener),
+            Some(_) => b"",
         }
     }
 }

@@ -157,12 +157,12 @@ impl<'a> Core<'a> {
 
     /// Counts a newly accepted connection in: true when it may open, false when the limit was
     /// reached and it has been refused (the caller then drops, and so closes, `fd`).
-    pub(crate) fn admit<H: Handler>(&self, fd: &OwnedFd, handler: &H) -> bool {
+    pub(crate) fn admit<H: Handler>(&self, fd: &OwnedFd, handler: &H, listener: usize) -> bool {
         common::admit_with(
             self.active,
             self.config.max_connections,
             fd,
-            handler.refusal(),
+            handler.refusal(listener),
         )
     }
 }

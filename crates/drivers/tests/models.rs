@@ -256,7 +256,7 @@ impl Handler for Echo {
         self.log.stops.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn refusal(&self) -> &[u8] {
+    fn refusal(&self, _listener: usize) -> &[u8] {
         self.refusal
     }
 }

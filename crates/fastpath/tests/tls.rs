@@ -830,3 +830,56 @@ fn tls_the_default_profile_is_mozilla_intermediate_and_tls13_only_is_modern() {
     let (out, ok) = sslyze(&srv, &tls.ca, "modern").unwrap();
     assert!(ok && out.contains("OK - Compliant"), "{out}");
 }
+
+httptest!(
+    tls_a_refused_tls_client_gets_no_plaintext_and_a_plain_one_its_503,
+    |model| {
+        let tls = tls_site("[limits]\nmax_connections = 2");
+        let plain_port = free_port();
+        let tls_port = free_port();
+        let config = std::fs::read_to_string(tls.site.base().join("fastpath.toml")).unwrap();
+        let config = format!(
+            "{config}\n[[listen]]\naddress = \"127.0.0.1:{plain_port}\"\n\
+         [[listen]]\naddress = \"127.0.0.1:{tls_port}\"\ntls = true\n"
+        );
+        let srv = tls
+            .site
+            .server(model)
+            .config(&config)
+            .configured_listen()
+            .start();
+        let plain: std::net::SocketAddr = ([127, 0, 0, 1], plain_port).into();
+        // Two held connections fill the server.
+        let held: Vec<Conn> = (0..2)
+            .map(|_| {
+                let mut c = Conn::open(plain);
+                c.exchange("GET /hello.txt HTTP/1.1\r\nHost: a.test\r\n\r\n")
+                    .assert_status(200);
+                c
+            })
+            .collect();
+        let mut refused_with_503 = 0;
+        for _ in 0..3 {
+            let mut extra = Conn::open(plain);
+            let _ = extra.try_send("GET /hello.txt HTTP/1.1\r\nHost: a.test\r\n\r\n");
+            if let Ok(Some(r)) = extra.try_read_response("GET") {
+                r.assert_status(503);
+                refused_with_503 += 1;
+            }
+        }
+        assert!(refused_with_503 > 0, "no 503 on the plain listener");
+        // A TLS client over the limit reads nothing before the close: no plaintext 503 that it
+        // would take for a broken record.
+        for _ in 0..3 {
+            let mut stream = TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let _ = stream.write_all(b"\x16\x03\x01\x00\x05hello");
+            let mut got = Vec::new();
+            let _ = stream.read_to_end(&mut got);
+            assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+        }
+        drop(held);
+    }
+);

@@ -1141,7 +1141,7 @@ impl Handler for HttpHandler {
         }
     }
 
-    fn refusal(&self) -> &[u8] {
+    fn refusal(&self, _listener: usize) -> &[u8] {
         REFUSAL
     }
 }

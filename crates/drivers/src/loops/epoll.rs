@@ -402,7 +402,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             match fastpath_sys::accept(listen_fd) {
                 Ok((fd, peer)) => {
                     let peer = peer.unwrap_or(UNKNOWN_PEER);
-                    if !self.core.admit(&fd, &self.handler) {
+                    if !self.core.admit(&fd, &self.handler, listener_index) {
                         continue;
                     }
                     self.open(fd, Opened::new(peer, listener_index));

@@ -604,7 +604,7 @@ impl<'a, H: Handler> Worker<'a, H> {
                 let Ok((fd, _)) = fastpath_sys::accept(fd) else {
                     break;
                 };
-                if self.core.admit(&fd, &self.handler) {
+                if self.core.admit(&fd, &self.handler, index) {
                     self.open(fd, index);
                 }
             }
@@ -658,7 +658,7 @@ impl<'a, H: Handler> Worker<'a, H> {
             if !more {
                 self.arm_accept(index);
             }
-            if !self.core.admit(&fd, &self.handler) {
+            if !self.core.admit(&fd, &self.handler, index) {
                 return;
             }
             self.open(fd, index);

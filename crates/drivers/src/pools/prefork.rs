@@ -197,7 +197,9 @@ impl Child<'_> {
             )?;
         }
         let active = self.scoreboard.active();
-        let refusal = handler.refusal().to_vec();
+        let refusals: Vec<Vec<u8>> = (0..self.addresses)
+            .map(|address| handler.refusal(address).to_vec())
+            .collect();
         let mut worker = Worker::new(
             Vec::new(),
             handler,
@@ -258,15 +260,13 @@ impl Child<'_> {
                     // SAFETY: signalling the parent, whose pid was taken before the fork.
                     unsafe { libc::kill(self.parent, WAKE_SIGNAL) };
                 }
-                if !common::admit_with(active, self.config.max_connections, &fd, &refusal) {
+                let address = address_index(listener, self.addresses);
+                let refusal = refusals.get(address).map_or(&[][..], Vec::as_slice);
+                if !common::admit_with(active, self.config.max_connections, &fd, refusal) {
                     break;
                 }
                 worker.tick();
-                if let Err(e) = worker.serve_connection(
-                    fd,
-                    Opened::new(peer, address_index(listener, self.addresses)),
-                    &NoGate,
-                ) {
+                if let Err(e) = worker.serve_connection(fd, Opened::new(peer, address), &NoGate) {
                     result = Err(e);
                     break 'serving;
                 }

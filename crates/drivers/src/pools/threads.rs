@@ -111,8 +111,9 @@ struct Pool {
     some_idle: Condvar,
     mailboxes: Vec<Mailbox>,
     bound: ActiveBound,
-    /// What a refused connection is sent, taken from the first pool thread's handler.
-    refusal: OnceLock<Vec<u8>>,
+    /// What a refused connection is sent, by listener, taken from the first pool thread's
+    /// handler.
+    refusals: OnceLock<Vec<Vec<u8>>>,
 }
 
 pub(crate) fn run<H, F>(
@@ -134,7 +135,7 @@ where
         some_idle: Condvar::new(),
         mailboxes: (0..threads.threads).map(|_| Mailbox::default()).collect(),
         bound: ActiveBound::new(max_active),
-        refusal: OnceLock::new(),
+        refusals: OnceLock::new(),
     };
     let active = AtomicUsize::new(0);
     let (pool, active) = (&pool, &active);
@@ -146,7 +147,8 @@ where
                 .stack_size(threads.stack_size)
                 .spawn_scoped(scope, move || -> io::Result<()> {
                     let handler = make_handler(id);
-                    let _ = pool.refusal.set(handler.refusal().to_vec());
+                    let refusals = (0..addresses).map(|a| handler.refusal(a).to_vec());
+                    let _ = pool.refusals.set(refusals.collect());
                     let worker = Worker::new(
                         Vec::new(),
                         handler,
@@ -289,14 +291,16 @@ fn accept_loop(
                     _ => continue,
                 },
             };
-            let refusal = pool.refusal.get().map_or(&[][..], Vec::as_slice);
+            let address = address_index(event.token() as usize, addresses);
+            let refusal = pool
+                .refusals
+                .get()
+                .and_then(|refusals| refusals.get(address))
+                .map_or(&[][..], Vec::as_slice);
             if !common::admit_with(active, config.max_connections, &fd, refusal) {
                 continue;
             }
-            let opened = Opened::new(
-                peer.unwrap_or(UNKNOWN_PEER),
-                address_index(event.token() as usize, addresses),
-            );
+            let opened = Opened::new(peer.unwrap_or(UNKNOWN_PEER), address);
             let Some(id) = lock(&pool.idle).pop() else {
                 // Cannot happen: only this thread takes idle threads off the stack, and it
                 // saw one. Refusing is the safe answer if it ever does.
