@@ -842,7 +842,7 @@ httptest!(
             "{config}\n[[listen]]\naddress = \"127.0.0.1:{plain_port}\"\n\
          [[listen]]\naddress = \"127.0.0.1:{tls_port}\"\ntls = true\n"
         );
-        let srv = tls
+        let _srv = tls
             .site
             .server(model)
             .config(&config)
