@@ -6,7 +6,8 @@ One run, on this machine's two cores:
     document root with a 1 KiB and a 1 MiB file, for both servers;
   * nginx: one worker, TLS 1.3 only with TLS_AES_128_GCM_SHA256, session tickets on and
     `ssl_session_cache shared:SSL:10m`, `access_log off`, sendfile on (which TLS without
-    kTLS cannot use: nginx reads the file and encrypts it, as fastpath does); fastpath:
+    kTLS cannot use: nginx reads the file and encrypts it, as fastpath does), and the
+    suite's tuning (bench/peers/nginx.conf: open_file_cache, multi_accept); fastpath:
     one worker, `[tls] protocols = ["TLSv1.3"]`, on each model of --models; every server
     runs at once on CPU 0 and `fastpath bench` on CPU 1, which also pins the suite
     (`--tls-version 1.3 --tls-cipher TLS13_AES_128_GCM_SHA256`); the key exchange is
@@ -46,10 +47,15 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 PORTS = {"nginx": 18461, "fastpath": 18462}
 SUITE = ["--tls-version", "1.3", "--tls-cipher", "TLS13_AES_128_GCM_SHA256"]
 
+# As bench/peers/nginx.conf tunes the suite's nginx (open_file_cache, accept settings), with
+# TLS added.
 NGINX = """daemon off; master_process off; worker_processes 1; pid {work}/nginx-{port}.pid;
 error_log {work}/nginx-{port}.err warn; worker_rlimit_nofile 20000;
-events {{ worker_connections 10000; }}
-http {{ access_log off; sendfile on; keepalive_requests 10000000; keepalive_timeout 300s;
+events {{ use epoll; worker_connections 10000; multi_accept on; accept_mutex off; }}
+http {{ access_log off; server_tokens off; sendfile on; tcp_nopush on; tcp_nodelay on;
+  open_file_cache max=10000 inactive=120s; open_file_cache_valid 120s;
+  open_file_cache_min_uses 1; open_file_cache_errors on;
+  keepalive_requests 10000000; keepalive_timeout 300s;
   ssl_protocols TLSv1.3; ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
   ssl_session_tickets on; ssl_session_cache shared:SSL:10m;
   server {{ listen 127.0.0.1:{port} ssl backlog=4096; server_name localhost; root {root};
