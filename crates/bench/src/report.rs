@@ -109,10 +109,15 @@ pub fn render(r: &Report) -> String {
         r.cpu_s, per_reply
     );
     if let Some(t) = &r.tls {
+        let negotiated = if t.protocol.is_empty() {
+            "no handshake finished".to_string()
+        } else {
+            format!("{} {} {}", t.protocol, t.cipher, t.group)
+        };
         let _ = writeln!(
             w,
-            "tls           {} {} {}; handshakes {} full, {} resumed, {} failed",
-            t.protocol, t.cipher, t.group, t.handshakes_full, t.handshakes_resumed, t.failures
+            "tls           {negotiated}; handshakes {} full, {} resumed, {} failed",
+            t.handshakes_full, t.handshakes_resumed, t.failures
         );
         if let Some(why) = &t.first_failure {
             let _ = writeln!(w, "tls failure   {why}");
