@@ -274,8 +274,8 @@ def main():
                for k, rs in runs[n].items()} for n in names}
     mem = {n: {f: statistics.median(m[f] for m in memory[n]) for f in ("pss", "rss")}
            for n in names}
-    worst_spread = max(spread([r[f] for r in rs]) for n in names for rs in runs[n].values()
-                       for f in ("rps", "cpu_us"))
+    def worst_spread(figure):
+        return max(spread([r[figure] for r in rs]) for n in names for rs in runs[n].values())
     negotiated = sorted({r["negotiated"] for n in names for rs in runs[n].values() for r in rs})
     nginx = med["nginx"]
     lines = [
@@ -292,7 +292,8 @@ def main():
         "client's core was the limit, and the rates say little: the CPU per request still "
         "does). Load average "
         f"{load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end; the rounds of one "
-        f"figure differ by up to {worst_spread:.0%} of their median (the machine is shared).",
+        f"figure differ by up to {worst_spread('rps'):.0%} of their median for the rates and "
+        f"{worst_spread('cpu_us'):.0%} for the server CPU per request.",
         "",
         "| measure | server | replies/s | ÷ nginx | server CPU µs/request | ÷ nginx | CPU 0 busy "
         "| client CPU µs/request | full / resumed handshakes | errors |",
