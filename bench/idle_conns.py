@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Open many idle keep-alive HTTP/1.1 connections to one server and hold them.
 
-Used by bench/bench.py for workload 5 (memory per idle connection). Each
-connection is opened with a non-blocking connect, sends one GET, reads the
-whole response (so the server really holds a kept-alive connection, past its
-accept and first request), and is then left idle.
+Used by bench/bench.py for workload 5 (memory per idle connection), and with
+--tls by bench/tls.py (memory per idle TLS connection). Each connection is
+opened with a non-blocking connect (and with --tls a non-blocking handshake),
+sends one GET, reads the whole response (so the server really holds a
+kept-alive connection, past its accept and first request), and is then left
+idle.
 
 Protocol on stdin/stdout, one line each:
   prints  READY {json}    once every connection is open (or has failed)
@@ -20,6 +22,7 @@ import json
 import resource
 import selectors
 import socket
+import ssl
 import sys
 import time
 
@@ -81,7 +84,18 @@ def main():
                     help="connections being opened at the same time")
     ap.add_argument("--timeout", type=float, default=120.0,
                     help="seconds allowed for opening all connections")
+    ap.add_argument("--tls", action="store_true", help="HTTPS: a TLS handshake first")
+    ap.add_argument("--cafile", help="with --tls: the PEM roots to trust (default: no check)")
+    ap.add_argument("--server-name", help="with --tls: the name sent and checked (default: --host)")
     args = ap.parse_args()
+    tls = None
+    if args.tls:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if args.cafile:
+            tls.load_verify_locations(args.cafile)
+        else:
+            tls.check_hostname = False
+            tls.verify_mode = ssl.CERT_NONE
 
     limit = raise_nofile()
     if limit < args.count + 64:
@@ -130,6 +144,26 @@ def main():
                 if err:
                     fail(conn, "connect: " + errno.errorcode.get(err, str(err)))
                     continue
+                if tls is not None:
+                    sel.unregister(sock)
+                    conn.sock = sock = tls.wrap_socket(
+                        sock, server_hostname=args.server_name or args.host,
+                        do_handshake_on_connect=False)
+                    sel.register(sock, selectors.EVENT_WRITE, conn)
+                    conn.state = "handshake"
+            if conn.state == "handshake":
+                try:
+                    sock.do_handshake()
+                except ssl.SSLWantReadError:
+                    sel.modify(sock, selectors.EVENT_READ, conn)
+                    continue
+                except ssl.SSLWantWriteError:
+                    sel.modify(sock, selectors.EVENT_WRITE, conn)
+                    continue
+                except (ssl.SSLError, OSError) as e:
+                    fail(conn, f"handshake: {e}")
+                    continue
+            if conn.state in ("connect", "handshake"):
                 try:
                     sock.send(request)
                 except OSError as e:
@@ -140,7 +174,7 @@ def main():
             else:
                 try:
                     data = sock.recv(65536)
-                except BlockingIOError:
+                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                     continue
                 except OSError as e:
                     fail(conn, "recv: " + errno.errorcode.get(e.errno, str(e.errno)))
@@ -177,7 +211,8 @@ def main():
             closed = 0
             for sock in held:
                 try:
-                    data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                    # The socket's own recv: a TLS socket's refuses flags.
+                    data = socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
                 except BlockingIOError:
                     alive += 1
                     continue

@@ -22,6 +22,7 @@ use crate::svg::{latency_chart, sweep_chart};
 use crate::sys::stop_on_interrupt;
 use crate::target::{read_url_list, Target, Url};
 use crate::thrift::{render_sinks, render_thrift, run_sinks, run_thrift, ThriftConfig};
+use crate::tls::{TlsOptions, TlsVersion};
 
 /// Arguments of `fastpath bench`.
 #[derive(Args, Debug, Clone)]
@@ -30,7 +31,8 @@ pub struct BenchArgs {
     #[command(subcommand)]
     command: Option<BenchCommand>,
 
-    /// Target URLs (http://host:port/path), requested in turn; all on one host and port.
+    /// Target URLs (http://host:port/path or https://...), requested in turn; all on one
+    /// host and port.
     #[arg(value_name = "URL")]
     targets: Vec<String>,
 
@@ -124,6 +126,54 @@ pub struct BenchArgs {
     /// No progress line.
     #[arg(short = 'q', long)]
     quiet: bool,
+
+    /// HTTPS: trust the certificates in this PEM file (the server's CA).
+    #[arg(long, value_name = "FILE", help_heading = "HTTPS")]
+    cacert: Option<PathBuf>,
+
+    /// HTTPS without --cacert: accept any certificate (the handshake's signatures are
+    /// still checked).
+    #[arg(long, help_heading = "HTTPS")]
+    insecure: bool,
+
+    /// HTTPS: send and verify this server name instead of the URL's host (the Host
+    /// header stays the URL's).
+    #[arg(long, value_name = "NAME", help_heading = "HTTPS")]
+    sni: Option<String>,
+
+    /// HTTPS: keep the sessions servers give so later connections resume them (without
+    /// it every handshake is a full one).
+    #[arg(long, help_heading = "HTTPS")]
+    tls_resume: bool,
+
+    /// HTTPS: only this protocol version.
+    #[arg(long, value_enum, value_name = "VERSION", help_heading = "HTTPS")]
+    tls_version: Option<TlsVersionArg>,
+
+    /// HTTPS: only this cipher suite, e.g. TLS13_AES_128_GCM_SHA256 or
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256.
+    #[arg(long, value_name = "SUITE", help_heading = "HTTPS")]
+    tls_cipher: Option<String>,
+}
+
+/// Protocol versions for `--tls-version`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsVersionArg {
+    /// TLS 1.2.
+    #[value(name = "1.2")]
+    V12,
+    /// TLS 1.3.
+    #[value(name = "1.3")]
+    V13,
+}
+
+impl From<TlsVersionArg> for TlsVersion {
+    fn from(v: TlsVersionArg) -> TlsVersion {
+        match v {
+            TlsVersionArg::V12 => TlsVersion::Tls12,
+            TlsVersionArg::V13 => TlsVersion::Tls13,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -379,6 +429,14 @@ fn execute_until(
             Some(r) => Load::Rate(r),
         }
     };
+    let tls = TlsOptions {
+        ca_file: args.cacert.clone(),
+        insecure: args.insecure,
+        sni: args.sni.clone(),
+        resume: args.tls_resume,
+        version: args.tls_version.map(TlsVersion::from),
+        cipher: args.tls_cipher.clone(),
+    };
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let mut reports = Vec::new();
     'targets: for target in &targets {
@@ -405,6 +463,7 @@ fn execute_until(
                 threads: args.threads.unwrap_or(0),
                 verify: args.verify || args.expect_length.is_some(),
                 stop,
+                tls: tls.clone(),
             };
             let label = match rate {
                 Some(r) => format!("{} @ {r}/s", target.name),

@@ -143,6 +143,7 @@ pub fn mix_target(name: &str, base: &Url, entries: &[Entry]) -> Result<Target, T
         url: base.to_string(),
         addr: base.resolve()?,
         host: base.host_header(),
+        tls_name: base.tls_name(),
         requests: entries
             .iter()
             .map(|e| Request {

@@ -10,18 +10,20 @@
 //! schedules of the threads interleave into one even schedule.
 
 use std::collections::VecDeque;
-use std::io;
+use std::io::{self, Read, Write};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fastpath_sys::{Epoll, Event};
+use rustls::{ClientConnection, HandshakeKind};
 use socket2::SockAddr;
 
 use crate::response::{ParseError, Reply, ResponseParser};
 use crate::stats::{ErrorClass, Stats};
 use crate::sys;
 use crate::target::{render_request, Expect, Picker, Target};
+use crate::tls::{failure_reason, Negotiated, TlsClient};
 
 /// Events taken from epoll per wait.
 const EVENTS: usize = 512;
@@ -29,6 +31,10 @@ const EVENTS: usize = 512;
 /// Read buffer per thread. Large, so a big reply drains in few reads; bodies are parsed
 /// where they land and never copied out of it.
 const READ_BUFFER: usize = 256 * 1024;
+
+/// Plaintext taken from rustls at a time (HTTPS): what it decrypts from the records it
+/// was given, at most 16 KiB before it wants them taken.
+const PLAIN_BUFFER: usize = 64 * 1024;
 
 /// Longest sleep when a stop flag may be set, so Ctrl-C is answered promptly.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -118,7 +124,14 @@ struct Conn {
     fd: RawFd,
     /// Bumped when the slot is freed, so stale epoll events are recognised.
     gen: u32,
+    /// TCP connected.
+    connected: bool,
+    /// Ready for requests: connected, and over TLS the handshake finished.
     established: bool,
+    /// HTTPS: the TLS state; requests go through it, and replies come out of it.
+    tls: Option<Box<ClientConnection>>,
+    /// When TCP connected (the handshake's start).
+    connected_at: u64,
     /// The server said it closes after the last reply: issue nothing more here.
     closing: bool,
     calls_left: u64,
@@ -143,7 +156,10 @@ impl Conn {
         Conn {
             fd: -1,
             gen: 0,
+            connected: false,
             established: false,
+            tls: None,
+            connected_at: 0,
             closing: false,
             calls_left: 0,
             connect_start: 0,
@@ -163,6 +179,9 @@ impl Conn {
 
 pub(crate) struct Worker<'a> {
     plan: Plan,
+    tls: Option<&'a TlsClient>,
+    /// HTTPS: plaintext taken out of rustls, parsed where it lies like `rbuf`.
+    pbuf: Vec<u8>,
     base: Instant,
     ep: Epoll,
     addr: SockAddr,
@@ -197,6 +216,7 @@ impl<'a> Worker<'a> {
         plan: Plan,
         base: Instant,
         target: &Target,
+        tls: Option<&'a TlsClient>,
         progress: &'a Live,
     ) -> io::Result<Worker<'a>> {
         let rendered = target
@@ -220,6 +240,12 @@ impl<'a> Worker<'a> {
             timer_tail: NONE,
             avail: Vec::new(),
             rbuf: vec![0; READ_BUFFER],
+            pbuf: if tls.is_some() {
+                vec![0; PLAIN_BUFFER]
+            } else {
+                Vec::new()
+            },
+            tls,
             stats: Stats::new(),
             next_k: 0,
             measured_issued: 0,
@@ -513,6 +539,7 @@ impl<'a> Worker<'a> {
         };
         let c = &mut self.conns[idx];
         c.fd = fd;
+        c.connected = false;
         c.established = false;
         c.closing = false;
         c.calls_left = calls;
@@ -522,6 +549,19 @@ impl<'a> Worker<'a> {
         self.live += 1;
         self.max_open = self.max_open.max(self.live);
         self.issue(idx, at, now);
+        if let Some(client) = self.tls {
+            match ClientConnection::new(client.config.clone(), client.name.clone()) {
+                Ok(mut tls) => {
+                    // Requests are small and bounded by the pipeline depth.
+                    tls.set_buffer_limit(None);
+                    self.conns[idx].tls = Some(Box::new(tls));
+                }
+                Err(e) => {
+                    self.tls_failed(idx, &e);
+                    return;
+                }
+            }
+        }
         if let Err(e) = self.ep.add(fd, sys::CONN_EVENTS, token) {
             let class = ErrorClass::from_io(&e);
             self.fail(idx, class, class);
@@ -529,8 +569,59 @@ impl<'a> Worker<'a> {
         }
         self.arm(idx, now);
         if connected {
-            self.on_established(idx, now);
+            self.on_connected(idx, now);
         }
+    }
+
+    /// TCP is up: plain HTTP may send; TLS starts its handshake.
+    fn on_connected(&mut self, idx: usize, now: u64) {
+        let c = &mut self.conns[idx];
+        c.connected = true;
+        c.connected_at = now;
+        if c.tls.is_none() {
+            self.on_established(idx, now);
+        } else {
+            // The ClientHello is queued already.
+            self.flush(idx);
+        }
+    }
+
+    /// The TLS handshake finished: counted, then the connection takes requests.
+    fn on_handshaken(&mut self, idx: usize, now: u64) {
+        let c = &self.conns[idx];
+        let tls = c.tls.as_deref().expect("a TLS connection");
+        if c.measured {
+            let t = &mut self.stats.tls;
+            match tls.handshake_kind() {
+                Some(HandshakeKind::Resumed) => t.resumed += 1,
+                _ => t.full += 1,
+            }
+            t.handshake
+                .saturating_record(now.saturating_sub(c.connected_at).max(1));
+            if t.negotiated.is_none() {
+                t.negotiated = Some(Negotiated::of(tls));
+            }
+        }
+        self.on_established(idx, now);
+    }
+
+    /// TLS failed on the connection: counted by reason, the peer told with rustls's alert
+    /// (best effort), and its requests failed as `tls`.
+    fn tls_failed(&mut self, idx: usize, error: &rustls::Error) {
+        let c = &mut self.conns[idx];
+        if let Some(tls) = c.tls.as_deref_mut() {
+            let _ = tls.write_tls(&mut Socket(c.fd));
+        }
+        if c.measured {
+            let t = &mut self.stats.tls;
+            t.failures[failure_reason(error)] += 1;
+            if t.first_failure.is_none() {
+                t.first_failure = Some(error.to_string());
+            }
+        }
+        // A failed connection says no close_notify.
+        c.tls = None;
+        self.fail(idx, ErrorClass::Tls, ErrorClass::Tls);
     }
 
     /// Puts a request on a connection; its bytes are queued now if it is established.
@@ -648,9 +739,36 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Whether the connection has bytes to send (requests, or TLS records).
+    fn has_output(&self, idx: usize) -> bool {
+        let c = &self.conns[idx];
+        c.out_pos < c.out.len() || c.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+
     /// Sends queued bytes; false if the connection failed (and is gone).
     fn flush(&mut self, idx: usize) -> bool {
         let c = &mut self.conns[idx];
+        if let Some(tls) = c.tls.as_deref_mut() {
+            if c.out_pos < c.out.len() {
+                // Without a buffer limit rustls takes it all: the requests become records.
+                let _ = tls.writer().write_all(&c.out[c.out_pos..]);
+                c.out.clear();
+                c.out_pos = 0;
+            }
+            while tls.wants_write() {
+                match tls.write_tls(&mut Socket(c.fd)) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let class = ErrorClass::from_io(&e);
+                        self.fail(idx, class, class);
+                        return false;
+                    }
+                }
+            }
+            return true;
+        }
         while c.out_pos < c.out.len() {
             match sys::send(c.fd, &c.out[c.out_pos..]) {
                 Ok(n) => c.out_pos += n,
@@ -680,7 +798,7 @@ impl<'a> Worker<'a> {
             return;
         }
         let readable = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
-        if !self.conns[idx].established {
+        if !self.conns[idx].connected {
             if flags & (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32 == 0 {
                 return;
             }
@@ -690,14 +808,11 @@ impl<'a> Worker<'a> {
                 return;
             }
             let now = self.now();
-            self.on_established(idx, now);
+            self.on_connected(idx, now);
             if !self.alive(idx, gen) {
                 return;
             }
-        } else if flags & libc::EPOLLOUT as u32 != 0
-            && self.conns[idx].out_pos < self.conns[idx].out.len()
-            && !self.flush(idx)
-        {
+        } else if flags & libc::EPOLLOUT as u32 != 0 && self.has_output(idx) && !self.flush(idx) {
             return;
         }
         if flags & readable != 0 {
@@ -718,7 +833,12 @@ impl<'a> Worker<'a> {
                 }
                 Ok(n) => {
                     let now = self.now();
-                    if !self.on_data(idx, &rbuf[..n], now) {
+                    let open = if self.conns[idx].tls.is_some() {
+                        self.on_records(idx, &rbuf[..n], now)
+                    } else {
+                        self.on_data(idx, &rbuf[..n], now)
+                    };
+                    if !open {
                         break;
                     }
                     // A short read emptied the socket; the next bytes bring a new edge.
@@ -736,6 +856,64 @@ impl<'a> Worker<'a> {
             }
         }
         self.rbuf = rbuf;
+    }
+
+    /// HTTPS: gives received records to rustls, finishes the handshake, and parses the
+    /// plaintext; false if the connection was closed.
+    fn on_records(&mut self, idx: usize, mut wire: &[u8], now: u64) -> bool {
+        let mut plain = std::mem::take(&mut self.pbuf);
+        let open = 'records: loop {
+            let c = &mut self.conns[idx];
+            let tls = c.tls.as_deref_mut().expect("a TLS connection");
+            if wire.is_empty() {
+                break true;
+            }
+            // rustls takes at most a few KiB at a time, and advances `wire` past them.
+            match tls.read_tls(&mut wire) {
+                // close_notify came: whatever follows is not read.
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) => {
+                    let error = rustls::Error::General(e.to_string());
+                    self.tls_failed(idx, &error);
+                    break false;
+                }
+            }
+            if let Err(e) = tls.process_new_packets() {
+                self.tls_failed(idx, &e);
+                break false;
+            }
+            if !c.established && !tls.is_handshaking() {
+                self.on_handshaken(idx, now);
+                if self.conns[idx].fd < 0 {
+                    break false;
+                }
+            }
+            loop {
+                let tls = self.conns[idx].tls.as_deref_mut().expect("open");
+                match tls.reader().read(&mut plain) {
+                    // The peer's close_notify: the end of the stream, as a FIN would be.
+                    Ok(0) => {
+                        self.on_eof(idx);
+                        break 'records false;
+                    }
+                    Ok(n) => {
+                        if !self.on_data(idx, &plain[..n], now) {
+                            break 'records false;
+                        }
+                    }
+                    // Nothing more decrypted; or a FIN without close_notify, which the
+                    // socket's end of file reports.
+                    Err(_) => break,
+                }
+            }
+            // What processing queued: the handshake's last flight, tickets' answers, alerts.
+            if self.has_output(idx) && !self.flush(idx) {
+                break false;
+            }
+        };
+        self.pbuf = plain;
+        open
     }
 
     /// Parses received bytes; false if the connection was closed.
@@ -867,6 +1045,13 @@ impl<'a> Worker<'a> {
         self.disarm(idx);
         let c = &mut self.conns[idx];
         debug_assert!(c.inflight.is_empty());
+        if let Some(mut tls) = c.tls.take() {
+            // As a browser or curl does, best effort: the socket is closed either way.
+            if !tls.is_handshaking() {
+                tls.send_close_notify();
+                let _ = tls.write_tls(&mut Socket(c.fd));
+            }
+        }
         sys::close(c.fd);
         c.fd = -1;
         c.gen = c.gen.wrapping_add(1);
@@ -975,6 +1160,24 @@ impl Drop for Worker<'_> {
                 sys::close(c.fd);
             }
         }
+    }
+}
+
+/// A connection's socket as rustls writes to it: vectored, so a flight of records goes out
+/// in one system call.
+struct Socket(RawFd);
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        sys::send(self.0, buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        sys::send_vectored(self.0, bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

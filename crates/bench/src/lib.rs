@@ -55,6 +55,27 @@
 //! println!("{} replies/s, p99 {} µs, {} errors", report.rps, report.latency_us.p99, report.errors.total);
 //! ```
 //!
+//! **HTTPS.** An `https://` URL is loaded over TLS with rustls (aws-lc-rs, the provider of
+//! the server's `fastpath-tls`), in the same event loop: each connection carries a
+//! `ClientConnection` fed from and drained into its socket, and its replies are parsed from
+//! the plaintext as over TCP. `--cacert FILE` gives the roots to trust; without it
+//! `--insecure` accepts any certificate (the handshake's signatures are still checked), and
+//! an https URL with neither is refused. `--sni NAME` sends and verifies another name than
+//! the URL's host. Every connection makes a full handshake unless `--tls-resume` keeps the
+//! sessions servers give (TLS 1.3 tickets, TLS 1.2 sessions) for the next ones;
+//! `--no-keepalive` then measures handshakes per second, full or resumed.
+//! `--tls-version 1.2|1.3` and `--tls-cipher SUITE` pin what is negotiated. The connect time
+//! runs to the end of the handshake; the report's `tls` object gives the handshakes (full,
+//! resumed, failed by reason, with the first failure's message), what was negotiated
+//! (protocol, cipher suite, key exchange group) and the handshake times, and a failed
+//! handshake fails its requests as `errors.tls`.
+//!
+//! ```text
+//! fastpath bench --cacert ca.pem -c 64 https://localhost:8443/1k.bin
+//! fastpath bench --cacert ca.pem --no-keepalive --tls-resume -c 32 https://localhost:8443/1k.bin
+//! fastpath bench --insecure --tls-version 1.2 --tls-cipher TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 https://10.0.0.2/
+//! ```
+//!
 //! Two more modes load the non-HTTP services, on the same kind of event loop:
 //! - **`echo`** ([`run_echo`]): Slick's echo benchmark. Each connection sends its message
 //!   size (a 4-byte header, unless plain), then a message, waits for the whole echo, checks
@@ -107,6 +128,7 @@ mod svg;
 mod sys;
 mod target;
 mod thrift;
+mod tls;
 
 pub use docroot::{
     apply_manifest, file_size, make_docroot, mix_target, read_manifest, Entry, CLASS_SHARE,
@@ -125,3 +147,4 @@ pub use thrift::{
     render_sinks, render_thrift, run_sinks, run_thrift, SinkCounts, SinkReport, ThriftConfig,
     ThriftReport,
 };
+pub use tls::{TlsOptions, TlsReport, TlsVersion, FAILURE_REASONS as TLS_FAILURE_REASONS};

@@ -53,9 +53,9 @@ fn load_line(r: &Report) -> String {
 fn errors_line(r: &Report) -> String {
     let e = &r.errors;
     format!(
-        "total {}  refused {}  reset {}  timeout {}  fd-unavail {}  addr-unavail {}  short-body {}  bad-response {}  verify {}  other {}",
+        "total {}  refused {}  reset {}  timeout {}  fd-unavail {}  addr-unavail {}  short-body {}  bad-response {}  verify {}  tls {}  other {}",
         e.total, e.refused, e.reset, e.timeout, e.fd_unavail, e.addr_unavail, e.short_body,
-        e.bad_response, e.verify, e.other
+        e.bad_response, e.verify, e.tls, e.other
     )
 }
 
@@ -108,18 +108,36 @@ pub fn render(r: &Report) -> String {
         "client cpu    {:.2} s  ({:.2} µs per reply)",
         r.cpu_s, per_reply
     );
+    if let Some(t) = &r.tls {
+        let negotiated = if t.protocol.is_empty() {
+            "no handshake finished".to_string()
+        } else {
+            format!("{} {} {}", t.protocol, t.cipher, t.group)
+        };
+        let _ = writeln!(
+            w,
+            "tls           {negotiated}; handshakes {} full, {} resumed, {} failed",
+            t.handshakes_full, t.handshakes_resumed, t.failures
+        );
+        if let Some(why) = &t.first_failure {
+            let _ = writeln!(w, "tls failure   {why}");
+        }
+    }
     let _ = writeln!(w);
     let _ = writeln!(
         w,
         "{:<14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
         "time (µs)", "p50", "p90", "p99", "p99.9", "max", "mean", "count"
     );
-    let mut rows = vec![
-        ("connect", &r.connect_us),
+    let mut rows = vec![("connect", &r.connect_us)];
+    if let Some(t) = &r.tls {
+        rows.push(("tls handshake", &t.handshake_us));
+    }
+    rows.extend([
         ("first byte", &r.first_byte_us),
         ("transfer", &r.transfer_us),
         ("total", &r.latency_us),
-    ];
+    ]);
     if r.meta.mode != "closed" {
         rows.push(("send lag", &r.send_lag_us));
     }
@@ -181,6 +199,7 @@ pub fn render_compare(reports: &[Report]) -> String {
         ("  short-body", |r| r.errors.short_body.to_string()),
         ("  bad-response", |r| r.errors.bad_response.to_string()),
         ("  verify", |r| r.errors.verify.to_string()),
+        ("  tls", |r| r.errors.tls.to_string()),
         ("  other", |r| r.errors.other.to_string()),
         ("missed", |r| r.missed.to_string()),
         ("client cpu s", |r| format!("{:.2}", r.cpu_s)),

@@ -10,6 +10,7 @@ use crate::engine::{Live, Outcome, Plan, Shape, Worker};
 use crate::stats::{Report, ReportMeta, Stats};
 use crate::sys;
 use crate::target::Target;
+use crate::tls::{TlsClient, TlsOptions};
 
 /// Time given to the threads to start before the first scheduled event, so the open-loop
 /// schedule does not begin with a burst of requests that are late already.
@@ -62,6 +63,8 @@ pub struct Config {
     pub verify: bool,
     /// Set to end the run early (Ctrl-C); what was measured until then is reported.
     pub stop: Option<&'static AtomicBool>,
+    /// How an `https://` target is reached (roots, resumption, pinned version and cipher).
+    pub tls: TlsOptions,
 }
 
 impl Config {
@@ -81,6 +84,7 @@ impl Config {
             threads: 0,
             verify: false,
             stop: None,
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -138,6 +142,10 @@ pub fn run(
         Load::ConnRate { rate, calls } => (Shape::ConnRate, Some(rate), Some(calls)),
     };
     validate(config, rate, calls)?;
+    let tls = match &config.target.tls_name {
+        Some(host) => Some(TlsClient::new(&config.tls, host).map_err(BenchError::Config)?),
+        None => None,
+    };
     let pipeline = if config.keepalive { config.pipeline } else { 1 };
     let mut threads = if config.threads == 0 {
         sys::available_cpus()
@@ -194,10 +202,11 @@ pub fn run(
         for (plan, live) in plans.into_iter().zip(&lives) {
             let tx = tx.clone();
             let target = &config.target;
+            let tls = tls.as_ref();
             std::thread::Builder::new()
                 .name("bench-worker".into())
                 .spawn_scoped(scope, move || {
-                    let result = Worker::new(plan, base, target, live).and_then(Worker::run);
+                    let result = Worker::new(plan, base, target, tls, live).and_then(Worker::run);
                     let _ = tx.send(result);
                 })?;
         }
@@ -264,6 +273,9 @@ pub fn run(
     };
     let mut report = Report::new(meta, &stats, duration_s, cpu.as_secs_f64());
     report.max_open = max_open;
+    if tls.is_some() {
+        report.tls = Some(stats.tls.report());
+    }
     Ok(report)
 }
 

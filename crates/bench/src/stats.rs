@@ -23,13 +23,16 @@ pub enum ErrorClass {
     BadResponse,
     /// The body did not match the expected length or checksum (`--verify`).
     Verify,
+    /// TLS failed: the handshake (a certificate not trusted, no common version or cipher,
+    /// an alert) or a record later on.
+    Tls,
     /// Any other socket error.
     Other,
 }
 
 impl ErrorClass {
     /// Number of classes.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 
     /// Every class, in report order.
     pub const ALL: [ErrorClass; Self::COUNT] = [
@@ -41,6 +44,7 @@ impl ErrorClass {
         ErrorClass::ShortBody,
         ErrorClass::BadResponse,
         ErrorClass::Verify,
+        ErrorClass::Tls,
         ErrorClass::Other,
     ];
 
@@ -55,6 +59,7 @@ impl ErrorClass {
             ErrorClass::ShortBody => "short_body",
             ErrorClass::BadResponse => "bad_response",
             ErrorClass::Verify => "verify",
+            ErrorClass::Tls => "tls",
             ErrorClass::Other => "other",
         }
     }
@@ -123,6 +128,70 @@ pub struct Stats {
     pub transfer: Histogram<u64>,
     /// Open loop: scheduled time to when the request (or connection) went out.
     pub send_lag: Histogram<u64>,
+    /// HTTPS: what TLS did on the measured connections.
+    pub tls: TlsStats,
+}
+
+/// What TLS did on a run's measured connections.
+#[derive(Debug, Clone)]
+pub struct TlsStats {
+    /// Full handshakes finished.
+    pub full: u64,
+    /// Resumed handshakes finished.
+    pub resumed: u64,
+    /// Connections TLS failed on, by reason (indexed like [`crate::tls::FAILURE_REASONS`]).
+    pub failures: [u64; crate::tls::FAILURE_REASONS.len()],
+    /// The first failure's message.
+    pub first_failure: Option<String>,
+    pub(crate) negotiated: Option<crate::tls::Negotiated>,
+    /// TCP established to handshake finished.
+    pub handshake: Histogram<u64>,
+}
+
+impl TlsStats {
+    fn new() -> TlsStats {
+        TlsStats {
+            full: 0,
+            resumed: 0,
+            failures: [0; crate::tls::FAILURE_REASONS.len()],
+            first_failure: None,
+            negotiated: None,
+            handshake: histogram(),
+        }
+    }
+
+    fn merge(&mut self, other: &TlsStats) {
+        self.full += other.full;
+        self.resumed += other.resumed;
+        for (a, b) in self.failures.iter_mut().zip(other.failures) {
+            *a += b;
+        }
+        if self.first_failure.is_none() {
+            self.first_failure.clone_from(&other.first_failure);
+        }
+        self.negotiated = self.negotiated.or(other.negotiated);
+        let _ = self.handshake.add(&other.handshake);
+    }
+
+    pub(crate) fn report(&self) -> crate::tls::TlsReport {
+        let negotiated = self.negotiated.unwrap_or_default();
+        crate::tls::TlsReport {
+            handshakes_full: self.full,
+            handshakes_resumed: self.resumed,
+            failures: self.failures.iter().sum(),
+            failure_reasons: crate::tls::FAILURE_REASONS
+                .iter()
+                .zip(self.failures)
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| (*r, n))
+                .collect(),
+            first_failure: self.first_failure.clone(),
+            protocol: negotiated.protocol,
+            cipher: negotiated.cipher,
+            group: negotiated.group,
+            handshake_us: Percentiles::from_histogram(&self.handshake),
+        }
+    }
 }
 
 impl Default for Stats {
@@ -151,6 +220,7 @@ impl Stats {
             first_byte: histogram(),
             transfer: histogram(),
             send_lag: histogram(),
+            tls: TlsStats::new(),
         }
     }
 
@@ -202,6 +272,7 @@ impl Stats {
         let _ = self.first_byte.add(&other.first_byte);
         let _ = self.transfer.add(&other.transfer);
         let _ = self.send_lag.add(&other.send_lag);
+        self.tls.merge(&other.tls);
     }
 }
 
@@ -267,6 +338,8 @@ pub struct Errors {
     pub bad_response: u64,
     /// See [`ErrorClass::Verify`].
     pub verify: u64,
+    /// See [`ErrorClass::Tls`].
+    pub tls: u64,
     /// See [`ErrorClass::Other`].
     pub other: u64,
 }
@@ -348,6 +421,9 @@ pub struct Report {
     pub missed: u64,
     /// CPU time the load generator used (user + system), seconds.
     pub cpu_s: f64,
+    /// HTTPS only: handshakes (full, resumed, failed) and what they negotiated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls::TlsReport>,
 }
 
 impl Report {
@@ -390,6 +466,7 @@ impl Report {
                 short_body: e(ErrorClass::ShortBody),
                 bad_response: e(ErrorClass::BadResponse),
                 verify: e(ErrorClass::Verify),
+                tls: e(ErrorClass::Tls),
                 other: e(ErrorClass::Other),
             },
             status: StatusClasses {
@@ -403,6 +480,7 @@ impl Report {
             in_flight_at_end: stats.in_flight_at_end,
             missed: stats.missed,
             cpu_s,
+            tls: None,
         }
     }
 }

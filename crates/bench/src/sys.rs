@@ -63,6 +63,17 @@ pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     .map(|n| n as usize)
 }
 
+/// [`send`] of several buffers in one call (sendmsg, which takes MSG_NOSIGNAL where writev
+/// cannot).
+pub(crate) fn send_vectored(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is guaranteed ABI-compatible with iovec on Unix.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize) as _;
+    syscall!(sendmsg(fd, &msg, libc::MSG_NOSIGNAL)).map(|n| n as usize)
+}
+
 pub(crate) fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     syscall!(read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len())).map(|n| n as usize)
 }

@@ -4,12 +4,14 @@ use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 
-/// An `http://` URL, split into what the load generator needs.
+/// An `http://` or `https://` URL, split into what the load generator needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
+    /// `https://`: requests go over TLS.
+    pub tls: bool,
     /// Host as written (brackets kept for IPv6 literals).
     pub host: String,
-    /// Port (80 if not written).
+    /// Port (80, or 443 for https, if not written).
     pub port: u16,
     /// Path and query, always starting with `/`.
     pub path: String,
@@ -28,12 +30,14 @@ impl fmt::Display for TargetError {
 impl std::error::Error for TargetError {}
 
 impl Url {
-    /// Parses `http://host[:port][/path]`. Only plain HTTP: TLS would measure the cipher.
+    /// Parses `http://host[:port][/path]` or `https://...`.
     pub fn parse(s: &str) -> Result<Url, TargetError> {
         let err = |why: &str| TargetError(format!("bad URL `{s}`: {why}"));
-        let rest = s
-            .strip_prefix("http://")
-            .ok_or_else(|| err("only http:// URLs are supported"))?;
+        let (tls, rest) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(err("only http:// and https:// URLs are supported")),
+        };
         let (authority, path) = match rest.find(['/', '?']) {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -66,23 +70,39 @@ impl Url {
             return Err(err("missing or unsupported host"));
         }
         let port = match port {
-            None => 80,
+            None => Url::default_port(tls),
             Some(p) => p.parse().map_err(|_| err("bad port"))?,
         };
         Ok(Url {
+            tls,
             host: host.to_string(),
             port,
             path,
         })
     }
 
-    /// The Host header value: the port is left out when it is 80.
+    fn default_port(tls: bool) -> u16 {
+        if tls {
+            443
+        } else {
+            80
+        }
+    }
+
+    /// The Host header value: the port is left out when it is the scheme's default.
     pub fn host_header(&self) -> String {
-        if self.port == 80 {
+        if self.port == Url::default_port(self.tls) {
             self.host.clone()
         } else {
             format!("{}:{}", self.host, self.port)
         }
+    }
+
+    /// For `https://`, the name TLS sends and verifies: the host without the brackets of an
+    /// IPv6 literal.
+    pub fn tls_name(&self) -> Option<String> {
+        let host = self.host.trim_start_matches('[').trim_end_matches(']');
+        self.tls.then(|| host.to_string())
     }
 
     /// Resolves the host, once, before the run. A name with both kinds of address gets its
@@ -112,7 +132,8 @@ impl Url {
 
 impl fmt::Display for Url {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}:{}{}", self.host, self.port, self.path)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}{}", self.host, self.port, self.path)
     }
 }
 
@@ -154,6 +175,9 @@ pub struct Target {
     pub addr: SocketAddr,
     /// Host header sent with every request.
     pub host: String,
+    /// Over TLS (`https://`): the server name to send and verify, unless `--sni` says
+    /// another (the URL's host, without the brackets of an IPv6 literal).
+    pub tls_name: Option<String>,
     /// The requests; at least one.
     pub requests: Vec<Request>,
     /// How the next request is chosen.
@@ -169,10 +193,10 @@ impl Target {
             .ok_or_else(|| TargetError("no URL given".into()))?;
         if let Some(other) = urls
             .iter()
-            .find(|u| u.host != first.host || u.port != first.port)
+            .find(|u| u.host != first.host || u.port != first.port || u.tls != first.tls)
         {
             return Err(TargetError(format!(
-                "all URLs of a target must share host and port: {first} vs {other}"
+                "all URLs of a target must share scheme, host and port: {first} vs {other}"
             )));
         }
         Ok(Target {
@@ -180,6 +204,7 @@ impl Target {
             url: first.to_string(),
             addr: first.resolve()?,
             host: first.host_header(),
+            tls_name: first.tls_name(),
             requests: urls
                 .iter()
                 .map(|u| Request {
@@ -306,7 +331,18 @@ mod tests {
         assert_eq!(u.path, "/?q");
         let u = Url::parse("http://localhost:8080/").unwrap();
         assert_eq!(u.resolve().unwrap(), "127.0.0.1:8080".parse().unwrap());
-        assert!(Url::parse("https://x/").is_err());
+        let u = Url::parse("https://localhost/a").unwrap();
+        assert_eq!(
+            (u.tls, u.port, u.host_header().as_str()),
+            (true, 443, "localhost")
+        );
+        assert_eq!(u.to_string(), "https://localhost:443/a");
+        let u = Url::parse("https://[::1]:8443/").unwrap();
+        assert_eq!(
+            (u.tls, u.port, u.host_header().as_str()),
+            (true, 8443, "[::1]:8443")
+        );
+        assert!(Url::parse("ftp://x/").is_err());
         assert!(Url::parse("http://x:99999/").is_err());
         assert!(Url::parse("http://x/a b").is_err());
         assert!(Url::parse("http:///a").is_err());
@@ -331,6 +367,7 @@ mod tests {
             url: "u".into(),
             addr: "127.0.0.1:1".parse().unwrap(),
             host: "h".into(),
+            tls_name: None,
             requests: vec![req("/a"), req("/b"), req("/c")],
             selection: Selection::RoundRobin,
         };

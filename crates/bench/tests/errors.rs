@@ -19,6 +19,7 @@ fn nonzero_errors(r: &Report) -> Vec<(&'static str, u64)> {
         ("short_body", e.short_body),
         ("bad_response", e.bad_response),
         ("verify", e.verify),
+        ("tls", e.tls),
         ("other", e.other),
     ]
     .into_iter()

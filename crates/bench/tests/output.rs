@@ -100,6 +100,7 @@ fn json_has_every_figure() {
         "short_body",
         "bad_response",
         "verify",
+        "tls",
         "other",
     ] {
         assert_eq!(v["errors"][key], 0, "errors.{key}");
@@ -359,13 +360,13 @@ fn manifest_applies_to_url_lists() {
 #[test]
 fn bad_arguments_are_explained() {
     assert!(bench_err(&[]).contains("no target URL"));
-    assert!(bench_err(&["-n", "1", "https://x/"]).contains("only http://"));
+    assert!(bench_err(&["-n", "1", "ftp://x/"]).contains("only http:// and https://"));
     assert!(bench_err(&["--rate", "-n", "1", "http://127.0.0.1:1/"]).contains("need a value"));
     assert!(bench_err(&["--mix", "specweb96", "http://127.0.0.1:1/"]).contains("--docroot"));
     assert!(bench_err(&["--compare", "nourl"]).contains("NAME=URL"));
     assert!(bench_err(&["-c", "0", "http://127.0.0.1:1/"]).contains("connection"));
     assert!(
         bench_err(&["-n", "2", "http://127.0.0.1:1/a", "http://127.0.0.2:1/b"])
-            .contains("share host and port")
+            .contains("share scheme, host and port")
     );
 }

@@ -263,6 +263,7 @@ pub fn check_invariants(r: &Report) {
         + e.short_body
         + e.bad_response
         + e.verify
+        + e.tls
         + e.other;
     assert_eq!(
         e.total, classes,

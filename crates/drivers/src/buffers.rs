@@ -506,9 +506,14 @@ impl Output {
             }) = self.segments.front_mut()
             {
                 let want = (*remaining).min((limit - taken).min(BUFFER_SIZE) as u64) as usize;
-                scratch.clear();
-                scratch.resize(want, 0);
-                let n = file.read_at(scratch, *offset).map_err(FlushError::Io)?;
+                // Zeroed once as it grows, not before every read: the read overwrites what
+                // it returns.
+                if scratch.len() < want {
+                    scratch.resize(want, 0);
+                }
+                let n = file
+                    .read_at(&mut scratch[..want], *offset)
+                    .map_err(FlushError::Io)?;
                 if n == 0 {
                     return Err(FlushError::FileShrunk);
                 }

@@ -462,6 +462,7 @@ impl<H: Handler> Transported<H> {
         if secured.conn.is_none() {
             secured.flush_wire(io);
             if !secured.transport.is_established() {
+                secured.input.release_if_empty(io.pool);
                 return if io.eof { Next::Close } else { Next::Read };
             }
             // The handshake is over: the handler hears of the connection now.
@@ -624,6 +625,9 @@ impl<C> Secured<C> {
     /// What the engine is to do once the handler has answered `next`: the handler's output
     /// is encoded as far as it may be, and the answer carried out once all of it is.
     fn settle(&mut self, io: &mut Io<'_>, next: Next, scratch: &mut Vec<u8>) -> Next {
+        // The plaintext taken in goes back to the pool once the handler has read it all, as
+        // the wire's input does: an idle connection holds no buffer.
+        self.input.release_if_empty(io.pool);
         if io.requests.join.take().is_some() {
             // Joining moves bytes in the kernel, around the transport.
             tracing::error!("a connection under a transport cannot be joined; closed");
