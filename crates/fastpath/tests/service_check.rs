@@ -253,7 +253,7 @@ fn service_check_bad_key_and_bad_values_at_their_place() {
     let path = site.config("listen = \"127.0.0.1:9000\"\nbogus = 1\n");
     let unknown = format!(
         "{}:2:1: unknown key `bogus` (expected one of listen, model, workers, max_connections, \
-         idle_timeout, run_as_root, plain, kernel_path, kernel_sockets)",
+         idle_timeout, run_as_root, tls_certificate, tls_key, plain, kernel_path, kernel_sockets)",
         path.display()
     );
     assert_error(&check("echo", &path), &unknown);
