@@ -439,74 +439,71 @@ fn tls_hsts_is_never_sent_over_plain_http() {
 httptest!(tls_sessions_resume_on_every_worker_with_tickets, |model| {
     let tls = tls_site("");
     let srv = tls.serve(model);
-    let script = r#"
-import socket, ssl, sys
-port, ca = int(sys.argv[1]), sys.argv[2]
-for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
-    ctx = ssl.create_default_context(cafile=ca)
-    ctx.minimum_version = ctx.maximum_version = version
-    session, reused = None, []
-    for _ in range(4):
-        raw = socket.create_connection(("127.0.0.1", port), timeout=5)
-        s = ctx.wrap_socket(raw, server_hostname="a.test", session=session)
-        s.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
-        answer = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-        assert answer.endswith(b"hello over tls"), answer
-        reused.append(s.session_reused)
-        session = s.session
-        s.close()
-    print(version.name, reused)
-"#;
-    let out = python(script, &srv, &tls);
+    let port = srv.addr().port();
     // Prefork's children, each a process, share the keys too.
-    assert_eq!(
-        out.trim(),
-        "TLSv1_2 [False, True, True, True]\nTLSv1_3 [False, True, True, True]"
-    );
+    for run in resumptions(&tls.ca, (port, port), "/hello.txt", 3, || {}) {
+        assert_eq!(run.reused, [false, true, true, true], "{run:?}");
+        assert!(run.bodies.iter().all(|b| b == "hello over tls"), "{run:?}");
+    }
 });
 
-/// A Python client that makes one session per TLS version with the server on `first_port`,
-/// waits for a line on its stdin, then resumes each session with the server on
-/// `second_port`; what `between` does meanwhile. Its lines: `VERSION resumed: BOOL ticket:
-/// BOOL`.
-fn resume_later(tls: &Tls, first_port: u16, second_port: u16, between: impl FnOnce()) -> String {
+/// How one TLS version's sessions went in [`resumptions`].
+#[derive(Debug)]
+pub(crate) struct Resumed {
+    /// `TLSv1_2` or `TLSv1_3`.
+    pub(crate) version: String,
+    /// Each connection's body, in order.
+    pub(crate) bodies: Vec<String>,
+    /// Whether each connection resumed the session of the one before.
+    pub(crate) reused: Vec<bool>,
+    /// The first session came with a ticket.
+    pub(crate) ticket: bool,
+}
+
+/// A Python client, for TLS 1.2 and then 1.3: one connection to `first` for `path` (host
+/// `a.test`, trusting `ca`); then, once `between` has run, `more` connections to `second`,
+/// each resuming the session of the one before.
+pub(crate) fn resumptions(
+    ca: &std::path::Path,
+    (first, second): (u16, u16),
+    path: &str,
+    more: usize,
+    between: impl FnOnce(),
+) -> Vec<Resumed> {
     let script = r#"
-import socket, ssl, sys
-first, second, ca = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+import json, socket, ssl, sys
+first, second, ca, path, more = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 def fetch(ctx, port, session):
     raw = socket.create_connection(("127.0.0.1", port), timeout=5)
     s = ctx.wrap_socket(raw, server_hostname="a.test", session=session)
-    s.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+    s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
     answer = b""
     while True:
         chunk = s.recv(65536)
         if not chunk:
             break
         answer += chunk
-    assert answer.endswith(b"hello over tls"), answer
-    found = (s.session, s.session_reused)
+    found = (answer.split(b"\r\n\r\n", 1)[-1].decode(), s.session_reused, s.session)
     s.close()
     return found
-sessions = []
+runs = []
 for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
     ctx = ssl.create_default_context(cafile=ca)
     ctx.minimum_version = ctx.maximum_version = version
-    sessions.append((version, ctx, fetch(ctx, first, None)[0]))
+    runs.append((version, ctx, [fetch(ctx, first, None)]))
 print("made", flush=True)
 sys.stdin.readline()
-for version, ctx, session in sessions:
-    print(version.name, "resumed:", fetch(ctx, second, session)[1], "ticket:", session.has_ticket)
+for version, ctx, done in runs:
+    for _ in range(more):
+        done.append(fetch(ctx, second, done[-1][2]))
+    print(json.dumps({"version": version.name, "bodies": [d[0] for d in done],
+                      "reused": [d[1] for d in done], "ticket": done[0][2].has_ticket}))
 "#;
     let mut child = Command::new("timeout")
         .args(["30", "python3", "-c", script])
-        .arg(first_port.to_string())
-        .arg(second_port.to_string())
-        .arg(&tls.ca)
+        .args([first.to_string(), second.to_string()])
+        .arg(ca)
+        .args([path.to_string(), more.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -526,7 +523,48 @@ for version, ctx, session in sessions:
         "python failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    rest
+    rest.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let strings = |key: &str| -> Vec<String> {
+                v[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b.as_str().unwrap().to_owned())
+                    .collect()
+            };
+            Resumed {
+                version: v["version"].as_str().unwrap().to_owned(),
+                bodies: strings("bodies"),
+                reused: v["reused"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.as_bool().unwrap())
+                    .collect(),
+                ticket: v["ticket"].as_bool().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Whether each version's second connection resumed, and whether the first had a ticket:
+/// `VERSION resumed: BOOL ticket: BOOL` lines, for the tests that look at one resumption.
+fn resume_later(tls: &Tls, first: u16, second: u16, between: impl FnOnce()) -> String {
+    resumptions(&tls.ca, (first, second), "/hello.txt", 1, between)
+        .iter()
+        .map(|run| {
+            let body_ok = run.bodies.iter().all(|b| b == "hello over tls");
+            assert!(body_ok, "{run:?}");
+            format!(
+                "{} resumed: {} ticket: {}\n",
+                run.version, run.reused[1], run.ticket
+            )
+            .replace("true", "True")
+            .replace("false", "False")
+        })
+        .collect()
 }
 
 httptest!(tls_sessions_resume_across_a_reload, |model| {
