@@ -53,7 +53,7 @@ fn dead_address() -> SocketAddr {
 }
 
 /// The metrics listener's address, from the server's `metrics on http://ADDR/metrics` line.
-fn metrics_addr(srv: &Server) -> SocketAddr {
+pub(crate) fn metrics_addr(srv: &Server) -> SocketAddr {
     assert!(
         srv.wait_stderr(START_TIMEOUT, "metrics on http://"),
         "no `metrics on` line\n{}",
@@ -65,7 +65,7 @@ fn metrics_addr(srv: &Server) -> SocketAddr {
     rest[..rest.find("/metrics").unwrap()].parse().unwrap()
 }
 
-fn scrape(addr: SocketAddr) -> Response {
+pub(crate) fn scrape(addr: SocketAddr) -> Response {
     let response = Conn::open(addr).exchange(req("GET", "/metrics", &[("Connection", "close")]));
     response.assert_status(200);
     response.assert_header("content-type", "text/plain; version=0.0.4; charset=utf-8");
@@ -73,7 +73,7 @@ fn scrape(addr: SocketAddr) -> Response {
 }
 
 /// The sum of the samples of `name` whose labels include every one of `labels`.
-fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     let mut total = 0.0;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (series, value) = line.rsplit_once(' ').unwrap();

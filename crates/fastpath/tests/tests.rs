@@ -42,5 +42,6 @@ mod shutdown;
 mod sizes_bench;
 mod systemd;
 mod tls;
+mod tls_attacks;
 mod unix_sockets;
 mod vhosts;

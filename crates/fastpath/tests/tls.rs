@@ -13,9 +13,9 @@ use crate::handover::{echo, Backend};
 use crate::util::*;
 
 /// A site with two hosts, each with its certificate, and the CA that signed them.
-struct Tls {
-    site: Site,
-    ca: PathBuf,
+pub(crate) struct Tls {
+    pub(crate) site: Site,
+    pub(crate) ca: PathBuf,
 }
 
 const BIG: usize = 1024 * 1024 + 7;
@@ -25,7 +25,7 @@ fn big_body() -> Vec<u8> {
 }
 
 /// `a.test` (ECDSA, the default) serves `root`, `b.test` (RSA) serves `broot`.
-fn tls_site(extra: &str) -> Tls {
+pub(crate) fn tls_site(extra: &str) -> Tls {
     let site = Site::new();
     site.file("hello.txt", "hello over tls");
     site.file("big.bin", big_body());
@@ -51,7 +51,7 @@ fn tls_site(extra: &str) -> Tls {
 }
 
 impl Tls {
-    fn serve(&self, model: Model) -> Server {
+    pub(crate) fn serve(&self, model: Model) -> Server {
         let config = std::fs::read_to_string(self.site.base().join("fastpath.toml")).unwrap();
         self.site.server(model).config(&config).tls().start()
     }
@@ -59,7 +59,7 @@ impl Tls {
 
 /// curl over HTTPS to `name` (resolved to the server), trusting the test CA; `None` when
 /// curl is missing.
-fn curl_https_to(
+pub(crate) fn curl_https_to(
     tls: &Tls,
     srv: &Server,
     name: &str,
@@ -69,7 +69,7 @@ fn curl_https_to(
     curl_https(&tls.ca, name, srv.addr().port(), path, extra)
 }
 
-fn openssl() -> bool {
+pub(crate) fn openssl() -> bool {
     let ok = Command::new("openssl")
         .arg("version")
         .stdout(Stdio::null())
@@ -83,7 +83,7 @@ fn openssl() -> bool {
 
 /// `openssl s_client` to the server with `args`, sending `input`; its stdout and whether it
 /// exited well.
-fn s_client(srv: &Server, args: &[&str], input: &[u8]) -> (String, bool) {
+pub(crate) fn s_client(srv: &Server, args: &[&str], input: &[u8]) -> (String, bool) {
     let connect = srv.addr().to_string();
     let mut child = Command::new("openssl")
         .args(["s_client", "-connect", &connect, "-ign_eof"])
@@ -101,7 +101,7 @@ fn s_client(srv: &Server, args: &[&str], input: &[u8]) -> (String, bool) {
 }
 
 /// Runs a Python script with the server's port and the CA's path as arguments; its stdout.
-fn python(script: &str, srv: &Server, tls: &Tls) -> String {
+pub(crate) fn python(script: &str, srv: &Server, tls: &Tls) -> String {
     let out = Command::new("timeout")
         .args(["20", "python3", "-c"])
         .arg(script)

@@ -983,6 +983,17 @@ pub fn temporary_files(pid: u32) -> usize {
 /// held by the process `pid` and its children: what a leak of client, backend or joint
 /// descriptors would grow.
 pub fn sockets_and_pipes(pid: u32) -> usize {
+    let (connected, pipes) = held_sockets_and_pipes(pid);
+    connected + pipes
+}
+
+/// Connected TCP sockets (any state but LISTEN) held by the process `pid` and its children,
+/// without the pipes: a prefork pool's children come and go with pipes of their own.
+pub fn connected_sockets(pid: u32) -> usize {
+    held_sockets_and_pipes(pid).0
+}
+
+fn held_sockets_and_pipes(pid: u32) -> (usize, usize) {
     let mut inodes = Vec::new();
     let mut pipes = 0;
     for p in std::iter::once(pid).chain(children(pid)) {
@@ -1021,5 +1032,5 @@ pub fn sockets_and_pipes(pid: u32) -> usize {
             }
         }
     }
-    connected + pipes
+    (connected, pipes)
 }

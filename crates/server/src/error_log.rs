@@ -14,11 +14,18 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogTarget};
 
+/// The most rustls writes to the error log unless `FASTPATH_LOG` says otherwise.
+const RUSTLS_LEVEL: &str = "rustls=error";
+
 /// Installs the global error log described by `log`. The level may be overridden with the
 /// `FASTPATH_LOG` environment variable (a `tracing` filter such as `debug`).
 pub fn init_error_log(log: &LogConfig) -> io::Result<()> {
-    let filter =
-        EnvFilter::try_from_env("FASTPATH_LOG").unwrap_or_else(|_| EnvFilter::new(&log.level));
+    let filter = EnvFilter::try_from_env("FASTPATH_LOG").unwrap_or_else(|_| {
+        // rustls logs what a peer does (a renegotiation refused, a warning alert) at warn,
+        // naming no peer: a client could write such lines at will. The transport logs why a
+        // connection ended, with the peer, at debug; FASTPATH_LOG=rustls=debug shows rustls's.
+        EnvFilter::new(&log.level).add_directive(RUSTLS_LEVEL.parse().expect("a directive"))
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
