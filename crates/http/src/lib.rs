@@ -59,6 +59,7 @@ mod error;
 mod field_lines;
 mod fields;
 mod forward;
+pub mod h2;
 mod head;
 mod limits;
 mod method;
