@@ -512,6 +512,14 @@ pub fn decode(src: &[u8], out: &mut Vec<u8>, max_len: usize) -> Result<(), Huffm
     }
 }
 
+/// The fewest bytes a Huffman-coded string of `coded_len` bytes decodes to:
+/// every symbol but EOS is at most 30 bits, and at most 7 bits are padding.
+/// A string whose least decoded length is over a budget can be refused
+/// before it is decoded.
+pub(crate) fn min_decoded_len(coded_len: usize) -> usize {
+    coded_len.saturating_mul(8).saturating_sub(7).div_ceil(30)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -612,6 +620,24 @@ mod tests {
             decode(&coded, &mut Vec::new(), 0),
             Err(HuffmanError::TooLong)
         );
+    }
+
+    #[test]
+    fn min_decoded_len_is_a_lower_bound() {
+        // 256 symbols of 30 bits... the longest non-EOS codes are 30 bits.
+        let longest = (0..256).filter(|&s| CODES[s].1 == 30).collect::<Vec<_>>();
+        assert!(!longest.is_empty());
+        for n in 0..40 {
+            let plain = vec![longest[0] as u8; n];
+            let coded_len = encoded_len(&plain);
+            assert!(
+                min_decoded_len(coded_len) <= n,
+                "{n} symbols in {coded_len} bytes"
+            );
+        }
+        assert_eq!(min_decoded_len(0), 0);
+        assert_eq!(min_decoded_len(1), 1);
+        assert!(min_decoded_len(usize::MAX) > 0);
     }
 
     #[test]

@@ -1,14 +1,27 @@
 //! HTTP/2 (RFC 9113), written for fastpath rather than taken from a crate, so
 //! that its frames can carry shared buffers and file ranges without a copy
-//! and its queues are budgeted in one place. For now it holds the Huffman
-//! code of its header compression ([`huffman`], RFC 7541 Appendix B).
+//! and its queues are budgeted in one place. For now it holds header
+//! compression: [`hpack`] (RFC 7541) and its [`huffman`] code.
 //!
 //! ```
-//! use fastpath_http::h2::huffman;
+//! use fastpath_http::h2::{encode_without_table, DecodeLimits, Decoder, Field};
 //!
-//! let mut coded = Vec::new();
-//! huffman::encode(b"no-cache", &mut coded);
-//! assert_eq!(coded, [0xa8, 0xeb, 0x10, 0x64, 0x9c, 0xbf]);
+//! // A cached response head, encoded once for any connection.
+//! let mut head = Vec::new();
+//! encode_without_table([Field::new(b":status", b"404")], &mut head);
+//! assert_eq!(head, [0x8d]); // index 13 of the static table
+//!
+//! let mut status = Vec::new();
+//! Decoder::new(4096)
+//!     .decode(&head, &DecodeLimits::default(), |_, value, _| status.extend_from_slice(value))
+//!     .unwrap();
+//! assert_eq!(status, b"404");
 //! ```
 
+pub mod hpack;
 pub mod huffman;
+
+pub use hpack::{
+    encode_without_table, DecodeLimits, Decoder, Encoder, Field, HpackError, Representation,
+    DEFAULT_MAX_FIELDS, DEFAULT_MAX_HEADER_LIST_SIZE, DEFAULT_TABLE_SIZE, MAX_ENCODER_TABLE_SIZE,
+};
