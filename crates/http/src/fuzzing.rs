@@ -13,6 +13,8 @@ use crate::{
 
 mod chunked_reference;
 pub use chunked_reference::{reference_chunked, ChunkedOutcome};
+mod hpack;
+pub use hpack::{hpack_decode, HPACK_LIMITS, HPACK_TABLE_SIZE};
 mod response;
 pub use response::response;
 #[cfg(test)]

@@ -57,3 +57,25 @@ fn http_response_corpus() {
         fastpath_http::fuzzing::response(&data);
     }
 }
+
+#[test]
+fn hpack_decode_corpus() {
+    use fastpath_http::fuzzing::{HPACK_LIMITS, HPACK_TABLE_SIZE};
+    use fastpath_http::h2::Decoder;
+
+    let files = corpus("hpack_decode");
+    assert!(files.len() >= 20, "only {} HPACK seeds", files.len());
+    for (path, data) in files {
+        println!("{}", path.display());
+        fastpath_http::fuzzing::hpack_decode(&data);
+        // A seed named seed-bad-* is a block that must be refused; every
+        // other seed must decode.
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let result = Decoder::new(HPACK_TABLE_SIZE).decode(&data, &HPACK_LIMITS, |_, _, _| {});
+        assert_eq!(
+            result.is_err(),
+            name.starts_with("seed-bad-"),
+            "{name}: {result:?}"
+        );
+    }
+}
