@@ -25,22 +25,9 @@ fn fastpath_bin() -> &'static Path {
         if let Some(bin) = std::env::var_os("FASTPATH_BIN") {
             return PathBuf::from(bin);
         }
-        // target/debug/deps/TEST-hash -> target/debug (or target/release).
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-        let target = profile_dir.parent().unwrap();
-        let mut args = vec!["build", "--offline", "-p", "fastpath", "--bin", "fastpath"];
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            args.push("--release");
-        }
-        let status = Command::new(env!("CARGO"))
-            .args(&args)
-            .env("CARGO_TARGET_DIR", target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building fastpath failed");
-        profile_dir.join("fastpath")
+        let args = ["-p", "fastpath", "--bin", "fastpath"];
+        fastpath_testkit::build_beside_test(env!("CARGO"), env!("CARGO_MANIFEST_DIR"), &args)
+            .join("fastpath")
     })
 }
 

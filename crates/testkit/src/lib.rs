@@ -19,11 +19,13 @@
 //! }
 //! ```
 
+mod cargo_build;
 mod http;
 mod listening;
 mod pki;
 mod ports;
 mod superserver;
+pub use cargo_build::build_beside_test;
 pub use http::{read_response, Response};
 pub use listening::Listening;
 pub use pki::{KeyKind, TestPki};

@@ -31,29 +31,10 @@ pub fn skip(test: &str, why: &str) {
 pub fn example(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        // target/debug/deps/TEST-hash -> target/debug (or target/release, for a test run
-        // with --release: then the examples are built optimised too).
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-        let target = profile_dir.parent().unwrap();
-        let mut args = vec![
-            "build",
-            "--offline",
-            "-p",
-            "fastpath-nest-runtime",
-            "--examples",
-        ];
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            args.push("--release");
-        }
-        let status = Command::new(env!("CARGO"))
-            .args(&args)
-            .env("CARGO_TARGET_DIR", target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the examples failed");
-        profile_dir.join("examples")
+        // For a test run with --release, the examples are built optimised too.
+        let args = ["-p", "fastpath-nest-runtime", "--examples"];
+        fastpath_testkit::build_beside_test(env!("CARGO"), env!("CARGO_MANIFEST_DIR"), &args)
+            .join("examples")
     });
     dir.join(name)
 }
