@@ -84,20 +84,25 @@ pub(crate) fn openssl() -> bool {
 /// `openssl s_client` to the server with `args`, sending `input`; its stdout and whether it
 /// exited well.
 pub(crate) fn s_client(srv: &Server, args: &[&str], input: &[u8]) -> (String, bool) {
-    let connect = srv.addr().to_string();
-    let mut child = Command::new("openssl")
-        .args(["s_client", "-connect", &connect, "-ign_eof"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run openssl");
+    let mut child = spawn_s_client(srv, &[&["-ign_eof"], args].concat());
     child.stdin.take().unwrap().write_all(input).unwrap();
     let out = child.wait_with_output().unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (text, out.status.success())
+}
+
+/// `openssl s_client` to the server with `args`, its standard streams piped.
+pub(crate) fn spawn_s_client(srv: &Server, args: &[&str]) -> std::process::Child {
+    let connect = srv.addr().to_string();
+    Command::new("openssl")
+        .args(["s_client", "-connect", &connect])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run openssl")
 }
 
 /// Runs a Python script with the server's port and the CA's path as arguments; its stdout.
@@ -685,11 +690,18 @@ fn served_leaf(srv: &Server, ca: &std::path::Path) -> String {
     out[start..end].to_owned()
 }
 
-#[test]
-fn tls_a_reload_serves_the_certificate_now_in_the_files() {
-    if !openssl() {
-        return;
-    }
+/// A server of `model` whose one certificate, for `a.test`, is in files a test changes
+/// (`a.pem` and `a.key`), with a pid file for its reloads.
+struct OneCertificate {
+    site: Site,
+    pki: TestPki,
+    chain: PathBuf,
+    key: PathBuf,
+    pid_file: PathBuf,
+    srv: Server,
+}
+
+fn one_certificate(model: Model) -> OneCertificate {
     let site = Site::new();
     site.file("hello.txt", "hello over tls");
     let pki = TestPki::new(site.base());
@@ -697,12 +709,35 @@ fn tls_a_reload_serves_the_certificate_now_in_the_files() {
     let pid_file = site.base().join("fastpath.pid");
     let config = format!("root = \"root\"\ntls_certificate = {chain:?}\ntls_key = {key:?}\n");
     let srv = site
-        .server("epoll")
+        .server(model)
         .config(&config)
         .tls()
         .arg("--pid-file")
         .arg(pid_file.to_str().unwrap())
         .start();
+    OneCertificate {
+        site,
+        pki,
+        chain,
+        key,
+        pid_file,
+        srv,
+    }
+}
+
+#[test]
+fn tls_a_reload_serves_the_certificate_now_in_the_files() {
+    if !openssl() {
+        return;
+    }
+    let OneCertificate {
+        site,
+        pki,
+        chain,
+        key,
+        pid_file,
+        srv,
+    } = one_certificate("epoll");
     let before = served_leaf(&srv, pki.ca());
     assert!(std::fs::read_to_string(&chain)
         .unwrap()
@@ -740,19 +775,15 @@ httptest!(
         if !openssl() {
             return;
         }
-        let site = Site::new();
-        site.file("hello.txt", "hello over tls");
-        let pki = TestPki::new(site.base());
-        let (chain, key) = pki.leaf("a", &["a.test"], KeyKind::EcdsaP256);
-        let pid_file = site.base().join("fastpath.pid");
-        let config = format!("root = \"root\"\ntls_certificate = {chain:?}\ntls_key = {key:?}\n");
-        let srv = site
-            .server(model)
-            .config(&config)
-            .tls()
-            .arg("--pid-file")
-            .arg(pid_file.to_str().unwrap())
-            .start();
+        // The site is held: its directory has the files the server reads.
+        let OneCertificate {
+            site: _site,
+            pki,
+            chain,
+            key,
+            srv,
+            ..
+        } = one_certificate(model);
         let before = served_leaf(&srv, pki.ca());
         // Clients keep coming while the files change and the server takes them up.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

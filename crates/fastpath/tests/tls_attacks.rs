@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -155,15 +155,7 @@ struct Interactive {
 
 impl Interactive {
     fn start(srv: &Server, args: &[&str]) -> Interactive {
-        let connect = srv.addr().to_string();
-        let mut child = Command::new("openssl")
-            .args(["s_client", "-connect", &connect, "-crlf"])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run openssl");
+        let mut child = crate::tls::spawn_s_client(srv, &[&["-crlf"], args].concat());
         let output = Arc::new(Mutex::new(String::new()));
         let pipes: [Box<dyn Read + Send>; 2] = [
             Box::new(child.stdout.take().unwrap()),
