@@ -1,7 +1,8 @@
 //! HTTP/2 (RFC 9113), written for fastpath rather than taken from a crate, so
 //! that its frames can carry shared buffers and file ranges without a copy
 //! and its queues are budgeted in one place. For now it holds header
-//! compression: [`hpack`] (RFC 7541) and its [`huffman`] code.
+//! compression: [`hpack`] (RFC 7541) and its [`huffman`] code, and a request's
+//! header block checked and written as an HTTP/1.1 head ([`request`]).
 //!
 //! ```
 //! use fastpath_http::h2::{encode_without_table, DecodeLimits, Decoder, Field};
@@ -20,8 +21,10 @@
 
 pub mod hpack;
 pub mod huffman;
+pub mod request;
 
 pub use hpack::{
     encode_without_table, DecodeLimits, Decoder, Encoder, Field, HpackError, Representation,
     DEFAULT_MAX_FIELDS, DEFAULT_MAX_HEADER_LIST_SIZE, DEFAULT_TABLE_SIZE, MAX_ENCODER_TABLE_SIZE,
 };
+pub use request::{check_trailer_field, MalformedRequest, RequestBody, RequestHead};
