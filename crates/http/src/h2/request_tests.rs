@@ -303,7 +303,7 @@ fn every_block_accepted_becomes_a_head_the_http1_parser_reads_the_same() {
             fine &= request.field(name, value).is_ok();
         }
         let mut out = Vec::new();
-        let end_stream = rng.next() % 2 == 0;
+        let end_stream = rng.next().is_multiple_of(2);
         let Ok(body) = request
             .finish(end_stream, &mut out)
             .map_err(|_| ())
