@@ -297,7 +297,7 @@ fn haproxy_takes_a_node_that_stops_gracefully_out_under_load_and_loses_no_reques
         "",
         &[&a, &b],
         " check check-send-proxy inter 100ms fall 1 rise 1",
-        "  option httpchk GET /healthz\n  http-check expect status 200\n  retries 3\n  option redispatch\n",
+        "  option httpchk GET /healthz\n  http-check expect status 200\n  retries 3\n  option redispatch\n  retry-on conn-failure empty-response response-timeout\n",
     );
     let Some(_haproxy) = haproxy(dir.path(), &config, port) else {
         return;
