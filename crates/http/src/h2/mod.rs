@@ -1,7 +1,9 @@
 //! HTTP/2 (RFC 9113), written for fastpath rather than taken from a crate, so
 //! that its frames can carry shared buffers and file ranges without a copy
-//! and its queues are budgeted in one place. For now it holds header
-//! compression: [`hpack`] (RFC 7541) and its [`huffman`] code.
+//! and its queues are budgeted in one place. For now it holds the frame
+//! layer, [`frame`] (the preface, every frame type read, checked and
+//! written), and header compression: [`hpack`] (RFC 7541) and its
+//! [`huffman`] code.
 //!
 //! ```
 //! use fastpath_http::h2::{encode_without_table, DecodeLimits, Decoder, Field};
@@ -18,9 +20,17 @@
 //! assert_eq!(status, b"404");
 //! ```
 
+pub mod frame;
 pub mod hpack;
 pub mod huffman;
 
+pub use frame::{
+    detect_preface, flags, setting_id, write_data_header, write_goaway, write_headers, write_ping,
+    write_ping_ack, write_rst_stream, write_settings, write_settings_ack, write_window_update,
+    ErrorCode, ErrorScope, Frame, FrameError, FrameHeader, FrameReader, FrameType, PrefaceMatch,
+    Reason, Setting, Settings, DEFAULT_INITIAL_WINDOW_SIZE, DEFAULT_MAX_FRAME_SIZE,
+    FRAME_HEADER_LEN, MAX_FRAME_SIZE_LIMIT, MAX_WINDOW_SIZE, PREFACE,
+};
 pub use hpack::{
     encode_without_table, DecodeLimits, Decoder, Encoder, Field, HpackError, Representation,
     DEFAULT_MAX_FIELDS, DEFAULT_MAX_HEADER_LIST_SIZE, DEFAULT_TABLE_SIZE, MAX_ENCODER_TABLE_SIZE,
