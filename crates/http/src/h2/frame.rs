@@ -36,8 +36,9 @@
 //! Every check RFC 9113 puts on a single frame is made here, each failure a
 //! [`FrameError`] saying whether the connection must end (GOAWAY) or only
 //! the stream (RST_STREAM), with which [`ErrorCode`] and why. What needs
-//! more than one frame is elsewhere: joining HEADERS and CONTINUATION
-//! frames, flow-control arithmetic, and stream states.
+//! more than one frame is elsewhere: [`super::HeaderBlockAssembler`] joins
+//! HEADERS and CONTINUATION frames, flow-control arithmetic is elsewhere,
+//! and stream states are the connection's business.
 
 use std::fmt;
 
@@ -443,13 +444,13 @@ pub enum Reason {
     },
     /// A CONTINUATION with no field block open (§6.10).
     UnexpectedContinuation,
-    /// A field block past the field block budget.
+    /// A field block past [`super::HeaderBlockLimits::max_block_size`].
     HeaderBlockTooLarge {
         /// The limit.
         limit: usize,
     },
-    /// More CONTINUATION frames in one field block than its budget allows
-    /// (the CONTINUATION
+    /// More CONTINUATION frames in one field block than
+    /// [`super::HeaderBlockLimits::max_continuations`] (the CONTINUATION
     /// flood, CVE-2024-27316).
     TooManyContinuations {
         /// The limit.

@@ -20,10 +20,15 @@
 //! assert_eq!(status, b"404");
 //! ```
 
+pub mod block;
 pub mod frame;
 pub mod hpack;
 pub mod huffman;
 
+pub use block::{
+    Assembled, HeaderBlock, HeaderBlockAssembler, HeaderBlockLimits, DEFAULT_MAX_BLOCK_SIZE,
+    DEFAULT_MAX_CONTINUATIONS,
+};
 pub use frame::{
     detect_preface, flags, setting_id, write_data_header, write_goaway, write_headers, write_ping,
     write_ping_ack, write_rst_stream, write_settings, write_settings_ack, write_window_update,
