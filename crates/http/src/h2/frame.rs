@@ -37,8 +37,8 @@
 //! [`FrameError`] saying whether the connection must end (GOAWAY) or only
 //! the stream (RST_STREAM), with which [`ErrorCode`] and why. What needs
 //! more than one frame is elsewhere: [`super::HeaderBlockAssembler`] joins
-//! HEADERS and CONTINUATION frames, flow-control arithmetic is elsewhere,
-//! and stream states are the connection's business.
+//! HEADERS and CONTINUATION frames, [`super::Window`] does flow-control
+//! arithmetic, and stream states are the connection's business.
 
 use std::fmt;
 

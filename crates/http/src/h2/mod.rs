@@ -24,6 +24,7 @@ pub mod block;
 pub mod frame;
 pub mod hpack;
 pub mod huffman;
+pub mod window;
 
 pub use block::{
     Assembled, HeaderBlock, HeaderBlockAssembler, HeaderBlockLimits, DEFAULT_MAX_BLOCK_SIZE,
@@ -40,3 +41,4 @@ pub use hpack::{
     encode_without_table, DecodeLimits, Decoder, Encoder, Field, HpackError, Representation,
     DEFAULT_MAX_FIELDS, DEFAULT_MAX_HEADER_LIST_SIZE, DEFAULT_TABLE_SIZE, MAX_ENCODER_TABLE_SIZE,
 };
+pub use window::Window;
