@@ -540,11 +540,7 @@ impl fmt::Display for Reason {
                 len,
                 max,
             } => {
-                write!(f, "frame of type ")?;
-                match FrameType::from_u8(frame_type) {
-                    Some(t) => write!(f, "{t}")?,
-                    None => write!(f, "{frame_type:#x}")?,
-                }
+                write_type(f, frame_type)?;
                 write!(
                     f,
                     " with {len} bytes of payload, past SETTINGS_MAX_FRAME_SIZE {max}"
@@ -564,7 +560,7 @@ impl fmt::Display for Reason {
                 min,
             } => write!(
                 f,
-                "{frame_type} frame with {len} bytes of payload, fewer than its {min} bytes of fixed fields"
+                "{frame_type} frame with {len} bytes of payload, short of the {min} its fields take"
             ),
             Reason::SettingsLength { len } => write!(
                 f,
@@ -587,19 +583,25 @@ impl fmt::Display for Reason {
                 room,
             } => write!(
                 f,
-                "{frame_type} frame with {pad_len} bytes of padding in {room} bytes"
+                "{frame_type} frame with {pad_len} bytes of padding where {room} remain"
             ),
             Reason::SelfDependency {
                 frame_type,
                 stream_id,
-            } => write!(f, "{frame_type} frame making stream {stream_id} depend on itself"),
-            Reason::InvalidSetting { id, value } => {
-                write!(f, "setting {} with value {value} out of its range", setting_name(id))
-            }
-            Reason::InitialWindowSizeTooLarge { value } => write!(
+            } => write!(
                 f,
-                "SETTINGS_INITIAL_WINDOW_SIZE {value} above 2^31-1"
+                "{frame_type} frame making stream {stream_id} depend on itself"
             ),
+            Reason::InvalidSetting { id, value } => {
+                write!(
+                    f,
+                    "setting {} with value {value} out of its range",
+                    setting_name(id)
+                )
+            }
+            Reason::InitialWindowSizeTooLarge { value } => {
+                write!(f, "SETTINGS_INITIAL_WINDOW_SIZE {value} above 2^31-1")
+            }
             Reason::PushPromise => write!(f, "PUSH_PROMISE received, push being disabled"),
             Reason::ZeroWindowIncrement => write!(f, "WINDOW_UPDATE with an increment of 0"),
             Reason::PriorityUpdateForStreamZero => {
@@ -610,11 +612,7 @@ impl fmt::Display for Reason {
                 got_type,
                 got_stream,
             } => {
-                write!(f, "frame of type ")?;
-                match FrameType::from_u8(got_type) {
-                    Some(t) => write!(f, "{t}")?,
-                    None => write!(f, "{got_type:#x}")?,
-                }
+                write_type(f, got_type)?;
                 write!(
                     f,
                     " on stream {got_stream} inside the field block of stream {stream_id}, where only CONTINUATION may come"
@@ -626,10 +624,9 @@ impl fmt::Display for Reason {
             Reason::HeaderBlockTooLarge { limit } => {
                 write!(f, "field block larger than {limit} bytes")
             }
-            Reason::TooManyContinuations { limit } => write!(
-                f,
-                "field block in more than {limit} CONTINUATION frames"
-            ),
+            Reason::TooManyContinuations { limit } => {
+                write!(f, "field block in more than {limit} CONTINUATION frames")
+            }
             Reason::WindowOverflow { window, delta } => write!(
                 f,
                 "flow-control window of {window} changed by {delta}, past 2^31-1"
@@ -639,6 +636,14 @@ impl fmt::Display for Reason {
                 "{len} flow-controlled bytes received in a window of {window}"
             ),
         }
+    }
+}
+
+/// "frame of type HEADERS", or of an unknown type's code.
+fn write_type(f: &mut fmt::Formatter<'_>, code: u8) -> fmt::Result {
+    match FrameType::from_u8(code) {
+        Some(t) => write!(f, "frame of type {t}"),
+        None => write!(f, "frame of type {code:#x}"),
     }
 }
 
