@@ -1,9 +1,11 @@
 //! HTTP/2 (RFC 9113), written for fastpath rather than taken from a crate, so
 //! that its frames can carry shared buffers and file ranges without a copy
 //! and its queues are budgeted in one place. For now it holds the frame
-//! layer, [`frame`] (the preface, every frame type read, checked and
-//! written), and header compression: [`hpack`] (RFC 7541) and its
-//! [`huffman`] code.
+//! layer: [`frame`] (the preface, every frame type read, checked and
+//! written), [`block`] (HEADERS and CONTINUATION joined into field blocks
+//! under a budget) and [`window`] (flow-control arithmetic); and header
+//! compression: [`hpack`] (RFC 7541) and its [`huffman`] code. Streams and
+//! the connection that drives them come next.
 //!
 //! ```
 //! use fastpath_http::h2::{encode_without_table, DecodeLimits, Decoder, Field};
