@@ -13,6 +13,8 @@ use crate::{
 
 mod chunked_reference;
 pub use chunked_reference::{reference_chunked, ChunkedOutcome};
+mod h2_frames;
+pub use h2_frames::{h2_frames, h2_read, H2_BLOCK_LIMITS, H2_MAX_FRAME_SIZE};
 mod hpack;
 pub use hpack::{hpack_decode, HPACK_LIMITS, HPACK_TABLE_SIZE};
 mod response;
@@ -536,5 +538,8 @@ mod tests {
         super::chunked(b"5\r\nhello\r\n0\r\n\r\n");
         super::chunked(b"arbitrary bytes \x00\xff");
         super::chunked(b"");
+        super::h2_frames(b"");
+        super::h2_frames(crate::h2::PREFACE);
+        super::h2_frames(b"\0\0\0\x04\x01\0\0\0\0");
     }
 }

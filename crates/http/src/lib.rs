@@ -12,7 +12,7 @@
 //! ([`write_relayed_response_head`]), including the forms a response cache
 //! keeps. For the proxy path, [`ResponseParser`] reads backend response heads
 //! and [`write_forwarded_request`] writes the request passed on.
-//! HTTP/2's header compression, HPACK, is in [`h2`].
+//! HTTP/2's frame layer and its header compression, HPACK, are in [`h2`].
 //!
 //! Why it is shaped this way:
 //! - **Sans-I/O.** The server owns sockets, buffers and timeouts; this crate

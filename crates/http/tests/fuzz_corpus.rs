@@ -44,6 +44,7 @@ fn chunked_corpus() {
         if name.starts_with("seed-bad-") {
             let result = fastpath_http::ChunkedDecoder::new().feed(&data, |_| {});
             assert!(result.is_err(), "{name} accepted: {result:?}");
+            println!("  {}", result.unwrap_err());
         }
     }
 }
@@ -77,5 +78,28 @@ fn hpack_decode_corpus() {
             name.starts_with("seed-bad-"),
             "{name}: {result:?}"
         );
+    }
+}
+
+#[test]
+fn h2_frames_corpus() {
+    let files = corpus("h2_frames");
+    assert!(files.len() >= 40, "only {} HTTP/2 frame seeds", files.len());
+    for (path, data) in files {
+        println!("{}", path.display());
+        fastpath_http::fuzzing::h2_frames(&data);
+        // A seed named seed-bad-* is a stream that must be refused; every
+        // other seed must read to its last byte, every field block closed.
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let result = fastpath_http::fuzzing::h2_read(&data);
+        if name.starts_with("seed-bad-") {
+            assert!(result.is_err(), "{name} accepted: {result:?}");
+            println!("  {}", result.unwrap_err());
+        } else {
+            assert!(
+                matches!(result, Ok((frames, true)) if frames > 0),
+                "{name}: {result:?}"
+            );
+        }
     }
 }

@@ -1,8 +1,12 @@
 //! HTTP/2 (RFC 9113), written for fastpath rather than taken from a crate, so
 //! that its frames can carry shared buffers and file ranges without a copy
-//! and its queues are budgeted in one place. For now it holds header
-//! compression: [`hpack`] (RFC 7541) and its [`huffman`] code, and a request's
-//! header block checked and written as an HTTP/1.1 head ([`request`]).
+//! and its queues are budgeted in one place. For now it holds the frame
+//! layer: [`frame`] (the preface, every frame type read, checked and
+//! written), [`block`] (HEADERS and CONTINUATION joined into field blocks
+//! under a budget) and [`window`] (flow-control arithmetic); header
+//! compression: [`hpack`] (RFC 7541) and its [`huffman`] code; and a request's
+//! header block checked and written as an HTTP/1.1 head ([`request`]). Streams
+//! and the connection that drives them come next.
 //!
 //! ```
 //! use fastpath_http::h2::{encode_without_table, DecodeLimits, Decoder, Field};
@@ -19,12 +23,27 @@
 //! assert_eq!(status, b"404");
 //! ```
 
+pub mod block;
+pub mod frame;
 pub mod hpack;
 pub mod huffman;
 pub mod request;
+pub mod window;
 
+pub use block::{
+    Assembled, HeaderBlock, HeaderBlockAssembler, HeaderBlockLimits, DEFAULT_MAX_BLOCK_SIZE,
+    DEFAULT_MAX_CONTINUATIONS,
+};
+pub use frame::{
+    detect_preface, flags, setting_id, write_data_header, write_goaway, write_headers, write_ping,
+    write_ping_ack, write_rst_stream, write_settings, write_settings_ack, write_window_update,
+    ErrorCode, ErrorScope, Frame, FrameError, FrameHeader, FrameReader, FrameType, PrefaceMatch,
+    Reason, Setting, Settings, DEFAULT_INITIAL_WINDOW_SIZE, DEFAULT_MAX_FRAME_SIZE,
+    FRAME_HEADER_LEN, MAX_FRAME_SIZE_LIMIT, MAX_WINDOW_SIZE, PREFACE,
+};
 pub use hpack::{
     encode_without_table, DecodeLimits, Decoder, Encoder, Field, HpackError, Representation,
     DEFAULT_MAX_FIELDS, DEFAULT_MAX_HEADER_LIST_SIZE, DEFAULT_TABLE_SIZE, MAX_ENCODER_TABLE_SIZE,
 };
 pub use request::{check_trailer_field, MalformedRequest, RequestBody, RequestHead};
+pub use window::Window;
