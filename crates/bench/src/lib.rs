@@ -138,6 +138,7 @@ pub use echo::{render_echo, run_echo, EchoConfig, EchoErrors, EchoReport};
 pub use report::{render, render_compare, render_sweep};
 pub use response::{ParseError, Reply, ResponseParser, MAX_HEAD};
 pub use run::{run, BenchError, Config, Load, Progress};
+pub use stats::TlsReport;
 pub use stats::{ErrorClass, Errors, Percentiles, Report, ReportMeta, Stats, StatusClasses};
 pub use streams::Tick;
 pub use svg::{latency_chart, sweep_chart};
@@ -147,4 +148,4 @@ pub use thrift::{
     render_sinks, render_thrift, run_sinks, run_thrift, SinkCounts, SinkReport, ThriftConfig,
     ThriftReport,
 };
-pub use tls::{TlsOptions, TlsReport, TlsVersion, FAILURE_REASONS as TLS_FAILURE_REASONS};
+pub use tls::{TlsOptions, TlsVersion, FAILURE_REASONS as TLS_FAILURE_REASONS};

@@ -173,9 +173,9 @@ impl TlsStats {
         let _ = self.handshake.add(&other.handshake);
     }
 
-    pub(crate) fn report(&self) -> crate::tls::TlsReport {
+    pub(crate) fn report(&self) -> TlsReport {
         let negotiated = self.negotiated.unwrap_or_default();
-        crate::tls::TlsReport {
+        TlsReport {
             handshakes_full: self.full,
             handshakes_resumed: self.resumed,
             failures: self.failures.iter().sum(),
@@ -423,7 +423,7 @@ pub struct Report {
     pub cpu_s: f64,
     /// HTTPS only: handshakes (full, resumed, failed) and what they negotiated.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<crate::tls::TlsReport>,
+    pub tls: Option<TlsReport>,
 }
 
 impl Report {
@@ -506,4 +506,27 @@ pub struct ReportMeta {
     pub pipeline: usize,
     /// Whether connections are kept alive between requests.
     pub keepalive: bool,
+}
+
+/// The `tls` object of an `https://` run's report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TlsReport {
+    /// Measured connections whose handshake was a full one.
+    pub handshakes_full: u64,
+    /// Measured connections that resumed a session.
+    pub handshakes_resumed: u64,
+    /// Connections on which TLS failed (each failed its requests as `errors.tls`).
+    pub failures: u64,
+    /// Those failures by reason (the nonzero ones, as [`crate::tls::FAILURE_REASONS`] names them).
+    pub failure_reasons: std::collections::BTreeMap<&'static str, u64>,
+    /// The first failure's message, to say what went wrong.
+    pub first_failure: Option<String>,
+    /// Negotiated protocol version (`TLSv1.3`, `TLSv1.2`); empty if no handshake finished.
+    pub protocol: &'static str,
+    /// Negotiated cipher suite, as rustls names it.
+    pub cipher: &'static str,
+    /// Negotiated key exchange group.
+    pub group: &'static str,
+    /// TCP established to handshake finished, µs.
+    pub handshake_us: Percentiles,
 }

@@ -16,9 +16,6 @@ use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvi
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, NamedGroup, RootCertStore, SignatureScheme};
-use serde::Serialize;
-
-use crate::stats::Percentiles;
 
 /// A TLS protocol version to pin with `--tls-version`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,27 +290,4 @@ impl Negotiated {
                 .unwrap_or("none"),
         }
     }
-}
-
-/// The `tls` object of an `https://` run's report.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TlsReport {
-    /// Measured connections whose handshake was a full one.
-    pub handshakes_full: u64,
-    /// Measured connections that resumed a session.
-    pub handshakes_resumed: u64,
-    /// Connections on which TLS failed (each failed its requests as `errors.tls`).
-    pub failures: u64,
-    /// Those failures by reason (the nonzero ones, as [`FAILURE_REASONS`] names them).
-    pub failure_reasons: std::collections::BTreeMap<&'static str, u64>,
-    /// The first failure's message, to say what went wrong.
-    pub first_failure: Option<String>,
-    /// Negotiated protocol version (`TLSv1.3`, `TLSv1.2`); empty if no handshake finished.
-    pub protocol: &'static str,
-    /// Negotiated cipher suite, as rustls names it.
-    pub cipher: &'static str,
-    /// Negotiated key exchange group.
-    pub group: &'static str,
-    /// TCP established to handshake finished, µs.
-    pub handshake_us: Percentiles,
 }

@@ -10,7 +10,7 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::setup::TlsError;
+use crate::error::TlsError;
 
 /// A certificate chain and its key, by file, and the host names it is served for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,7 @@ impl CertificateReport {
 /// Reads the chain, the key and the names a certificate covers; `Err` for files that are
 /// missing or do not parse, or a key that is not the certificate's.
 pub fn inspect(files: &CertificateFiles) -> Result<CertificateReport, TlsError> {
-    let provider = crate::setup::provider();
+    let provider = provider();
     let certified = load(files, &provider)?;
     let leaf = &certified.cert[0];
     let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref())
@@ -149,6 +149,13 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
         }
         other => TlsError::new(path, format!("not a PEM private key: {other}")),
     })
+}
+
+/// The crypto every listener uses: aws-lc-rs, with rustls's default key exchange groups
+/// (X25519MLKEM768 first, then X25519, P-256, P-384) and cipher suites (AES-GCM and
+/// ChaCha20-Poly1305 only, which is Mozilla's profile).
+pub(crate) fn provider() -> CryptoProvider {
+    rustls::crypto::aws_lc_rs::default_provider()
 }
 
 #[cfg(test)]

@@ -42,14 +42,16 @@
 #![deny(missing_docs)]
 
 mod certs;
+mod error;
 mod session;
 mod setup;
 mod tickets;
 
 pub use certs::{inspect, CertificateFiles, CertificateReport};
+pub use error::TlsError;
 pub use session::TlsSession;
 pub use setup::{
-    every_listener, HandshakeCounts, TlsError, TlsSettings, TlsSetup, TlsVersions, UnknownName,
+    every_listener, HandshakeCounts, TlsSettings, TlsSetup, TlsVersions, UnknownName,
     FAILURE_REASONS,
 };
 pub use tickets::{SessionTickets, TicketKeys, TicketOrigin};

@@ -3,17 +3,17 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fastpath_drivers::{Layers, Opened, Transport, TransportSetup, Transports};
-use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig};
 use rustls::sign::CertifiedKey;
 
-use crate::certs::{covered_names, load, CertificateFiles};
+use crate::certs::{covered_names, load, provider, CertificateFiles};
+use crate::error::TlsError;
 use crate::session::TlsSession;
 use crate::tickets::{SessionTickets, TicketKeys, TicketOrigin};
 
@@ -70,49 +70,6 @@ impl Default for TlsSettings {
             tickets: TicketKeys::default(),
         }
     }
-}
-
-/// A file that could not be used, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsError {
-    /// The file concerned, if one is.
-    pub path: Option<PathBuf>,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl TlsError {
-    pub(crate) fn new(path: &Path, message: impl Into<String>) -> Self {
-        TlsError {
-            path: Some(path.to_owned()),
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn general(message: impl Into<String>) -> Self {
-        TlsError {
-            path: None,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for TlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.path {
-            Some(path) => write!(f, "{}: {}", path.display(), self.message),
-            None => f.write_str(&self.message),
-        }
-    }
-}
-
-impl std::error::Error for TlsError {}
-
-/// The crypto every listener uses: aws-lc-rs, with rustls's default key exchange groups
-/// (X25519MLKEM768 first, then X25519, P-256, P-384) and cipher suites (AES-GCM and
-/// ChaCha20-Poly1305 only, which is Mozilla's profile).
-pub(crate) fn provider() -> CryptoProvider {
-    rustls::crypto::aws_lc_rs::default_provider()
 }
 
 /// Why handshakes fail, as the metrics name them (a `TransportError::kind`, or `timeout`);

@@ -19,7 +19,7 @@ use aws_lc_rs::{hkdf, rand};
 use fastpath_sys::{ProcessShared, SharedMapping};
 use rustls::server::ProducesTickets;
 
-use crate::setup::TlsError;
+use crate::error::TlsError;
 
 const NAME_LEN: usize = 16;
 const KEY_LEN: usize = 32;
