@@ -576,14 +576,7 @@ httptest!(tls_sessions_resume_across_a_reload, |model| {
     let tls = tls_site("");
     let pid_file = tls.site.base().join("fastpath.pid");
     let config = std::fs::read_to_string(tls.site.base().join("fastpath.toml")).unwrap();
-    let srv = tls
-        .site
-        .server(model)
-        .config(&config)
-        .tls()
-        .arg("--pid-file")
-        .arg(pid_file.to_str().unwrap())
-        .start();
+    let srv = reloadable(tls.site.server(model), &config, &pid_file);
     let port = srv.addr().port();
     let out = resume_later(&tls, port, port, || {
         crate::reload::replace(&pid_file, libc::SIGHUP);
@@ -690,6 +683,16 @@ fn served_leaf(srv: &Server, ca: &std::path::Path) -> String {
     out[start..end].to_owned()
 }
 
+/// A TLS server of `config` that writes its pid to `pid_file`, for the tests that reload it.
+fn reloadable(builder: ServerBuilder<'_>, config: &str, pid_file: &std::path::Path) -> Server {
+    builder
+        .config(config)
+        .tls()
+        .arg("--pid-file")
+        .arg(pid_file.to_str().unwrap())
+        .start()
+}
+
 /// A server of `model` whose one certificate, for `a.test`, is in files a test changes
 /// (`a.pem` and `a.key`), with a pid file for its reloads.
 struct OneCertificate {
@@ -708,13 +711,7 @@ fn one_certificate(model: Model) -> OneCertificate {
     let (chain, key) = pki.leaf("a", &["a.test"], KeyKind::EcdsaP256);
     let pid_file = site.base().join("fastpath.pid");
     let config = format!("root = \"root\"\ntls_certificate = {chain:?}\ntls_key = {key:?}\n");
-    let srv = site
-        .server(model)
-        .config(&config)
-        .tls()
-        .arg("--pid-file")
-        .arg(pid_file.to_str().unwrap())
-        .start();
+    let srv = reloadable(site.server(model), &config, &pid_file);
     OneCertificate {
         site,
         pki,

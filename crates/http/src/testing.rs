@@ -1,4 +1,5 @@
-//! Unit-test helpers shared by the request and response parser tests.
+//! Unit-test helpers shared by the parser tests: every split of an input, and a
+//! deterministic generator of inputs.
 
 use std::fmt;
 
@@ -61,5 +62,27 @@ pub(crate) fn expect_error<S: fmt::Debug>(outcome: Parsed<S>, buf: &[u8]) -> Req
             "expected an error from {:?}, got {other:?}",
             String::from_utf8_lossy(buf)
         ),
+    }
+}
+
+/// xorshift64: deterministic, and enough to shuffle test inputs (no dependency for it).
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// One of `from`.
+    pub(crate) fn pick<'a>(&mut self, from: &[&'a [u8]]) -> &'a [u8] {
+        from[self.below(from.len())]
     }
 }

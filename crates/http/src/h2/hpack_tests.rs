@@ -1,4 +1,5 @@
 use super::*;
+use crate::testing::Rng;
 
 fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(|b| b.is_ascii_hexdigit()).collect();
@@ -908,22 +909,6 @@ fn a_name_evicted_by_its_own_entry_is_kept() {
         [("x-abcdefgh".to_owned(), "2".repeat(30))]
     );
     assert_eq!(d.dynamic_table_size(), 72);
-}
-
-/// xorshift64: deterministic, and enough to shuffle test inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 fn random_field(rng: &mut Rng) -> (Vec<u8>, Vec<u8>, bool) {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::testing::Rng;
 use crate::{BodyFraming, Limits, Parser};
 
 /// The block `fields` as `finish` writes it, or why it is malformed.
@@ -230,22 +231,6 @@ fn trailers_have_no_pseudo_header_or_connection_fields() {
         check_trailer_field(b"x", b"a\nb"),
         Err(MalformedRequest::BadValue)
     );
-}
-
-/// A small deterministic generator (xorshift), for the property test below.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a [u8]]) -> &'a [u8] {
-        from[(self.next() % from.len() as u64) as usize]
-    }
 }
 
 #[test]
