@@ -604,6 +604,29 @@ impl Config {
                 ));
             }
         }
+        notes.push(match &settings.tickets {
+            fastpath_tls::TicketKeys::Rotating { every } => format!(
+                "TLS: session ticket keys made at start, shared by every process and kept \
+                 across reloads, replaced every {} s",
+                every.as_secs()
+            ),
+            fastpath_tls::TicketKeys::Files(files) => format!(
+                "TLS: session ticket keys from {} ({} file(s), the first encrypting): nodes \
+                 with the same files resume each other's sessions",
+                files[0].display(),
+                files.len()
+            ),
+            fastpath_tls::TicketKeys::Off => {
+                "TLS: no session tickets (session_tickets = false): sessions resume only \
+                 from each process's own cache"
+                    .to_owned()
+            }
+        });
+        notes.push(
+            "TLS: the certificate, key and ticket key files are watched: a change reloads the \
+             server"
+                .to_owned(),
+        );
         notes
     }
 

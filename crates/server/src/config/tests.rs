@@ -2030,12 +2030,39 @@ fn tls_notes_name_uncovered_names() {
         [[host]]\nnames = [\"b.test\"]\ntls_certificate = \"a.pem\"\ntls_key = \"a.key\"\n";
     let c = tls_parse(dir.path(), text).unwrap();
     let notes = c.tls_notes();
-    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert_eq!(notes.len(), 4, "{notes:?}");
     assert!(
         notes[0].contains("a.pem covers a.test, valid until "),
         "{notes:?}"
     );
     assert!(notes[1].contains("does not cover b.test"), "{notes:?}");
+    assert!(
+        notes[2].contains("ticket keys made at start") && notes[2].contains("every 43200 s"),
+        "{notes:?}"
+    );
+    assert!(notes[3].contains("a change reloads"), "{notes:?}");
+    // Keys from files, and none, are said as such.
+    std::fs::write(dir.path().join("t.key"), [0u8; 80]).unwrap();
+    let c = tls_parse(
+        dir.path(),
+        &format!("{text}[tls]\nticket_keys = [\"t.key\"]\n"),
+    )
+    .unwrap();
+    assert!(
+        c.tls_notes()[2].contains("t.key (1 file(s)"),
+        "{:?}",
+        c.tls_notes()
+    );
+    let c = tls_parse(
+        dir.path(),
+        &format!("{text}[tls]\nsession_tickets = false\n"),
+    )
+    .unwrap();
+    assert!(
+        c.tls_notes()[2].contains("no session tickets"),
+        "{:?}",
+        c.tls_notes()
+    );
 }
 
 #[test]
