@@ -48,7 +48,6 @@ const MAX_LOGGED_BAD_LINE: usize = 256;
 /// Sent to connections turned away at the connection limit.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nServer: fastpath\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 32\r\nRetry-After: 1\r\nConnection: close\r\n\r\nToo many connections, try again\n";
 
-/// Settings the handler needs, taken from the configuration once.
 /// What the handler knows of each listener, by listener index.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ListenerFacts {
@@ -59,6 +58,7 @@ pub(crate) struct ListenerFacts {
     pub https_redirects: Vec<Option<u16>>,
 }
 
+/// Settings the handler needs, taken from the configuration once.
 pub(crate) struct HandlerSettings {
     pub limits: fastpath_http::Limits,
     pub header_timeout: Duration,
@@ -234,20 +234,22 @@ fn host_is_server_name(host: Option<&str>, sni: &str) -> bool {
     host.is_none_or(|host| crate::vhosts::host_name(host).eq_ignore_ascii_case(sni))
 }
 
+/// What the access log says of a connection whose TLS side is `tls` (`None` over plain
+/// HTTP); from that side alone, like [`hsts_of`].
+fn tls_fields_of(tls: &Option<Box<Tls>>) -> Option<TlsFields> {
+    tls.as_ref().map(|tls| tls.fields)
+}
+
 impl HttpConn {
-    /// A new connection's state; `backend` for a connection to a backend.
     /// Who the connection's requests come from, as the access log names them.
     fn client(&self) -> Client {
         Client {
             peer: self.peer,
-            tls: self.tls_fields(),
+            tls: tls_fields_of(&self.tls),
         }
     }
 
-    fn tls_fields(&self) -> Option<TlsFields> {
-        self.tls.as_ref().map(|tls| tls.fields)
-    }
-
+    /// A new connection's state; `backend` for a connection to a backend.
     fn new(peer: Peer, backend: bool) -> Self {
         HttpConn {
             peer,
@@ -444,7 +446,6 @@ impl HttpHandler {
             }
             let started = *conn.head_started.get_or_insert(io.now());
             let peer = conn.peer;
-            let tls = conn.tls_fields();
             let requests = conn.requests;
             let limits = self.settings.limits;
             let parser = conn.parser.get_or_insert_with(|| {
@@ -472,7 +473,10 @@ impl HttpHandler {
                         also: hsts_of(&conn.tls),
                     }
                     .error(e.status, Answer::BAD_REQUEST);
-                    let client = Client { peer, tls };
+                    let client = Client {
+                        peer,
+                        tls: tls_fields_of(&conn.tls),
+                    };
                     self.log(client, Said::unparsed(&[line]), e.status, sent, None);
                     return Next::Close;
                 }
@@ -777,7 +781,6 @@ impl HttpHandler {
         io: &mut Io<'_>,
         progress: Progress,
     ) -> Option<Next> {
-        let client = conn.client();
         let Phase::Proxy(handed) = &mut conn.phase else {
             return None;
         };
@@ -806,6 +809,11 @@ impl HttpHandler {
                     handed.written = true;
                     let line = [handed.logged.line()];
                     let said = handed.logged.said(&line);
+                    // The connection's other parts: its phase is borrowed.
+                    let client = Client {
+                        peer: conn.peer,
+                        tls: tls_fields_of(&conn.tls),
+                    };
                     Self::record(
                         &self.metrics,
                         &mut self.access_log,
