@@ -521,7 +521,9 @@ impl Config {
             .into_iter()
             .flat_map(|files| [files.chain, files.key])
             .collect();
-        files.extend(self.tls.ticket_keys.iter().cloned());
+        if let fastpath_tls::TicketKeys::Files(keys) = settings.tickets {
+            files.extend(keys);
+        }
         files.sort();
         files.dedup();
         files

@@ -634,9 +634,6 @@ fn write_pid_file(config: &Config) -> Result<Option<reload::PidFile>, ServeError
         .map_err(|e| ServeError::PidFile(path.clone(), e))
 }
 
-/// Starts answering SIGHUP and SIGUSR2 by handing `handover` to a successor, passing it the
-/// variables `pass_on`: on the prefork parent's turns, or on a thread of its own for the
-/// other models.
 /// What a reload hands to the new server: the listening sockets, systemd's variables and
 /// the TLS session ticket keys.
 struct Handover {
@@ -645,6 +642,9 @@ struct Handover {
     ticket_keys: Option<OwnedFd>,
 }
 
+/// Starts answering SIGHUP and SIGUSR2 (and changes of the TLS files) by handing `handover`
+/// to a successor: on the prefork parent's turns, or on a thread of its own for the other
+/// models.
 fn answer_reloads(
     config: &Config,
     model: ModelKind,

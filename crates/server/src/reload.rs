@@ -10,10 +10,11 @@
 //! passed), `FASTPATH_READY_FD` is the write end of a pipe, and `FASTPATH_TICKET_KEYS_FD`
 //! the memory file of the TLS session ticket keys, so that sessions resume across it. The new
 //! process serves the inherited sockets of the addresses it is configured for, binds the
-//! others afresh and closes those no longer configured; once it listens, with every root and log opened, it writes one
-//! byte to the pipe (and writes the pid file). Only then does the old server stop gracefully,
-//! closing its own copies of the sockets without shutting them down. If the new process fails
-//! before that, the old one logs why and goes on as it was.
+//! others afresh and closes those no longer configured; once it listens, with every root and
+//! log opened, it writes one byte to the pipe (and writes the pid file). Only then does the
+//! old server stop gracefully, closing its own copies of the sockets without shutting them
+//! down. If the new process fails before that, the old one logs why and goes on as it was.
+//! A change of the TLS files ([`WatchedFiles`]) starts a reload as SIGHUP does.
 
 use std::ffi::OsString;
 use std::io;
@@ -77,8 +78,7 @@ fn open_fd(text: &str) -> Option<OwnedFd> {
 
 impl Handed {
     /// Reads `FASTPATH_LISTENERS`, `FASTPATH_READY_FD` and `FASTPATH_TICKET_KEYS_FD` and
-    /// unsets them. Like
-    /// `Systemd::from_env`, before the process has other threads.
+    /// unsets them. Like `Systemd::from_env`, before the process has other threads.
     pub(crate) fn from_env() -> Handed {
         let listeners = take_var(LISTENERS_VAR);
         let ready = take_var(READY_VAR);
