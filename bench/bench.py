@@ -1034,7 +1034,19 @@ def hold_idle(ctx, server, count, measure, extra=()):
     cmd = ["taskset", "-c", CLIENT_CPU, sys.executable, os.path.join(BENCH_DIR, "idle_conns.py"),
            "--port", str(server.port), "--count", str(count), "--path", FILE_1K,
            "--in-flight", "64"] + list(extra)
-    p = ctx.spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    measured, ready, held = hold_with_client(cmd, measure, ctx.spawn, ctx.reap)
+    problems = [f"{v} × {k}" for k, v in ready["failures"].items()]
+    if held != count:
+        problems.append(f"{held} of {count} connections still open at the check")
+    return measured, ready, held, problems
+
+
+def hold_with_client(cmd, measure, spawn=subprocess.Popen, reap=lambda p: None):
+    """Runs bench/idle_conns.py as `cmd` (its `--count` connections open, each after one
+    request), calls measure() once they are held, asks how many are still open, then
+    closes them: (what measure() returned, the client's READY report, connections open at
+    the check). `spawn` starts the client and `reap` forgets it (a run's Processes)."""
+    p = spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     try:
         line = p.stdout.readline()
         if not line.startswith("READY "):
@@ -1054,12 +1066,8 @@ def hold_idle(ctx, server, count, measure, extra=()):
         if p.poll() is None:
             p.kill()
             p.wait()
-        ctx.reap(p)
-    held = checked.get("alive", 0)
-    problems = [f"{v} × {k}" for k, v in ready["failures"].items()]
-    if held != count:
-        problems.append(f"{held} of {count} connections still open at the check")
-    return measured, ready, held, problems
+        reap(p)
+    return measured, ready, checked.get("alive", 0)
 
 
 # --------------------------------------------------------------------------

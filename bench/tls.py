@@ -39,8 +39,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import (cpu_busy, cpu_times, loadavg, root_flag, tree_cpu_seconds,  # noqa: E402
-                   tree_memory, wait_port)
+from bench import (BenchError, cpu_busy, cpu_times, hold_with_client, loadavg,  # noqa: E402
+                   root_flag, tree_cpu_seconds, tree_memory, wait_port)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -143,30 +143,19 @@ def idle_memory(start, name, count, ca):
             input="close\n", capture_output=True, text=True, check=True)
         time.sleep(0.5)
         before = tree_memory(proc.pid)
-        client = subprocess.Popen(
-            ["taskset", "-c", "1", sys.executable, os.path.join(BENCH_DIR, "idle_conns.py"),
-             "--host", "localhost", "--port", str(port), "--count", str(count),
-             "--path", "/1k.bin", "--in-flight", "64", "--timeout", "120", "--tls",
-             "--cafile", ca],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        try:
-            line = client.stdout.readline()
-            if not line.startswith("READY "):
-                raise SystemExit(f"idle connection client failed: {line!r}")
-            ready = json.loads(line[6:])
+
+        def measure():
             time.sleep(1.0)
-            after = tree_memory(proc.pid)
-            client.stdin.write("check\n")
-            client.stdin.flush()
-            line = client.stdout.readline()
-            held = json.loads(line[8:])["alive"] if line.startswith("CHECKED ") else 0
-            client.stdin.write("close\n")
-            client.stdin.flush()
-            client.wait(timeout=30)
-        finally:
-            if client.poll() is None:
-                client.kill()
-                client.wait()
+            return tree_memory(proc.pid)
+
+        cmd = ["taskset", "-c", "1", sys.executable, os.path.join(BENCH_DIR, "idle_conns.py"),
+               "--host", "localhost", "--port", str(port), "--count", str(count),
+               "--path", "/1k.bin", "--in-flight", "64", "--timeout", "120", "--tls",
+               "--cafile", ca]
+        try:
+            after, ready, held = hold_with_client(cmd, measure)
+        except BenchError as e:
+            raise SystemExit(f"{name}: {e}")
     finally:
         stop(proc)
     if held != count or ready.get("failures"):
