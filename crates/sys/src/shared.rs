@@ -7,7 +7,7 @@ use std::ffi::CStr;
 use std::fmt;
 use std::io;
 use std::ops::Deref;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{
     AtomicBool, AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicIsize, AtomicU16, AtomicU32,
@@ -96,25 +96,8 @@ impl<T: ProcessShared> SharedMapping<T> {
                 len,
             });
         }
-        // SAFETY: a new anonymous mapping, placed by the kernel where nothing else is; the
-        // result is checked for failure below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        // The kernel zeroes anonymous memory, a valid T (ProcessShared), and places it on a
-        // page boundary, which is aligned for T (checked above).
-        let base = NonNull::new(base.cast::<T>()).expect("mmap gives no null mapping");
-        Ok(SharedMapping { base, len })
+        // SAFETY: the kernel zeroes anonymous memory, a valid T (ProcessShared).
+        unsafe { Self::map_shared(len, bytes, libc::MAP_ANONYMOUS, -1) }
     }
 
     /// Maps `len` zeroed values in a memory file (`memfd_create`), returned with the mapping:
@@ -157,21 +140,37 @@ impl<T: ProcessShared> SharedMapping<T> {
                 ),
             ));
         }
-        // SAFETY: a new shared mapping of the whole file, placed by the kernel; checked below.
+        // SAFETY: valid values by the caller's word; the file is `bytes` long (checked).
+        unsafe { Self::map_shared(len, bytes, 0, file.as_raw_fd()) }
+    }
+
+    /// `mmap(MAP_SHARED | extra)` of `bytes` (not zero) read and write, of `fd` or anonymous.
+    ///
+    /// # Safety
+    ///
+    /// The memory mapped holds `len` valid values of `T`, `bytes` of them.
+    unsafe fn map_shared(
+        len: usize,
+        bytes: usize,
+        extra: libc::c_int,
+        fd: RawFd,
+    ) -> io::Result<Self> {
+        // SAFETY: a new mapping, placed by the kernel where nothing else is; the result is
+        // checked for failure below.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
+                libc::MAP_SHARED | extra,
+                fd,
                 0,
             )
         };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        // Page-aligned, so aligned for T (checked above); valid values by the caller's word.
+        // On a page boundary, which is aligned for T (checked by the callers).
         let base = NonNull::new(base.cast::<T>()).expect("mmap gives no null mapping");
         Ok(SharedMapping { base, len })
     }
