@@ -748,42 +748,40 @@ impl<'a> Worker<'a> {
     /// Sends queued bytes; false if the connection failed (and is gone).
     fn flush(&mut self, idx: usize) -> bool {
         let c = &mut self.conns[idx];
-        if let Some(tls) = c.tls.as_deref_mut() {
-            if c.out_pos < c.out.len() {
-                // Without a buffer limit rustls takes it all: the requests become records.
-                let _ = tls.writer().write_all(&c.out[c.out_pos..]);
-                c.out.clear();
-                c.out_pos = 0;
-            }
-            while tls.wants_write() {
-                match tls.write_tls(&mut Socket(c.fd)) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        let class = ErrorClass::from_io(&e);
-                        self.fail(idx, class, class);
-                        return false;
-                    }
+        let sent = match c.tls.as_deref_mut() {
+            Some(tls) => {
+                if c.out_pos < c.out.len() {
+                    // Without a buffer limit rustls takes it all: the requests become records.
+                    let _ = tls.writer().write_all(&c.out[c.out_pos..]);
+                    c.out.clear();
+                    c.out_pos = 0;
                 }
+                let fd = c.fd;
+                send_all(|| {
+                    tls.wants_write()
+                        .then(|| tls.write_tls(&mut Socket(fd)).map(drop))
+                })
             }
-            return true;
-        }
-        while c.out_pos < c.out.len() {
-            match sys::send(c.fd, &c.out[c.out_pos..]) {
-                Ok(n) => c.out_pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let class = ErrorClass::from_io(&e);
-                    self.fail(idx, class, class);
-                    return false;
+            None => {
+                let sent = send_all(|| {
+                    (c.out_pos < c.out.len())
+                        .then(|| sys::send(c.fd, &c.out[c.out_pos..]).map(|n| c.out_pos += n))
+                });
+                if matches!(sent, Ok(true)) {
+                    c.out.clear();
+                    c.out_pos = 0;
                 }
+                sent
+            }
+        };
+        match sent {
+            Ok(_) => true,
+            Err(e) => {
+                let class = ErrorClass::from_io(&e);
+                self.fail(idx, class, class);
+                false
             }
         }
-        c.out.clear();
-        c.out_pos = 0;
-        true
     }
 
     fn alive(&self, idx: usize, gen: u32) -> bool {
@@ -1187,4 +1185,18 @@ fn matches_expect(expect: &Expect, reply: &Reply) -> bool {
     }
     expect.len.is_none_or(|n| n == reply.body_len)
         && expect.crc32.is_none_or(|c| reply.crc32 == Some(c))
+}
+
+/// Runs `send` (one write, `None` once nothing is left) until all is sent (`Ok(true)`), the
+/// socket would block (`Ok(false)`) or it fails; an interrupted write is tried again.
+fn send_all(mut send: impl FnMut() -> Option<io::Result<()>>) -> io::Result<bool> {
+    while let Some(result) = send() {
+        match result {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
