@@ -213,14 +213,8 @@ fn standalone<S: Server>(
 ) -> Result<(), String> {
     let o = &engine.options;
     let name = engine.server.spec().name;
-    if transports.is_some() {
-        tracing::info!(
-            "{name}: TLS with the certificate in {}",
-            o.tls_certificate
-                .as_deref()
-                .unwrap_or(std::path::Path::new(""))
-                .display()
-        );
+    if let (Some(_), Some(chain)) = (&transports, &o.tls_certificate) {
+        tracing::info!("{name}: TLS with the certificate in {}", chain.display());
     }
     let mut driver = DriverConfig {
         max_connections: o.max_connections,
