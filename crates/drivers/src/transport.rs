@@ -166,14 +166,6 @@ impl Transports {
             .chain(self.every.as_deref())
             .any(|layers| !layers.is_plain())
     }
-
-    /// Whether no listener has a transport (TLS).
-    pub fn is_empty(&self) -> bool {
-        self.by_listener
-            .iter()
-            .chain(self.every.as_deref())
-            .all(|layers| layers.transport.is_none())
-    }
 }
 
 impl fmt::Debug for Transports {
