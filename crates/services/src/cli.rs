@@ -397,8 +397,9 @@ fn options(
         _ => file.tls_certificate.as_ref().zip(file.tls_key.as_ref()),
     };
     if let Some((chain, key)) = tls {
-        // The handshake is held to the idle timeout, or the web server's header timeout.
-        let handshake = idle_timeout.unwrap_or(Duration::from_secs(10));
+        // The handshake is held to the idle timeout, else to TLS listeners' default.
+        let handshake =
+            idle_timeout.unwrap_or(fastpath_tls::TlsSettings::default().handshake_timeout);
         driver.transports =
             fastpath_tls::every_listener(chain, key, handshake).map_err(|e| format!("TLS: {e}"))?;
     }
