@@ -171,9 +171,9 @@ impl Input {
         self.release_if_empty(pool);
     }
 
-    /// Appends bytes made by `fill` (a transport's plaintext) after the unconsumed ones,
-    /// borrowing a pooled buffer when there is none.
-    pub(crate) fn append_with<R>(
+    /// Appends bytes made by `fill` (a transport's plaintext, an HTTP/2 stream's request)
+    /// after the unconsumed ones, borrowing a pooled buffer when there is none.
+    pub fn append_with<R>(
         &mut self,
         pool: &mut BufferPool,
         fill: impl FnOnce(&mut Vec<u8>) -> R,
@@ -192,7 +192,7 @@ impl Input {
     }
 
     /// Hands the buffer back to the pool if nothing is left in it.
-    pub(crate) fn release_if_empty(&mut self, pool: &mut BufferPool) {
+    pub fn release_if_empty(&mut self, pool: &mut BufferPool) {
         if self.is_empty() && self.buf.capacity() > 0 {
             pool.give(std::mem::take(&mut self.buf));
             self.start = 0;
@@ -203,8 +203,12 @@ impl Input {
 enum Segment {
     /// Bytes of `Output::buf` up to this end offset.
     Inline { end: usize },
-    /// Bytes shared with a cache; `pos` bytes already sent.
-    Shared { data: Arc<[u8]>, pos: usize },
+    /// Bytes `pos..end` of a buffer shared with a cache (`pos` moves as they are sent).
+    Shared {
+        data: Arc<[u8]>,
+        pos: usize,
+        end: usize,
+    },
     /// Inline bytes written while the kernel was reading `Output::buf` (see
     /// [`Output::freeze`]), in a buffer of their own; `pos` bytes already sent.
     Owned { data: Vec<u8>, pos: usize },
@@ -370,12 +374,8 @@ impl Output {
 
     /// Queues a buffer shared with a cache.
     pub fn push_shared(&mut self, data: Arc<[u8]>) {
-        if data.is_empty() {
-            return;
-        }
-        self.pending += data.len() as u64;
-        self.queued += data.len() as u64;
-        self.segments.push_back(Segment::Shared { data, pos: 0 });
+        let end = data.len();
+        self.push_shared_range(data, 0, end);
     }
 
     /// Queues `len` bytes of `file` from `offset`, to be sent with sendfile.
@@ -390,6 +390,132 @@ impl Output {
             offset,
             remaining: len,
         });
+    }
+
+    /// Copies at most `limit` of the leading bytes held in memory (up to the first file
+    /// range) to the end of `out`, leaving them queued; returns how many. For a protocol that
+    /// reads what a handler wrote before passing it on in another framing (an HTTP/2 stream
+    /// reads the response head its HTTP/1 writer made).
+    pub fn peek_front(&self, limit: usize, out: &mut Vec<u8>) -> usize {
+        let mut copied = 0;
+        let mut inline_pos = self.sent;
+        for segment in self.segments.iter() {
+            let bytes: &[u8] = match segment {
+                Segment::Inline { end } => {
+                    let bytes = &self.buf[inline_pos..*end];
+                    inline_pos = *end;
+                    bytes
+                }
+                Segment::Shared { data, pos, end } => &data[*pos..*end],
+                Segment::Owned { data, pos } => &data[*pos..],
+                Segment::File { .. } => break,
+            };
+            let n = bytes.len().min(limit - copied);
+            out.extend_from_slice(&bytes[..n]);
+            copied += n;
+            if copied == limit {
+                break;
+            }
+        }
+        copied
+    }
+
+    /// Whether the bytes at the front are a file range's.
+    pub fn front_is_file_range(&self) -> bool {
+        self.front_is_file()
+    }
+
+    /// Drops at most `n` leading bytes, file ranges too, as if they had been sent; returns
+    /// how many.
+    pub fn skip_front(&mut self, n: u64) -> u64 {
+        let mut skipped = 0;
+        while skipped < n {
+            match self.segments.front_mut() {
+                None => break,
+                Some(Segment::File {
+                    offset, remaining, ..
+                }) => {
+                    let take = (*remaining).min(n - skipped);
+                    *offset += take;
+                    *remaining -= take;
+                    self.pending -= take;
+                    skipped += take;
+                    if *remaining == 0 {
+                        self.segments.pop_front();
+                    }
+                }
+                Some(_) => {
+                    let held = self.front_in_memory();
+                    let take = (held as u64).min(n - skipped);
+                    self.advance(take as usize);
+                    skipped += take;
+                }
+            }
+        }
+        skipped
+    }
+
+    /// Moves at most `n` leading bytes to the end of `to`, each piece as what it is: inline
+    /// bytes copied, a shared buffer and a file range (or the part of one that fits) queued
+    /// by reference and never read. Returns how many. For a protocol that frames what a
+    /// handler queued (HTTP/2 DATA frames around a file range that stays one).
+    pub fn move_front(&mut self, n: u64, to: &mut Output, pool: &mut BufferPool) -> u64 {
+        let mut moved = 0;
+        while moved < n {
+            let want = n - moved;
+            let take = match self.segments.front() {
+                None => break,
+                Some(Segment::File {
+                    file,
+                    offset,
+                    remaining,
+                }) => {
+                    let take = (*remaining).min(want);
+                    to.push_file(Arc::clone(file), *offset, take);
+                    take
+                }
+                Some(Segment::Shared { data, pos, end }) => {
+                    let take = ((*end - *pos) as u64).min(want) as usize;
+                    to.push_shared_range(Arc::clone(data), *pos, *pos + take);
+                    take as u64
+                }
+                Some(Segment::Inline { end }) => {
+                    let take = ((*end - self.sent) as u64).min(want) as usize;
+                    let bytes = &self.buf[self.sent..self.sent + take];
+                    to.write_with(pool, |buf| buf.extend_from_slice(bytes));
+                    take as u64
+                }
+                Some(Segment::Owned { data, pos }) => {
+                    let take = ((data.len() - *pos) as u64).min(want) as usize;
+                    let bytes = &data[*pos..*pos + take];
+                    to.write_with(pool, |buf| buf.extend_from_slice(bytes));
+                    take as u64
+                }
+            };
+            self.skip_front(take);
+            moved += take;
+        }
+        moved
+    }
+
+    /// Queues bytes `pos..end` of a buffer shared with a cache.
+    fn push_shared_range(&mut self, data: Arc<[u8]>, pos: usize, end: usize) {
+        if pos == end {
+            return;
+        }
+        self.pending += (end - pos) as u64;
+        self.queued += (end - pos) as u64;
+        self.segments.push_back(Segment::Shared { data, pos, end });
+    }
+
+    /// The unsent bytes of the front segment, which is held in memory.
+    fn front_in_memory(&self) -> usize {
+        match self.segments.front() {
+            Some(Segment::Inline { end }) => *end - self.sent,
+            Some(Segment::Shared { pos, end, .. }) => *end - *pos,
+            Some(Segment::Owned { data, pos }) => data.len() - *pos,
+            Some(Segment::File { .. }) | None => 0,
+        }
     }
 
     /// Drops everything queued.
@@ -477,7 +603,7 @@ impl Output {
     }
 
     /// Gives the inline buffer back to the pool once everything queued has been sent.
-    pub(crate) fn release_if_empty(&mut self, pool: &mut BufferPool) {
+    pub fn release_if_empty(&mut self, pool: &mut BufferPool) {
         if self.segments.is_empty() {
             self.sent = 0;
             self.buf.clear();
@@ -591,7 +717,7 @@ impl Output {
                     inline_pos = *end;
                     s
                 }
-                Segment::Shared { data, pos } => &data[*pos..],
+                Segment::Shared { data, pos, end } => &data[*pos..*end],
                 Segment::Owned { data, pos } => &data[*pos..],
                 Segment::File { .. } => {
                     file_follows = true;
@@ -626,8 +752,8 @@ impl Output {
                         n = 0;
                     }
                 }
-                Segment::Shared { data, pos } => {
-                    if take(data.len(), pos, &mut n) {
+                Segment::Shared { pos, end, .. } => {
+                    if take(*end, pos, &mut n) {
                         self.segments.pop_front();
                     }
                 }
@@ -680,6 +806,45 @@ mod tests {
             "where a response queued now ends"
         );
         out.clear(&mut pool);
+    }
+
+    #[test]
+    fn moving_the_front_keeps_each_piece_what_it_is() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut pool = BufferPool::default();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"0123456789").unwrap();
+        let mut from = Output::default();
+        from.write_with(&mut pool, |b| b.extend_from_slice(b"HEAD\r\n\r\n"));
+        from.push_shared(Arc::from(&b"shared"[..]));
+        from.push_file(Arc::new(file), 1, 8);
+        from.write_with(&mut pool, |b| b.extend_from_slice(b"tail"));
+        let mut head = Vec::new();
+        assert_eq!(
+            from.peek_front(100, &mut head),
+            14,
+            "stops at the file range"
+        );
+        assert_eq!(head, b"HEAD\r\n\r\nshared");
+        assert_eq!(from.skip_front(6), 6);
+        let mut to = Output::default();
+        // The head's last two bytes and four of the shared ones, then the rest of those and
+        // five of the file's.
+        assert_eq!(from.move_front(6, &mut to, &mut pool), 6);
+        to.write_with(&mut pool, |b| b.extend_from_slice(b"|"));
+        assert!(!from.front_is_file_range());
+        assert_eq!(from.move_front(7, &mut to, &mut pool), 7);
+        assert!(from.front_is_file_range());
+        to.write_with(&mut pool, |b| b.extend_from_slice(b"|"));
+        assert_eq!(from.move_front(100, &mut to, &mut pool), 7);
+        assert!(from.is_empty());
+        assert_eq!((from.sent(), from.pending()), (26, 0));
+        assert_eq!(to.pending(), 22);
+        assert_eq!(to.flush(a.as_raw_fd(), &mut pool).unwrap(), Flush::Done);
+        drop(a);
+        let mut got = String::new();
+        b.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "\r\nshar|ed12345|678tail");
     }
 
     #[test]

@@ -510,6 +510,44 @@ impl Io<'_> {
         }
     }
 
+    /// This call's view for one of several exchanges a protocol carries on this connection
+    /// (an HTTP/2 stream): `input`, `output`, `deadline` and `eof` are the exchange's own,
+    /// while its linked connections, the worker and the transport are the connection's.
+    /// Bodies are not spliced and nothing is joined: the bytes must pass through the
+    /// protocol's framing (a join asked for in the lent view is dropped, see
+    /// [`Io::take_join`]).
+    pub fn lend<'b>(
+        &'b mut self,
+        input: &'b mut Input,
+        output: &'b mut Output,
+        deadline: &'b mut Option<Instant>,
+        eof: bool,
+    ) -> Io<'b> {
+        Io {
+            input,
+            output,
+            pool: self.pool,
+            eof,
+            now: self.now,
+            deadline,
+            draining: self.draining,
+            me: self.me,
+            fd: self.fd,
+            requests: self.requests,
+            links: self.links,
+            reach: self.reach.reborrow(),
+            idle: self.idle,
+            can_splice: false,
+            transport: self.transport,
+        }
+    }
+
+    /// Drops a join asked for during this call, saying whether there was one: for a caller
+    /// that lent this connection to an exchange ([`Io::lend`]) which must not join it.
+    pub fn take_join(&mut self) -> bool {
+        self.requests.join.take().is_some()
+    }
+
     /// Whether this loop can splice bodies between linked connections
     /// ([`Linked::splice_in`], [`Linked::splice_out`]). Where it cannot (the io_uring loop,
     /// whose receives take the bytes as they arrive), handlers copy instead. [`Io::join`]
