@@ -1,0 +1,1576 @@
+use super::*;
+use crate::h2::{
+    write_ping, Assembled as BlockPart, Decoder, Encoder, HeaderBlockAssembler as Joiner,
+    HeaderBlockLimits as JoinLimits,
+};
+
+/// A request's pseudo-header fields.
+const GET: [(&str, &str); 4] = [
+    (":method", "GET"),
+    (":scheme", "https"),
+    (":authority", "a.test"),
+    (":path", "/"),
+];
+
+const POST: [(&str, &str); 4] = [
+    (":method", "POST"),
+    (":scheme", "https"),
+    (":authority", "a.test"),
+    (":path", "/up"),
+];
+
+fn with<'a>(base: &[(&'a str, &'a str)], extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    base.iter().chain(extra).copied().collect()
+}
+
+/// Appends one frame of any type, as sent.
+fn frame(frame_type: u8, flags: u8, stream_id: u32, payload: &[u8], out: &mut Vec<u8>) {
+    FrameHeader {
+        length: payload.len() as u32,
+        frame_type,
+        flags,
+        stream_id,
+    }
+    .write(out);
+    out.extend_from_slice(payload);
+}
+
+/// A client: its HPACK encoder and the bytes it has sent.
+struct Client {
+    encoder: Encoder,
+    wire: Vec<u8>,
+}
+
+impl Client {
+    /// The preface and an empty SETTINGS, as a client starts.
+    fn new() -> Client {
+        let mut c = Client::bare();
+        c.wire.extend_from_slice(PREFACE);
+        c.settings(&[]);
+        c
+    }
+
+    /// Nothing sent yet.
+    fn bare() -> Client {
+        Client {
+            encoder: Encoder::new(),
+            wire: Vec::new(),
+        }
+    }
+
+    fn block(&mut self, fields: &[(&str, &str)]) -> Vec<u8> {
+        let mut block = Vec::new();
+        self.encoder.encode(
+            fields
+                .iter()
+                .map(|(n, v)| Field::new(n.as_bytes(), v.as_bytes())),
+            &mut block,
+        );
+        block
+    }
+
+    fn headers(&mut self, id: u32, fields: &[(&str, &str)], end_stream: bool) -> &mut Self {
+        let block = self.block(fields);
+        write_headers(id, &block, end_stream, 16_384, &mut self.wire);
+        self
+    }
+
+    /// HEADERS with the RFC 7540 priority fields, naming `depends_on`.
+    fn headers_with_priority(
+        &mut self,
+        id: u32,
+        depends_on: u32,
+        fields: &[(&str, &str)],
+        end_stream: bool,
+    ) -> &mut Self {
+        let mut payload = depends_on.to_be_bytes().to_vec();
+        payload.push(15); // weight
+        payload.extend(self.block(fields));
+        let end = if end_stream { flags::END_STREAM } else { 0 };
+        frame(
+            1,
+            flags::PRIORITY | flags::END_HEADERS | end,
+            id,
+            &payload,
+            &mut self.wire,
+        );
+        self
+    }
+
+    fn get(&mut self, id: u32) -> &mut Self {
+        self.headers(id, &GET, true)
+    }
+
+    /// A POST whose body follows, with a content-length if given.
+    fn post(&mut self, id: u32, content_length: Option<usize>) -> &mut Self {
+        let length = content_length.map(|n| n.to_string());
+        let mut fields = POST.to_vec();
+        if let Some(n) = &length {
+            fields.push(("content-length", n));
+        }
+        self.headers(id, &fields, false)
+    }
+
+    fn data(&mut self, id: u32, data: &[u8], end_stream: bool) -> &mut Self {
+        write_data_header(id, data.len(), end_stream, &mut self.wire);
+        self.wire.extend_from_slice(data);
+        self
+    }
+
+    fn padded_data(&mut self, id: u32, data: &[u8], pad: u8, end_stream: bool) -> &mut Self {
+        let mut payload = vec![pad];
+        payload.extend_from_slice(data);
+        payload.extend(std::iter::repeat_n(0, usize::from(pad)));
+        let end = if end_stream { flags::END_STREAM } else { 0 };
+        frame(0, flags::PADDED | end, id, &payload, &mut self.wire);
+        self
+    }
+
+    fn settings(&mut self, settings: &[Setting]) -> &mut Self {
+        write_settings(settings, &mut self.wire);
+        self
+    }
+
+    fn settings_ack(&mut self) -> &mut Self {
+        write_settings_ack(&mut self.wire);
+        self
+    }
+
+    fn ping(&mut self, data: [u8; 8]) -> &mut Self {
+        write_ping(data, &mut self.wire);
+        self
+    }
+
+    fn rst(&mut self, id: u32, code: ErrorCode) -> &mut Self {
+        write_rst_stream(id, code, &mut self.wire);
+        self
+    }
+
+    fn window_update(&mut self, id: u32, increment: u32) -> &mut Self {
+        // Written by hand: the writer refuses an increment of 0.
+        frame(8, 0, id, &increment.to_be_bytes(), &mut self.wire);
+        self
+    }
+
+    fn priority(&mut self, id: u32, depends_on: u32) -> &mut Self {
+        let mut payload = depends_on.to_be_bytes().to_vec();
+        payload.push(15);
+        frame(2, 0, id, &payload, &mut self.wire);
+        self
+    }
+
+    fn priority_update(&mut self, id: u32, value: &str) -> &mut Self {
+        let mut payload = id.to_be_bytes().to_vec();
+        payload.extend_from_slice(value.as_bytes());
+        frame(0x10, 0, 0, &payload, &mut self.wire);
+        self
+    }
+
+    fn goaway(&mut self, last: u32, code: ErrorCode) -> &mut Self {
+        write_goaway(last, code, b"bye", &mut self.wire);
+        self
+    }
+
+    fn raw(&mut self, bytes: &[u8]) -> &mut Self {
+        self.wire.extend_from_slice(bytes);
+        self
+    }
+
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.wire)
+    }
+}
+
+/// An event, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ev {
+    Request {
+        stream: u32,
+        head: String,
+        body: RequestBody,
+        priority: Priority,
+    },
+    Data {
+        stream: u32,
+        data: Vec<u8>,
+        end_stream: bool,
+    },
+    Reset {
+        stream: u32,
+        code: ErrorCode,
+    },
+    Rejected {
+        stream: u32,
+        status: u16,
+    },
+    PriorityChanged {
+        stream: u32,
+        priority: Priority,
+    },
+    WindowOpened,
+    GoAway {
+        last_stream_id: u32,
+        code: ErrorCode,
+    },
+}
+
+fn own(event: Event<'_>) -> Ev {
+    match event {
+        Event::Request {
+            stream,
+            head,
+            body,
+            priority,
+        } => Ev::Request {
+            stream,
+            head: String::from_utf8(head.to_vec()).expect("an ASCII head"),
+            body,
+            priority,
+        },
+        Event::Data {
+            stream,
+            data,
+            end_stream,
+        } => Ev::Data {
+            stream,
+            data: data.to_vec(),
+            end_stream,
+        },
+        Event::Reset { stream, code } => Ev::Reset { stream, code },
+        Event::Rejected { stream, status } => Ev::Rejected { stream, status },
+        Event::PriorityChanged { stream, priority } => Ev::PriorityChanged { stream, priority },
+        Event::WindowOpened => Ev::WindowOpened,
+        Event::GoAway {
+            last_stream_id,
+            code,
+        } => Ev::GoAway {
+            last_stream_id,
+            code,
+        },
+    }
+}
+
+/// A frame the server wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sent {
+    Settings(Vec<Setting>),
+    SettingsAck,
+    PingAck([u8; 8]),
+    Rst(u32, ErrorCode),
+    WindowUpdate(u32, u32),
+    GoAway(u32, ErrorCode),
+    /// A whole response block: stream, END_STREAM, fields.
+    Headers(u32, bool, Vec<(String, String)>),
+    /// Stream, payload length, END_STREAM.
+    Data(u32, usize, bool),
+}
+
+/// Response heads are the server's own: bounded only for the test's sake.
+const RESPONSE_LIMITS: DecodeLimits = DecodeLimits {
+    max_header_list_size: 1 << 20,
+    max_fields: 1000,
+};
+
+/// The server under test, with what it wrote read back as a client would.
+struct Server {
+    conn: Connection,
+    out: Vec<u8>,
+    read: usize,
+    input: Vec<u8>,
+    events: Vec<Ev>,
+    decoder: Decoder,
+    joiner: Joiner,
+}
+
+impl Server {
+    fn new(settings: ServerSettings) -> Server {
+        let mut s = Server {
+            conn: Connection::new(settings),
+            out: Vec::new(),
+            read: 0,
+            input: Vec::new(),
+            events: Vec::new(),
+            decoder: Decoder::new(4096),
+            joiner: Joiner::new(JoinLimits {
+                max_block_size: 1 << 20,
+                max_continuations: 1000,
+            }),
+        };
+        s.conn.start(&mut s.out);
+        s
+    }
+
+    /// Started, with the client's preface and SETTINGS read and its answer
+    /// taken.
+    fn ready(settings: ServerSettings) -> (Server, Client) {
+        let mut s = Server::new(settings);
+        let mut c = Client::new();
+        s.feed(&c.take());
+        s.sent();
+        (s, c)
+    }
+
+    /// Feeds bytes as they arrive, calling `receive` again while it makes
+    /// progress (it stops at the high-water mark); returns the bytes still
+    /// unread.
+    fn feed(&mut self, bytes: &[u8]) -> usize {
+        self.input.extend_from_slice(bytes);
+        loop {
+            let events = &mut self.events;
+            let used = self
+                .conn
+                .receive(&self.input, &mut self.out, &mut |e| events.push(own(e)));
+            assert!(used <= self.input.len());
+            self.input.drain(..used);
+            if used == 0 {
+                return self.input.len();
+            }
+        }
+    }
+
+    fn events(&mut self) -> Vec<Ev> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The frames written since the last call.
+    fn sent(&mut self) -> Vec<Sent> {
+        let reader = FrameReader::new(MAX_FRAME_SIZE_LIMIT);
+        let mut sent = Vec::new();
+        while let Some((frame, used)) = reader.parse(&self.out[self.read..]).expect("a frame") {
+            let code = |c| ErrorCode::from_u32(c).expect("a known code");
+            match self.joiner.push(&frame).expect("a field block") {
+                BlockPart::Pending => {}
+                BlockPart::Complete(b) => {
+                    let mut fields = Vec::new();
+                    self.decoder
+                        .decode(b.block, &RESPONSE_LIMITS, |n, v, _| {
+                            fields.push((
+                                String::from_utf8_lossy(n).into_owned(),
+                                String::from_utf8_lossy(v).into_owned(),
+                            ))
+                        })
+                        .expect("a response block");
+                    sent.push(Sent::Headers(b.stream_id, b.end_stream, fields));
+                }
+                BlockPart::Other => sent.push(match frame {
+                    Frame::Settings { ack: true, .. } => Sent::SettingsAck,
+                    Frame::Settings { settings, .. } => Sent::Settings(settings.iter().collect()),
+                    Frame::Ping { ack: true, data } => Sent::PingAck(data),
+                    Frame::RstStream {
+                        stream_id,
+                        error_code,
+                    } => Sent::Rst(stream_id, code(error_code)),
+                    Frame::WindowUpdate {
+                        stream_id,
+                        increment,
+                    } => Sent::WindowUpdate(stream_id, increment),
+                    Frame::GoAway {
+                        last_stream_id,
+                        error_code,
+                        ..
+                    } => Sent::GoAway(last_stream_id, code(error_code)),
+                    Frame::Data {
+                        stream_id,
+                        data,
+                        end_stream,
+                        ..
+                    } => Sent::Data(stream_id, data.len(), end_stream),
+                    other => panic!("the server sent {other:?}"),
+                }),
+            }
+            self.read += used;
+        }
+        sent
+    }
+
+    /// A whole response with a body of `len` bytes.
+    fn respond(&mut self, id: u32, len: usize) {
+        self.conn
+            .send_headers(id, 200, &[], len == 0, &mut self.out);
+        if len > 0 {
+            assert!(self.conn.send_window(id) >= len);
+            self.conn.send_data(id, len, true, &mut self.out);
+            self.out.extend(std::iter::repeat_n(b'x', len));
+        }
+    }
+}
+
+fn request(stream: u32) -> Ev {
+    Ev::Request {
+        stream,
+        head: "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n".into(),
+        body: RequestBody::None,
+        priority: Priority::default(),
+    }
+}
+
+fn data(stream: u32, data: &[u8], end_stream: bool) -> Ev {
+    Ev::Data {
+        stream,
+        data: data.to_vec(),
+        end_stream,
+    }
+}
+
+/// Expects the connection closed with GOAWAY(`last`, `code`) as the last
+/// frame written.
+fn assert_closed(s: &mut Server, last: u32, code: ErrorCode) {
+    let sent = s.sent();
+    assert_eq!(sent.last(), Some(&Sent::GoAway(last, code)), "{sent:?}");
+    assert!(s.conn.is_closed());
+    assert_eq!(s.conn.error(), Some(code));
+    // Nothing more is read.
+    let mut c = Client::bare();
+    c.ping([1; 8]);
+    let before = s.input.len();
+    assert_eq!(s.feed(&c.take()), before + 17);
+    assert_eq!(s.sent(), []);
+}
+
+fn defaults() -> ServerSettings {
+    ServerSettings::default()
+}
+
+#[test]
+fn start_sends_settings_and_raises_the_connection_window() {
+    let mut s = Server::new(defaults());
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Settings(vec![
+                Setting::MaxConcurrentStreams(100),
+                Setting::MaxHeaderListSize(16_384),
+                Setting::EnablePush(false),
+                Setting::NoRfc7540Priorities(true),
+            ]),
+            Sent::WindowUpdate(0, (1 << 20) - 65_535),
+        ]
+    );
+    // Only once.
+    s.conn.start(&mut s.out);
+    assert_eq!(s.sent(), []);
+
+    let mut s = Server::new(ServerSettings {
+        initial_window_size: 1000,
+        connection_window_size: 65_535,
+        max_frame_size: 32_768,
+        max_concurrent_streams: 7,
+        ..defaults()
+    });
+    assert_eq!(
+        s.sent(),
+        [Sent::Settings(vec![
+            Setting::MaxConcurrentStreams(7),
+            Setting::InitialWindowSize(1000),
+            Setting::MaxFrameSize(32_768),
+            Setting::MaxHeaderListSize(16_384),
+            Setting::EnablePush(false),
+            Setting::NoRfc7540Priorities(true),
+        ])]
+    );
+}
+
+#[test]
+fn the_preface_is_awaited_whole_and_a_wrong_one_ends_the_connection() {
+    let mut s = Server::new(defaults());
+    s.sent();
+    for n in 0..PREFACE.len() {
+        assert_eq!(s.conn.receive(&PREFACE[..n], &mut s.out, &mut |_| {}), 0);
+    }
+    assert!(!s.conn.is_closed());
+    assert_eq!(s.feed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0);
+    assert_eq!(s.sent(), []);
+
+    let mut s = Server::new(defaults());
+    s.sent();
+    assert_eq!(
+        s.conn
+            .receive(b"GET / HTTP/1.1\r\n", &mut s.out, &mut |_| {}),
+        0
+    );
+    assert_closed(&mut s, 0, ErrorCode::ProtocolError);
+}
+
+#[test]
+fn the_first_frame_must_be_settings() {
+    let mut s = Server::new(defaults());
+    s.sent();
+    let mut c = Client::bare();
+    c.raw(PREFACE).ping([0; 8]);
+    s.feed(&c.take());
+    assert_closed(&mut s, 0, ErrorCode::ProtocolError);
+}
+
+#[test]
+fn settings_and_pings_are_answered() {
+    let (mut s, mut c) = Server::ready(defaults());
+    assert_eq!(s.sent(), []);
+    c.settings(&[Setting::EnablePush(false)])
+        .ping(*b"12345678")
+        .raw(&[0, 0, 8, 6, 1, 0, 0, 0, 0]) // a PING ACK: not answered
+        .raw(b"abcdefgh")
+        .settings_ack();
+    assert_eq!(s.feed(&c.take()), 0);
+    assert_eq!(s.sent(), [Sent::SettingsAck, Sent::PingAck(*b"12345678")]);
+    assert_eq!(s.events(), []);
+}
+
+#[test]
+fn a_get_becomes_a_request_event_and_its_response_closes_the_stream() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.headers(
+        1,
+        &with(
+            &GET,
+            &[("accept", "*/*"), ("cookie", "a=1"), ("cookie", "b=2")],
+        ),
+        true,
+    );
+    s.feed(&c.take());
+    assert_eq!(
+        s.events(),
+        [Ev::Request {
+            stream: 1,
+            head: "GET / HTTP/1.1\r\nHost: a.test\r\naccept: */*\r\ncookie: a=1; b=2\r\n\r\n"
+                .into(),
+            body: RequestBody::None,
+            priority: Priority::default(),
+        }]
+    );
+    assert_eq!(s.conn.active_streams(), 1);
+    s.conn.send_headers(
+        1,
+        200,
+        &[
+            Field::new(b"content-type", b"text/plain"),
+            Field::never_indexed(b"x-secret", b"s"),
+        ],
+        false,
+        &mut s.out,
+    );
+    assert_eq!(s.conn.send_window(1), 65_535);
+    s.conn.send_data(1, 5, true, &mut s.out);
+    s.out.extend_from_slice(b"hello");
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Headers(
+                1,
+                false,
+                vec![
+                    (":status".into(), "200".into()),
+                    ("content-type".into(), "text/plain".into()),
+                    ("x-secret".into(), "s".into()),
+                ]
+            ),
+            Sent::Data(1, 5, true),
+        ]
+    );
+    assert_eq!(s.conn.active_streams(), 0);
+    assert_eq!(s.conn.send_window(1), 0);
+    // Sending more on it writes nothing.
+    s.conn.send_headers(1, 200, &[], true, &mut s.out);
+    s.conn.send_data(1, 0, true, &mut s.out);
+    assert_eq!(s.sent(), []);
+}
+
+#[test]
+fn an_interim_response_leaves_the_stream_open() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.post(1, Some(2));
+    s.feed(&c.take());
+    s.conn.send_headers(1, 100, &[], false, &mut s.out);
+    s.conn.send_headers(1, 204, &[], true, &mut s.out);
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Headers(1, false, vec![(":status".into(), "100".into())]),
+            Sent::Headers(1, true, vec![(":status".into(), "204".into())]),
+        ]
+    );
+    // The request body may still come.
+    assert_eq!(s.conn.active_streams(), 1);
+    c.data(1, b"ab", true);
+    s.feed(&c.take());
+    assert_eq!(s.conn.active_streams(), 0);
+}
+
+#[test]
+fn request_bodies_come_as_data_events() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.post(1, Some(5))
+        .data(1, b"he", false)
+        .padded_data(1, b"llo", 4, true)
+        .post(3, None)
+        .data(3, b"abc", false)
+        .data(3, b"", true);
+    s.feed(&c.take());
+    assert_eq!(
+        s.events(),
+        [
+            Ev::Request {
+                stream: 1,
+                head: "POST /up HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\n".into(),
+                body: RequestBody::Length(5),
+                priority: Priority::default(),
+            },
+            data(1, b"he", false),
+            data(1, b"llo", true),
+            Ev::Request {
+                stream: 3,
+                head: "POST /up HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    .into(),
+                body: RequestBody::Chunked,
+                priority: Priority::default(),
+            },
+            data(3, b"abc", false),
+            data(3, b"", true),
+        ]
+    );
+    // Nothing was answered: the windows are far from half taken.
+    assert_eq!(s.sent(), []);
+}
+
+#[test]
+fn trailers_end_the_body_and_are_checked() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.post(1, None)
+        .data(1, b"x", false)
+        .headers(1, &[("grpc-status", "0")], true);
+    s.feed(&c.take());
+    let events = s.events();
+    assert_eq!(events[1..], [data(1, b"x", false), data(1, b"", true)]);
+
+    // Trailers that do not end the stream, or carry a pseudo-header field.
+    c.post(3, None).headers(3, &[("x", "1")], false);
+    c.post(5, None).headers(5, &[(":path", "/")], true);
+    s.feed(&c.take());
+    let events = s.events();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Ev::Reset { .. }))
+            .count(),
+        2
+    );
+    assert!(events.contains(&Ev::Reset {
+        stream: 3,
+        code: ErrorCode::ProtocolError
+    }));
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Rst(3, ErrorCode::ProtocolError),
+            Sent::Rst(5, ErrorCode::ProtocolError)
+        ]
+    );
+}
+
+#[test]
+fn content_length_must_match_the_data() {
+    let (mut s, mut c) = Server::ready(defaults());
+    // Too much, found as soon as it passes the length.
+    c.post(1, Some(3))
+        .data(1, b"ab", false)
+        .data(1, b"cd", false);
+    // Too little, found at the end: by DATA or by trailers.
+    c.post(3, Some(3)).data(3, b"ab", true);
+    c.post(5, Some(3))
+        .data(5, b"ab", false)
+        .headers(5, &[("x", "1")], true);
+    // A length with END_STREAM on HEADERS is malformed.
+    c.headers(7, &with(&POST, &[("content-length", "3")]), true);
+    // Just right.
+    c.post(9, Some(3)).data(9, b"abc", true);
+    s.feed(&c.take());
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Rst(1, ErrorCode::ProtocolError),
+            Sent::Rst(3, ErrorCode::ProtocolError),
+            Sent::Rst(5, ErrorCode::ProtocolError),
+            Sent::Rst(7, ErrorCode::ProtocolError),
+        ]
+    );
+    let events = s.events();
+    assert!(events.contains(&data(1, b"ab", false)));
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, Ev::Request { stream: 7, .. })));
+    assert_eq!(events.last(), Some(&data(9, b"abc", true)));
+}
+
+#[test]
+fn a_malformed_request_is_reset_without_an_event() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.headers(1, &with(&GET, &[("X-Upper", "1")]), true)
+        .headers(3, &with(&GET, &[("connection", "close")]), true)
+        .headers(5, &GET[1..], true)
+        .get(7);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [request(7)]);
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Rst(1, ErrorCode::ProtocolError),
+            Sent::Rst(3, ErrorCode::ProtocolError),
+            Sent::Rst(5, ErrorCode::ProtocolError),
+        ]
+    );
+}
+
+#[test]
+fn an_hpack_error_ends_the_connection() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1);
+    // A literal with incremental indexing and no name: cut short.
+    frame(
+        1,
+        flags::END_HEADERS | flags::END_STREAM,
+        3,
+        &[0x40],
+        &mut c.wire,
+    );
+    s.feed(&c.take());
+    assert_eq!(s.events(), [request(1)]);
+    assert_closed(&mut s, 1, ErrorCode::CompressionError);
+}
+
+#[test]
+fn a_header_list_over_the_limits_is_rejected_with_431_and_hpack_kept_in_step() {
+    let settings = ServerSettings {
+        header_limits: DecodeLimits {
+            max_header_list_size: 400,
+            max_fields: 10,
+        },
+        ..defaults()
+    };
+    let (mut s, mut c) = Server::ready(settings);
+    let big = "v".repeat(300);
+    // The large field enters the client's table; the next request refers
+    // to another it added while the first was refused.
+    c.headers(1, &with(&GET, &[("x-a", "1"), ("x-big", &big)]), false)
+        .data(1, &[1; 100], false)
+        .data(1, &[2; 100], true);
+    let many: Vec<(&str, &str)> = (0..11).map(|_| ("x-n", "1")).collect();
+    c.headers(3, &with(&GET, &many), true);
+    c.headers(5, &with(&GET, &[("x-a", "1")]), true);
+    s.feed(&c.take());
+    assert_eq!(
+        s.events(),
+        [
+            Ev::Rejected {
+                stream: 1,
+                status: 431
+            },
+            Ev::Rejected {
+                stream: 3,
+                status: 431
+            },
+            Ev::Request {
+                stream: 5,
+                head: "GET / HTTP/1.1\r\nHost: a.test\r\nx-a: 1\r\n\r\n".into(),
+                body: RequestBody::None,
+                priority: Priority::default(),
+            },
+        ]
+    );
+    // The rejected body was given back, not held.
+    assert_eq!(s.sent(), []);
+    assert_eq!(s.conn.st.conn_pending, 200);
+    s.conn.send_headers(1, 431, &[], true, &mut s.out);
+    s.conn.send_headers(3, 431, &[], true, &mut s.out);
+    assert_eq!(s.sent().len(), 2);
+    assert_eq!(s.conn.active_streams(), 1);
+}
+
+#[test]
+fn a_rejected_request_still_sending_its_body_is_reset_with_no_error_after_its_answer() {
+    let settings = ServerSettings {
+        header_limits: DecodeLimits {
+            max_header_list_size: 200,
+            max_fields: 10,
+        },
+        ..defaults()
+    };
+    let (mut s, mut c) = Server::ready(settings);
+    c.headers(1, &with(&POST, &[("x-big", &"v".repeat(200))]), false)
+        .data(1, b"abc", false);
+    s.feed(&c.take());
+    assert_eq!(
+        s.events(),
+        [Ev::Rejected {
+            stream: 1,
+            status: 431
+        }]
+    );
+    s.conn.send_headers(1, 431, &[], true, &mut s.out);
+    assert_eq!(s.sent()[1..], [Sent::Rst(1, ErrorCode::NoError)]);
+    // What the client sent before it saw that is ignored.
+    c.data(1, b"more", true);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), []);
+    assert_eq!(s.events(), []);
+    assert!(!s.conn.is_closed());
+}
+
+#[test]
+fn response_blocks_follow_the_clients_table_size_and_frame_size() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.settings(&[Setting::HeaderTableSize(0), Setting::MaxFrameSize(16_500)])
+        .get(1)
+        .get(3);
+    s.feed(&c.take());
+    assert_eq!(s.conn.max_frame_size(), 16_500);
+    assert_eq!(s.sent(), [Sent::SettingsAck]);
+    let big = vec![b'v'; 40_000];
+    let at = s.out.len();
+    s.conn
+        .send_headers(1, 200, &[Field::new(b"x-big", &big)], true, &mut s.out);
+    // The size update first, then no indexing at all.
+    let first = &s.out[at..];
+    let headers = FrameHeader::parse(first.first_chunk().unwrap());
+    assert_eq!(headers.length, 16_500);
+    assert_eq!(first[FRAME_HEADER_LEN], 0x20);
+    let sent = s.sent();
+    assert!(matches!(&sent[..], [Sent::Headers(1, true, f)] if f[1].1.len() == 40_000));
+    // Three frames: 16,500 + 16,500 + the rest.
+    let frames = {
+        let reader = FrameReader::new(MAX_FRAME_SIZE_LIMIT);
+        let mut rest = &s.out[at..];
+        let mut n = 0;
+        while let Ok(Some((_, used))) = reader.parse(rest) {
+            rest = &rest[used..];
+            n += 1;
+        }
+        n
+    };
+    assert_eq!(frames, 3);
+    s.conn
+        .send_headers(3, 200, &[Field::new(b"x-a", b"1")], true, &mut s.out);
+    s.sent();
+    assert_eq!(s.conn.st.encoder.dynamic_table_size(), 0);
+}
+
+// Stream states (RFC 9113 §5.1).
+
+#[test]
+fn client_streams_are_odd_and_increasing() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.headers(2, &GET, true);
+    s.feed(&c.take());
+    assert_closed(&mut s, 0, ErrorCode::ProtocolError);
+
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(5).get(3);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [request(5)]);
+    assert_closed(&mut s, 5, ErrorCode::ProtocolError);
+}
+
+#[test]
+fn frames_on_idle_streams_end_the_connection() {
+    let idle: [fn(&mut Client); 4] = [
+        |c| {
+            c.data(1, b"x", true);
+        },
+        |c| {
+            c.window_update(1, 10);
+        },
+        |c| {
+            c.rst(1, ErrorCode::Cancel);
+        },
+        // Even streams are the server's, which opens none.
+        |c| {
+            c.get(1).data(2, b"x", true);
+        },
+    ];
+    for send in idle {
+        let (mut s, mut c) = Server::ready(defaults());
+        send(&mut c);
+        s.feed(&c.take());
+        let last = s.conn.st.last_accepted;
+        assert_closed(&mut s, last, ErrorCode::ProtocolError);
+    }
+    // PRIORITY may come on an idle stream.
+    let (mut s, mut c) = Server::ready(defaults());
+    c.priority(9, 0).get(1);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [request(1)]);
+    assert!(!s.conn.is_closed());
+}
+
+#[test]
+fn frames_after_the_clients_end_stream_are_stream_errors() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1).data(1, b"x", false);
+    c.get(3).headers(3, &[("x", "1")], true);
+    s.feed(&c.take());
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Rst(1, ErrorCode::StreamClosed),
+            Sent::Rst(3, ErrorCode::StreamClosed)
+        ]
+    );
+    assert_eq!(
+        s.events(),
+        [
+            request(1),
+            Ev::Reset {
+                stream: 1,
+                code: ErrorCode::StreamClosed
+            },
+            request(3),
+            Ev::Reset {
+                stream: 3,
+                code: ErrorCode::StreamClosed
+            },
+        ]
+    );
+    // The DATA's bytes went back to the connection.
+    assert_eq!(s.conn.st.conn_pending, 1);
+    // Sending on them writes nothing.
+    s.conn.send_headers(1, 200, &[], true, &mut s.out);
+    assert_eq!(s.sent(), []);
+}
+
+#[test]
+fn frames_after_the_clients_reset() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.post(1, None).rst(1, ErrorCode::Cancel);
+    s.feed(&c.take());
+    assert_eq!(
+        s.events()[1..],
+        [Ev::Reset {
+            stream: 1,
+            code: ErrorCode::Cancel
+        }]
+    );
+    // WINDOW_UPDATE, RST_STREAM and PRIORITY are ignored ...
+    c.window_update(1, 5)
+        .rst(1, ErrorCode::Cancel)
+        .priority(1, 0);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), []);
+    // ... DATA and HEADERS are stream errors STREAM_CLOSED.
+    c.data(1, b"x", true);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), [Sent::Rst(1, ErrorCode::StreamClosed)]);
+    // After which this side has reset it: ignored.
+    c.data(1, b"x", true).headers(1, &[("x", "1")], true);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), []);
+    assert_eq!(s.events(), []);
+
+    let (mut s, mut c) = Server::ready(defaults());
+    c.post(1, None)
+        .rst(1, ErrorCode::Cancel)
+        .headers(1, &[("x", "1")], true);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), [Sent::Rst(1, ErrorCode::StreamClosed)]);
+    // The block was decoded all the same: HPACK is in step.
+    c.headers(3, &[("x", "1")], true);
+    s.feed(&c.take());
+    assert!(!s.conn.is_closed());
+}
+
+#[test]
+fn frames_after_end_stream_both_ways() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1);
+    s.feed(&c.take());
+    s.respond(1, 0);
+    s.sent();
+    c.window_update(1, 5)
+        .rst(1, ErrorCode::Cancel)
+        .priority(1, 0);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), []);
+    c.data(1, b"x", true);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), [Sent::Rst(1, ErrorCode::StreamClosed)]);
+    assert!(!s.conn.is_closed());
+
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1);
+    s.feed(&c.take());
+    s.respond(1, 3);
+    c.get(1);
+    s.feed(&c.take());
+    assert_closed(&mut s, 1, ErrorCode::StreamClosed);
+}
+
+#[test]
+fn frames_after_this_sides_reset_are_ignored_and_their_bytes_given_back() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.post(1, None).data(1, &[0; 1000], false);
+    s.feed(&c.take());
+    s.events();
+    s.conn.reset(1, ErrorCode::Cancel, &mut s.out);
+    // Once only.
+    s.conn.reset(1, ErrorCode::Cancel, &mut s.out);
+    assert_eq!(s.sent(), [Sent::Rst(1, ErrorCode::Cancel)]);
+    assert_eq!(s.conn.st.conn_pending, 1000);
+    c.data(1, &[0; 500], false).headers(1, &[("x", "1")], true);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), []);
+    assert_eq!(s.events(), []);
+    assert_eq!(s.conn.st.conn_pending, 1500);
+    assert_eq!(s.conn.active_streams(), 0);
+}
+
+#[test]
+fn streams_long_closed_are_connection_errors() {
+    let (mut s, mut c) = Server::ready(defaults());
+    for id in (1..).step_by(2).take(RECENTLY_CLOSED + 1) {
+        c.get(id);
+        s.feed(&c.take());
+        s.respond(id, 0);
+    }
+    s.events();
+    s.sent();
+    // Stream 1 has been forgotten: DATA on it is a connection error.
+    c.data(1, b"x", true);
+    s.feed(&c.take());
+    let last = s.conn.st.last_accepted;
+    assert_closed(&mut s, last, ErrorCode::StreamClosed);
+}
+
+#[test]
+fn streams_past_max_concurrent_streams_are_refused() {
+    let settings = ServerSettings {
+        max_concurrent_streams: 2,
+        ..defaults()
+    };
+    let (mut s, mut c) = Server::ready(settings);
+    c.post(1, None)
+        .post(3, None)
+        .headers(5, &with(&GET, &[("x-new", "1")]), true)
+        .headers(7, &with(&GET, &[("x-new", "1")]), true);
+    s.feed(&c.take());
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Rst(5, ErrorCode::RefusedStream),
+            Sent::Rst(7, ErrorCode::RefusedStream)
+        ]
+    );
+    assert_eq!(s.conn.active_streams(), 2);
+    c.data(1, b"", true);
+    s.feed(&c.take());
+    s.respond(1, 0);
+    // A slot is free, and HPACK followed the refused blocks.
+    c.headers(9, &with(&GET, &[("x-new", "1")]), true);
+    s.feed(&c.take());
+    assert!(matches!(
+        s.events().last(),
+        Some(Ev::Request { stream: 9, head, .. }) if head.contains("x-new: 1")
+    ));
+}
+
+#[test]
+fn rfc7540_priorities_are_ignored_but_self_dependency_is_a_stream_error() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.headers_with_priority(1, 0, &GET, true)
+        .priority(1, 3)
+        .priority(1, 1)
+        .headers_with_priority(5, 5, &with(&GET, &[("x-a", "1")]), true)
+        .headers(7, &with(&GET, &[("x-a", "1")]), true);
+    s.feed(&c.take());
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Rst(1, ErrorCode::ProtocolError),
+            Sent::Rst(5, ErrorCode::ProtocolError)
+        ]
+    );
+    let events = s.events();
+    assert_eq!(events[0], request(1));
+    assert_eq!(
+        events[1],
+        Ev::Reset {
+            stream: 1,
+            code: ErrorCode::ProtocolError
+        }
+    );
+    // Stream 7 refers to the entry stream 5's block added.
+    assert!(matches!(&events[2], Ev::Request { stream: 7, head, .. } if head.contains("x-a: 1")));
+    assert!(!s.conn.is_closed());
+
+    // On an idle stream there is no stream to reset: the connection ends.
+    let (mut s, mut c) = Server::ready(defaults());
+    c.priority(1, 1);
+    s.feed(&c.take());
+    assert_closed(&mut s, 0, ErrorCode::ProtocolError);
+}
+
+#[test]
+fn a_self_dependent_headers_frame_split_over_continuations() {
+    let (mut s, mut c) = Server::ready(defaults());
+    let block = c.block(&GET);
+    let mut payload = 1u32.to_be_bytes().to_vec();
+    payload.push(0);
+    payload.extend_from_slice(&block[..2]);
+    frame(
+        1,
+        flags::PRIORITY | flags::END_STREAM,
+        1,
+        &payload,
+        &mut c.wire,
+    );
+    frame(9, flags::END_HEADERS, 1, &block[2..], &mut c.wire);
+    c.get(3);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), [Sent::Rst(1, ErrorCode::ProtocolError)]);
+    assert_eq!(s.events(), [request(3)]);
+}
+
+// Flow control (RFC 9113 §6.9).
+
+#[test]
+fn send_windows_follow_window_updates_and_initial_size_changes() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1).get(3);
+    s.feed(&c.take());
+    s.events();
+    s.conn.send_headers(1, 200, &[], false, &mut s.out);
+    for len in [16_384, 16_384, 16_384, 10_848] {
+        s.conn.send_data(1, len, false, &mut s.out);
+        s.out.extend(std::iter::repeat_n(0, len));
+    }
+    assert_eq!(s.conn.send_window(1), 5535);
+    assert_eq!(s.conn.send_window(3), 5535); // the connection's window
+    c.window_update(0, 100_000);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [Ev::WindowOpened]);
+    assert_eq!(s.conn.send_window(1), 5535);
+    assert_eq!(s.conn.send_window(3), 65_535);
+    // Shrinking the initial size may leave a window negative.
+    c.settings(&[Setting::InitialWindowSize(1000)]);
+    s.feed(&c.take());
+    assert_eq!(
+        s.conn.st.streams[s.conn.st.index(1).unwrap()].send.size(),
+        -59_000
+    );
+    assert_eq!(s.conn.send_window(1), 0);
+    assert_eq!(s.conn.send_window(3), 1000);
+    assert_eq!(s.events(), []);
+    c.settings(&[Setting::InitialWindowSize(70_000)]);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [Ev::WindowOpened]);
+    assert_eq!(s.conn.send_window(1), 10_000);
+    c.window_update(1, 50_000);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [Ev::WindowOpened]);
+    assert_eq!(s.conn.send_window(1), 60_000);
+}
+
+#[test]
+#[should_panic(expected = "send window")]
+fn data_past_the_send_window_is_a_bug() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.settings(&[Setting::InitialWindowSize(10)]).get(1);
+    s.feed(&c.take());
+    s.conn.send_data(1, 11, false, &mut s.out);
+}
+
+#[test]
+fn window_update_overflow_and_zero_increments() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1)
+        .window_update(1, MAX_WINDOW_SIZE)
+        .get(3)
+        .window_update(3, 0);
+    s.feed(&c.take());
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::Rst(1, ErrorCode::FlowControlError),
+            Sent::Rst(3, ErrorCode::ProtocolError)
+        ]
+    );
+    c.window_update(0, MAX_WINDOW_SIZE);
+    s.feed(&c.take());
+    assert_closed(&mut s, 3, ErrorCode::FlowControlError);
+
+    let (mut s, mut c) = Server::ready(defaults());
+    c.window_update(0, 0);
+    s.feed(&c.take());
+    assert_closed(&mut s, 0, ErrorCode::ProtocolError);
+}
+
+#[test]
+fn an_initial_window_size_past_the_maximum_is_a_flow_control_error() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.raw(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0x80, 0, 0, 0]);
+    s.feed(&c.take());
+    assert_closed(&mut s, 0, ErrorCode::FlowControlError);
+
+    // Or one that takes an open stream's window past it.
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1).window_update(1, MAX_WINDOW_SIZE - 65_535);
+    c.settings(&[Setting::InitialWindowSize(65_536)]);
+    s.feed(&c.take());
+    assert_closed(&mut s, 1, ErrorCode::FlowControlError);
+}
+
+/// A server whose SETTINGS the client has acknowledged.
+fn acked(settings: ServerSettings) -> (Server, Client) {
+    let (mut s, mut c) = Server::ready(settings);
+    c.settings_ack();
+    s.feed(&c.take());
+    (s, c)
+}
+
+#[test]
+fn receive_windows_are_enforced_padding_included() {
+    let settings = ServerSettings {
+        initial_window_size: 100,
+        connection_window_size: 65_535,
+        ..defaults()
+    };
+    let (mut s, mut c) = acked(settings);
+    c.post(1, None)
+        .data(1, &[0; 90], false)
+        .padded_data(1, b"", 9, false);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), []);
+    c.data(1, b"x", false);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), [Sent::Rst(1, ErrorCode::FlowControlError)]);
+    assert!(s.events().contains(&Ev::Reset {
+        stream: 1,
+        code: ErrorCode::FlowControlError
+    }));
+
+    // The connection's window: a connection error.
+    let settings = ServerSettings {
+        connection_window_size: 65_535,
+        ..defaults()
+    };
+    let (mut s, mut c) = acked(settings);
+    for id in [1, 3] {
+        c.post(id, None)
+            .data(id, &[0; 16_384], false)
+            .data(id, &[0; 16_383], false);
+    }
+    c.data(3, &[0; 2], false);
+    s.feed(&c.take());
+    assert_closed(&mut s, 3, ErrorCode::FlowControlError);
+}
+
+#[test]
+fn the_client_is_held_to_the_default_window_until_it_acknowledges() {
+    let settings = ServerSettings {
+        initial_window_size: 100,
+        ..defaults()
+    };
+    let (mut s, mut c) = Server::ready(settings);
+    c.post(1, None).data(1, &[0; 1000], false);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), []);
+    c.settings_ack();
+    s.feed(&c.take());
+    // 1000 taken from a window now of 100.
+    assert_eq!(s.conn.st.streams[0].recv.size(), -900);
+}
+
+#[test]
+fn consumed_bytes_reopen_the_windows_once_half_is_taken() {
+    let settings = ServerSettings {
+        initial_window_size: 1000,
+        connection_window_size: 4000,
+        ..defaults()
+    };
+    let (mut s, mut c) = acked(settings);
+    c.post(1, None)
+        .data(1, &[0; 499], false)
+        .padded_data(1, &[0; 400], 99, false);
+    s.feed(&c.take());
+    s.conn.consumed(1, 400, &mut s.out);
+    // 400 consumed and 100 of padding (with its length byte): half.
+    assert_eq!(s.sent(), [Sent::WindowUpdate(1, 500)]);
+    // More than the stream has outstanding (499) counts as that.
+    s.conn.consumed(1, 10_000, &mut s.out);
+    assert_eq!(s.sent(), []);
+    c.data(1, b"x", false);
+    s.feed(&c.take());
+    s.conn.consumed(1, 1, &mut s.out);
+    assert_eq!(s.sent(), [Sent::WindowUpdate(1, 500)]);
+    c.data(1, &[0; 1000], false);
+    s.feed(&c.take());
+    s.conn.consumed(1, 1000, &mut s.out);
+    assert_eq!(s.sent(), [Sent::WindowUpdate(1, 1000)]);
+    // The connection's window is at least 65,535: half of it is not yet
+    // taken.
+    assert_eq!(s.conn.st.conn_pending, 2000);
+    // Once the client has ended the stream only the connection's window
+    // is updated.
+    c.data(1, &[0; 1000], true);
+    s.feed(&c.take());
+    s.conn.consumed(1, 1000, &mut s.out);
+    assert_eq!(s.sent(), []);
+    assert_eq!(s.conn.st.conn_pending, 3000);
+
+    // Closing a stream gives back what the glue never consumed.
+    let (mut s, mut c) = acked(settings);
+    c.post(1, None)
+        .data(1, &[0; 1000], true)
+        .post(3, None)
+        .data(3, &[0; 900], false);
+    s.feed(&c.take());
+    s.respond(1, 0);
+    s.conn.reset(3, ErrorCode::Cancel, &mut s.out);
+    assert_eq!(s.sent()[1..], [Sent::Rst(3, ErrorCode::Cancel)]);
+    assert_eq!(s.conn.st.conn_pending, 1900);
+
+    // The connection's window is updated once half of it is taken.
+    let (mut s, mut c) = acked(ServerSettings {
+        connection_window_size: 65_535,
+        ..defaults()
+    });
+    c.post(1, None).data(1, &[0; 16_384], false);
+    c.post(3, None).data(3, &[0; 16_384], false);
+    s.feed(&c.take());
+    s.conn.consumed(1, 16_384, &mut s.out);
+    assert_eq!(s.sent(), []);
+    s.conn.consumed(3, 16_383, &mut s.out);
+    assert_eq!(s.sent(), [Sent::WindowUpdate(0, 32_767)]);
+}
+
+// Graceful shutdown and GOAWAY (RFC 9113 §6.8).
+
+#[test]
+fn go_away_ignores_newer_streams_and_lets_older_ones_finish() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.post(1, None);
+    s.feed(&c.take());
+    s.events();
+    s.conn.go_away(&mut s.out);
+    s.conn.go_away(&mut s.out);
+    assert!(s.conn.is_going_away());
+    assert_eq!(s.sent(), [Sent::GoAway(1, ErrorCode::NoError)]);
+    c.post(3, None)
+        .data(3, b"ignored", true)
+        .headers(5, &with(&GET, &[("x-a", "1")]), true)
+        .data(1, b"body", true);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [data(1, b"body", true)]);
+    assert_eq!(s.sent(), []);
+    s.respond(1, 2);
+    assert_eq!(s.conn.active_streams(), 0);
+    assert!(!s.conn.is_closed());
+}
+
+#[test]
+fn max_requests_ends_with_a_graceful_goaway() {
+    let settings = ServerSettings {
+        max_requests: 2,
+        ..defaults()
+    };
+    let (mut s, mut c) = Server::ready(settings);
+    c.get(1).get(3).get(5);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [request(1), request(3)]);
+    assert_eq!(s.sent(), [Sent::GoAway(3, ErrorCode::NoError)]);
+    assert!(s.conn.is_going_away());
+    assert!(!s.conn.is_closed());
+}
+
+#[test]
+fn the_clients_goaway_is_reported() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.goaway(0, ErrorCode::NoError)
+        .goaway(0, ErrorCode::NoError);
+    // An unknown code reads as INTERNAL_ERROR.
+    c.raw(&[0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff]);
+    s.feed(&c.take());
+    assert_eq!(
+        s.events(),
+        [
+            Ev::GoAway {
+                last_stream_id: 0,
+                code: ErrorCode::NoError
+            },
+            Ev::GoAway {
+                last_stream_id: 0,
+                code: ErrorCode::NoError
+            },
+            Ev::GoAway {
+                last_stream_id: 0,
+                code: ErrorCode::InternalError
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_connection_error_names_the_last_stream_accepted_and_stops_reading() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1).get(3);
+    // A refused stream is not accepted.
+    c.headers(5, &GET[1..], true);
+    c.raw(&[0, 0, 1, 6, 0, 0, 0, 0, 0, 0]); // PING of 1 byte
+    let input = c.take();
+    let left = s.feed(&input);
+    assert_eq!(left, 10);
+    assert_closed(&mut s, 3, ErrorCode::FrameSizeError);
+}
+
+#[test]
+fn unknown_frames_are_ignored_except_inside_a_field_block() {
+    let (mut s, mut c) = Server::ready(defaults());
+    frame(0xfa, 0xff, 1, b"whatever", &mut c.wire);
+    c.get(1);
+    s.feed(&c.take());
+    assert_eq!(s.events(), [request(1)]);
+
+    let (mut s, mut c) = Server::ready(defaults());
+    let block = c.block(&GET);
+    frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+    frame(0xfa, 0, 0, b"", &mut c.wire);
+    s.feed(&c.take());
+    assert_closed(&mut s, 0, ErrorCode::ProtocolError);
+}
+
+// Priorities (RFC 9218).
+
+fn prio(urgency: u8, incremental: bool) -> Priority {
+    Priority {
+        urgency,
+        incremental,
+    }
+}
+
+#[test]
+fn priority_field_values_are_read_as_structured_dictionaries() {
+    let cases: [(&str, Option<Priority>); 24] = [
+        ("", Some(prio(3, false))),
+        ("u=0", Some(prio(0, false))),
+        ("u=7", Some(prio(7, false))),
+        ("i", Some(prio(3, true))),
+        ("i=?1", Some(prio(3, true))),
+        ("i=?0", Some(prio(3, false))),
+        ("u=1, i", Some(prio(1, true))),
+        ("  u=2,i  ", Some(prio(2, true))),
+        ("u=2;a=1;b, i;c=\"x\"", Some(prio(2, true))),
+        // Out of range, or of another type: the parameter is ignored.
+        ("u=8", Some(prio(3, false))),
+        ("u=-1, i", Some(prio(3, true))),
+        ("u=1.5", Some(prio(3, false))),
+        ("u=\"1\"", Some(prio(3, false))),
+        ("i=1", Some(prio(3, false))),
+        // The last of a name counts, whatever it holds.
+        ("u=1, u=9", Some(prio(3, false))),
+        ("u=9, u=1", Some(prio(1, false))),
+        // Other members, however shaped, are ignored.
+        (
+            "x=(a b;c \"d\"), y=:AAE=:, z=tok/en:1, u=4",
+            Some(prio(4, false)),
+        ),
+        ("*k=?1, u=5", Some(prio(5, false))),
+        // Not a dictionary at all.
+        ("u=", None),
+        ("u=1,", None),
+        ("U=1", None),
+        ("u=1 i", None),
+        ("x=\"unterminated", None),
+        ("u=1234567890123456", None),
+    ];
+    for (value, expected) in cases {
+        assert_eq!(Priority::parse(value.as_bytes()), expected, "{value:?}");
+    }
+}
+
+#[test]
+fn a_requests_priority_comes_from_its_priority_fields() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.headers(1, &with(&GET, &[("priority", "u=1")]), true)
+        .headers(
+            3,
+            &with(&GET, &[("priority", "u=5"), ("priority", "i")]),
+            true,
+        )
+        .headers(5, &with(&GET, &[("priority", "u=nonsense")]), true);
+    s.feed(&c.take());
+    let priorities: Vec<Priority> = s
+        .events()
+        .iter()
+        .map(|e| match e {
+            Ev::Request { priority, .. } => *priority,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(priorities, [prio(1, false), prio(5, true), prio(3, false)]);
+    assert_eq!(s.conn.priority(3), prio(5, true));
+    assert_eq!(s.conn.priority(7), Priority::default());
+}
+
+#[test]
+fn priority_updates_change_open_streams_and_wait_for_idle_ones() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1)
+        .priority_update(1, "u=0")
+        .priority_update(1, "u=0")
+        .priority_update(1, "garbage=")
+        .priority_update(5, "u=6, i")
+        .priority_update(3, "u=2");
+    s.feed(&c.take());
+    assert_eq!(
+        s.events(),
+        [
+            request(1),
+            Ev::PriorityChanged {
+                stream: 1,
+                priority: prio(0, false)
+            },
+        ]
+    );
+    assert_eq!(s.conn.priority(1), prio(0, false));
+    // The frame overrides the field: it was sent later.
+    c.headers(5, &with(&GET, &[("priority", "u=1")]), true);
+    s.feed(&c.take());
+    assert!(matches!(
+        s.events()[..],
+        [Ev::Request {
+            stream: 5,
+            priority: Priority {
+                urgency: 6,
+                incremental: true
+            },
+            ..
+        }]
+    ));
+    // Stream 3 will never open: its update was dropped.
+    assert!(s.conn.st.pending_priorities.is_empty());
+    // A closed stream's update is ignored.
+    s.respond(1, 0);
+    c.priority_update(1, "u=7");
+    s.feed(&c.take());
+    assert_eq!(s.events(), []);
+}
+
+#[test]
+fn priority_updates_for_idle_streams_are_bounded() {
+    let (mut s, mut c) = Server::ready(defaults());
+    for id in (1..).step_by(2).take(PENDING_PRIORITIES + 4) {
+        c.priority_update(id, "u=0");
+    }
+    s.feed(&c.take());
+    assert_eq!(s.conn.st.pending_priorities.len(), PENDING_PRIORITIES);
+    // The oldest went first.
+    c.get(1).get(9);
+    s.feed(&c.take());
+    let events = s.events();
+    assert!(matches!(events[0], Ev::Request { priority, .. } if priority == Priority::default()));
+    assert!(matches!(events[1], Ev::Request { priority, .. } if priority == prio(0, false)));
+}
+
+#[test]
+fn a_priority_update_for_stream_zero_ends_the_connection() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.priority_update(0, "u=1");
+    s.feed(&c.take());
+    assert_closed(&mut s, 0, ErrorCode::ProtocolError);
+}
