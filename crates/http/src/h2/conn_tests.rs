@@ -1574,3 +1574,305 @@ fn a_priority_update_for_stream_zero_ends_the_connection() {
     s.feed(&c.take());
     assert_closed(&mut s, 0, ErrorCode::ProtocolError);
 }
+
+// Budgets (attacks).
+
+/// Sends `n` times what `send` writes, all at once.
+fn flood(s: &mut Server, c: &mut Client, n: u64, send: impl Fn(&mut Client, u64)) {
+    for i in 0..n {
+        send(c, i);
+    }
+    s.feed(&c.take());
+}
+
+/// The frames the handshake already counted: the client's first SETTINGS.
+const HANDSHAKE_FRAMES: u64 = 1;
+
+#[test]
+fn rapid_reset_is_cut_off_past_the_reset_budget() {
+    let (mut s, mut c) = Server::ready(defaults());
+    let stream = |i: u64| 1 + 2 * i as u32;
+    flood(&mut s, &mut c, RESET_BUDGET_BASE, |c, i| {
+        c.get(stream(i)).rst(stream(i), ErrorCode::Cancel);
+    });
+    assert!(!s.conn.is_closed());
+    flood(&mut s, &mut c, 1, |c, _| {
+        c.get(401).rst(401, ErrorCode::Cancel);
+    });
+    assert_closed(&mut s, 401, ErrorCode::EnhanceYourCalm);
+}
+
+#[test]
+fn resets_after_the_response_completed_are_not_counted() {
+    let (mut s, mut c) = Server::ready(defaults());
+    for i in 0..RESET_BUDGET_BASE + 10 {
+        let id = 1 + 2 * i as u32;
+        c.post(id, None);
+        s.feed(&c.take());
+        s.respond(id, 1);
+        // The client's body was not needed: it stops with a reset.
+        c.rst(id, ErrorCode::Cancel);
+        s.feed(&c.take());
+    }
+    assert!(!s.conn.is_closed());
+}
+
+#[test]
+fn completed_streams_raise_the_reset_budget() {
+    let (mut s, mut c) = Server::ready(defaults());
+    let completed = 100;
+    for i in 0..completed {
+        let id = 1 + 2 * i as u32;
+        c.get(id);
+        s.feed(&c.take());
+        s.respond(id, 0);
+    }
+    let allowed = RESET_BUDGET_BASE + completed / RESETS_PER_COMPLETED_STREAM;
+    let first = 1 + 2 * completed as u32;
+    flood(&mut s, &mut c, allowed, |c, i| {
+        let id = first + 2 * i as u32;
+        c.get(id).rst(id, ErrorCode::Cancel);
+    });
+    assert!(!s.conn.is_closed());
+    let last = first + 2 * allowed as u32;
+    c.get(last).rst(last, ErrorCode::Cancel);
+    s.feed(&c.take());
+    assert_closed(&mut s, last, ErrorCode::EnhanceYourCalm);
+}
+
+#[test]
+fn made_you_reset_shares_the_reset_budget() {
+    // Stream errors the client provokes, each a reset this side sends,
+    // after half the budget went on the client's own resets.
+    let (mut s, mut c) = Server::ready(defaults());
+    let half = RESET_BUDGET_BASE / 2;
+    flood(&mut s, &mut c, half, |c, i| {
+        let id = 1 + 2 * i as u32;
+        c.get(id).rst(id, ErrorCode::Cancel);
+    });
+    let provokers: [fn(&mut Client, u32); 4] = [
+        |c, id| {
+            c.get(id).window_update(id, 0);
+        },
+        |c, id| {
+            c.get(id).data(id, b"x", true);
+        },
+        |c, id| {
+            c.get(id).window_update(id, MAX_WINDOW_SIZE);
+        },
+        |c, id| {
+            c.post(id, Some(1)).data(id, b"xy", true);
+        },
+    ];
+    let first = 1 + 2 * half as u32;
+    flood(&mut s, &mut c, RESET_BUDGET_BASE - half, |c, i| {
+        provokers[i as usize % 4](c, first + 2 * i as u32)
+    });
+    assert!(!s.conn.is_closed());
+    let last = first + 2 * (RESET_BUDGET_BASE - half) as u32;
+    c.get(last).window_update(last, 0);
+    s.feed(&c.take());
+    assert_closed(&mut s, last, ErrorCode::EnhanceYourCalm);
+}
+
+#[test]
+fn refused_and_malformed_streams_count_as_resets() {
+    let settings = ServerSettings {
+        max_concurrent_streams: 1,
+        ..defaults()
+    };
+    let (mut s, mut c) = Server::ready(settings);
+    c.post(1, None);
+    flood(&mut s, &mut c, RESET_BUDGET_BASE, |c, i| {
+        let id = 3 + 2 * i as u32;
+        if i % 2 == 0 {
+            c.get(id);
+        } else {
+            c.headers(id, &GET[1..], true);
+        }
+    });
+    assert!(!s.conn.is_closed());
+    c.get(3 + 2 * RESET_BUDGET_BASE as u32);
+    s.feed(&c.take());
+    assert_closed(&mut s, 1, ErrorCode::EnhanceYourCalm);
+}
+
+/// Floods with frames that move no request forward, up to the budget and
+/// one past it.
+fn control_flood(send: impl Fn(&mut Client, u64), setup: impl Fn(&mut Client)) {
+    let (mut s, mut c) = Server::ready(defaults());
+    setup(&mut c);
+    s.feed(&c.take());
+    let accepted = s.conn.st.requests;
+    let before = s.conn.st.unproductive - HANDSHAKE_FRAMES;
+    let budget = CONTROL_FRAME_BUDGET_BASE + accepted * CONTROL_FRAMES_PER_REQUEST;
+    flood(&mut s, &mut c, budget - HANDSHAKE_FRAMES - before, &send);
+    assert!(!s.conn.is_closed(), "closed before the budget was spent");
+    flood(&mut s, &mut c, 1, &send);
+    let last = s.conn.st.last_accepted;
+    assert_closed(&mut s, last, ErrorCode::EnhanceYourCalm);
+}
+
+#[test]
+fn ping_flood() {
+    control_flood(
+        |c, i| {
+            c.ping(i.to_be_bytes());
+        },
+        |_| {},
+    );
+}
+
+#[test]
+fn settings_flood() {
+    control_flood(
+        |c, _| {
+            c.settings(&[Setting::HeaderTableSize(4096)]);
+        },
+        |_| {},
+    );
+}
+
+#[test]
+fn priority_flood() {
+    control_flood(
+        |c, i| {
+            c.priority(1 + 2 * (i % 1000) as u32, 0);
+        },
+        |_| {},
+    );
+}
+
+#[test]
+fn priority_update_flood() {
+    control_flood(
+        |c, i| {
+            c.priority_update(1, if i % 2 == 0 { "u=1" } else { "u=2" });
+        },
+        |c| {
+            c.post(1, None);
+        },
+    );
+}
+
+#[test]
+fn window_update_flood_with_nothing_sent() {
+    control_flood(
+        |c, i| {
+            c.window_update(if i % 2 == 0 { 0 } else { 1 }, 1);
+        },
+        |c| {
+            c.post(1, None);
+        },
+    );
+}
+
+#[test]
+fn empty_data_flood() {
+    control_flood(
+        |c, _| {
+            c.data(1, b"", false);
+        },
+        |c| {
+            c.post(1, None);
+        },
+    );
+}
+
+#[test]
+fn empty_field_block_frames_flood() {
+    // Blocks of an empty HEADERS and an empty CONTINUATION on a stream this
+    // side reset: three frames of no use each (two empty, one ignored).
+    let (mut s, mut c) = Server::ready(defaults());
+    c.post(1, None);
+    s.feed(&c.take());
+    s.conn.reset(1, ErrorCode::Cancel, &mut s.out);
+    let empty_block = |c: &mut Client, _| {
+        frame(1, flags::END_STREAM, 1, b"", &mut c.wire);
+        frame(9, flags::END_HEADERS, 1, b"", &mut c.wire);
+    };
+    let budget = CONTROL_FRAME_BUDGET_BASE + CONTROL_FRAMES_PER_REQUEST - HANDSHAKE_FRAMES;
+    flood(&mut s, &mut c, budget / 3, empty_block);
+    assert!(!s.conn.is_closed());
+    flood(&mut s, &mut c, 1, empty_block);
+    assert_closed(&mut s, 1, ErrorCode::EnhanceYourCalm);
+}
+
+#[test]
+fn unknown_frame_flood() {
+    control_flood(
+        |c, _| {
+            frame(0xfa, 0, 0, b"", &mut c.wire);
+        },
+        |_| {},
+    );
+}
+
+#[test]
+fn frames_on_closed_streams_are_budgeted() {
+    control_flood(
+        |c, i| {
+            if i % 2 == 0 {
+                c.window_update(1, 1);
+            } else {
+                c.rst(1, ErrorCode::Cancel);
+            }
+        },
+        |c| {
+            c.get(1).rst(1, ErrorCode::Cancel);
+        },
+    );
+}
+
+#[test]
+fn the_control_budget_grows_with_requests() {
+    control_flood(
+        |c, i| {
+            c.ping(i.to_be_bytes());
+        },
+        |c| {
+            for id in (1..).step_by(2).take(20) {
+                c.get(id);
+            }
+        },
+    );
+}
+
+#[test]
+fn window_updates_after_data_sent_are_not_counted() {
+    let settings = ServerSettings {
+        max_concurrent_streams: 1,
+        ..defaults()
+    };
+    let (mut s, mut c) = Server::ready(settings);
+    c.get(1);
+    s.feed(&c.take());
+    s.conn.send_headers(1, 200, &[], false, &mut s.out);
+    for _ in 0..CONTROL_FRAME_BUDGET_BASE + 10 {
+        s.conn.send_data(1, 1, false, &mut s.out);
+        s.out.push(b'x');
+        c.window_update(1, 1).window_update(0, 1);
+        s.feed(&c.take());
+    }
+    assert!(!s.conn.is_closed());
+    assert_eq!(s.conn.send_window(1), 65_535);
+}
+
+#[test]
+fn replies_stop_reading_at_the_high_water_mark() {
+    let (mut s, mut c) = Server::ready(defaults());
+    for i in 0..5000u64 {
+        c.ping(i.to_be_bytes());
+    }
+    let input = c.take();
+    let mut out = Vec::new();
+    let used = s.conn.receive(&input, &mut out, &mut |_| {});
+    assert!(used < input.len());
+    assert_eq!(used % 17, 0);
+    assert!(out.len() > CONTROL_HIGH_WATER);
+    assert!(out.len() <= CONTROL_HIGH_WATER + 17);
+    // Called again once the glue has sent it, it goes on.
+    let more = s.conn.receive(&input[used..], &mut Vec::new(), &mut |_| {});
+    assert_eq!(used + more, input.len());
+    assert!(!s.conn.is_closed());
+}
