@@ -1876,3 +1876,785 @@ fn replies_stop_reading_at_the_high_water_mark() {
     assert_eq!(used + more, input.len());
     assert!(!s.conn.is_closed());
 }
+
+// Replays: the same conversation however it is cut.
+
+/// A client's side of a conversation: settings, several requests with
+/// bodies (padded, chunked, with trailers), field blocks split over
+/// CONTINUATION frames, window updates, pings, priorities, resets, stream
+/// errors and a GOAWAY.
+fn conversation() -> Vec<u8> {
+    let mut c = Client::new();
+    c.settings(&[
+        Setting::HeaderTableSize(1024),
+        Setting::InitialWindowSize(100_000),
+        Setting::MaxFrameSize(20_000),
+    ])
+    .window_update(0, 1_000_000)
+    .headers(1, &with(&GET, &[("priority", "u=1, i")]), true)
+    .post(3, Some(10))
+    .data(3, b"hello", false)
+    .ping(*b"pingpong")
+    .padded_data(3, b"world", 3, true)
+    .settings_ack()
+    .post(5, None)
+    .data(5, b"chunk", false)
+    .priority_update(5, "u=6")
+    .headers(5, &[("x-trailer", "t")], true);
+    let block = c.block(&with(&POST, &[("x-long", &"l".repeat(40))]));
+    write_headers(7, &block, false, 16, &mut c.wire);
+    c.rst(7, ErrorCode::Cancel)
+        .priority(9, 1)
+        .priority_update(11, "u=0")
+        .window_update(1, 10)
+        .get(11)
+        .get(13)
+        .window_update(13, 0) // a stream error
+        .data(13, b"late", false); // on a stream this side reset: ignored
+    frame(0xfa, 0, 0, b"unknown", &mut c.wire);
+    c.post(15, Some(3))
+        .data(15, b"abcd", true) // past its content-length
+        .headers(17, &with(&GET, &[("X-Bad", "1")]), true)
+        .goaway(17, ErrorCode::NoError)
+        .ping(*b"lastping");
+    c.take()
+}
+
+/// The same conversation ending with a connection error, and bytes after it.
+fn conversation_ending_in_error() -> Vec<u8> {
+    let mut input = conversation();
+    let mut c = Client::bare();
+    c.data(99, b"idle", true).ping(*b"unread!!");
+    input.extend(c.take());
+    input
+}
+
+/// What feeding `input` cut at `cuts` gave: events, output, bytes left
+/// unread and the error met.
+fn replay(
+    input: &[u8],
+    cuts: impl IntoIterator<Item = usize>,
+) -> (Vec<Ev>, Vec<u8>, usize, Option<ErrorCode>) {
+    let mut s = Server::new(defaults());
+    let mut at = 0;
+    for cut in cuts.into_iter().chain([input.len()]) {
+        s.feed(&input[at..cut]);
+        at = cut;
+    }
+    (s.events(), s.out, s.input.len(), s.conn.error())
+}
+
+#[test]
+fn a_conversation_reads_the_same_however_it_is_cut() {
+    for input in [conversation(), conversation_ending_in_error()] {
+        let whole = replay(&input, []);
+        for cut in 0..=input.len() {
+            assert_eq!(replay(&input, [cut]), whole, "cut at {cut}");
+        }
+        assert_eq!(replay(&input, 0..input.len()), whole, "byte by byte");
+    }
+}
+
+#[test]
+fn the_conversation_does_what_it_says() {
+    let (events, out, left, error) = replay(&conversation(), []);
+    assert_eq!(left, 0);
+    assert_eq!(error, None);
+    let requests: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Request { stream, .. } => Some(*stream),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(requests, [1, 3, 5, 7, 11, 13, 15]);
+    assert!(events.contains(&data(3, b"world", true)));
+    assert!(events.contains(&data(5, b"", true)));
+    assert!(events.contains(&Ev::Reset {
+        stream: 7,
+        code: ErrorCode::Cancel
+    }));
+    assert!(events.contains(&Ev::PriorityChanged {
+        stream: 5,
+        priority: prio(6, false)
+    }));
+    assert!(events.contains(&Ev::GoAway {
+        last_stream_id: 17,
+        code: ErrorCode::NoError
+    }));
+    assert!(matches!(
+        events.iter().find(|e| matches!(e, Ev::Request { stream: 11, .. })),
+        Some(Ev::Request { priority, .. }) if *priority == prio(0, false)
+    ));
+    let mut s = Server::new(defaults());
+    s.out = out;
+    let sent = s.sent();
+    let rsts: Vec<_> = sent.iter().filter(|f| matches!(f, Sent::Rst(..))).collect();
+    assert_eq!(
+        rsts,
+        [
+            &Sent::Rst(13, ErrorCode::ProtocolError),
+            &Sent::Rst(15, ErrorCode::ProtocolError),
+            &Sent::Rst(17, ErrorCode::ProtocolError),
+        ]
+    );
+    assert_eq!(sent.iter().filter(|f| **f == Sent::SettingsAck).count(), 2);
+    assert!(sent.contains(&Sent::PingAck(*b"lastping")));
+
+    let (_, _, left, error) = replay(&conversation_ending_in_error(), []);
+    assert_eq!(error, Some(ErrorCode::ProtocolError));
+    assert_eq!(left, 2 * 9 + 4 + 8);
+}
+
+// The cases of h2spec (github.com/summerwind/h2spec, http2/) about the
+// connection, each answered as h2spec accepts.
+
+/// Any of these codes on an RST_STREAM or a GOAWAY.
+fn assert_stream_error(s: &mut Server, codes: &[ErrorCode]) {
+    let sent = s.sent();
+    assert!(
+        sent.iter().any(|f| matches!(f,
+            Sent::Rst(_, code) | Sent::GoAway(_, code) if codes.contains(code))),
+        "{sent:?} has no {codes:?}"
+    );
+}
+
+/// Any of these codes on a GOAWAY, the connection closed.
+fn assert_connection_error(s: &mut Server, codes: &[ErrorCode]) {
+    let sent = s.sent();
+    assert!(
+        sent.iter()
+            .any(|f| matches!(f, Sent::GoAway(_, code) if codes.contains(code))),
+        "{sent:?} has no GOAWAY with {codes:?}"
+    );
+    assert!(s.conn.is_closed());
+}
+
+/// The client's frames after the handshake.
+fn h2spec(send: impl FnOnce(&mut Client)) -> Server {
+    let (mut s, mut c) = Server::ready(defaults());
+    send(&mut c);
+    s.feed(&c.take());
+    s
+}
+
+fn ping_answered(mut s: Server) {
+    let mut c = Client::bare();
+    c.ping(*b"h2spec!!");
+    s.feed(&c.take());
+    assert!(s.sent().contains(&Sent::PingAck(*b"h2spec!!")));
+}
+
+use ErrorCode::{
+    CompressionError as COMPRESSION, FlowControlError as FLOW_CONTROL,
+    FrameSizeError as FRAME_SIZE, ProtocolError as PROTOCOL, RefusedStream as REFUSED,
+    StreamClosed as STREAM_CLOSED,
+};
+
+/// h2spec's dummy header: a long field, so that a few pass a frame.
+fn dummy(n: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| (format!("x-dummy{i}"), "d".repeat(4000)))
+        .collect()
+}
+
+fn get_with(extra: &[(String, String)]) -> Vec<(&str, &str)> {
+    GET.iter()
+        .copied()
+        .chain(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+        .collect()
+}
+
+#[test]
+fn h2spec_3_5_connection_preface() {
+    let mut s = Server::new(defaults());
+    assert!(matches!(s.sent()[0], Sent::Settings(_)));
+    let mut s = Server::new(defaults());
+    s.sent();
+    s.feed(b"INVALID CONNECTION PREFACE\r\n\r\n");
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_4_1_frame_format() {
+    // Unknown type, undefined flags, the reserved bit: all ignored.
+    ping_answered(h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x16\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00");
+    }));
+    let s = h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x06\x16\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00");
+    });
+    ping_answered(s);
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x06\x16\x80\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00");
+    });
+    assert_eq!(s.sent(), [Sent::PingAck([0; 8])]);
+}
+
+#[test]
+fn h2spec_4_2_frame_size() {
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false).data(1, &[b'x'; 16_384], true);
+    });
+    assert_eq!(s.events()[1], data(1, &[b'x'; 16_384], true));
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false).data(1, &[b'x'; 16_385], true);
+    });
+    assert_stream_error(&mut s, &[FRAME_SIZE]);
+    let mut s = h2spec(|c| {
+        // Five of h2spec's; HPACK makes these shorter.
+        let dummies = dummy(8);
+        let fields = get_with(&dummies);
+        let block = c.block(&fields);
+        frame(
+            1,
+            flags::END_HEADERS | flags::END_STREAM,
+            1,
+            &block,
+            &mut c.wire,
+        );
+    });
+    assert_connection_error(&mut s, &[FRAME_SIZE]);
+}
+
+#[test]
+fn h2spec_4_3_header_compression_and_decompression() {
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x01\x01\x05\x00\x00\x00\x01\x40");
+    });
+    assert_connection_error(&mut s, &[COMPRESSION]);
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+        c.priority(1, 0);
+        let dummy = c.block(&get_with(&dummy(1))[4..]);
+        frame(9, flags::END_HEADERS, 1, &dummy, &mut c.wire);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+        frame(1, flags::END_STREAM, 3, &block, &mut c.wire);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_5_1_stream_states_idle() {
+    let mut s = h2spec(|c| {
+        c.data(1, b"test", true);
+    });
+    assert_stream_error(&mut s, &[PROTOCOL, STREAM_CLOSED]);
+    let mut s = h2spec(|c| {
+        c.rst(1, ErrorCode::Cancel);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.window_update(1, 100);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        frame(9, flags::END_HEADERS, 1, &block, &mut c.wire);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_5_1_stream_states_half_closed_remote() {
+    let mut s = h2spec(|c| {
+        c.get(1).data(1, b"test", true);
+    });
+    assert_stream_error(&mut s, &[STREAM_CLOSED]);
+    let mut s = h2spec(|c| {
+        c.get(1).get(1);
+    });
+    assert_stream_error(&mut s, &[STREAM_CLOSED]);
+    let mut s = h2spec(|c| {
+        c.get(1);
+        let block = c.block(&get_with(&dummy(1))[4..]);
+        frame(9, flags::END_HEADERS, 1, &block, &mut c.wire);
+    });
+    assert_stream_error(&mut s, &[STREAM_CLOSED, PROTOCOL]);
+}
+
+#[test]
+fn h2spec_5_1_stream_states_closed_after_rst_stream() {
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false)
+            .rst(1, ErrorCode::Cancel)
+            .data(1, b"test", true);
+    });
+    assert_stream_error(&mut s, &[STREAM_CLOSED]);
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false)
+            .rst(1, ErrorCode::Cancel)
+            .headers(1, &GET, true);
+    });
+    assert_stream_error(&mut s, &[STREAM_CLOSED]);
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false).rst(1, ErrorCode::Cancel);
+        let block = c.block(&get_with(&dummy(1))[4..]);
+        frame(9, flags::END_HEADERS, 1, &block, &mut c.wire);
+    });
+    assert_stream_error(&mut s, &[STREAM_CLOSED, PROTOCOL]);
+}
+
+#[test]
+fn h2spec_5_1_stream_states_closed() {
+    for last in 0..3 {
+        let (mut s, mut c) = Server::ready(defaults());
+        c.get(1);
+        s.feed(&c.take());
+        s.respond(1, 4);
+        s.sent();
+        match last {
+            0 => {
+                c.data(1, b"test", true);
+                s.feed(&c.take());
+                assert_stream_error(&mut s, &[STREAM_CLOSED]);
+            }
+            1 => {
+                c.get(1);
+                s.feed(&c.take());
+                assert_connection_error(&mut s, &[STREAM_CLOSED]);
+            }
+            _ => {
+                let block = c.block(&get_with(&dummy(1))[4..]);
+                frame(9, flags::END_HEADERS, 1, &block, &mut c.wire);
+                s.feed(&c.take());
+                assert_connection_error(&mut s, &[STREAM_CLOSED, PROTOCOL]);
+            }
+        }
+    }
+}
+
+#[test]
+fn h2spec_5_1_1_stream_identifiers() {
+    let mut s = h2spec(|c| {
+        c.headers(2, &GET, true);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.get(5).get(3);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_5_1_2_stream_concurrency() {
+    let (mut s, mut c) = Server::ready(defaults());
+    // A window of 0, so that no response could complete meanwhile.
+    c.settings(&[Setting::InitialWindowSize(0)]);
+    for id in (1..)
+        .step_by(2)
+        .take(DEFAULT_MAX_CONCURRENT_STREAMS as usize + 1)
+    {
+        c.get(id);
+    }
+    s.feed(&c.take());
+    assert_stream_error(&mut s, &[PROTOCOL, REFUSED]);
+}
+
+#[test]
+fn h2spec_5_3_1_stream_dependencies() {
+    let mut s = h2spec(|c| {
+        c.headers_with_priority(1, 1, &GET, true);
+    });
+    assert_stream_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.priority(1, 1);
+    });
+    assert_stream_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_5_4_1_connection_error_handling() {
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x06\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x00");
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_5_5_extending_http2() {
+    ping_answered(h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x16\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00");
+    }));
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+        c.raw(b"\x00\x00\x08\x16\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00");
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_6_1_data() {
+    let mut s = h2spec(|c| {
+        frame(0, flags::END_STREAM, 0, b"test", &mut c.wire);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.get(1).data(1, b"test", true);
+    });
+    assert_stream_error(&mut s, &[STREAM_CLOSED]);
+    let mut s = h2spec(|c| {
+        c.headers(1, &with(&POST, &[("content-length", "4")]), false)
+            .raw(b"\x00\x00\x05\x00\x09\x00\x00\x00\x01\x06\x54\x65\x73\x74");
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_6_2_headers() {
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+        c.priority(1, 0);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        frame(
+            1,
+            flags::END_HEADERS | flags::END_STREAM,
+            0,
+            &block,
+            &mut c.wire,
+        );
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        let mut payload = vec![block.len() as u8 + 2];
+        payload.extend_from_slice(&block);
+        frame(1, 0x0d, 1, &payload, &mut c.wire);
+    });
+    assert_stream_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_6_3_priority() {
+    let mut s = h2spec(|c| {
+        c.priority(0, 1);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false)
+            .raw(b"\x00\x00\x04\x02\x00\x00\x00\x00\x01\x80\x00\x00\x01");
+    });
+    assert_stream_error(&mut s, &[FRAME_SIZE]);
+    // Only the stream: the connection goes on.
+    ping_answered(s);
+}
+
+#[test]
+fn h2spec_6_4_rst_stream() {
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x04\x03\x00\x00\x00\x00\x00\x00\x00\x00\x08");
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.rst(1, ErrorCode::Cancel);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false)
+            .raw(b"\x00\x00\x03\x03\x00\x00\x00\x00\x01\x00\x00\x00");
+    });
+    assert_stream_error(&mut s, &[FRAME_SIZE]);
+}
+
+#[test]
+fn h2spec_6_5_settings() {
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x01\x04\x01\x00\x00\x00\x00\x00");
+    });
+    assert_connection_error(&mut s, &[FRAME_SIZE]);
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x06\x04\x00\x00\x00\x00\x01\x00\x03\x00\x00\x00\x64");
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x03\x04\x00\x00\x00\x00\x00\x00\x03\x00");
+    });
+    assert_stream_error(&mut s, &[FRAME_SIZE]);
+}
+
+#[test]
+fn h2spec_6_5_2_defined_settings_parameters() {
+    let bad = [
+        (2u16, 2u32, PROTOCOL),
+        (4, 1 << 31, FLOW_CONTROL),
+        (5, 16_383, PROTOCOL),
+        (5, 1 << 24, PROTOCOL),
+    ];
+    for (id, value, code) in bad {
+        let mut s = h2spec(|c| {
+            let mut payload = id.to_be_bytes().to_vec();
+            payload.extend_from_slice(&value.to_be_bytes());
+            frame(4, 0, 0, &payload, &mut c.wire);
+        });
+        assert_connection_error(&mut s, &[code]);
+    }
+    ping_answered(h2spec(|c| {
+        frame(4, 0, 0, b"\x00\xff\x00\x00\x00\x00", &mut c.wire);
+    }));
+}
+
+#[test]
+fn h2spec_6_5_3_settings_synchronization() {
+    let mut s = h2spec(|c| {
+        c.settings(&[
+            Setting::InitialWindowSize(100),
+            Setting::InitialWindowSize(1),
+        ])
+        .get(1);
+    });
+    assert_eq!(s.sent(), [Sent::SettingsAck]);
+    assert_eq!(s.conn.send_window(1), 1);
+    let mut s = h2spec(|c| {
+        c.settings(&[Setting::EnablePush(false)]);
+    });
+    assert_eq!(s.sent(), [Sent::SettingsAck]);
+}
+
+#[test]
+fn h2spec_6_7_ping() {
+    let mut s = h2spec(|c| {
+        c.ping(*b"h2spec\0\0");
+    });
+    assert_eq!(s.sent(), [Sent::PingAck(*b"h2spec\0\0")]);
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x06\x01\x00\x00\x00\x00unexpect")
+            .ping(*b"expected");
+    });
+    assert_eq!(s.sent(), [Sent::PingAck(*b"expected")]);
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x06\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00");
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x06\x06\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00");
+    });
+    assert_connection_error(&mut s, &[FRAME_SIZE]);
+}
+
+#[test]
+fn h2spec_6_8_goaway() {
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x07\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00");
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_6_9_window_update() {
+    let mut s = h2spec(|c| {
+        c.window_update(0, 0);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false).window_update(1, 0);
+    });
+    assert_stream_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x03\x08\x00\x00\x00\x00\x00\x00\x00\x01");
+    });
+    assert_connection_error(&mut s, &[FRAME_SIZE]);
+}
+
+#[test]
+fn h2spec_6_9_1_the_flow_control_window() {
+    let s = h2spec(|c| {
+        c.settings(&[Setting::InitialWindowSize(1)]).get(1);
+    });
+    assert_eq!(s.conn.send_window(1), 1);
+    let mut s = h2spec(|c| {
+        c.window_update(0, MAX_WINDOW_SIZE)
+            .window_update(0, MAX_WINDOW_SIZE);
+    });
+    assert_connection_error(&mut s, &[FLOW_CONTROL]);
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false)
+            .window_update(1, MAX_WINDOW_SIZE)
+            .window_update(1, MAX_WINDOW_SIZE);
+    });
+    assert_eq!(s.sent(), [Sent::Rst(1, FLOW_CONTROL)]);
+}
+
+#[test]
+fn h2spec_6_9_2_initial_flow_control_window_size() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.settings(&[Setting::InitialWindowSize(0)]).get(1);
+    s.feed(&c.take());
+    assert_eq!(s.conn.send_window(1), 0);
+    c.settings(&[Setting::InitialWindowSize(1)]);
+    s.feed(&c.take());
+    assert_eq!(s.conn.send_window(1), 1);
+
+    // Negative windows are tracked.
+    let (mut s, mut c) = Server::ready(defaults());
+    c.settings(&[Setting::InitialWindowSize(3)]).get(1);
+    s.feed(&c.take());
+    s.conn.send_headers(1, 200, &[], false, &mut s.out);
+    s.conn.send_data(1, 3, false, &mut s.out);
+    s.out.extend_from_slice(b"abc");
+    c.settings(&[Setting::InitialWindowSize(1)])
+        .window_update(1, 2);
+    s.feed(&c.take());
+    assert_eq!(s.conn.send_window(1), 0);
+    c.window_update(1, 1);
+    s.feed(&c.take());
+    assert_eq!(s.conn.send_window(1), 1);
+
+    let mut s = h2spec(|c| {
+        c.raw(b"\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x04\x80\x00\x00\x00");
+    });
+    assert_connection_error(&mut s, &[FLOW_CONTROL]);
+}
+
+#[test]
+fn h2spec_6_10_continuation() {
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+        let dummy = c.block(&get_with(&dummy(1))[4..]);
+        frame(9, 0, 1, &dummy, &mut c.wire);
+        frame(9, flags::END_HEADERS, 1, &dummy, &mut c.wire);
+    });
+    assert!(matches!(s.events()[..], [Ev::Request { stream: 1, .. }]));
+    let dummy_block = |c: &mut Client| c.block(&get_with(&dummy(1))[4..]);
+    let cases: [fn(&mut Client, Vec<u8>); 5] = [
+        |c, dummy| {
+            let block = c.block(&GET);
+            frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+            frame(9, 0, 1, &dummy, &mut c.wire);
+            c.data(1, b"test", true);
+        },
+        |c, dummy| {
+            let block = c.block(&GET);
+            frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+            frame(9, flags::END_HEADERS, 0, &dummy, &mut c.wire);
+        },
+        |c, dummy| {
+            c.get(1);
+            frame(9, flags::END_HEADERS, 1, &dummy, &mut c.wire);
+        },
+        |c, dummy| {
+            let block = c.block(&GET);
+            frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+            frame(9, flags::END_HEADERS, 1, &dummy, &mut c.wire);
+            frame(9, flags::END_HEADERS, 1, &dummy, &mut c.wire);
+        },
+        |c, dummy| {
+            c.headers(1, &GET, false).data(1, b"test", true);
+            frame(9, 0, 1, &dummy, &mut c.wire);
+            frame(9, flags::END_HEADERS, 0, &dummy, &mut c.wire);
+        },
+    ];
+    for case in cases {
+        let mut s = h2spec(|c| {
+            let dummy = dummy_block(c);
+            case(c, dummy)
+        });
+        assert_connection_error(&mut s, &[PROTOCOL]);
+    }
+}
+
+#[test]
+fn h2spec_7_error_codes() {
+    let s = h2spec(|c| {
+        c.raw(b"\x00\x00\x08\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff");
+    });
+    ping_answered(s);
+    let s = h2spec(|c| {
+        c.headers(1, &GET, false)
+            .raw(b"\x00\x00\x04\x03\x00\x00\x00\x00\x01\x00\x00\x00\xff");
+    });
+    ping_answered(s);
+}
+
+#[test]
+fn h2spec_8_1_http_request_response_exchange() {
+    let mut s = h2spec(|c| {
+        c.headers(1, &GET, false)
+            .data(1, b"test", false)
+            .headers(1, &[("x-test", "ok")], false);
+    });
+    assert_stream_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_8_1_2_http_header_fields() {
+    let malformed: [&[(&str, &str)]; 14] = [
+        &with(&GET, &[("X-TEST", "ok")]),
+        &with(&GET, &[(":test", "ok")]),
+        &[
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "a"),
+            (":status", "200"),
+            (":path", "/"),
+        ],
+        &[
+            (":method", "GET"),
+            ("x-a", "1"),
+            (":scheme", "https"),
+            (":authority", "a"),
+            (":path", "/"),
+        ],
+        &with(&GET, &[("connection", "keep-alive")]),
+        &with(&GET, &[("te", "trailers, deflate")]),
+        &[
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "a"),
+            (":path", ""),
+        ],
+        &GET[1..],
+        &[(":method", "GET"), (":authority", "a"), (":path", "/")],
+        &[
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "a"),
+        ],
+        &with(&GET, &[(":method", "GET")]),
+        &with(&GET, &[(":scheme", "https")]),
+        &with(&GET, &[(":path", "/")]),
+        &with(&GET, &[("content-length", "1")]),
+    ];
+    for fields in malformed {
+        let mut s = h2spec(|c| {
+            c.headers(1, fields, true);
+        });
+        assert_stream_error(&mut s, &[PROTOCOL]);
+    }
+}
+
+#[test]
+fn h2spec_8_1_2_6_malformed_requests_and_responses() {
+    let mut s = h2spec(|c| {
+        c.headers(1, &with(&POST, &[("content-length", "1")]), false)
+            .data(1, b"test", true);
+    });
+    assert_stream_error(&mut s, &[PROTOCOL]);
+    let mut s = h2spec(|c| {
+        c.headers(1, &with(&POST, &[("content-length", "1")]), false)
+            .data(1, b"test", false)
+            .data(1, b"test", true);
+    });
+    assert_stream_error(&mut s, &[PROTOCOL]);
+}
+
+#[test]
+fn h2spec_8_2_server_push() {
+    let mut s = h2spec(|c| {
+        let block = c.block(&GET);
+        let mut payload = 3u32.to_be_bytes().to_vec();
+        payload.extend_from_slice(&block);
+        frame(5, flags::END_HEADERS, 1, &payload, &mut c.wire);
+    });
+    assert_connection_error(&mut s, &[PROTOCOL]);
+}
