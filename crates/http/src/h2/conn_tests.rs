@@ -2658,3 +2658,220 @@ fn h2spec_8_2_server_push() {
     });
     assert_connection_error(&mut s, &[PROTOCOL]);
 }
+
+// The fuzz target's seeds.
+
+/// Seeds for `fuzz/corpus/h2_connection`: conversations and attacks under
+/// the fuzz target's small settings, with the client's preface, each a few
+/// hundred bytes (exceeding the connection's window takes 64 KiB, so that
+/// one is left to the unit tests). Those named `seed-bad-*` end in a
+/// connection error. `FASTPATH_WRITE_H2_CONNECTION_SEEDS=<dir>` writes them
+/// there.
+fn fuzz_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut seeds = Vec::new();
+    let mut seed = |name: &'static str, send: &dyn Fn(&mut Client)| {
+        let mut c = Client::new();
+        send(&mut c);
+        seeds.push((name, c.take()));
+    };
+    seed("seed-get", &|c| {
+        c.get(1);
+    });
+    seed("seed-gets-sharing-the-table", &|c| {
+        for id in [1, 3, 5] {
+            c.headers(
+                id,
+                &with(&GET, &[("accept", "*/*"), ("user-agent", "fuzz")]),
+                true,
+            );
+        }
+    });
+    seed("seed-post-with-length", &|c| {
+        c.post(1, Some(10))
+            .data(1, b"hello", false)
+            .data(1, b"world", true);
+    });
+    seed("seed-post-chunked-with-trailers", &|c| {
+        c.post(1, None)
+            .data(1, b"chunk", false)
+            .headers(1, &[("x-t", "1")], true);
+    });
+    seed("seed-padded-data", &|c| {
+        c.post(1, None)
+            .padded_data(1, b"abc", 10, false)
+            .padded_data(1, b"", 0, true);
+    });
+    seed("seed-continuation", &|c| {
+        let block = c.block(&with(&GET, &[("x-long", &"l".repeat(60))]));
+        write_headers(1, &block, true, 16, &mut c.wire);
+    });
+    seed("seed-priorities", &|c| {
+        c.priority_update(3, "u=0, i")
+            .headers(1, &with(&GET, &[("priority", "u=5")]), false)
+            .priority_update(1, "u=1")
+            .get(3)
+            .priority(5, 1)
+            .headers_with_priority(5, 1, &GET, true);
+    });
+    seed("seed-window-updates-and-settings", &|c| {
+        c.settings_ack()
+            .settings(&[
+                Setting::InitialWindowSize(10),
+                Setting::HeaderTableSize(0),
+                Setting::MaxFrameSize(20_000),
+            ])
+            .get(1)
+            .window_update(1, 100)
+            .window_update(0, 1000)
+            .settings(&[Setting::InitialWindowSize(0)]);
+    });
+    seed("seed-body-past-the-stream-window", &|c| {
+        c.settings_ack()
+            .post(1, None)
+            .data(1, &[0; 900], false)
+            .data(1, &[0; 200], false)
+            .get(3);
+    });
+    seed("seed-pings-and-unknown-frames", &|c| {
+        c.ping(*b"12345678")
+            .raw(b"\x00\x00\x08\x06\x01\x00\x00\x00\x00unasked!");
+        frame(0xfa, 0xff, 7, b"unknown", &mut c.wire);
+        c.get(1);
+    });
+    seed("seed-client-goaway", &|c| {
+        c.get(1).goaway(0, ErrorCode::NoError).get(3);
+    });
+    seed("seed-rapid-reset", &|c| {
+        for id in (1..).step_by(2).take(30) {
+            c.get(id).rst(id, ErrorCode::Cancel);
+        }
+    });
+    seed("seed-made-you-reset", &|c| {
+        for id in (1..).step_by(2).take(10) {
+            c.get(id).window_update(id, 0).data(id, b"x", true);
+        }
+    });
+    seed("seed-refused-streams", &|c| {
+        for id in (1..).step_by(2).take(6) {
+            c.post(id, None);
+        }
+        c.data(1, b"x", true);
+    });
+    seed("seed-max-requests", &|c| {
+        for id in (1..).step_by(2).take(18) {
+            c.get(id).rst(id, ErrorCode::Cancel);
+        }
+    });
+    seed("seed-header-list-too-large", &|c| {
+        c.headers(1, &with(&POST, &[("x-big", &"b".repeat(600))]), false)
+            .data(1, b"ignored", true)
+            .headers(3, &with(&GET, &[("x-big", &"b".repeat(600))]), true);
+    });
+    seed("seed-malformed-requests", &|c| {
+        c.headers(1, &with(&GET, &[("X-Upper", "1")]), true)
+            .headers(3, &GET[1..], true)
+            .headers(5, &with(&GET, &[("connection", "close")]), true)
+            .post(7, Some(1))
+            .data(7, b"toolong", true)
+            .post(9, None)
+            .headers(9, &[("x", "1")], false);
+    });
+    seed("seed-stream-closed", &|c| {
+        c.get(1)
+            .data(1, b"x", true)
+            .get(3)
+            .rst(3, ErrorCode::Cancel)
+            .data(3, b"x", true);
+    });
+    seed("seed-ping-flood", &|c| {
+        for i in 0..50u64 {
+            c.ping(i.to_be_bytes());
+        }
+    });
+    seed("seed-empty-frames", &|c| {
+        c.post(1, None);
+        for _ in 0..20 {
+            c.data(1, b"", false);
+        }
+        frame(1, 0, 3, b"", &mut c.wire);
+        let block = c.block(&GET);
+        frame(9, 0, 3, b"", &mut c.wire);
+        frame(9, flags::END_HEADERS, 3, &block, &mut c.wire);
+    });
+    seed("seed-conversation", &|c| {
+        c.raw(&conversation()[PREFACE.len() + 9..]);
+    });
+    seed("seed-bad-conversation-ending-in-error", &|c| {
+        c.raw(&conversation_ending_in_error()[PREFACE.len() + 9..]);
+    });
+    seed("seed-bad-idle-data", &|c| {
+        c.data(1, b"x", true);
+    });
+    seed("seed-bad-even-stream", &|c| {
+        c.headers(2, &GET, true);
+    });
+    seed("seed-bad-decreasing-stream", &|c| {
+        c.get(5).get(3);
+    });
+    seed("seed-bad-hpack", &|c| {
+        frame(
+            1,
+            flags::END_HEADERS | flags::END_STREAM,
+            1,
+            &[0x40],
+            &mut c.wire,
+        );
+    });
+    seed("seed-bad-connection-window-overflow", &|c| {
+        c.window_update(0, MAX_WINDOW_SIZE);
+    });
+    seed("seed-bad-push-promise", &|c| {
+        frame(5, flags::END_HEADERS, 1, &[0, 0, 0, 2, 0x82], &mut c.wire);
+    });
+    seed("seed-headers-after-reset", &|c| {
+        c.get(1).rst(1, ErrorCode::Cancel).get(1).get(1);
+    });
+    seed("seed-bad-continuation-interrupted", &|c| {
+        let block = c.block(&GET);
+        frame(1, flags::END_STREAM, 1, &block, &mut c.wire);
+        c.ping([0; 8]);
+    });
+    seed("seed-bad-settings-ack-with-payload", &|c| {
+        c.raw(b"\x00\x00\x01\x04\x01\x00\x00\x00\x00\x00");
+    });
+    seed("seed-bad-self-dependent-priority-on-idle", &|c| {
+        c.priority(1, 1);
+    });
+    seed("seed-bad-first-frame-not-settings", &|c| {
+        c.wire.truncate(PREFACE.len());
+        c.ping([0; 8]);
+    });
+    seed("seed-bad-preface", &|c| {
+        c.wire.clear();
+        c.raw(b"PRI * HTTP/1.1\r\n\r\n");
+    });
+    seeds
+}
+
+#[test]
+fn fuzz_seeds_pass_the_fuzz_checks() {
+    let seeds = fuzz_seeds();
+    assert!(seeds.len() >= 30);
+    let dir = std::env::var_os("FASTPATH_WRITE_H2_CONNECTION_SEEDS");
+    for (name, data) in seeds {
+        crate::fuzzing::h2_connection(&data);
+        let (requests, error) = crate::fuzzing::h2_serve(&data);
+        assert_eq!(
+            error.is_some(),
+            name.starts_with("seed-bad-"),
+            "{name}: {error:?}"
+        );
+        assert!(
+            requests > 0 || name.starts_with("seed-bad-") || name.contains("flood"),
+            "{name} made no request"
+        );
+        if let Some(dir) = &dir {
+            std::fs::write(std::path::Path::new(dir).join(name), &data).unwrap();
+        }
+    }
+}
