@@ -13,6 +13,8 @@ use crate::{
 
 mod chunked_reference;
 pub use chunked_reference::{reference_chunked, ChunkedOutcome};
+mod h2_connection;
+pub use h2_connection::{h2_connection, h2_serve, H2_CONNECTION_SETTINGS};
 mod h2_frames;
 pub use h2_frames::{h2_frames, h2_read, H2_BLOCK_LIMITS, H2_MAX_FRAME_SIZE};
 mod hpack;

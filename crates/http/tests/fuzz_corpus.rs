@@ -103,3 +103,27 @@ fn h2_frames_corpus() {
         }
     }
 }
+
+#[test]
+fn h2_connection_corpus() {
+    let files = corpus("h2_connection");
+    assert!(
+        files.len() >= 30,
+        "only {} HTTP/2 connection seeds",
+        files.len()
+    );
+    for (path, data) in files {
+        println!("{}", path.display());
+        fastpath_http::fuzzing::h2_connection(&data);
+        // A seed named seed-bad-* ends in a connection error; every other
+        // seed is read to its end without one.
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let (requests, error) = fastpath_http::fuzzing::h2_serve(&data);
+        println!("  {requests} requests, error {error:?}");
+        assert_eq!(
+            error.is_some(),
+            name.starts_with("seed-bad-"),
+            "{name}: {error:?}"
+        );
+    }
+}

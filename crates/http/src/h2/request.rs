@@ -149,6 +149,18 @@ const CONNECTION_SPECIFIC: [&str; 5] = [
 ];
 
 impl RequestHead {
+    /// Empties the head for the next request's block, keeping its buffers, so that a
+    /// connection reuses one for all its streams.
+    pub fn clear(&mut self) {
+        self.values.clear();
+        self.pseudo = Pseudo::default();
+        self.host = None;
+        self.lines.clear();
+        self.cookie.clear();
+        self.content_length = None;
+        self.regular_seen = false;
+    }
+
     /// Takes one field of the block, in order.
     pub fn field(&mut self, name: &[u8], value: &[u8]) -> Result<(), MalformedRequest> {
         check_value(value)?;

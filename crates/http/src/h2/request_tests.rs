@@ -314,3 +314,18 @@ fn every_block_accepted_becomes_a_head_the_http1_parser_reads_the_same() {
     }
     assert!(accepted > 1_000, "only {accepted} blocks accepted");
 }
+
+#[test]
+fn a_cleared_head_takes_the_next_block_as_a_fresh_one() {
+    let mut request = RequestHead::default();
+    for (name, value) in with(&[("cookie", "a=1"), ("content-length", "3"), ("x", "1")]) {
+        request.field(name.as_bytes(), value.as_bytes()).unwrap();
+    }
+    request.clear();
+    for (name, value) in GET {
+        request.field(name.as_bytes(), value.as_bytes()).unwrap();
+    }
+    let mut out = Vec::new();
+    assert_eq!(request.finish(true, &mut out), Ok(RequestBody::None));
+    assert_eq!(out, b"GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\n\r\n");
+}
