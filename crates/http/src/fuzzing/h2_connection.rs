@@ -87,7 +87,10 @@ impl Tracker {
     fn see(&mut self, e: &Owned) {
         match *e {
             Owned::Request(id, ..) | Owned::Rejected(id, _) => {
-                assert!(!id.is_multiple_of(2) && id > self.last_request, "stream {id} opened");
+                assert!(
+                    !id.is_multiple_of(2) && id > self.last_request,
+                    "stream {id} opened"
+                );
                 self.last_request = id;
                 let ended = matches!(e, Owned::Request(_, _, RequestBody::None, _));
                 self.streams.insert(id, Seen { held: 0, ended });

@@ -871,7 +871,8 @@ impl Connection {
     /// it) and split into CONTINUATION frames by the client's
     /// SETTINGS_MAX_FRAME_SIZE. A 1xx status is an interim response, which
     /// cannot end the stream; otherwise `end_stream` closes the sending half.
-    /// Nothing is written for a stream unknown, reset or closed for sending.
+    /// Nothing is written for a stream unknown, reset or closed for sending,
+    /// nor once the connection is closed (its GOAWAY stays the last frame).
     pub fn send_headers(
         &mut self,
         stream: u32,
@@ -886,7 +887,8 @@ impl Connection {
 
     /// How many DATA bytes the stream may send now: the lesser of the
     /// connection's and the stream's send windows; 0 for a stream that is
-    /// unknown, reset or closed for sending.
+    /// unknown, reset or closed for sending, and for every stream once the
+    /// connection is closed.
     pub fn send_window(&self, stream: u32) -> usize {
         self.st.send_window(stream)
     }
@@ -1661,6 +1663,9 @@ impl State {
         end_stream: bool,
         out: &mut Vec<u8>,
     ) {
+        if self.closed.is_some() {
+            return;
+        }
         let Some(i) = self.index(id).filter(|&i| self.streams[i].send_open) else {
             return;
         };
@@ -1692,6 +1697,10 @@ impl State {
     }
 
     fn send_window(&self, id: u32) -> usize {
+        if self.closed.is_some() {
+            // The GOAWAY written is the last frame.
+            return 0;
+        }
         match self.index(id).map(|i| &self.streams[i]) {
             Some(s) if s.send_open => s.send.available().min(self.conn_send.available()) as usize,
             _ => 0,
@@ -1709,6 +1718,9 @@ impl State {
             "{len} bytes of DATA past the client's SETTINGS_MAX_FRAME_SIZE {}",
             self.peer_max_frame_size
         );
+        if self.closed.is_some() {
+            return;
+        }
         let Some(i) = self.index(id).filter(|&i| self.streams[i].send_open) else {
             return;
         };

@@ -1419,6 +1419,21 @@ fn a_connection_error_names_the_last_stream_accepted_and_stops_reading() {
 }
 
 #[test]
+fn nothing_is_written_after_the_goaway_of_a_connection_error() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1).window_update(0, 0);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), [Sent::GoAway(1, ErrorCode::ProtocolError)]);
+    assert_eq!(s.conn.send_window(1), 0);
+    s.conn.send_headers(1, 200, &[], false, &mut s.out);
+    s.conn.send_data(1, 0, true, &mut s.out);
+    s.conn.reset(1, ErrorCode::Cancel, &mut s.out);
+    s.conn.go_away(&mut s.out);
+    s.conn.consumed(1, 10, &mut s.out);
+    assert_eq!(s.sent(), []);
+}
+
+#[test]
 fn unknown_frames_are_ignored_except_inside_a_field_block() {
     let (mut s, mut c) = Server::ready(defaults());
     frame(0xfa, 0xff, 1, b"whatever", &mut c.wire);
