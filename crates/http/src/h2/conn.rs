@@ -1097,8 +1097,12 @@ impl State {
             return Err(code);
         }
         if self.index(id).is_none() {
-            // Closed already: nothing to reset.
-            return self.unproductive();
+            // Closed already, the error is still said: RST_STREAM is allowed on a closed
+            // stream (§6.4 forbids it on idle ones only), and a client that sends a PRIORITY
+            // of the wrong length once its response has come is told of it (h2spec 6.3 #2).
+            // The client provoked it: it counts as a reset.
+            write_rst_stream(id, code, out);
+            return self.count_reset();
         }
         self.stream_error(id, code, out, on_event)
     }

@@ -2362,6 +2362,19 @@ fn h2spec_6_3_priority() {
     assert_stream_error(&mut s, &[FRAME_SIZE]);
     // Only the stream: the connection goes on.
     ping_answered(s);
+    // As h2spec sends it to a server that answers at once: the stream is closed both ways
+    // when the PRIORITY comes, and the error is still said.
+    let (mut s, mut c) = Server::ready(defaults());
+    c.headers(1, &GET, true);
+    s.feed(&c.take());
+    let mut out = Vec::new();
+    s.conn.send_headers(1, 204, &[], true, &mut out);
+    s.sent();
+    let mut c = Client::bare();
+    c.raw(b"\x00\x00\x04\x02\x00\x00\x00\x00\x01\x80\x00\x00\x01");
+    s.feed(&c.take());
+    assert_stream_error(&mut s, &[FRAME_SIZE]);
+    ping_answered(s);
 }
 
 #[test]
