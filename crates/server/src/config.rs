@@ -81,12 +81,36 @@ pub struct Config {
     pub health_check: Option<String>,
     /// HTTPS: which listeners speak TLS (`[[listen]] tls`) and how (`[tls]`).
     pub tls: TlsConfig,
+    /// HTTP/2 (`[http2]`).
+    pub http2: Http2Config,
     /// The listeners that expect a PROXY protocol header (`[[listen]] proxy_protocol`): their
     /// place in `listen`, and the addresses the header is accepted from (`proxy_from`).
     pub proxy_protocol: Vec<(usize, Vec<fastpath_drivers::Cidr>)>,
     /// The plain listeners that redirect every request to HTTPS (`[[listen]]
     /// redirect_to_https`): their place in `listen`, and the HTTPS port.
     pub https_redirects: Vec<(usize, u16)>,
+    /// The places in `listen` of the plain listeners whose every connection speaks HTTP/2
+    /// (`[[listen]] http2_only`).
+    pub http2_only: Vec<usize>,
+}
+
+/// The `[http2]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http2Config {
+    /// HTTP/2 is offered: by ALPN on TLS listeners, and to clients that open a plain
+    /// connection with its preface (prior knowledge).
+    pub enabled: bool,
+    /// Streams a client may have open at once on one connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for Http2Config {
+    fn default() -> Self {
+        Http2Config {
+            enabled: true,
+            max_concurrent_streams: 100,
+        }
+    }
 }
 
 /// The `[tls]` table, and the listeners that speak TLS.
@@ -370,8 +394,10 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             health_check: None,
             tls: TlsConfig::default(),
+            http2: Http2Config::default(),
             proxy_protocol: Vec::new(),
             https_redirects: Vec::new(),
+            http2_only: Vec::new(),
             user: None,
             group: None,
             run_as_root: false,
@@ -506,7 +532,12 @@ impl Config {
             unknown_name: self.tls.unknown_name,
             handshake_timeout: self.timeouts.header,
             tickets: self.tls.ticket_source(),
-            ..fastpath_tls::TlsSettings::default()
+            // HTTP/2 first: a client that speaks it is served on one connection.
+            alpn: if self.http2.enabled {
+                vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+            } else {
+                vec![b"http/1.1".to_vec()]
+            },
         })
     }
 
@@ -549,6 +580,11 @@ impl Config {
             .iter()
             .find(|(i, _)| *i == index)
             .map(|&(_, port)| port)
+    }
+
+    /// Whether the listener bound for `listen[index]` speaks HTTP/2 alone.
+    pub fn is_http2_only(&self, index: usize) -> bool {
+        self.http2.enabled && self.http2_only.contains(&index)
     }
 
     /// Adds a listening address that speaks TLS (`--tls-listen`).

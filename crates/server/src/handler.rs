@@ -29,6 +29,8 @@ use crate::routing::{Route, Router};
 use crate::vhosts::VirtualHosts;
 use fastpath_handover::exchange::{Exchange, Progress, CLIENT_GONE};
 
+mod h2;
+
 /// Queued output past which pipelined requests wait until it is sent: bounds the memory a
 /// client can make the server hold by pipelining without reading.
 const OUTPUT_HIGH_WATER: u64 = 64 * 1024;
@@ -56,6 +58,8 @@ pub(crate) struct ListenerFacts {
     pub unix_names: Vec<Option<&'static str>>,
     /// The HTTPS port a plain listener redirects every request to (`redirect_to_https`).
     pub https_redirects: Vec<Option<u16>>,
+    /// The plain listeners whose connections speak HTTP/2 from the first byte.
+    pub http2_only: Vec<bool>,
 }
 
 /// Settings the handler needs, taken from the configuration once.
@@ -71,6 +75,10 @@ pub(crate) struct HandlerSettings {
     pub send_buffer: libc::c_int,
     /// The path of the health check (`health_check`).
     pub health_check: Option<Box<str>>,
+    /// How long a connection may take no output (an HTTP/2 one: whose window stays shut).
+    pub send_timeout: Duration,
+    /// HTTP/2 connections' settings; `None` when HTTP/2 is off.
+    pub h2: Option<fastpath_http::h2::ServerSettings>,
 }
 
 impl HandlerSettings {
@@ -89,6 +97,18 @@ impl HandlerSettings {
             send_buffer: libc::c_int::try_from(config.limits.send_buffer)
                 .unwrap_or(libc::c_int::MAX),
             health_check: config.health_check.as_deref().map(Box::from),
+            send_timeout: config.timeouts.send,
+            h2: config.http2.enabled.then(|| {
+                h2::server_settings(
+                    &fastpath_http::Limits {
+                        max_request_line: config.limits.max_request_line,
+                        max_header_bytes: config.limits.max_header_bytes,
+                        max_headers: config.limits.max_headers,
+                    },
+                    config.limits.max_requests_per_connection,
+                    config.http2.max_concurrent_streams,
+                )
+            }),
         }
     }
 }
@@ -126,6 +146,8 @@ enum Phase {
     /// the same page to fill the response cache: handed over again at `again` (its
     /// deadline), having first waited at `since`.
     AwaitFill { since: Instant, again: Instant },
+    /// The connection speaks HTTP/2: each of its streams is a request of its own.
+    H2(Box<h2::H2Session>),
 }
 
 /// Everything the server keeps for one connection.
@@ -151,9 +173,13 @@ pub(crate) struct HttpConn {
     tls: Option<Box<Tls>>,
     /// Its listener redirects every request to HTTPS on this port.
     to_https: Option<u16>,
+    /// A stream of an HTTP/2 connection, served as a request of its own: it is never joined
+    /// with a backend (the bytes must pass through the stream's framing).
+    stream: bool,
 }
 
 /// What a TLS connection's requests need of its handshake.
+#[derive(Clone)]
 pub(crate) struct Tls {
     /// The SNI name, in lower case: every request's `Host` must name it (RFC 9110 §7.4:
     /// a request for another host on this connection gets 421).
@@ -175,6 +201,8 @@ pub(crate) struct Scheme<'c> {
     pub(crate) server_name: Option<&'c str>,
     /// The TLS agreed, for the access log.
     pub(crate) tls: Option<TlsFields>,
+    /// The request is one of an HTTP/2 connection's streams.
+    pub(crate) stream: bool,
 }
 
 /// The health check's answer: small, never cached by anything between.
@@ -190,17 +218,19 @@ fn hsts_of(tls: &Option<Box<Tls>>) -> &[u8] {
 }
 
 impl<'c> Scheme<'c> {
-    /// The scheme of a connection whose TLS side is `tls`.
-    fn of(tls: &'c Option<Box<Tls>>, to_https: Option<u16>) -> Self {
+    /// The scheme of a connection whose TLS side is `tls` (of an HTTP/2 `stream`).
+    fn of(tls: &'c Option<Box<Tls>>, to_https: Option<u16>, stream: bool) -> Self {
         match tls {
             Some(tls) => Scheme {
                 https: true,
                 to_https: None,
                 server_name: tls.server_name.as_deref(),
                 tls: Some(tls.fields),
+                stream,
             },
             None => Scheme {
                 to_https,
+                stream,
                 ..Scheme::default()
             },
         }
@@ -263,6 +293,26 @@ impl HttpConn {
             backend,
             tls: None,
             to_https: None,
+            stream: false,
+        }
+    }
+
+    /// The state of a stream of this HTTP/2 connection: who it is from and how they came.
+    fn for_stream(&self) -> HttpConn {
+        HttpConn {
+            tls: self.tls.clone(),
+            to_https: self.to_https,
+            scrape: self.scrape,
+            stream: true,
+            ..HttpConn::new(self.peer, false)
+        }
+    }
+
+    /// The backend connection of the exchange under way, if one is.
+    fn backend_link(&self) -> Option<fastpath_drivers::ConnRef> {
+        match &self.phase {
+            Phase::Proxy(handed) => handed.exchange.link(),
+            _ => None,
         }
     }
 }
@@ -349,6 +399,9 @@ impl HttpHandler {
     }
 
     fn process(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        if let Phase::H2(_) = conn.phase {
+            return self.serve_h2(conn, io, false);
+        }
         if conn.idle {
             conn.idle = false;
             if let Some(metrics) = &self.metrics {
@@ -370,6 +423,7 @@ impl HttpHandler {
             }
             match &mut conn.phase {
                 Phase::Head => {}
+                Phase::H2(_) => return self.serve_h2(conn, io, false),
                 &mut Phase::AwaitFill { since, again } => {
                     if io.now() < again {
                         io.set_deadline(Some(again));
@@ -444,6 +498,11 @@ impl HttpHandler {
                 io.set_deadline(Some(io.now() + wait));
                 return Next::Read;
             }
+            if conn.requests == 0 && conn.parser.is_none() && !conn.stream {
+                if let Some(next) = self.detect_h2c(conn, io) {
+                    return next;
+                }
+            }
             let started = *conn.head_started.get_or_insert(io.now());
             let peer = conn.peer;
             let requests = conn.requests;
@@ -491,7 +550,7 @@ impl HttpHandler {
                     };
                     let scrape = conn.scrape;
                     let served = (requests, scrape, waiting.take());
-                    let scheme = Scheme::of(&conn.tls, conn.to_https);
+                    let scheme = Scheme::of(&conn.tls, conn.to_https, conn.stream);
                     self.respond(
                         (peer, scheme),
                         served,
@@ -530,6 +589,46 @@ impl HttpHandler {
             }
             conn.phase = outcome.discard;
         }
+    }
+
+    /// Starts HTTP/2 on a plain connection whose first bytes are its preface (prior
+    /// knowledge, h2c): `Some` with what the connection does next when they are, or may be
+    /// once more arrive; `None` for HTTP/1.
+    fn detect_h2c(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Option<Next> {
+        let settings = self.settings.h2.as_ref()?;
+        if conn.tls.is_some() || conn.scrape {
+            // Over TLS, ALPN says which protocol it is; the metrics speak HTTP/1.
+            return None;
+        }
+        match fastpath_http::h2::detect_preface(io.input().data()) {
+            fastpath_http::h2::PrefaceMatch::NotHttp2 => None,
+            fastpath_http::h2::PrefaceMatch::NeedMore => {
+                if io.eof() {
+                    return Some(Next::Close);
+                }
+                let started = *conn.head_started.get_or_insert(io.now());
+                io.set_deadline(Some(started + self.settings.header_timeout));
+                Some(Next::Read)
+            }
+            fastpath_http::h2::PrefaceMatch::Http2 => {
+                self.start_h2(conn, io, *settings);
+                Some(self.serve_h2(conn, io, false))
+            }
+        }
+    }
+
+    /// Makes `conn` an HTTP/2 connection, its server preface queued.
+    fn start_h2(
+        &mut self,
+        conn: &mut HttpConn,
+        io: &mut Io<'_>,
+        settings: fastpath_http::h2::ServerSettings,
+    ) {
+        let now = io.now();
+        let (output, pool) = io.output_and_pool();
+        let session = h2::H2Session::start(settings, self.settings.limits, now, output, pool);
+        conn.head_started = None;
+        conn.phase = Phase::H2(session);
     }
 
     /// Whether `target` asks for the health check (a query is allowed: some balancers add
@@ -619,7 +718,9 @@ impl HttpHandler {
                 // A bridge moves the connection's bytes around the server, so it cannot
                 // carry TLS: a request that came over TLS is proxied instead.
                 let method = match method {
-                    HandoverMethod::Bridge if scheme.https => HandoverMethod::Proxy,
+                    HandoverMethod::Bridge if scheme.https || scheme.stream => {
+                        HandoverMethod::Proxy
+                    }
                     other => other,
                 };
                 let incoming = Incoming {
@@ -1033,6 +1134,15 @@ impl Handler for HttpHandler {
             metrics.opened();
             conn.scrape = opened.listener() == Some(metrics.all().listener());
         }
+        let alpn_h2 = io
+            .transport()
+            .is_some_and(|agreed| agreed.alpn.as_deref() == Some(b"h2"));
+        let http2_only = opened
+            .listener()
+            .is_some_and(|i| self.settings.listeners.http2_only.get(i) == Some(&true));
+        if let Some(settings) = self.settings.h2.as_ref().filter(|_| alpn_h2 || http2_only) {
+            self.start_h2(&mut conn, io, *settings);
+        }
         (conn, Next::Read)
     }
 
@@ -1041,6 +1151,9 @@ impl Handler for HttpHandler {
     }
 
     fn on_timeout(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Next {
+        if let Phase::H2(_) = conn.phase {
+            return self.serve_h2(conn, io, true);
+        }
         if let Phase::AwaitFill { .. } = conn.phase {
             return self.process(conn, io);
         }
@@ -1078,6 +1191,10 @@ impl Handler for HttpHandler {
     /// it. A new connection that has not sent its first request yet is left its header
     /// timeout: its request may be on the way.
     fn on_drain(&mut self, conn: &mut HttpConn, io: &mut Io<'_>) -> Option<Next> {
+        if let Phase::H2(_) = conn.phase {
+            // Says GOAWAY and ends the connection once its streams are done.
+            return Some(self.serve_h2(conn, io, false));
+        }
         if let Phase::Proxy(handed) = &mut conn.phase {
             handed.exchange.close_if_head_unsent();
         }
@@ -1093,6 +1210,9 @@ impl Handler for HttpHandler {
     }
 
     fn on_closing(&mut self, conn: &mut HttpConn, sent: u64) {
+        if let Phase::H2(session) = &mut conn.phase {
+            self.h2_closing(session);
+        }
         // A relayed response waits for the close reason (`on_close`) to say why it was cut.
         if let Some(deferred) = conn.deferred.as_mut().filter(|d| d.relayed) {
             deferred.closing_sent = Some(sent);
@@ -1101,7 +1221,7 @@ impl Handler for HttpHandler {
         self.settle(conn, sent, true);
     }
 
-    fn on_close(&mut self, mut conn: HttpConn, reason: CloseReason, _worker: &mut Worker<'_>) {
+    fn on_close(&mut self, mut conn: HttpConn, reason: CloseReason, worker: &mut Worker<'_>) {
         if conn.backend {
             // Its exchange heard why through the client connection's call.
             return;
@@ -1109,22 +1229,27 @@ impl Handler for HttpHandler {
         if let Some(sent) = conn.deferred.as_ref().and_then(|d| d.closing_sent) {
             self.settle_because(&mut conn, sent, true, Some(ended_because(reason)));
         }
-        if let Some(metrics) = &self.metrics {
+        // A stream of an HTTP/2 connection was never counted as a connection.
+        if let Some(metrics) = self.metrics.as_ref().filter(|_| !conn.stream) {
             metrics.closed();
             if conn.idle {
                 metrics.idle(false);
             }
         }
-        if let Phase::Proxy(mut handed) = std::mem::replace(&mut conn.phase, Phase::Head) {
-            // The connection ended mid-exchange: the driver closes the backend connection.
-            handed.exchange.forget(&mut self.backends.states);
-            // A joined bridge was logged as it was handed over; any other request cut off
-            // here has had no line yet, and must not end unseen.
-            if !handed.written {
-                self.log_cut_exchange(conn.client(), *handed, reason);
-            } else {
-                self.backends.exchange_ended(handed.exchange, false);
+        match std::mem::replace(&mut conn.phase, Phase::Head) {
+            Phase::H2(session) => self.h2_closed(session, reason, worker),
+            Phase::Proxy(mut handed) => {
+                // The connection ended mid-exchange: the driver closes the backend connection.
+                handed.exchange.forget(&mut self.backends.states);
+                // A joined bridge was logged as it was handed over; any other request cut off
+                // here has had no line yet, and must not end unseen.
+                if !handed.written {
+                    self.log_cut_exchange(conn.client(), *handed, reason);
+                } else {
+                    self.backends.exchange_ended(handed.exchange, false);
+                }
             }
+            _ => {}
         }
         if let Some(parser) = conn.parser {
             self.give_parser(parser);

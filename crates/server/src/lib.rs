@@ -404,6 +404,10 @@ pub fn serve_with(
         listeners: ListenerFacts {
             unix_names: unix_listener_names(&served.listeners),
             https_redirects: https_redirects(config, &served),
+            http2_only: served
+                .configured_places(config)
+                .map(|place| place.is_some_and(|place| config.is_http2_only(place)))
+                .collect(),
         },
         generations: shared_generations(config, model.kind()),
         kernel_bridge,

@@ -221,6 +221,16 @@ impl Exchange {
         }
     }
 
+    /// The backend connection of a proxied exchange, once one has been asked for: what a
+    /// client connection that goes on without the exchange (an HTTP/2 stream reset) lets go
+    /// of.
+    pub fn link(&self) -> Option<fastpath_drivers::ConnRef> {
+        match self {
+            Exchange::Proxy(e) => e.link(),
+            Exchange::Bridge(_) => None,
+        }
+    }
+
     /// The backend, by index.
     pub fn backend(&self) -> usize {
         match self {

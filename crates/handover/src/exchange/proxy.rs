@@ -301,6 +301,14 @@ impl ProxyExchange {
         (self.parser, self.cache)
     }
 
+    /// The backend connection, once one has been asked for.
+    pub(crate) fn link(&self) -> Option<ConnRef> {
+        match self.conn {
+            Conn::Open { conn, .. } => Some(conn),
+            _ => None,
+        }
+    }
+
     /// Forgets the connection count when the client connection is gone.
     pub(crate) fn forget(&mut self, backends: &mut [BackendState]) {
         if self.counted {

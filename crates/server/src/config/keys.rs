@@ -48,8 +48,8 @@ use super::check::{
     TableSpec,
 };
 use super::{
-    CacheConfig, Config, HandoverConfig, HostConfig, Limits, LogConfig, LogTarget, MetricsConfig,
-    Timeouts, TlsConfig, MAX_WORKERS,
+    CacheConfig, Config, HandoverConfig, HostConfig, Http2Config, Limits, LogConfig, LogTarget,
+    MetricsConfig, Timeouts, TlsConfig, MAX_WORKERS,
 };
 use fastpath_tls::{TlsVersions, UnknownName};
 use Kind::*;
@@ -126,6 +126,8 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     key("tls_key", "none", Custom(|ck, f, c| ck.path(f, &mut c.default_host.tls_key))),
     // How TLS listeners speak TLS.
     key("tls", "", Table(|ck, s, c| ck.read_table(s, &TLS, &mut c.tls))),
+    // HTTP/2.
+    key("http2", "", Table(|ck, s, c| ck.read_table(s, &HTTP2, &mut c.http2))),
 
     // ---- Privileges: who the serving processes run as when started as root.
     // The user, a name or a numeric id.
@@ -295,6 +297,21 @@ pub(super) const TLS: TableSpec<TlsConfig> = TableSpec { place: "in [tls]", keys
 ]};
 
 #[rustfmt::skip]
+pub(super) const HTTP2: TableSpec<Http2Config> = TableSpec { place: "in [http2]", keys: &[
+    // Offer HTTP/2: by ALPN ("h2") on TLS listeners, and on plain ones to clients that
+    // open with its preface (prior knowledge, h2c).
+    key("enabled", "true", Bool(|h, b| h.enabled = b)),
+    // Streams one client may have open at once on a connection (RFC 9113
+    // SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with REFUSED_STREAM.
+    key("max_concurrent_streams", "100",
+        Count(1, MAX_CONCURRENT_STREAMS, |h, n| h.max_concurrent_streams = n as u32)),
+]};
+
+/// The most streams `[http2] max_concurrent_streams` allows: each holds buffers and a
+/// request of its own, and browsers open at most about a hundred.
+const MAX_CONCURRENT_STREAMS: u64 = 1000;
+
+#[rustfmt::skip]
 pub(super) const HANDOVER: TableSpec<HandoverConfig> = TableSpec { place: "in [handover]", keys: &[
     // Memory for cached backend responses, all workers together.
     key("cache_memory", "\"32m\"", Size(0, |h, n| h.cache_memory = to_usize(n))),
@@ -315,6 +332,7 @@ pub(super) struct ListenEntry {
     unix_mode: Option<u32>,
     tls: bool,
     redirect_to_https: Option<u16>,
+    http2_only: bool,
     proxy_protocol: bool,
     proxy_from: Option<Vec<fastpath_drivers::Cidr>>,
 }
@@ -335,6 +353,8 @@ pub(super) const LISTEN: TableSpec<ListenEntry> = TableSpec { place: "in [[liste
     // Answer every request with a redirect to the same URL over HTTPS, on this port.
     key("redirect_to_https", "unset",
         Count(1, 65_535, |e, n| e.redirect_to_https = Some(n as u16))),
+    // Every connection speaks HTTP/2 from its first byte (prior knowledge), none HTTP/1.
+    key("http2_only", "false", Bool(|e, b| e.http2_only = b)),
     // Every connection starts with a PROXY protocol header (v1 or v2) naming the client.
     key("proxy_protocol", "false", Bool(|e, b| e.proxy_protocol = b)),
     // The addresses (or blocks, "10.0.0.0/8") of the balancers the header is taken from.
@@ -523,6 +543,27 @@ impl<'a> Checker<'a> {
                     ),
                     (Some(port), false) => c.https_redirects.push((addrs.len(), port)),
                     (None, _) => {}
+                }
+                if entry.http2_only {
+                    if entry.tls {
+                        self.error(
+                            span.clone(),
+                            format!(
+                                "[[listen]] \"{text}\" speaks TLS, where ALPN chooses the protocol: \
+                                 `http2_only` is for a plain listener"
+                            ),
+                        );
+                    } else if entry.redirect_to_https.is_some() {
+                        self.error(
+                            span.clone(),
+                            format!(
+                                "[[listen]] \"{text}\": `http2_only` and `redirect_to_https` \
+                                 exclude each other"
+                            ),
+                        );
+                    } else {
+                        c.http2_only.push(addrs.len());
+                    }
                 }
                 match (entry.proxy_protocol, entry.proxy_from) {
                     (true, Some(from)) => c.proxy_protocol.push((addrs.len(), from)),

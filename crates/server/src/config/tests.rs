@@ -1725,6 +1725,7 @@ fn every_table() -> Vec<(&'static str, Vec<KeyDoc>)> {
         keys(&keys::METRICS),
         keys(&keys::LISTEN),
         keys(&keys::TLS),
+        keys(&keys::HTTP2),
     ]
 }
 

@@ -1,0 +1,720 @@
+//! HTTP/2 on the web server's connections: the protocol machine of
+//! [`fastpath_http::h2::Connection`] below, and above it each stream served as one request
+//! of the HTTP/1 path, lent buffers and a deadline of its own ([`Io::lend`]).
+//!
+//! Why through the HTTP/1 path: what a request gets (routing, virtual hosts, the static
+//! reply, both caches, hand-over, HSTS, the access log and the metrics) is then written
+//! once and means the same on both protocols. A stream's header block becomes an HTTP/1.1
+//! head with `Connection: close`, so the path answers exactly one request and says when it
+//! is done. What the path queues is read back here: the response head, parsed once (a few
+//! hundred bytes, whose fields become HPACK), and the body's pieces moved into DATA frames
+//! as they are: a file range stays a file range (sent with sendfile), a shared cache buffer
+//! stays shared, and only a chunked body (relayed from a backend, in memory) is unframed.
+//! Frames go out by urgency (RFC 9218), one frame per stream in turn within an urgency,
+//! while the connection's output is under its high-water mark; past it nothing more is read
+//! (a client that does not read its replies stops being read).
+
+use std::time::Instant;
+
+use fastpath_drivers::{BufferPool, CloseReason, Input, Io, Next, Output};
+use fastpath_http::h2::{
+    Connection, ErrorCode, Event, Field, Priority, RequestBody, ServerSettings,
+};
+use fastpath_http::{ChunkedDecoder, ResponseFraming, ResponseParser};
+
+use super::{HttpConn, HttpHandler, Phase, OUTPUT_HIGH_WATER};
+
+/// Bytes of a response head looked at first; doubled while the head is longer.
+const HEAD_PEEK: usize = 1024;
+/// The fields an HTTP/1 response head may have that HTTP/2 forbids (RFC 9113 §8.2.2).
+const CONNECTION_SPECIFIC: [&str; 5] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// An HTTP/2 connection's state beyond the HTTP/1 path's.
+pub(crate) struct H2Session {
+    conn: Connection,
+    /// The streams being served, in the order they opened.
+    streams: Vec<Stream>,
+    /// Reads each stream's response head.
+    parser: Box<ResponseParser>,
+    /// Frames the protocol machine wrote while reading, moved to the output after.
+    frames: Vec<u8>,
+    /// A response head (or chunked body bytes) read from a stream's output.
+    peeked: Vec<u8>,
+    /// A response's field names, lowercased, back to back.
+    names: Vec<u8>,
+    /// A chunked body's bytes, unframed.
+    unchunked: Vec<u8>,
+    /// Streams the peer reset or a stream error ended.
+    ended: Vec<u32>,
+    /// Requests answered at once without the HTTP/1 path (header list too large).
+    rejected: Vec<(u32, u16)>,
+    /// When the connection last had no stream, for the idle timeout.
+    idle_since: Instant,
+    /// Since when a stream's output has waited on a window the peer keeps shut.
+    stalled_since: Option<Instant>,
+    /// Streams opened over the connection's life.
+    opened: u64,
+    /// The peer sent GOAWAY: no new streams, the connection ends with its last.
+    peer_leaving: bool,
+}
+
+/// One stream: one request of the HTTP/1 path, and its response on the way out.
+struct Stream {
+    id: u32,
+    http: HttpConn,
+    /// The request as HTTP/1.1: the head, then the body as it arrives.
+    input: Input,
+    /// What the HTTP/1 path queued and has not gone into frames yet.
+    output: Output,
+    deadline: Option<Instant>,
+    /// All of the request body has arrived (END_STREAM).
+    request_ended: bool,
+    /// The body goes to the HTTP/1 path chunked (the request gave no length).
+    chunked: bool,
+    head_request: bool,
+    /// Body bytes put in `input` that the protocol machine has not been told were taken:
+    /// they hold the stream's and the connection's receive windows.
+    held: usize,
+    /// What the HTTP/1 path last answered; `Close`, `Linger` or `Abort` once it is done.
+    next: Next,
+    response: Response,
+    priority: Priority,
+}
+
+/// Where a stream's response is.
+enum Response {
+    /// No final head has gone yet.
+    Head,
+    /// The head has gone as HEADERS; so much body follows.
+    Body(Left),
+    /// END_STREAM has gone, or the stream was reset.
+    Done,
+}
+
+/// What is left of a response body.
+enum Left {
+    Length(u64),
+    Chunked(Box<ChunkedDecoder>),
+    /// Until the HTTP/1 path is done (a backend's body delimited by its close).
+    UntilEnd,
+}
+
+impl Stream {
+    fn path_done(&self) -> bool {
+        matches!(self.next, Next::Close | Next::Linger | Next::Abort)
+    }
+}
+
+/// The settings of the server's HTTP/2 connections.
+pub(crate) fn server_settings(
+    limits: &fastpath_http::Limits,
+    max_requests: u64,
+    max_concurrent_streams: u32,
+) -> ServerSettings {
+    let mut settings = ServerSettings {
+        max_concurrent_streams,
+        max_requests,
+        ..ServerSettings::default()
+    };
+    settings.header_limits.max_header_list_size = limits.max_header_bytes;
+    settings.header_limits.max_fields = limits.max_headers;
+    settings
+}
+
+impl H2Session {
+    /// A session whose server preface goes into `output`.
+    pub(crate) fn start(
+        settings: ServerSettings,
+        limits: fastpath_http::Limits,
+        now: Instant,
+        output: &mut Output,
+        pool: &mut BufferPool,
+    ) -> Box<H2Session> {
+        let mut conn = Connection::new(settings);
+        output.write_with(pool, |buf| conn.start(buf));
+        Box::new(H2Session {
+            conn,
+            streams: Vec::new(),
+            parser: Box::new(ResponseParser::new(limits)),
+            frames: Vec::new(),
+            peeked: Vec::new(),
+            names: Vec::new(),
+            unchunked: Vec::new(),
+            ended: Vec::new(),
+            rejected: Vec::new(),
+            idle_since: now,
+            stalled_since: None,
+            opened: 0,
+            peer_leaving: false,
+        })
+    }
+
+    /// Reads the frames in the connection's input, opening streams and feeding their bodies.
+    fn read(&mut self, io: &mut Io<'_>, origin: &HttpConn) -> bool {
+        let parts = io.parts();
+        let H2Session {
+            conn,
+            streams,
+            frames,
+            ended,
+            rejected,
+            opened,
+            peer_leaving,
+            ..
+        } = self;
+        let pool = parts.pool;
+        let mut released = Vec::new();
+        let used = conn.receive(parts.input.data(), frames, &mut |event| match event {
+            Event::Request {
+                stream,
+                head,
+                body,
+                priority,
+            } => {
+                *opened += 1;
+                let mut input = Input::default();
+                // The head ends with its empty line: `Connection: close` goes before it.
+                let fields = head.strip_suffix(b"\r\n").unwrap_or(head);
+                input.append_with(pool, |buf| {
+                    buf.extend_from_slice(fields);
+                    buf.extend_from_slice(b"Connection: close\r\n\r\n");
+                });
+                streams.push(Stream {
+                    id: stream,
+                    http: origin.for_stream(),
+                    input,
+                    output: Output::default(),
+                    deadline: None,
+                    request_ended: body == RequestBody::None,
+                    chunked: body == RequestBody::Chunked,
+                    head_request: head.starts_with(b"HEAD "),
+                    held: 0,
+                    next: Next::Read,
+                    response: Response::Head,
+                    priority,
+                });
+            }
+            Event::Data {
+                stream,
+                data,
+                end_stream,
+            } => {
+                let Some(s) = streams.iter_mut().find(|s| s.id == stream) else {
+                    // The body of a request answered already: not wanted (RFC 9113 §8.1), so
+                    // the client is asked to stop sending it, and what came is given back.
+                    // Asked only once a byte of it comes: a client that merely left its
+                    // stream open has nothing to be stopped.
+                    released.push((stream, data.len()));
+                    return;
+                };
+                s.input.append_with(pool, |buf| {
+                    if !s.chunked {
+                        buf.extend_from_slice(data);
+                        return;
+                    }
+                    if !data.is_empty() {
+                        buf.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                        buf.extend_from_slice(data);
+                        buf.extend_from_slice(b"\r\n");
+                    }
+                    if end_stream {
+                        buf.extend_from_slice(b"0\r\n\r\n");
+                    }
+                });
+                s.held += data.len();
+                s.request_ended |= end_stream;
+            }
+            Event::Reset { stream, .. } => ended.push(stream),
+            Event::Rejected { stream, status } => rejected.push((stream, status)),
+            Event::PriorityChanged { stream, priority } => {
+                if let Some(s) = streams.iter_mut().find(|s| s.id == stream) {
+                    s.priority = priority;
+                }
+            }
+            Event::WindowOpened => {}
+            Event::GoAway { .. } => *peer_leaving = true,
+        });
+        parts.input.consume(used);
+        for (stream, n) in released {
+            conn.consumed(stream, n, frames);
+            conn.reset(stream, ErrorCode::NoError, frames);
+        }
+        parts.output.append_vec(pool, frames);
+        used > 0
+    }
+
+    /// Answers the requests refused before the HTTP/1 path saw them.
+    fn answer_rejected(&mut self, io: &mut Io<'_>) {
+        let (output, pool) = io.output_and_pool();
+        for (stream, status) in self.rejected.drain(..) {
+            let conn = &mut self.conn;
+            output.write_with(pool, |buf| {
+                conn.send_headers(
+                    stream,
+                    status,
+                    &[Field::new(b"content-length", b"0")],
+                    true,
+                    buf,
+                )
+            });
+        }
+    }
+
+    /// Moves responses into frames, by urgency, while the output takes them; says whether
+    /// anything went.
+    fn send(&mut self, io: &mut Io<'_>) -> bool {
+        // Lower urgency first; within one, the older stream first, a frame each in turn.
+        self.streams.sort_by_key(|s| (s.priority.urgency, s.id));
+        let mut sent_any = false;
+        let mut stalled = false;
+        loop {
+            let mut sent = false;
+            for at in 0..self.streams.len() {
+                if io.output().pending() >= OUTPUT_HIGH_WATER {
+                    return sent_any;
+                }
+                match self.send_one(at, io) {
+                    Sent::Frame => sent = true,
+                    Sent::Stalled => stalled = true,
+                    Sent::Nothing => {}
+                }
+            }
+            sent_any |= sent;
+            if !sent {
+                break;
+            }
+        }
+        if !stalled {
+            self.stalled_since = None;
+        } else if self.stalled_since.is_none() {
+            self.stalled_since = Some(io.now());
+        }
+        sent_any
+    }
+
+    /// Makes the next frame (or the head's) of the stream at `at`.
+    fn send_one(&mut self, at: usize, io: &mut Io<'_>) -> Sent {
+        let H2Session {
+            conn,
+            streams,
+            parser,
+            peeked,
+            names,
+            unchunked,
+            ..
+        } = self;
+        let s = &mut streams[at];
+        let (output, pool) = io.output_and_pool();
+        if s.next == Next::Abort {
+            if !matches!(s.response, Response::Done) {
+                output.write_with(pool, |buf| conn.reset(s.id, ErrorCode::InternalError, buf));
+                s.response = Response::Done;
+                return Sent::Frame;
+            }
+            return Sent::Nothing;
+        }
+        match &mut s.response {
+            Response::Done => {
+                // The body's excess, if the path ever wrote past its length, goes nowhere.
+                let left = s.output.pending();
+                s.output.skip_front(left);
+                Sent::Nothing
+            }
+            Response::Head => {
+                let mut limit = HEAD_PEEK;
+                loop {
+                    peeked.clear();
+                    let got = s.output.peek_front(limit, peeked);
+                    parser.reset();
+                    let head = match parser.parse(peeked, s.head_request) {
+                        Ok(Some(head)) => head,
+                        Ok(None) if got == limit => {
+                            limit *= 2;
+                            continue;
+                        }
+                        Ok(None) => {
+                            if s.path_done() && s.output.pending() == got as u64 {
+                                // The path ended without a whole head: nothing to answer with.
+                                output.write_with(pool, |buf| {
+                                    conn.reset(s.id, ErrorCode::InternalError, buf)
+                                });
+                                s.response = Response::Done;
+                                return Sent::Frame;
+                            }
+                            return Sent::Nothing;
+                        }
+                        Err(error) => {
+                            tracing::warn!(
+                                "stream {}: the response head cannot be read: {error}",
+                                s.id
+                            );
+                            output.write_with(pool, |buf| {
+                                conn.reset(s.id, ErrorCode::InternalError, buf)
+                            });
+                            s.response = Response::Done;
+                            return Sent::Frame;
+                        }
+                    };
+                    let interim = (100..200).contains(&head.status) && head.status != 101;
+                    names.clear();
+                    let mut spans = Vec::with_capacity(head.header_count());
+                    for (name, value) in head.headers() {
+                        if CONNECTION_SPECIFIC
+                            .iter()
+                            .any(|special| name.eq_ignore_ascii_case(special))
+                        {
+                            continue;
+                        }
+                        let start = names.len();
+                        names.extend(name.bytes().map(|b| b.to_ascii_lowercase()));
+                        spans.push((start..names.len(), value));
+                    }
+                    let fields: Vec<Field<'_>> = spans
+                        .iter()
+                        .map(|(name, value)| Field::new(&names[name.clone()], value))
+                        .collect();
+                    let (end, left) = match head.framing {
+                        _ if interim => (false, None),
+                        ResponseFraming::None | ResponseFraming::Length(0) => (true, None),
+                        ResponseFraming::Length(n) => (false, Some(Left::Length(n))),
+                        ResponseFraming::Chunked => {
+                            (false, Some(Left::Chunked(Box::new(ChunkedDecoder::new()))))
+                        }
+                        ResponseFraming::UntilClose => (false, Some(Left::UntilEnd)),
+                    };
+                    let status = head.status;
+                    let head_len = head.head_len;
+                    output.write_with(pool, |buf| {
+                        conn.send_headers(s.id, status, &fields, end, buf)
+                    });
+                    s.output.skip_front(head_len as u64);
+                    if !interim {
+                        s.response = match left {
+                            Some(left) => Response::Body(left),
+                            None => Response::Done,
+                        };
+                    }
+                    return Sent::Frame;
+                }
+            }
+            Response::Body(left) => {
+                let window = conn.send_window(s.id).min(conn.max_frame_size());
+                let pending = s.output.pending();
+                match left {
+                    Left::Length(remaining) => {
+                        let n = (window as u64).min(*remaining).min(pending);
+                        if n == 0 {
+                            return if pending > 0 {
+                                Sent::Stalled
+                            } else if s.path_done() {
+                                // Short of its length: the response can never pass for whole.
+                                output.write_with(pool, |buf| {
+                                    conn.reset(s.id, ErrorCode::InternalError, buf)
+                                });
+                                s.response = Response::Done;
+                                Sent::Frame
+                            } else {
+                                Sent::Nothing
+                            };
+                        }
+                        *remaining -= n;
+                        let end = *remaining == 0;
+                        output.write_with(pool, |buf| conn.send_data(s.id, n as usize, end, buf));
+                        s.output.move_front(n, output, pool);
+                        if end {
+                            s.response = Response::Done;
+                        }
+                        Sent::Frame
+                    }
+                    Left::UntilEnd => {
+                        let n = (window as u64).min(pending);
+                        if n == 0 {
+                            return if pending > 0 {
+                                Sent::Stalled
+                            } else if s.path_done() {
+                                output.write_with(pool, |buf| conn.send_data(s.id, 0, true, buf));
+                                s.response = Response::Done;
+                                Sent::Frame
+                            } else {
+                                Sent::Nothing
+                            };
+                        }
+                        output.write_with(pool, |buf| conn.send_data(s.id, n as usize, false, buf));
+                        s.output.move_front(n, output, pool);
+                        Sent::Frame
+                    }
+                    Left::Chunked(decoder) => {
+                        if s.output.front_is_file_range() {
+                            tracing::warn!("stream {}: a chunked body holds a file range", s.id);
+                            output.write_with(pool, |buf| {
+                                conn.reset(s.id, ErrorCode::InternalError, buf)
+                            });
+                            s.response = Response::Done;
+                            return Sent::Frame;
+                        }
+                        if window == 0 {
+                            return if pending > 0 {
+                                Sent::Stalled
+                            } else {
+                                Sent::Nothing
+                            };
+                        }
+                        // At most a window's worth of framed bytes: what they unframe to is
+                        // never more, so it all goes in this frame.
+                        peeked.clear();
+                        s.output.peek_front(window, peeked);
+                        unchunked.clear();
+                        let (used, done) =
+                            match decoder.feed(peeked, |data| unchunked.extend_from_slice(data)) {
+                                Ok(fed) => fed,
+                                Err(error) => {
+                                    tracing::warn!("stream {}: bad chunked body: {error}", s.id);
+                                    output.write_with(pool, |buf| {
+                                        conn.reset(s.id, ErrorCode::InternalError, buf)
+                                    });
+                                    s.response = Response::Done;
+                                    return Sent::Frame;
+                                }
+                            };
+                        s.output.skip_front(used as u64);
+                        if unchunked.is_empty() && !done {
+                            if s.path_done() && s.output.is_empty() {
+                                output.write_with(pool, |buf| {
+                                    conn.reset(s.id, ErrorCode::InternalError, buf)
+                                });
+                                s.response = Response::Done;
+                                return Sent::Frame;
+                            }
+                            return Sent::Nothing;
+                        }
+                        output.write_with(pool, |buf| {
+                            conn.send_data(s.id, unchunked.len(), done, buf);
+                            buf.extend_from_slice(unchunked);
+                        });
+                        if done {
+                            s.response = Response::Done;
+                        }
+                        Sent::Frame
+                    }
+                }
+            }
+        }
+    }
+
+    /// The earliest deadline among the streams, the idle timeout and a stalled window.
+    fn deadline(&self, idle: std::time::Duration, stall: std::time::Duration) -> Option<Instant> {
+        let streams = self.streams.iter().filter_map(|s| s.deadline).min();
+        let idle = self.streams.is_empty().then_some(self.idle_since + idle);
+        let stalled = self.stalled_since.map(|since| since + stall);
+        [streams, idle, stalled].into_iter().flatten().min()
+    }
+}
+
+/// What one turn of a stream at the output did.
+enum Sent {
+    Frame,
+    /// It has bytes to send and no window.
+    Stalled,
+    Nothing,
+}
+
+impl HttpHandler {
+    /// Serves an HTTP/2 connection: reads its frames, runs its streams through the HTTP/1
+    /// path, sends their responses; `timed_out` when its deadline passed.
+    pub(super) fn serve_h2(
+        &mut self,
+        conn: &mut HttpConn,
+        io: &mut Io<'_>,
+        timed_out: bool,
+    ) -> Next {
+        // Taken out for the call, so that the connection's other parts are the streams'
+        // pattern meanwhile.
+        let Phase::H2(mut session) = std::mem::replace(&mut conn.phase, Phase::Head) else {
+            unreachable!("only an HTTP/2 connection is served here");
+        };
+        let next = self.serve_session(conn, &mut session, io, timed_out);
+        conn.phase = Phase::H2(session);
+        next
+    }
+
+    fn serve_session(
+        &mut self,
+        conn: &HttpConn,
+        session: &mut H2Session,
+        io: &mut Io<'_>,
+        timed_out: bool,
+    ) -> Next {
+        let now = io.now();
+        if timed_out {
+            if session.streams.is_empty()
+                && now >= session.idle_since + self.settings.keepalive_timeout
+            {
+                let (output, pool) = io.output_and_pool();
+                output.write_with(pool, |buf| session.conn.go_away(buf));
+                return Next::Linger;
+            }
+            if session
+                .stalled_since
+                .is_some_and(|since| now >= since + self.settings.send_timeout)
+            {
+                tracing::debug!("{}: HTTP/2 output held at a shut window; closed", conn.peer);
+                return Next::Abort;
+            }
+            for at in 0..session.streams.len() {
+                let s = &mut session.streams[at];
+                if s.deadline.is_some_and(|at| at <= now) && !s.path_done() {
+                    self.run_stream(&mut session.conn, &mut session.frames, s, io, true);
+                }
+            }
+        }
+        if io.draining() {
+            let (output, pool) = io.output_and_pool();
+            output.write_with(pool, |buf| session.conn.go_away(buf));
+        }
+        // Round after round while one gets something done: input left unread here would wait
+        // for the next bytes to arrive. Each round reads input or moves output, both bounded.
+        loop {
+            let mut progress = false;
+            if !session.conn.is_closed()
+                && io.output().pending() < OUTPUT_HIGH_WATER
+                && !io.input().is_empty()
+            {
+                progress |= session.read(io, conn);
+            }
+            session.answer_rejected(io);
+            for id in std::mem::take(&mut session.ended) {
+                if let Some(at) = session.streams.iter().position(|s| s.id == id) {
+                    let s = session.streams.remove(at);
+                    self.close_stream(s, io, CloseReason::PeerGone);
+                }
+            }
+            for at in 0..session.streams.len() {
+                let s = &mut session.streams[at];
+                let runnable = !s.path_done() && (s.next != Next::Drain || s.output.is_empty());
+                if runnable {
+                    progress |=
+                        self.run_stream(&mut session.conn, &mut session.frames, s, io, false);
+                }
+            }
+            progress |= session.send(io);
+            // Streams whose response has gone and whose path is done end here.
+            let mut at = 0;
+            while at < session.streams.len() {
+                let s = &session.streams[at];
+                if matches!(s.response, Response::Done) && s.path_done() {
+                    let s = session.streams.remove(at);
+                    self.close_stream(s, io, CloseReason::Done);
+                    progress = true;
+                } else {
+                    at += 1;
+                }
+            }
+            if !session.frames.is_empty() {
+                let (output, pool) = io.output_and_pool();
+                output.append_vec(pool, &mut session.frames);
+            }
+            if session.streams.is_empty() && progress {
+                session.idle_since = now;
+            }
+            if !progress {
+                break;
+            }
+        }
+        // Closing lingers: frames the client sent before it saw the GOAWAY must not make
+        // the kernel reset the connection, and what was sent with it, away.
+        if session.conn.is_closed() {
+            return Next::Linger;
+        }
+        let leaving = session.conn.is_going_away() || session.peer_leaving || io.draining();
+        if leaving && session.streams.is_empty() {
+            return Next::Linger;
+        }
+        if io.output().pending() >= OUTPUT_HIGH_WATER {
+            return Next::Drain;
+        }
+        if io.eof() && session.streams.is_empty() {
+            return Next::Linger;
+        }
+        let deadline =
+            session.deadline(self.settings.keepalive_timeout, self.settings.send_timeout);
+        io.set_deadline(deadline);
+        Next::Read
+    }
+
+    /// Runs one stream's request on the HTTP/1 path; says whether anything changed.
+    fn run_stream(
+        &mut self,
+        conn: &mut Connection,
+        frames: &mut Vec<u8>,
+        s: &mut Stream,
+        io: &mut Io<'_>,
+        timed_out: bool,
+    ) -> bool {
+        let before = (s.input.len(), s.output.sent() + s.output.pending(), s.next);
+        let mut next = {
+            let mut lent = io.lend(
+                &mut s.input,
+                &mut s.output,
+                &mut s.deadline,
+                s.request_ended,
+            );
+            if timed_out {
+                fastpath_drivers::Handler::on_timeout(self, &mut s.http, &mut lent)
+            } else {
+                self.process(&mut s.http, &mut lent)
+            }
+        };
+        if io.take_join() {
+            tracing::error!("an HTTP/2 stream cannot be joined with a backend; reset");
+            next = Next::Abort;
+        }
+        s.next = next;
+        // Body bytes the path took give their windows back.
+        let unread = s.input.len();
+        if s.held > unread {
+            conn.consumed(s.id, s.held - unread, frames);
+            s.held = unread;
+        }
+        s.input.release_if_empty(io.pool());
+        before != (s.input.len(), s.output.sent() + s.output.pending(), s.next)
+    }
+
+    /// Ends a stream's request on the HTTP/1 path: logged (cut short if it was), its backend
+    /// connection let go of.
+    fn close_stream(&mut self, mut s: Stream, io: &mut Io<'_>, reason: CloseReason) {
+        let sent = s.output.sent();
+        fastpath_drivers::Handler::on_closing(self, &mut s.http, sent);
+        if let Some(link) = s.http.backend_link() {
+            io.release(link, false);
+        }
+        s.output.clear(io.pool());
+        s.input.release_if_empty(io.pool());
+        fastpath_drivers::Handler::on_close(self, s.http, reason, &mut io.worker());
+    }
+
+    /// Tells each stream of a closing HTTP/2 connection how much of its output left.
+    pub(super) fn h2_closing(&mut self, session: &mut H2Session) {
+        for s in &mut session.streams {
+            let sent = s.output.sent();
+            fastpath_drivers::Handler::on_closing(self, &mut s.http, sent);
+        }
+    }
+
+    /// Ends every stream of a closed HTTP/2 connection.
+    pub(super) fn h2_closed(
+        &mut self,
+        session: Box<H2Session>,
+        reason: CloseReason,
+        worker: &mut fastpath_drivers::Worker<'_>,
+    ) {
+        for s in session.streams {
+            fastpath_drivers::Handler::on_close(self, s.http, reason, worker);
+        }
+    }
+}
