@@ -31,7 +31,7 @@ fn assert_304(r: &Response, etag: &str) {
     r.assert_header("etag", etag);
 }
 
-httptest!(validators, |model| {
+httptest!(validators, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let r = srv.get("/a.txt");
@@ -47,7 +47,7 @@ httptest!(validators, |model| {
     assert_ne!(etag(&srv, "/b.txt"), tag);
 });
 
-httptest!(if_none_match, |model| {
+httptest!(if_none_match, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let tag = etag(&srv, "/a.txt");
@@ -85,7 +85,7 @@ httptest!(not_modified_keeps_connection_usable, |model| {
     rs[3].assert_ok(200, "hello");
 });
 
-httptest!(if_modified_since, |model| {
+httptest!(if_modified_since, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let tag = etag(&srv, "/a.txt");
@@ -116,7 +116,7 @@ httptest!(if_modified_since, |model| {
     );
 });
 
-httptest!(if_none_match_takes_precedence, |model| {
+httptest!(if_none_match_takes_precedence, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let tag = etag(&srv, "/a.txt");
@@ -136,7 +136,7 @@ httptest!(if_none_match_takes_precedence, |model| {
     );
 });
 
-httptest!(if_match, |model| {
+httptest!(if_match, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let tag = etag(&srv, "/a.txt");
@@ -155,7 +155,7 @@ httptest!(if_match, |model| {
         .assert_status(412);
 });
 
-httptest!(if_unmodified_since, |model| {
+httptest!(if_unmodified_since, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let r = srv.get_with("/a.txt", &[("If-Unmodified-Since", BEFORE)]);
@@ -173,7 +173,7 @@ httptest!(if_unmodified_since, |model| {
     .assert_ok(200, "hello");
 });
 
-httptest!(etag_follows_content, |model| {
+httptest!(etag_follows_content, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let old = etag(&srv, "/a.txt");

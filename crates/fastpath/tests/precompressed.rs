@@ -44,7 +44,7 @@ fn assert_variant(r: &Response, encoding: Option<&str>, body: &[u8], ct: &str) {
 const JS_CT: &str = "text/javascript; charset=utf-8";
 const CSS_CT: &str = "text/css; charset=utf-8";
 
-httptest!(gzip_variant, |model| {
+httptest!(gzip_variant, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     assert_variant(&get(&srv, "/app.js", Some("gzip")), Some("gzip"), GZ, JS_CT);
@@ -63,7 +63,7 @@ httptest!(gzip_variant, |model| {
     );
 });
 
-httptest!(brotli_variant_preferred, |model| {
+httptest!(brotli_variant_preferred, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     assert_variant(&get(&srv, "/app.js", Some("br")), Some("br"), BR, JS_CT);
@@ -100,7 +100,7 @@ httptest!(brotli_variant_preferred, |model| {
     );
 });
 
-httptest!(identity_when_not_accepted, |model| {
+httptest!(identity_when_not_accepted, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let js = JS.as_bytes();
@@ -118,7 +118,7 @@ httptest!(identity_when_not_accepted, |model| {
     );
 });
 
-httptest!(no_vary_without_variants, |model| {
+httptest!(no_vary_without_variants, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let r = get(&srv, "/plain.txt", Some("gzip, br"));
@@ -126,7 +126,7 @@ httptest!(no_vary_without_variants, |model| {
     r.assert_no_header("content-encoding");
 });
 
-httptest!(variants_have_own_etags, |model| {
+httptest!(variants_have_own_etags, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let id = get(&srv, "/app.js", None);
@@ -153,7 +153,7 @@ httptest!(variants_have_own_etags, |model| {
         .assert_ok(200, JS);
 });
 
-httptest!(head_of_variant, |model| {
+httptest!(head_of_variant, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let r = srv.head_with("/app.js", &[("Accept-Encoding", "gzip")]);
@@ -163,7 +163,7 @@ httptest!(head_of_variant, |model| {
     r.assert_header("vary", "Accept-Encoding");
 });
 
-httptest!(range_of_variant, |model| {
+httptest!(range_of_variant, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     // A range applies to the representation selected, here the gzip bytes.
@@ -176,7 +176,7 @@ httptest!(range_of_variant, |model| {
     r.assert_header("content-encoding", "gzip");
 });
 
-httptest!(precompressed_off, |model| {
+httptest!(precompressed_off, h2, |model| {
     let site = site();
     let srv = site.serve_config(model, "root = \"root\"\nprecompressed = false\n");
     let r = get(&srv, "/app.js", Some("gzip, br"));

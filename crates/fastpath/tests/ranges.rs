@@ -88,7 +88,7 @@ fn multipart(r: &Response) -> Vec<Part> {
     parts
 }
 
-httptest!(range_single, |model| {
+httptest!(range_single, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     assert_206(&range(&srv, "bytes=0-4"), "bytes 0-4/10", "01234");
@@ -96,7 +96,7 @@ httptest!(range_single, |model| {
     assert_206(&range(&srv, "bytes=0-9"), "bytes 0-9/10", "0123456789");
 });
 
-httptest!(range_suffix_and_open, |model| {
+httptest!(range_suffix_and_open, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     assert_206(&range(&srv, "bytes=-3"), "bytes 7-9/10", "789");
@@ -108,7 +108,7 @@ httptest!(range_suffix_and_open, |model| {
     assert_206(&range(&srv, "bytes=8-100"), "bytes 8-9/10", "89");
 });
 
-httptest!(range_unsatisfiable, |model| {
+httptest!(range_unsatisfiable, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     for spec in ["bytes=10-", "bytes=20-30", "bytes=10-10"] {
@@ -118,7 +118,7 @@ httptest!(range_unsatisfiable, |model| {
     }
 });
 
-httptest!(range_ignored_when_invalid, |model| {
+httptest!(range_ignored_when_invalid, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     for spec in [
@@ -136,7 +136,7 @@ httptest!(range_ignored_when_invalid, |model| {
     }
 });
 
-httptest!(range_accept_ranges_advertised, |model| {
+httptest!(range_accept_ranges_advertised, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     srv.get("/digits.txt")
@@ -144,7 +144,7 @@ httptest!(range_accept_ranges_advertised, |model| {
     range(&srv, "bytes=0-0").assert_header("accept-ranges", "bytes");
 });
 
-httptest!(if_range, |model| {
+httptest!(if_range, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let tag = srv.get("/digits.txt").expect_header("etag").to_string();
@@ -165,7 +165,7 @@ httptest!(if_range, |model| {
     .assert_ok(200, "0123456789");
 });
 
-httptest!(range_multipart, |model| {
+httptest!(range_multipart, h2, |model| {
     let site = site();
     // Far-apart ranges, so that no server would rather send the gaps.
     let data: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).collect();
@@ -192,7 +192,7 @@ httptest!(range_multipart, |model| {
     }
 });
 
-httptest!(range_merges_overlapping_and_adjacent, |model| {
+httptest!(range_merges_overlapping_and_adjacent, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     assert_206(&range(&srv, "bytes=0-1,2-3"), "bytes 0-3/10", "0123");
@@ -202,7 +202,7 @@ httptest!(range_merges_overlapping_and_adjacent, |model| {
     assert_206(&range(&srv, "bytes=2-4,50-60"), "bytes 2-4/10", "234");
 });
 
-httptest!(head_ignores_range, |model| {
+httptest!(head_ignores_range, h2, |model| {
     let site = site();
     let srv = site.serve(model);
     let r = srv.head_with("/digits.txt", &[("Range", "bytes=0-4")]);
@@ -211,7 +211,7 @@ httptest!(head_ignores_range, |model| {
     r.assert_no_header("content-range");
 });
 
-httptest!(range_in_large_file, |model| {
+httptest!(range_in_large_file, h2, |model| {
     let site = site();
     let data = noise(2 * 1024 * 1024, 3);
     site.file("big.bin", &data);

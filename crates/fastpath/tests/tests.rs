@@ -18,6 +18,7 @@ mod conditional;
 mod curl;
 mod framework;
 mod framework_bench;
+mod h2;
 mod handover;
 mod handover_real;
 mod haproxy;

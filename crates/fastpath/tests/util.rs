@@ -571,8 +571,12 @@ impl Server {
     }
 
     /// Sends `raw` on a new connection and reads one response (a HEAD
-    /// response if `raw` starts with `HEAD `).
+    /// response if `raw` starts with `HEAD `). In a test run over HTTP/2 ([`over_h2`]), the
+    /// same request goes as one stream of a prior-knowledge connection, sent by curl.
     pub fn request(&self, raw: impl AsRef<[u8]>) -> Response {
+        if OVER_H2.get() {
+            return h2_request(self.addr, raw.as_ref());
+        }
         let mut conn = self.connect();
         conn.exchange(raw)
     }
@@ -653,6 +657,143 @@ pub fn req(method: &str, path: &str, headers: &[(&str, &str)]) -> String {
     }
     s.push_str("\r\n");
     s
+}
+
+// ---------------------------------------------------------------------------
+// HTTP/2
+
+thread_local! {
+    /// This test's requests go over HTTP/2 (`httptest!` with `h2`).
+    static OVER_H2: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `test` with [`Server::request`] (and so `get`, `get_with`, `head_with`) sending each
+/// request over HTTP/2 with prior knowledge, by curl: the same assertions then hold of both
+/// protocols.
+pub fn over_h2(test: impl FnOnce()) {
+    OVER_H2.set(true);
+    test();
+    OVER_H2.set(false);
+}
+
+/// Whether this test's requests go over HTTP/2.
+pub fn is_over_h2() -> bool {
+    OVER_H2.get()
+}
+
+/// The fields curl must not be given for an HTTP/2 request: HTTP/2 has no such fields
+/// (RFC 9113 §8.2.2), and their meaning is the connection's.
+const HTTP1_ONLY: [&str; 5] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Sends the HTTP/1.1 request `raw` (head and body) as an HTTP/2 request with curl, over a
+/// prior-knowledge connection to `addr`, and reads its response as [`Response`] (version
+/// `HTTP/2`, the fields as curl shows them).
+pub fn h2_request(addr: SocketAddr, raw: &[u8]) -> Response {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a request head");
+    let head = std::str::from_utf8(&raw[..split]).expect("a UTF-8 request head");
+    let body = &raw[split + 4..];
+    let mut lines = head.split("\r\n");
+    let mut start = lines.next().unwrap().split(' ');
+    let (method, target) = (start.next().unwrap(), start.next().unwrap());
+    let mut args: Vec<String> = ["-sS", "--http2-prior-knowledge", "--path-as-is", "-D", "-"]
+        .map(String::from)
+        .to_vec();
+    // curl's own fields would be extra: only what the test wrote is sent.
+    args.extend(["-H", "User-Agent:", "-H", "Accept:"].map(String::from));
+    let mut authority = "localhost".to_owned();
+    for line in lines {
+        let (name, value) = line.split_once(':').expect("a field line");
+        if name.eq_ignore_ascii_case("host") {
+            authority = value.trim().to_owned();
+        } else if !HTTP1_ONLY.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+            args.push("-H".into());
+            args.push(format!("{name}: {}", value.trim()));
+        }
+    }
+    let url = match target.strip_prefix("http://") {
+        // Absolute form: its authority is the request's.
+        Some(rest) => format!("http://{rest}"),
+        None => format!("http://{authority}{target}"),
+    };
+    args.push("--connect-to".into());
+    args.push(format!("::{}:{}", addr.ip(), addr.port()));
+    match method {
+        "HEAD" => args.push("--head".into()),
+        "GET" => {}
+        other => {
+            args.push("-X".into());
+            args.push(other.into());
+        }
+    }
+    if !body.is_empty() {
+        args.push("--data-binary".into());
+        args.push("@-".into());
+    }
+    args.push(url);
+    let out = Command::new("curl")
+        .args(["--max-time", "10"])
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(body)?;
+            drop(stdin);
+            child.wait_with_output()
+        })
+        .unwrap_or_else(|e| panic!("run curl (HTTP/2 tests need it): {e}"));
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_curl_h2(&out.stdout).unwrap_or_else(|| {
+        panic!(
+            "curl {args:?} printed no HTTP/2 response: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Reads curl's `-D -` output of an HTTP/2 exchange: interim heads, the final head, the body.
+fn parse_curl_h2(mut out: &[u8]) -> Option<Response> {
+    loop {
+        let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&out[..end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next()?;
+        let mut parts = status_line.split(' ');
+        let version = parts.next()?.to_owned();
+        let status: u16 = parts.next()?.parse().ok()?;
+        out = &out[end + 4..];
+        if (100..200).contains(&status) {
+            continue;
+        }
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.to_owned(), v.trim().to_owned()))
+            .collect();
+        return Some(Response {
+            version,
+            status,
+            reason: String::new(),
+            headers,
+            body: out.to_vec(),
+            head: format!("{head}\r\n\r\n"),
+        });
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -41,7 +41,7 @@ fn who(srv: &Server, host: &str) -> Response {
     srv.get_with("/who.txt", &[("Host", host)])
 }
 
-httptest!(exact_names, |model| {
+httptest!(exact_names, h2, |model| {
     let site = site();
     let srv = site.serve_config(model, CONFIG);
     who(&srv, "a.example").assert_ok(200, "a");
@@ -49,7 +49,7 @@ httptest!(exact_names, |model| {
     who(&srv, "fallback.example").assert_ok(200, "c");
 });
 
-httptest!(names_are_case_insensitive_and_ignore_port, |model| {
+httptest!(names_are_case_insensitive_and_ignore_port, h2, |model| {
     let site = site();
     let srv = site.serve_config(model, CONFIG);
     who(&srv, "A.Example").assert_ok(200, "a");
@@ -58,7 +58,7 @@ httptest!(names_are_case_insensitive_and_ignore_port, |model| {
     who(&srv, "www.B.example:443").assert_ok(200, "b");
 });
 
-httptest!(wildcard_names, |model| {
+httptest!(wildcard_names, h2, |model| {
     let site = site();
     let srv = site.serve_config(model, CONFIG);
     who(&srv, "www.b.example").assert_ok(200, "b");
@@ -68,7 +68,7 @@ httptest!(wildcard_names, |model| {
     who(&srv, "xb.example").assert_ok(200, "c");
 });
 
-httptest!(unknown_host_gets_default, |model| {
+httptest!(unknown_host_gets_default, h2, |model| {
     let site = site();
     let srv = site.serve_config(model, CONFIG);
     who(&srv, "unknown.example").assert_ok(200, "c");
@@ -79,7 +79,7 @@ httptest!(unknown_host_gets_default, |model| {
         .assert_ok(200, "c");
 });
 
-httptest!(absolute_form_picks_host, |model| {
+httptest!(absolute_form_picks_host, h2, |model| {
     let site = site();
     let srv = site.serve_config(model, CONFIG);
     srv.request("GET http://a.example/who.txt HTTP/1.1\r\nHost: a.example\r\n\r\n")
@@ -91,7 +91,7 @@ httptest!(absolute_form_picks_host, |model| {
         .assert_ok(200, "a");
 });
 
-httptest!(per_host_settings, |model| {
+httptest!(per_host_settings, h2, |model| {
     let site = site();
     let srv = site.serve_config(model, CONFIG);
     // Host a: its own index list and dotfiles on.

@@ -280,15 +280,22 @@ impl Response {
             .any(|t| t.trim().eq_ignore_ascii_case(token))
     }
 
-    /// Asserts what every response of fastpath carries: `HTTP/1.1`, a Date that parses, a
-    /// Server, and (except for 1xx and 304) a Content-Length that matches the body (`head`:
-    /// the request was HEAD, so the body is not there).
+    /// Asserts what every response of fastpath carries: `HTTP/1.1` (or `HTTP/2`, then with
+    /// no field of a connection's), a Date that parses, a Server, and (except for 1xx and
+    /// 304) a Content-Length that matches the body (`head`: the request was HEAD, so the body
+    /// is not there).
     #[track_caller]
     pub fn assert_common(&self, head: bool) -> &Self {
-        assert_eq!(
-            self.version, "HTTP/1.1",
-            "response version; response:\n{self}"
-        );
+        if self.version == "HTTP/2" {
+            for name in ["connection", "keep-alive", "transfer-encoding", "upgrade"] {
+                self.assert_no_header(name);
+            }
+        } else {
+            assert_eq!(
+                self.version, "HTTP/1.1",
+                "response version; response:\n{self}"
+            );
+        }
         let date = self.expect_header("date");
         assert!(
             httpdate::parse_http_date(date).is_ok(),
