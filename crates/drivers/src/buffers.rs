@@ -392,14 +392,20 @@ impl Output {
         });
     }
 
-    /// Copies at most `limit` of the leading bytes held in memory (up to the first file
-    /// range) to the end of `out`, leaving them queued; returns how many. For a protocol that
-    /// reads what a handler wrote before passing it on in another framing (an HTTP/2 stream
-    /// reads the response head its HTTP/1 writer made).
-    pub fn peek_front(&self, limit: usize, out: &mut Vec<u8>) -> usize {
+    /// Copies at most `limit` leading bytes to the end of `out`, leaving them queued: bytes
+    /// held in memory as they are, file ranges read with pread. Returns how many. For a
+    /// protocol that reads what a handler wrote before passing it on in another framing (an
+    /// HTTP/2 stream reads the response head its HTTP/1 writer made, and unframes a chunked
+    /// body, which a slow reader's share may have put in a file). A file that ends early is
+    /// [`FlushError::FileShrunk`].
+    pub fn peek_front(&self, limit: usize, out: &mut Vec<u8>) -> Result<usize, FlushError> {
+        use std::os::unix::fs::FileExt;
         let mut copied = 0;
         let mut inline_pos = self.sent;
         for segment in self.segments.iter() {
+            if copied == limit {
+                break;
+            }
             let bytes: &[u8] = match segment {
                 Segment::Inline { end } => {
                     let bytes = &self.buf[inline_pos..*end];
@@ -408,21 +414,34 @@ impl Output {
                 }
                 Segment::Shared { data, pos, end } => &data[*pos..*end],
                 Segment::Owned { data, pos } => &data[*pos..],
-                Segment::File { .. } => break,
+                Segment::File {
+                    file,
+                    offset,
+                    remaining,
+                } => {
+                    let want = (*remaining).min((limit - copied) as u64) as usize;
+                    let at = out.len();
+                    out.resize(at + want, 0);
+                    let mut filled = 0;
+                    while filled < want {
+                        let n = file
+                            .read_at(&mut out[at + filled..], offset + filled as u64)
+                            .map_err(FlushError::Io)?;
+                        if n == 0 {
+                            out.truncate(at);
+                            return Err(FlushError::FileShrunk);
+                        }
+                        filled += n;
+                    }
+                    copied += want;
+                    continue;
+                }
             };
             let n = bytes.len().min(limit - copied);
             out.extend_from_slice(&bytes[..n]);
             copied += n;
-            if copied == limit {
-                break;
-            }
         }
-        copied
-    }
-
-    /// Whether the bytes at the front are a file range's.
-    pub fn front_is_file_range(&self) -> bool {
-        self.front_is_file()
+        Ok(copied)
     }
 
     /// Drops at most `n` leading bytes, file ranges too, as if they had been sent; returns
@@ -821,20 +840,23 @@ mod tests {
         from.write_with(&mut pool, |b| b.extend_from_slice(b"tail"));
         let mut head = Vec::new();
         assert_eq!(
-            from.peek_front(100, &mut head),
-            14,
-            "stops at the file range"
+            from.peek_front(16, &mut head).unwrap(),
+            16,
+            "into the file range"
         );
-        assert_eq!(head, b"HEAD\r\n\r\nshared");
+        assert_eq!(head, b"HEAD\r\n\r\nshared12");
+        head.clear();
+        assert_eq!(from.peek_front(100, &mut head).unwrap(), 26);
+        assert_eq!(head, b"HEAD\r\n\r\nshared12345678tail");
         assert_eq!(from.skip_front(6), 6);
         let mut to = Output::default();
         // The head's last two bytes and four of the shared ones, then the rest of those and
         // five of the file's.
         assert_eq!(from.move_front(6, &mut to, &mut pool), 6);
         to.write_with(&mut pool, |b| b.extend_from_slice(b"|"));
-        assert!(!from.front_is_file_range());
+        assert!(!from.front_is_file());
         assert_eq!(from.move_front(7, &mut to, &mut pool), 7);
-        assert!(from.front_is_file_range());
+        assert!(from.front_is_file());
         to.write_with(&mut pool, |b| b.extend_from_slice(b"|"));
         assert_eq!(from.move_front(100, &mut to, &mut pool), 7);
         assert!(from.is_empty());
