@@ -130,6 +130,12 @@ impl BackendState {
         self.max_connections
     }
 
+    /// Whether this worker's connections to the backend are all in use: a request now would
+    /// find none to open.
+    pub fn is_at_limit(&self) -> bool {
+        self.open >= self.max_connections
+    }
+
     /// Whether address `index` is being skipped at `now` because of a recent
     /// failure.
     pub fn is_failed(&self, index: usize, now: Instant) -> bool {

@@ -67,6 +67,9 @@ pub(crate) struct Incoming<'r> {
     /// neither discarded nor refused, so only the request decides whether a relayed
     /// exchange closes the connection.
     pub(crate) client_close: bool,
+    /// The request is a stream of an HTTP/2 connection, whose siblings on the same worker
+    /// may hold every backend connection its share allows.
+    pub(crate) stream: bool,
 }
 
 /// The parts of a connection's I/O that handing a request over writes to, taken apart so
@@ -189,6 +192,7 @@ impl Backends {
             return HandOver::Answered(redirect::STATUS, sent);
         }
         let (cache_on, forwarded) = (config.cache, config.forwarded);
+        let config_response_timeout = config.response_timeout;
         let bridge = method == HandoverMethod::Bridge;
         // A body larger than the backend takes is refused before a byte of it is read, as
         // nginx's `client_max_body_size` does; a bridge passes everything on unread.
@@ -289,6 +293,7 @@ impl Backends {
             also: sink.also.cloned(),
             cache,
             carrier,
+            wait_for_connection: incoming.stream,
         };
         if let Some(metrics) = &self.metrics {
             metrics.backend_request(backend);
@@ -305,10 +310,24 @@ impl Backends {
                 HandOver::Started(exchange)
             }
             Err((status, parser)) => {
+                self.parsers.push(parser);
+                // A stream whose siblings hold the worker's share of the backend's
+                // connections waits for one of them to be done, as a client of another
+                // worker waits in its turn, rather than fail: the share is the operator's
+                // bound on the backend, and an HTTP/2 client sends its requests all at once.
+                // Up to the backend's response timeout, then 503 as any request.
+                let waited = sink
+                    .now
+                    .saturating_duration_since(waiting.unwrap_or(sink.now));
+                if incoming.stream
+                    && self.states[backend].is_at_limit()
+                    && waited < config_response_timeout
+                {
+                    return HandOver::Wait(sink.now + waited.clamp(FILL_POLL_FIRST, FILL_POLL_MAX));
+                }
                 if let Some(metrics) = &self.metrics {
                     metrics.backend_error(backend);
                 }
-                self.parsers.push(parser);
                 let sent = sink.writer(date).error(status, answer);
                 HandOver::Answered(status, sent)
             }

@@ -729,6 +729,7 @@ impl HttpHandler {
                     request,
                     raw_head,
                     client_close: relay_close,
+                    stream: scheme.stream,
                 };
                 let to = (backend, method);
                 let now = sink.now;

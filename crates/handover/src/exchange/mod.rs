@@ -121,6 +121,10 @@ pub struct Start {
     pub cache: Option<CacheSlot>,
     /// A bridge's joint is carried by this (the kernel path), else by pipes.
     pub carrier: Option<Box<dyn Carrier>>,
+    /// When the worker's share of the backend's connections is in use as a body read whole
+    /// needs one, wait (up to the response timeout) for one to be let go of rather than fail
+    /// with 503: for an HTTP/2 stream, whose siblings on the connection hold the share.
+    pub wait_for_connection: bool,
 }
 
 /// The pool key of a backend address: backend and address index.

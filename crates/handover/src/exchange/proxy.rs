@@ -37,6 +37,9 @@ const BACKEND_HIGH_WATER: u64 = 64 * 1024;
 /// Times a request is sent again after a reused backend connection turned out closed. Each
 /// try takes another kept connection or opens a new one; a new one that fails ends it.
 const MAX_REPLAYS: u8 = 4;
+/// How often a request waiting for a backend connection looks again when nothing else
+/// wakes it (a sibling stream letting one go wakes it at once).
+const CONNECTION_POLL: Duration = Duration::from_millis(5);
 /// Bodies (of requests and responses framed by length) with at least this much left to move
 /// go through a kernel pipe (splice) instead of user space. Below it, a pipe's extra system
 /// calls cost more than copying the bytes.
@@ -116,6 +119,11 @@ pub struct ProxyExchange {
     conn: Conn,
     /// The address was counted as an open connection in the backend state.
     counted: bool,
+    /// A body read whole waits for a backend connection when the worker's share is in use,
+    /// until then, instead of failing with 503 (an HTTP/2 stream, whose siblings hold the
+    /// share: see `Start::wait_for_connection`).
+    awaiting: Option<Instant>,
+    wait_for_connection: bool,
     /// The request head waiting for a connection; kept after sending while the request may
     /// be sent again.
     staged: Vec<u8>,
@@ -236,6 +244,8 @@ impl ProxyExchange {
             address,
             conn: Conn::Unasked,
             counted,
+            awaiting: None,
+            wait_for_connection: start.wait_for_connection,
             staged: start.staged,
             whole: None,
             writing,
@@ -321,6 +331,11 @@ impl ProxyExchange {
     pub(crate) fn step(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
         if let Writing::Buffering(_) = self.writing {
             return self.buffer_body(backends, io);
+        }
+        if self.awaiting.is_some() {
+            if let Some(progress) = self.take_connection(backends, io) {
+                return progress;
+            }
         }
         let conn = match self.conn {
             Conn::Unasked => {
@@ -830,16 +845,41 @@ impl ProxyExchange {
         }
         self.whole = Some(buffer);
         // Only now is a backend connection taken.
+        if let Some(progress) = self.take_connection(backends, io) {
+            return progress;
+        }
+        self.step(backends, io)
+    }
+
+    /// Takes a backend connection for a body read whole; `Some` with how the exchange goes
+    /// when none can be had now: 503, or for one that may wait, a look again soon.
+    fn take_connection(
+        &mut self,
+        backends: &mut [BackendState],
+        io: &mut Io<'_>,
+    ) -> Option<Progress> {
         let state = &mut backends[self.backend];
-        let Some(address) = state.pick(io.now()) else {
-            return Progress::Failed(503);
+        let now = io.now();
+        let Some(address) = state.pick(now) else {
+            if self.wait_for_connection && state.is_at_limit() {
+                let until = *self
+                    .awaiting
+                    .get_or_insert(now + state.config().response_timeout);
+                if now < until {
+                    io.set_deadline(Some((now + CONNECTION_POLL).min(until)));
+                    return Some(Progress::Wait(Next::Read));
+                }
+            }
+            self.awaiting = None;
+            return Some(Progress::Failed(503));
         };
+        self.awaiting = None;
         self.address = address;
-        self.deadline = io.now() + state.config().connect_timeout;
+        self.deadline = now + state.config().connect_timeout;
         state.opened(address);
         self.counted = true;
         io.set_deadline(Some(self.deadline));
-        self.step(backends, io)
+        None
     }
 
     /// Asks for a backend connection to the chosen address (counted already): an idle one
@@ -872,6 +912,10 @@ impl ProxyExchange {
 
     /// The deadline passed: 504 if nothing was relayed yet, else the response is broken.
     pub(crate) fn timed_out(&mut self, backends: &mut [BackendState], io: &mut Io<'_>) -> Progress {
+        if self.awaiting.is_some() {
+            // A look again for a connection: taken, or 503 once the wait is over.
+            return self.step(backends, io);
+        }
         if let Writing::Buffering(_) = self.writing {
             // The client did not send its body in time; no backend was asked.
             return Progress::Failed(408);

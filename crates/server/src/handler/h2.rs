@@ -330,7 +330,9 @@ impl H2Session {
                 let mut limit = HEAD_PEEK;
                 loop {
                     peeked.clear();
-                    let got = s.output.peek_front(limit, peeked);
+                    let Ok(got) = s.output.peek_front(limit, peeked) else {
+                        return Self::broken(conn, s, output, pool);
+                    };
                     parser.reset();
                     let head = match parser.parse(peeked, s.head_request) {
                         Ok(Some(head)) => head,
@@ -450,14 +452,6 @@ impl H2Session {
                         Sent::Frame
                     }
                     Left::Chunked(decoder) => {
-                        if s.output.front_is_file_range() {
-                            tracing::warn!("stream {}: a chunked body holds a file range", s.id);
-                            output.write_with(pool, |buf| {
-                                conn.reset(s.id, ErrorCode::InternalError, buf)
-                            });
-                            s.response = Response::Done;
-                            return Sent::Frame;
-                        }
                         if window == 0 {
                             return if pending > 0 {
                                 Sent::Stalled
@@ -468,7 +462,9 @@ impl H2Session {
                         // At most a window's worth of framed bytes: what they unframe to is
                         // never more, so it all goes in this frame.
                         peeked.clear();
-                        s.output.peek_front(window, peeked);
+                        if s.output.peek_front(window, peeked).is_err() {
+                            return Self::broken(conn, s, output, pool);
+                        }
                         unchunked.clear();
                         let (used, done) =
                             match decoder.feed(peeked, |data| unchunked.extend_from_slice(data)) {
@@ -505,6 +501,22 @@ impl H2Session {
                 }
             }
         }
+    }
+
+    /// Resets a stream whose response cannot go on (its spilled body's file failed).
+    fn broken(
+        conn: &mut Connection,
+        s: &mut Stream,
+        output: &mut Output,
+        pool: &mut BufferPool,
+    ) -> Sent {
+        tracing::warn!(
+            "stream {}: its response could not be read back; reset",
+            s.id
+        );
+        output.write_with(pool, |buf| conn.reset(s.id, ErrorCode::InternalError, buf));
+        s.response = Response::Done;
+        Sent::Frame
     }
 
     /// The earliest deadline among the streams, the idle timeout and a stalled window.
@@ -594,12 +606,22 @@ impl HttpHandler {
                     self.close_stream(s, io, CloseReason::PeerGone);
                 }
             }
+            let backends_open = self.backends_open();
             for at in 0..session.streams.len() {
                 let s = &mut session.streams[at];
                 let runnable = !s.path_done() && (s.next != Next::Drain || s.output.is_empty());
                 if runnable {
                     progress |=
                         self.run_stream(&mut session.conn, &mut session.frames, s, io, false);
+                }
+            }
+            if self.backends_open() < backends_open {
+                // A backend connection was let go of: the streams waiting for one try now
+                // rather than at their next look.
+                for s in &mut session.streams {
+                    if let Phase::AwaitFill { again, .. } = &mut s.http.phase {
+                        *again = now;
+                    }
                 }
             }
             progress |= session.send(io);
@@ -645,6 +667,15 @@ impl HttpHandler {
             session.deadline(self.settings.keepalive_timeout, self.settings.send_timeout);
         io.set_deadline(deadline);
         Next::Read
+    }
+
+    /// The worker's open backend connections, all backends together.
+    fn backends_open(&self) -> usize {
+        self.backends
+            .states
+            .iter()
+            .map(|state| state.open_connections())
+            .sum()
     }
 
     /// Runs one stream's request on the HTTP/1 path; says whether anything changed.
