@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+use crate::handover::{by_path, chunked, echo, Backend};
 use crate::tls::tls_site;
 use crate::util::*;
 
@@ -302,7 +303,7 @@ fn http2_can_be_turned_off() {
 }
 
 /// Runs `h2_peer.py` against `srv`; its JSON report, or `None` (skipped) without Python's h2.
-fn peer(srv: &Server, tls: bool, args: &[&str]) -> Option<serde_json::Value> {
+pub(crate) fn peer(srv: &Server, tls: bool, args: &[&str]) -> Option<serde_json::Value> {
     if !python_has("h2") {
         skip(
             "h2 peer",
@@ -487,3 +488,74 @@ httptest!(streams_past_the_limit_are_refused, |model| {
     assert_eq!(report["refused"], 5, "{report}");
     still_serves(&srv);
 });
+
+httptest!(a_hundred_proxied_streams_carry_their_bodies, |model| {
+    // Each stream a POST of its own 20,000 bytes to a backend that echoes them: a hundred
+    // exchanges in flight on one client connection, each on a backend connection of its own.
+    let backend = Backend::start(echo);
+    let site = crate::handover::site();
+    let srv = site.serve_config(
+        model,
+        &crate::handover::config(&backend, "prefix = \"/app/\"", ""),
+    );
+    let Some(report) = peer(&srv, false, &["streams", "100", "/app/echo", "20000"]) else {
+        return;
+    };
+    let echo = &report["paths"]["/app/echo"];
+    assert_eq!(report["completed"], 100, "{report}");
+    assert_eq!(echo["statuses"]["200"], 100, "{report}");
+    assert_eq!(echo["echoed"], 100, "{report}");
+});
+
+httptest!(a_chunked_backend_body_arrives_unframed, |model| {
+    let backend = Backend::start(chunked);
+    let site = crate::handover::site();
+    let srv = site.serve_config(
+        model,
+        &crate::handover::config(&backend, "prefix = \"/app/\"", ""),
+    );
+    let Some(out) = curl(&["-sS", "--http2-prior-knowledge", &srv.url("/app/x")]) else {
+        return;
+    };
+    assert_eq!(
+        out.stdout,
+        b"hello world",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+});
+
+httptest!(
+    a_backend_that_stops_mid_body_resets_its_stream_alone,
+    |model| {
+        // `/app/cut` promises 1,000 bytes and closes after 5: that stream is reset, the others
+        // on the connection (proxied and static) complete.
+        let backend = Backend::start(by_path);
+        let site = crate::handover::site();
+        let srv = site.serve_config(
+            model,
+            &crate::handover::config(&backend, "prefix = \"/app/\"", ""),
+        );
+        let paths = "/app/cut,/app/ok,/page.txt";
+        let Some(report) = peer(&srv, false, &["streams", "30", paths]) else {
+            return;
+        };
+        assert_eq!(report["completed"], 30, "{report}");
+        let paths = &report["paths"];
+        assert_eq!(
+            paths["/app/cut"]["resets"]["INTERNAL_ERROR"], 10,
+            "{report}"
+        );
+        assert_eq!(paths["/app/ok"]["statuses"]["200"], 10, "{report}");
+        assert_eq!(
+            paths["/app/ok"]["lengths"],
+            serde_json::json!([3]),
+            "{report}"
+        );
+        assert_eq!(
+            paths["/page.txt"]["lengths"],
+            serde_json::json!([12]),
+            "{report}"
+        );
+    }
+);

@@ -5,8 +5,10 @@ most of them), each reporting how the server answered as one JSON object on stdo
     python3 h2_peer.py HOST PORT [--tls] COMMAND [ARGS]
 
 Commands:
-  streams N PATH [BODY_BYTES]   N concurrent streams on one connection (POST with a body
-                                of BODY_BYTES when given): statuses and body digests
+  streams N PATHS [BODY_BYTES]  N concurrent streams on one connection to the
+                                comma-separated PATHS in turn (POSTs with bodies of
+                                BODY_BYTES when given): per path, the statuses, resets,
+                                body lengths and how many answers hold their request's body
   rapid-reset N                 HEADERS then RST_STREAM(CANCEL), N times (CVE-2023-44487)
   made-you-reset N              streams the server must reset itself (CVE-2025-8671)
   continuation-flood N          one header block in endless CONTINUATION (CVE-2024-27316)
@@ -154,23 +156,29 @@ def send_all(sock, frames_reader, data, budget=30):
     return len(data) - len(view)
 
 
-def streams(host, port, tls, count, path, body_bytes=None):
+def streams(host, port, tls, count, paths, body_bytes=None):
+    """`count` streams at once on one connection, the i-th to the i-th of the
+    comma-separated `paths` (cycled), each a POST of its own body when `body_bytes` is given:
+    what each got back, and whether its answer holds its body (an echo)."""
+    paths = paths.split(",")
     sock = connect(host, port, tls)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
     conn.initiate_connection()
     conn.increment_flow_control_window(16 * 1024 * 1024)
     sock.sendall(conn.data_to_send())
-    bodies, statuses, sent = {}, {}, {}
+    bodies, statuses, sent, path_of = {}, {}, {}, {}
     pending_bodies = {}
     for i in range(count):
         stream = conn.get_next_available_stream_id()
+        path = paths[i % len(paths)]
+        path_of[stream] = path
         method = "GET" if body_bytes is None else "POST"
         headers = [(":method", method), (":scheme", "https" if tls else "http"),
-                   (":authority", "localhost"), (":path", f"{path}{'&' if '?' in path else '?'}n={i}")]
+                   (":authority", "localhost"), (":path", path)]
         if body_bytes is not None:
             body = hashlib.sha256(str(i).encode()).hexdigest().encode() * (body_bytes // 64 + 1)
             body = body[:body_bytes]
-            sent[stream] = hashlib.sha256(body).hexdigest()
+            sent[stream] = body
             headers.append(("content-length", str(len(body))))
             conn.send_headers(stream, headers)
             pending_bodies[stream] = body
@@ -215,11 +223,21 @@ def streams(host, port, tls, count, path, body_bytes=None):
         out = conn.data_to_send()
         if out:
             sock.sendall(out)
-    return {"completed": len(done), "statuses": {str(k): v for k, v in statuses.items()},
-            "resets": {str(k): v for k, v in resets.items()},
-            "bodies": {str(k): bytes(v).decode("utf-8", "replace") if len(v) < 4096 else hashlib.sha256(v).hexdigest()
-                       for k, v in bodies.items()},
-            "sent": {str(k): v for k, v in sent.items()}}
+    by_path = {}
+    for stream, path in path_of.items():
+        entry = by_path.setdefault(path, {"statuses": {}, "resets": {}, "lengths": [], "echoed": 0})
+        if stream in statuses:
+            key = str(statuses[stream])
+            entry["statuses"][key] = entry["statuses"].get(key, 0) + 1
+        if stream in resets:
+            entry["resets"][resets[stream]] = entry["resets"].get(resets[stream], 0) + 1
+        elif stream in done:
+            entry["lengths"].append(len(bodies[stream]))
+        if stream in sent and sent[stream] in bytes(bodies[stream]):
+            entry["echoed"] += 1
+    for entry in by_path.values():
+        entry["lengths"] = sorted(set(entry["lengths"]))
+    return {"completed": len(done), "paths": by_path}
 
 
 def rapid_reset(host, port, tls, n):

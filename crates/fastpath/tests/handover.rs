@@ -157,7 +157,7 @@ pub(crate) fn echo(stream: TcpStream, log: &BackendLog) {
 }
 
 /// Answers with a chunked body in three chunks.
-fn chunked(stream: TcpStream, _log: &BackendLog) {
+pub(crate) fn chunked(stream: TcpStream, _log: &BackendLog) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     while let Some((_, headers)) = read_head(&mut reader) {
@@ -254,7 +254,7 @@ fn switch_unasked(stream: TcpStream, _log: &BackendLog) {
 /// Answers by path, on a kept-alive connection: `/garbage` is not HTTP, `/cut` stops short,
 /// `/big` sends 4 MiB, `/ws` switches protocols and echoes to the end; anything else gets a
 /// short answer.
-fn by_path(stream: TcpStream, _log: &BackendLog) {
+pub(crate) fn by_path(stream: TcpStream, _log: &BackendLog) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     while let Some((line, _)) = read_head(&mut reader) {

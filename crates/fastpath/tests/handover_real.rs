@@ -427,3 +427,52 @@ httptest!(apache_runs_the_php_scripts, |model| {
     conn.exchange("GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n")
         .assert_ok(200, "static\n");
 });
+
+httptest!(
+    gunicorn_takes_a_hundred_streams_of_one_connection,
+    |model| {
+        // HTTP/2 in front of an HTTP/1.1 backend: a hundred POSTs of 20,000 bytes each on one
+        // client connection, echoed whole, and gunicorn's chunked answers unframed into DATA.
+        let Some(backend) = gunicorn() else { return };
+        let site = Site::new();
+        site.file("index.html", "static\n");
+        let srv = site.serve_config(model, &config(backend.addr));
+        let Some(report) = crate::h2::peer(&srv, false, &["streams", "100", "/app/echo", "20000"])
+        else {
+            return;
+        };
+        let echo = &report["paths"]["/app/echo"];
+        assert_eq!(echo["statuses"]["200"], 100, "{report}");
+        assert_eq!(echo["echoed"], 100, "{report}");
+        let paths = "/app/big?n=300000,/app/hello,/index.html";
+        let report = crate::h2::peer(&srv, false, &["streams", "30", paths]).unwrap();
+        assert_eq!(report["completed"], 30, "{report}");
+        let big = &report["paths"]["/app/big?n=300000"];
+        assert_eq!(big["lengths"], serde_json::json!([300_000]), "{report}");
+        assert_eq!(
+            report["paths"]["/index.html"]["lengths"],
+            serde_json::json!([7]),
+            "{report}"
+        );
+    }
+);
+
+httptest!(apache_takes_a_hundred_streams_of_one_connection, |model| {
+    let Some(apache) = apache_with_php() else {
+        return;
+    };
+    let site = Site::new();
+    site.file("index.html", "static\n");
+    let config = format!(
+        "root = \"root\"\n[[backend]]\nname = \"php\"\naddresses = \"{}\"\n[[route]]\nbackend = \"php\"\nextensions = [\"php\"]\n",
+        apache.addr
+    );
+    let srv = site.serve_config(model, &config);
+    let Some(report) = crate::h2::peer(&srv, false, &["streams", "100", "/info.php", "20000"])
+    else {
+        return;
+    };
+    let info = &report["paths"]["/info.php"];
+    assert_eq!(info["statuses"]["200"], 100, "{report}");
+    assert_eq!(info["echoed"], 100, "{report}");
+});
