@@ -243,7 +243,8 @@ fn check(path: &Path) -> ExitCode {
         Ok(config) => {
             let shown = path.display();
             let mut report = String::new();
-            for note in config.model_notes().into_iter().chain(config.tls_notes()) {
+            let notes = config.model_notes().into_iter().chain(config.http2_notes());
+            for note in notes.chain(config.tls_notes()) {
                 report.push_str(&format!("{shown}: note: {note}\n"));
             }
             if let Some(kernel) = fastpath_server::kernel_report(&config) {

@@ -372,8 +372,15 @@ fn check_says_what_a_model_does_differently() {
     assert!(out.status.success(), "{}", show(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let notes: Vec<&str> = stdout.lines().filter(|l| l.contains("note:")).collect();
+    // And that HTTP/2 streams are proxied rather than bridged.
     assert!(
-        notes.len() == 1 && notes[0].contains("note: bridged connections: "),
+        notes.len() == 2
+            && notes
+                .iter()
+                .any(|n| n.contains("note: bridged connections: "))
+            && notes
+                .iter()
+                .any(|n| n.contains("streams of a bridging route are proxied")),
         "{}",
         show(&out)
     );

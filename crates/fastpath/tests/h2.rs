@@ -101,6 +101,15 @@ httptest!(prior_knowledge_serves_files_small_and_large, |model| {
     let (status, body) = status_and_body(&out);
     assert_eq!(status, "HTTP/2 200");
     assert_eq!(body, b"hello over h2c");
+    // The access log names the protocol as nginx does.
+    let logged = srv.wait_stdout_line(std::time::Duration::from_secs(3), |l| {
+        l.contains("\"GET /hello.txt HTTP/2.0\" 200 14 ")
+    });
+    assert!(
+        logged.is_some(),
+        "no HTTP/2.0 line in the access log:\n{}",
+        srv.stdout()
+    );
     let out = curl(&[
         "-sS",
         "--http2-prior-knowledge",

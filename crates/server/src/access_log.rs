@@ -222,10 +222,10 @@ pub(crate) struct Logged {
 }
 
 impl Logged {
-    pub(crate) fn of(request: &Request<'_>) -> Logged {
+    pub(crate) fn of(request: &Request<'_>, h2: bool) -> Logged {
         Logged {
             method: request.kind,
-            line: request_line(request).join(&b' '),
+            line: request_line(request, h2).join(&b' '),
             referer: request.noted(Noted::Referer).map(<[u8]>::to_vec),
             user_agent: request.noted(Noted::UserAgent).map(<[u8]>::to_vec),
         }
@@ -248,8 +248,10 @@ impl Logged {
 }
 
 /// The request line of `request` as the access log quotes it, in its three parts.
-pub(crate) fn request_line<'r>(request: &Request<'r>) -> [&'r [u8]; 3] {
+pub(crate) fn request_line<'r>(request: &Request<'r>, h2: bool) -> [&'r [u8]; 3] {
     let version: &[u8] = match request.version {
+        // As nginx writes it: the stream's request was made HTTP/1.1 to be served.
+        _ if h2 => b"HTTP/2.0",
         Version::Http10 => b"HTTP/1.0",
         Version::Http11 => b"HTTP/1.1",
     };

@@ -593,6 +593,24 @@ impl Config {
         self.listen.push(addr);
     }
 
+    /// What to know about HTTP/2, one sentence each: the bridging routes' streams are
+    /// proxied. `fastpath check` prints these and `fastpath serve` logs them at start.
+    pub fn http2_notes(&self) -> Vec<String> {
+        let bridges = self
+            .routes
+            .iter()
+            .any(|r| r.method == fastpath_handover::HandoverMethod::Bridge);
+        if !(self.http2.enabled && bridges) {
+            return Vec::new();
+        }
+        vec![
+            "routes with method \"bridge\" bridge HTTP/1 connections only: an HTTP/2 \
+              stream shares its connection with others, so the streams of a bridging route are \
+              proxied instead"
+                .to_owned(),
+        ]
+    }
+
     /// What to know about the certificates, one sentence each: what each covers and until
     /// when, those that expire within [`CERTIFICATE_WARNING`], and names a certificate is
     /// configured for but does not cover.

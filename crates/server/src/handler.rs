@@ -754,7 +754,7 @@ impl HttpHandler {
                         // Logged when the exchange ends; the body goes to the backend.
                         let handed = Handed {
                             exchange,
-                            logged: Logged::of(request),
+                            logged: Logged::of(request, scheme.stream),
                             written: false,
                         };
                         return Outcome {
@@ -810,7 +810,7 @@ impl HttpHandler {
         if body_bytes > DEFER_LOG_OVER && self.access_log.is_some() {
             let deferred = Deferred {
                 time: self.clock.log_time().to_vec(),
-                logged: Logged::of(request),
+                logged: Logged::of(request, scheme.stream),
                 status,
                 body_bytes,
                 end: sink.output.sent() + sink.output.pending(),
@@ -825,7 +825,7 @@ impl HttpHandler {
                 deferred: Some(Box::new(deferred)),
             };
         }
-        let line = request_line(request);
+        let line = request_line(request, scheme.stream);
         let client = Client {
             peer,
             tls: scheme.tls,

@@ -376,7 +376,7 @@ pub fn serve_with(
     // Decided before anything is bound or opened, so a refusal leaves nothing behind.
     let switch = privileges::plan(config.user.as_ref(), config.group, config.run_as_root)
         .map_err(ServeError::Privileges)?;
-    for note in config.model_notes() {
+    for note in config.model_notes().into_iter().chain(config.http2_notes()) {
         tracing::info!("{note}");
     }
     let model = driver_model(config);
