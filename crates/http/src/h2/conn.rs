@@ -69,10 +69,11 @@ use std::collections::VecDeque;
 
 use super::block::{Assembled, HeaderBlockAssembler, HeaderBlockLimits, DEFAULT_MAX_CONTINUATIONS};
 use super::frame::{
-    flags, write_data_header, write_goaway, write_headers, write_ping_ack, write_rst_stream,
-    write_settings, write_settings_ack, write_window_update, ErrorCode, ErrorScope, Frame,
-    FrameHeader, FrameReader, FrameType, Reason, Setting, Settings, DEFAULT_INITIAL_WINDOW_SIZE,
-    DEFAULT_MAX_FRAME_SIZE, FRAME_HEADER_LEN, MAX_FRAME_SIZE_LIMIT, MAX_WINDOW_SIZE, PREFACE,
+    flags, write_data_header, write_goaway, write_headers, write_ping, write_ping_ack,
+    write_rst_stream, write_settings, write_settings_ack, write_window_update, ErrorCode,
+    ErrorScope, Frame, FrameHeader, FrameReader, FrameType, Reason, Setting, Settings,
+    DEFAULT_INITIAL_WINDOW_SIZE, DEFAULT_MAX_FRAME_SIZE, FRAME_HEADER_LEN, MAX_FRAME_SIZE_LIMIT,
+    MAX_WINDOW_SIZE, PREFACE,
 };
 use super::hpack::{DecodeLimits, Decoder, Encoder, Field, DEFAULT_TABLE_SIZE};
 use super::request::{check_trailer_field, RequestBody, RequestHead};
@@ -126,6 +127,14 @@ pub const CONTROL_FRAMES_PER_REQUEST: u64 = 100;
 /// (CVE-2019-9512, 9515, 9517). Stopping hands the glue, which stops reading
 /// while its output is full, the back-pressure TCP gives it.
 pub const CONTROL_HIGH_WATER: usize = 64 * 1024;
+
+/// The highest stream id there can be: a GOAWAY naming it announces a shutdown without
+/// refusing a stream.
+const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+
+/// The PING that follows an announced shutdown; its acknowledgement is the client's word
+/// that it has seen the GOAWAY.
+const GOAWAY_PING: [u8; 8] = *b"goingawy";
 
 /// Closed streams remembered, to tell a frame on a stream closed a moment
 /// ago (ignored, or a stream error) from one on a stream long gone (a
@@ -603,6 +612,9 @@ struct State {
 
     /// The last stream id of the GOAWAY sent, once one was.
     goaway: Option<u32>,
+    /// A graceful shutdown was announced ([`Connection::announce_go_away`]): the GOAWAY
+    /// naming the last stream follows the acknowledgement of [`GOAWAY_PING`].
+    announced: bool,
     closed: Option<ErrorCode>,
 }
 
@@ -648,6 +660,7 @@ impl Connection {
                 pending_priorities: VecDeque::new(),
                 highest: 0,
                 last_accepted: 0,
+                announced: false,
                 requests: 0,
                 completed: 0,
                 resets: 0,
@@ -851,6 +864,27 @@ impl Connection {
     /// while the streams accepted run to their end. Idempotent.
     pub fn go_away(&mut self, out: &mut Vec<u8>) {
         self.st.go_away(out);
+    }
+
+    /// The first step of a graceful shutdown that loses no request already on its way (RFC
+    /// 9113 §6.8): GOAWAY naming the highest stream id there can be, then a PING. Streams
+    /// are still accepted until the PING's acknowledgement, a round trip later, shows that
+    /// the client has seen the GOAWAY; then the GOAWAY naming the last stream accepted
+    /// follows by itself ([`Connection::is_going_away`] from then on). A caller that will
+    /// not wait that long calls [`Connection::go_away`]. Idempotent.
+    pub fn announce_go_away(&mut self, out: &mut Vec<u8>) {
+        let st = &mut self.st;
+        if st.closed.is_some() || st.goaway.is_some() || st.announced {
+            return;
+        }
+        st.announced = true;
+        write_goaway(MAX_STREAM_ID, ErrorCode::NoError, &[], out);
+        write_ping(GOAWAY_PING, out);
+    }
+
+    /// Whether a shutdown was announced ([`Connection::announce_go_away`]) or a GOAWAY sent.
+    pub fn is_announced(&self) -> bool {
+        self.st.announced || self.st.goaway.is_some()
     }
 
     /// Whether a GOAWAY was sent, gracefully or for an error.
@@ -1200,6 +1234,9 @@ impl State {
                 self.unproductive()?;
                 if !ack {
                     write_ping_ack(data, out);
+                } else if data == GOAWAY_PING && self.announced {
+                    // The client has seen the announcement: what it sent before is here.
+                    self.go_away(out);
                 }
                 Ok(())
             }

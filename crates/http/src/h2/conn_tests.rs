@@ -141,6 +141,11 @@ impl Client {
         self
     }
 
+    fn ping_ack(&mut self, data: [u8; 8]) -> &mut Self {
+        write_ping_ack(data, &mut self.wire);
+        self
+    }
+
     fn rst(&mut self, id: u32, code: ErrorCode) -> &mut Self {
         write_rst_stream(id, code, &mut self.wire);
         self
@@ -256,6 +261,7 @@ enum Sent {
     Settings(Vec<Setting>),
     SettingsAck,
     PingAck([u8; 8]),
+    Ping([u8; 8]),
     Rst(u32, ErrorCode),
     WindowUpdate(u32, u32),
     GoAway(u32, ErrorCode),
@@ -356,6 +362,7 @@ impl Server {
                     Frame::Settings { ack: true, .. } => Sent::SettingsAck,
                     Frame::Settings { settings, .. } => Sent::Settings(settings.iter().collect()),
                     Frame::Ping { ack: true, data } => Sent::PingAck(data),
+                    Frame::Ping { ack: false, data } => Sent::Ping(data),
                     Frame::RstStream {
                         stream_id,
                         error_code,
@@ -1361,6 +1368,41 @@ fn go_away_ignores_newer_streams_and_lets_older_ones_finish() {
     s.respond(1, 2);
     assert_eq!(s.conn.active_streams(), 0);
     assert!(!s.conn.is_closed());
+}
+
+#[test]
+fn an_announced_shutdown_takes_streams_until_its_ping_comes_back() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1);
+    s.feed(&c.take());
+    s.events();
+    s.conn.announce_go_away(&mut s.out);
+    s.conn.announce_go_away(&mut s.out);
+    assert_eq!(
+        s.sent(),
+        [
+            Sent::GoAway((1 << 31) - 1, ErrorCode::NoError),
+            Sent::Ping(*b"goingawy")
+        ]
+    );
+    assert!(s.conn.is_announced() && !s.conn.is_going_away());
+    // Sent before the client saw the announcement: still served.
+    c.get(3).ping_ack(*b"another!");
+    s.feed(&c.take());
+    assert_eq!(s.events(), [request(3)]);
+    assert_eq!(s.sent(), []);
+    c.ping_ack(*b"goingawy").get(5);
+    s.feed(&c.take());
+    assert_eq!(s.sent(), [Sent::GoAway(3, ErrorCode::NoError)]);
+    assert!(s.conn.is_going_away());
+    assert_eq!(s.events(), [], "stream 5 came after the GOAWAY");
+    // One that will not wait for the acknowledgement ends it at once.
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1);
+    s.feed(&c.take());
+    s.conn.announce_go_away(&mut s.out);
+    s.conn.go_away(&mut s.out);
+    assert_eq!(s.sent().last(), Some(&Sent::GoAway(1, ErrorCode::NoError)));
 }
 
 #[test]

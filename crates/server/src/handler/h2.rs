@@ -22,8 +22,11 @@ use fastpath_http::h2::{
 };
 use fastpath_http::{ChunkedDecoder, ResponseFraming, ResponseParser};
 
-use super::{HttpConn, HttpHandler, Phase, OUTPUT_HIGH_WATER};
+use super::{HttpConn, HttpHandler, Phase, DRAIN_IDLE_WAIT, OUTPUT_HIGH_WATER};
 
+/// How long a graceful stop waits for the client to acknowledge the GOAWAY it announced
+/// (a round trip) before it names the last stream it takes.
+const GOAWAY_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Bytes of a response head looked at first; doubled while the head is longer.
 const HEAD_PEEK: usize = 1024;
 /// The fields an HTTP/1 response head may have that HTTP/2 forbids (RFC 9113 §8.2.2).
@@ -62,6 +65,10 @@ pub(crate) struct H2Session {
     opened: u64,
     /// The peer sent GOAWAY: no new streams, the connection ends with its last.
     peer_leaving: bool,
+    /// When a graceful stop announced its GOAWAY.
+    announced_at: Option<Instant>,
+    /// When the connection began speaking HTTP/2.
+    started: Instant,
 }
 
 /// One stream: one request of the HTTP/1 path, and its response on the way out.
@@ -152,6 +159,8 @@ impl H2Session {
             stalled_since: None,
             opened: 0,
             peer_leaving: false,
+            announced_at: None,
+            started: now,
         })
     }
 
@@ -519,12 +528,20 @@ impl H2Session {
         Sent::Frame
     }
 
-    /// The earliest deadline among the streams, the idle timeout and a stalled window.
+    /// The earliest deadline among the streams, the idle timeout, a stalled window and the
+    /// end of an announced shutdown's wait.
     fn deadline(&self, idle: std::time::Duration, stall: std::time::Duration) -> Option<Instant> {
         let streams = self.streams.iter().filter_map(|s| s.deadline).min();
         let idle = self.streams.is_empty().then_some(self.idle_since + idle);
         let stalled = self.stalled_since.map(|since| since + stall);
-        [streams, idle, stalled].into_iter().flatten().min()
+        let announced = self
+            .announced_at
+            .filter(|_| !self.conn.is_going_away())
+            .map(|at| at + GOAWAY_ACK_WAIT);
+        [streams, idle, stalled, announced]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 
@@ -585,9 +602,20 @@ impl HttpHandler {
                 }
             }
         }
-        if io.draining() {
+        // A connection that has not sent its first request yet is left a moment for it, as
+        // an HTTP/1 one is (`DRAIN_IDLE_WAIT`): a client told GOAWAY before it could send a
+        // request may fail it rather than open another connection.
+        let first_awaited = session.opened == 0 && now < session.started + DRAIN_IDLE_WAIT;
+        if io.draining() && !first_awaited {
+            // Announced first, so that requests already on their way are served; the last
+            // stream is named once the client has seen it, or after a moment at most.
             let (output, pool) = io.output_and_pool();
-            output.write_with(pool, |buf| session.conn.go_away(buf));
+            let announced_at = *session.announced_at.get_or_insert(now);
+            if now >= announced_at + GOAWAY_ACK_WAIT {
+                output.write_with(pool, |buf| session.conn.go_away(buf));
+            } else {
+                output.write_with(pool, |buf| session.conn.announce_go_away(buf));
+            }
         }
         // Round after round while one gets something done: input left unread here would wait
         // for the next bytes to arrive. Each round reads input or moves output, both bounded.
@@ -653,7 +681,7 @@ impl HttpHandler {
         if session.conn.is_closed() {
             return Next::Linger;
         }
-        let leaving = session.conn.is_going_away() || session.peer_leaving || io.draining();
+        let leaving = session.conn.is_going_away() || session.peer_leaving;
         if leaving && session.streams.is_empty() {
             return Next::Linger;
         }
@@ -663,8 +691,12 @@ impl HttpHandler {
         if io.eof() && session.streams.is_empty() {
             return Next::Linger;
         }
-        let deadline =
+        let mut deadline =
             session.deadline(self.settings.keepalive_timeout, self.settings.send_timeout);
+        if io.draining() && first_awaited {
+            let until = session.started + DRAIN_IDLE_WAIT;
+            deadline = Some(deadline.map_or(until, |at| at.min(until)));
+        }
         io.set_deadline(deadline);
         Next::Read
     }
