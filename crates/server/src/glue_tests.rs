@@ -618,3 +618,235 @@ fn malformed_fields_get_400_and_an_unknown_expectation_417() {
         417,
     );
 }
+
+/// An HTTP/2 client in memory, of the protocol crate's own frames: what the server's glue
+/// makes of streams is the point here; real clients talk to it in the end-to-end suite.
+mod h2 {
+    use super::*;
+    use fastpath_http::h2::{
+        write_headers, write_rst_stream, write_settings, DecodeLimits, Decoder, Encoder, ErrorCode,
+        Field, Frame, FrameReader, PREFACE,
+    };
+
+    /// What the client saw of one stream.
+    #[derive(Debug, Default)]
+    struct Seen {
+        status: Option<u16>,
+        fields: Vec<(String, String)>,
+        body: Vec<u8>,
+        ended: bool,
+        reset: Option<ErrorCode>,
+    }
+
+    struct Client {
+        conn: TestConn,
+        encoder: Encoder,
+        decoder: Decoder,
+        /// Bytes received and not yet read as frames.
+        unread: Vec<u8>,
+        streams: std::collections::BTreeMap<u32, Seen>,
+        goaway: Option<ErrorCode>,
+    }
+
+    impl Client {
+        fn open(glue: &mut Glue) -> Client {
+            let conn = glue.worker.connect();
+            let mut hello = PREFACE.to_vec();
+            write_settings(&[], &mut hello);
+            glue.worker.send(conn, &hello);
+            Client {
+                conn,
+                encoder: Encoder::new(),
+                decoder: Decoder::new(4096),
+                unread: Vec::new(),
+                streams: Default::default(),
+                goaway: None,
+            }
+        }
+
+        fn get(&mut self, glue: &mut Glue, stream: u32, path: &str) {
+            let mut block = Vec::new();
+            self.encoder.encode(
+                [
+                    Field::new(b":method", b"GET"),
+                    Field::new(b":scheme", b"http"),
+                    Field::new(b":authority", b"t"),
+                    Field::new(b":path", path.as_bytes()),
+                ],
+                &mut block,
+            );
+            let mut frames = Vec::new();
+            write_headers(stream, &block, true, 16_384, &mut frames);
+            glue.worker.send(self.conn, &frames);
+        }
+
+        fn reset(&mut self, glue: &mut Glue, stream: u32) {
+            let mut frame = Vec::new();
+            write_rst_stream(stream, ErrorCode::Cancel, &mut frame);
+            glue.worker.send(self.conn, &frame);
+        }
+
+        /// Reads what the server sent since the last look.
+        fn read(&mut self, glue: &mut Glue) {
+            self.unread.extend(glue.worker.received(self.conn));
+            let reader = FrameReader::new(16_384);
+            let mut at = 0;
+            while let Some((frame, used)) = reader.parse(&self.unread[at..]).expect("a frame") {
+                match frame {
+                    Frame::Headers {
+                        stream_id,
+                        fragment,
+                        end_stream,
+                        end_headers,
+                    } => {
+                        assert!(end_headers, "the test's responses fit a frame");
+                        let seen = self.streams.entry(stream_id).or_default();
+                        self.decoder
+                            .decode(fragment, &DecodeLimits::default(), |name, value, _| {
+                                let (name, value) = (
+                                    String::from_utf8_lossy(name).into_owned(),
+                                    String::from_utf8_lossy(value).into_owned(),
+                                );
+                                if name == ":status" {
+                                    seen.status = value.parse().ok();
+                                } else {
+                                    seen.fields.push((name, value));
+                                }
+                            })
+                            .expect("a good block");
+                        seen.ended |= end_stream;
+                    }
+                    Frame::Data {
+                        stream_id,
+                        data,
+                        end_stream,
+                        ..
+                    } => {
+                        let seen = self.streams.entry(stream_id).or_default();
+                        seen.body.extend_from_slice(data);
+                        seen.ended |= end_stream;
+                    }
+                    Frame::RstStream {
+                        stream_id,
+                        error_code,
+                    } => {
+                        self.streams.entry(stream_id).or_default().reset =
+                            ErrorCode::from_u32(error_code);
+                    }
+                    Frame::GoAway { error_code, .. } => {
+                        self.goaway = ErrorCode::from_u32(error_code);
+                    }
+                    _ => {}
+                }
+                at += used;
+            }
+            self.unread.drain(..at);
+        }
+    }
+
+    #[test]
+    fn static_and_proxied_streams_share_a_connection() {
+        let mut glue = Glue::new("", "");
+        let mut client = Client::open(&mut glue);
+        client.get(&mut glue, 1, "/app/slow");
+        client.get(&mut glue, 3, "/a.txt");
+        client.read(&mut glue);
+        // The static answer does not wait for the backend's.
+        let a = &client.streams[&3];
+        assert_eq!(a.status, Some(200));
+        assert_eq!(a.body, b"hello, static\n");
+        assert!(a.ended);
+        assert!(!client.streams.contains_key(&1));
+        let backend = glue.backend();
+        let asked = glue.backend_got(backend);
+        assert!(asked.starts_with("GET /app/slow HTTP/1.1\r\n"), "{asked}");
+        glue.worker.send(
+            backend,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: keep-alive\r\nX-App: 1\r\n\r\nslow",
+        );
+        client.read(&mut glue);
+        let slow = &client.streams[&1];
+        assert_eq!(
+            (slow.status, slow.body.as_slice(), slow.ended),
+            (Some(200), &b"slow"[..], true)
+        );
+        // The HTTP/1 connection's own fields stay behind; the others come lowercased.
+        assert!(
+            slow.fields.iter().all(|(name, _)| name != "connection"),
+            "{slow:?}"
+        );
+        assert!(
+            slow.fields.contains(&("x-app".to_owned(), "1".to_owned())),
+            "{slow:?}"
+        );
+        // The backend connection went back to the pool for the next stream.
+        assert!(glue.worker.is_open(backend));
+        let log = glue.access_log();
+        assert!(
+            log.iter()
+                .any(|l| l.contains("\"GET /a.txt HTTP/2.0\" 200 14")),
+            "{log:?}"
+        );
+        assert!(
+            log.iter()
+                .any(|l| l.contains("\"GET /app/slow HTTP/2.0\" 200 4")),
+            "{log:?}"
+        );
+    }
+
+    #[test]
+    fn a_backend_that_dies_mid_body_resets_its_stream_alone() {
+        let mut glue = Glue::new("", "response_buffering = false");
+        let mut client = Client::open(&mut glue);
+        client.get(&mut glue, 1, "/app/big");
+        let backend = glue.backend();
+        glue.worker.send(
+            backend,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789",
+        );
+        glue.worker.reset(backend);
+        client.read(&mut glue);
+        let big = &client.streams[&1];
+        assert_eq!(big.body, b"0123456789");
+        assert_eq!(big.reset, Some(ErrorCode::InternalError), "{big:?}");
+        // The connection goes on.
+        client.get(&mut glue, 3, "/a.txt");
+        client.read(&mut glue);
+        assert_eq!(client.streams[&3].body, b"hello, static\n");
+        assert!(glue.worker.is_open(client.conn));
+        let log = glue.access_log();
+        assert!(
+            log.iter()
+                .any(|l| l.contains("\"GET /app/big HTTP/2.0\" 200 10")
+                    && l.contains("backend-failed")),
+            "{log:?}"
+        );
+    }
+
+    #[test]
+    fn a_stream_the_client_cancels_lets_its_backend_connection_go() {
+        let mut glue = Glue::new("", "");
+        let mut client = Client::open(&mut glue);
+        client.get(&mut glue, 1, "/app/slow");
+        let backend = glue.backend();
+        client.reset(&mut glue, 1);
+        // Half an answer would be read by the next stream: the connection is closed, not
+        // kept.
+        assert!(
+            !glue.worker.is_open(backend),
+            "the backend connection is kept"
+        );
+        let log = glue.access_log();
+        // Logged as cut short by the client, with no status sent.
+        assert!(
+            log.iter().any(
+                |l| l.contains("\"GET /app/slow HTTP/2.0\" - - ") && l.ends_with("client-gone")
+            ),
+            "{log:?}"
+        );
+        client.get(&mut glue, 3, "/a.txt");
+        client.read(&mut glue);
+        assert_eq!(client.streams[&3].status, Some(200));
+        assert_eq!(client.goaway, None);
+    }
+}
