@@ -623,3 +623,66 @@ mod a_reload_under_load_fails_no_stream {
         super::reload_under_load_fails_no_stream("percore")
     }
 }
+
+httptest!(the_limits_mean_the_same_over_h2, |model| {
+    let backend = Backend::start(echo);
+    let site = crate::handover::site();
+    let config = crate::handover::config(
+        &backend,
+        "prefix = \"/app/\"",
+        "[limits]\nmax_header_bytes = 4096\n",
+    )
+    .replace("linger = \"1s\"", "linger = \"1s\"\nkeepalive = \"1s\"")
+    .replace("max_body_size = \"64m\"", "max_body_size = \"1k\"");
+    let srv = site.serve_config(model, &config);
+    // A header list over the limit: 431, as over HTTP/1.1, and the connection goes on.
+    let big = format!("x-big: {}", "b".repeat(8000));
+    let Some(out) = curl(&[
+        "-sS",
+        "--http2-prior-knowledge",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-H",
+        &big,
+        &srv.url("/page.txt"),
+    ]) else {
+        return;
+    };
+    assert_eq!(
+        out.stdout,
+        b"431",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A body over the backend's max_body_size: 413 before a byte goes to the backend.
+    let body = "x".repeat(2000);
+    let out = curl(&[
+        "-sS",
+        "--http2-prior-knowledge",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--data-binary",
+        &body,
+        &srv.url("/app/upload"),
+    ])
+    .unwrap();
+    assert_eq!(
+        out.stdout,
+        b"413",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(backend.log.requests.lock().unwrap().is_empty());
+    // An idle connection ends after the keep-alive timeout, with GOAWAY.
+    let Some(report) = peer(&srv, false, &["idle", "5"]) else {
+        return;
+    };
+    assert_eq!(report["goaway"], "NO_ERROR", "{report}");
+    assert_eq!(report["closed"], true, "{report}");
+    let held = report["held_seconds"].as_f64().unwrap();
+    assert!((0.8..3.0).contains(&held), "held {held} s: {report}");
+});

@@ -19,6 +19,8 @@ Commands:
   zero-window PATH              a window of 0, never opened (CVE-2019-9517): how long the
                                 server keeps the connection
   too-many-streams N PATH       N streams at once, none finished by the peer
+  idle SECONDS                  a connection that asks for nothing: how long the server
+                                keeps it, and how it ends it
 """
 
 import hashlib
@@ -366,6 +368,13 @@ def too_many_streams(host, port, tls, n, path):
     return frames.report(refused=sum(1 for c in frames.resets.values() if c == "REFUSED_STREAM"))
 
 
+def idle(host, port, tls, seconds):
+    sock, frames = open_raw(host, port, tls)
+    start = time.monotonic()
+    frames.drain(seconds)
+    return frames.report(held_seconds=round(time.monotonic() - start, 2))
+
+
 def main(argv):
     host, port = argv[1], int(argv[2])
     args = argv[3:]
@@ -393,6 +402,8 @@ def main(argv):
         result = zero_window(host, port, tls, rest[0])
     elif command == "too-many-streams":
         result = too_many_streams(host, port, tls, int(rest[0]), rest[1])
+    elif command == "idle":
+        result = idle(host, port, tls, float(rest[0]))
     else:
         raise SystemExit(f"unknown command {command}")
     json.dump(result, sys.stdout)
