@@ -146,7 +146,7 @@ keepalive = "300s"
 [log]
 access = "off"
 error = "stderr"
-level = "warn"
+level = "info"
 
 [tls]
 protocols = ["TLSv1.3"]
@@ -239,7 +239,10 @@ def h2load(target, options, duration, scheme):
     r = parse_h2load(out.stdout)
     r["client_cpu"] = (ru_after.ru_utime - ru.ru_utime) + (ru_after.ru_stime - ru.ru_stime)
     r["problems"] = problems_of(r, scheme)
-    if out.returncode != 0:
+    if "done" not in r or "rps" not in r:
+        r["problems"].append(f"h2load status {out.returncode}, said: "
+                             + " / ".join((out.stdout + out.stderr).strip().splitlines()[-4:]))
+    elif out.returncode != 0:
         r["problems"].append(f"h2load status {out.returncode}: {out.stderr.strip()[-300:]}")
     return r
 
@@ -413,13 +416,17 @@ def main():
             with open(conf, "w") as f:
                 f.write(FASTPATH.format(**values))
             cmd = [binary, "serve", "--config", conf, "--model", model] + root_flag(binary)
-        log = open(os.path.join(work, f"{name.replace(' ', '-')}.out"), "w")
+        log = open(os.path.join(work, f"{name.replace(' ', '-')}.out"), "a")
         p = subprocess.Popen(["taskset", "-c", "0"] + cmd, stdout=log, stderr=log)
         log.close()
         procs.append(p)
         wait_port(plain)
         wait_port(tls)
         return p
+
+    def log_tail(name, lines=3):
+        with open(os.path.join(work, f"{name.replace(' ', '-')}.out")) as f:
+            return [line.strip() for line in f.read().splitlines()[-lines:]]
 
     def target(name, scheme, path):
         port = ports[name][0 if scheme == "http" else 1]
@@ -431,6 +438,7 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     runs = {n: {(c[0], t[0]): [] for c in CASES for t in TRANSPORTS} for n in names}
     traced = {}
+    events = []
     try:
         servers = {n: start(n) for n in names}
         for n in names:
@@ -447,14 +455,23 @@ def main():
                         proc = servers[n]
                         r = measure(proc.pid, target(n, scheme, path), options, args.duration,
                                     scheme)
+                        if proc.poll() is not None:
+                            # Said in the report; the server is started again and the
+                            # measurement taken again.
+                            event = (f"{n} exited (status {proc.returncode}) during round "
+                                     f"{rnd + 1}, {label} {tname}, its log ending: "
+                                     + " / ".join(log_tail(n)))
+                            print(event, flush=True)
+                            events.append(event)
+                            servers[n] = proc = start(n)
+                            r = measure(proc.pid, target(n, scheme, path), options,
+                                        args.duration, scheme)
                         runs[n][(key_, tname)].append(r)
                         print(f"round {rnd + 1} {label:38} {tname:3} {n:15} {r['rps']:>9,.0f}/s "
                               f"{r['cpu_us']:7.1f} µs server CPU  busy {r['busy']:.0%}  "
                               f"client {r['client_cpu_us']:.1f} µs  {r['negotiated']}"
                               + (f"  PROBLEMS: {'; '.join(r['problems'])}"
                                  if r["problems"] else ""), flush=True)
-                        if proc.poll() is not None:
-                            raise SystemExit(f"{n} exited (status {proc.returncode})")
         if args.strace:
             options = next(c[3] for c in CASES if c[0] == STRACE_CASE)
             for tname, scheme in TRANSPORTS:
@@ -472,7 +489,7 @@ def main():
                 stop(p)
         shutil.rmtree(work, ignore_errors=True)
     load_end = loadavg()
-    text = report(args, models, names, runs, traced, started, load_start, load_end)
+    text = report(args, models, names, runs, traced, events, started, load_start, load_end)
     print()
     print(text)
     if not args.no_write:
@@ -490,7 +507,7 @@ def main():
     return 1 if bad else 0
 
 
-def report(args, models, names, runs, traced, started, load_start, load_end):
+def report(args, models, names, runs, traced, events, started, load_start, load_end):
     figures = ("rps", "cpu_us", "busy", "client_cpu_us")
     med = {n: {k: {f: statistics.median(r[f] for r in rs) for f in figures}
                for k, rs in runs[n].items()} for n in names}
@@ -548,6 +565,9 @@ def report(args, models, names, runs, traced, started, load_start, load_end):
     lines += ["", "Every h2load run had every request it did succeed with a 2xx status."
               if not problems else "**Failures** (these figures are not to be trusted):"]
     lines += [f"- {p}" for p in problems]
+    if events:
+        lines += ["", "Servers that exited during the run (each started again and the "
+                  "measurement taken again):", ""] + [f"- {e}" for e in events]
 
     def verdict(ok):
         return "**met**" if ok else "**not met**"
