@@ -931,8 +931,11 @@ impl ProxyExchange {
             // A body read whole is queued at once, and the driver says nothing until the
             // backend has taken all of it: the response timeout counts from the end of the
             // request, so while the backend still takes the body it starts again.
+            // All of it may have gone since the last look without a word from the driver
+            // (io_uring sends a file range's last bytes with sendfile and wakes nobody): that
+            // counts as the request's end too.
             let unsent = linked.map_or(0, |(unsent, _)| unsent);
-            if unsent > 0 && unsent < self.unsent_at_deadline {
+            if unsent < self.unsent_at_deadline {
                 self.unsent_at_deadline = unsent;
                 self.deadline = io.now() + backends[self.backend].config().response_timeout;
                 io.set_deadline(Some(self.deadline));
