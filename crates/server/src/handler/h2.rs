@@ -41,8 +41,11 @@ const CONNECTION_SPECIFIC: [&str; 5] = [
 /// An HTTP/2 connection's state beyond the HTTP/1 path's.
 pub(crate) struct H2Session {
     conn: Connection,
-    /// The streams being served, in the order they opened.
-    streams: Vec<Stream>,
+    /// The streams being served. Boxed: they are sorted by priority and taken out as they
+    /// end, which moves a pointer each rather than a stream's few hundred bytes (moving
+    /// the streams themselves was a third of the instructions of a request at 100 streams).
+    #[allow(clippy::vec_box)]
+    streams: Vec<Box<Stream>>,
     /// Reads each stream's response head.
     parser: Box<ResponseParser>,
     /// Frames the protocol machine wrote while reading, moved to the output after.
@@ -194,7 +197,7 @@ impl H2Session {
                     buf.extend_from_slice(fields);
                     buf.extend_from_slice(b"Connection: close\r\n\r\n");
                 });
-                streams.push(Stream {
+                streams.push(Box::new(Stream {
                     id: stream,
                     http: origin.for_stream(),
                     input,
@@ -207,7 +210,7 @@ impl H2Session {
                     next: Next::Read,
                     response: Response::Head,
                     priority,
-                });
+                }));
             }
             Event::Data {
                 stream,
@@ -750,7 +753,7 @@ impl HttpHandler {
 
     /// Ends a stream's request on the HTTP/1 path: logged (cut short if it was), its backend
     /// connection let go of.
-    fn close_stream(&mut self, mut s: Stream, io: &mut Io<'_>, reason: CloseReason) {
+    fn close_stream(&mut self, mut s: Box<Stream>, io: &mut Io<'_>, reason: CloseReason) {
         let sent = s.output.sent();
         fastpath_drivers::Handler::on_closing(self, &mut s.http, sent);
         if let Some(link) = s.http.backend_link() {
