@@ -134,7 +134,8 @@ httptest!(tls_curl_gets_a_file_from_each_host_by_sni, |model| {
         "{text} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    // curl offers h2 first, and gets it.
+    assert!(text.starts_with("HTTP/2 200 \r\n"), "{text}");
     assert!(text.ends_with("hello over tls"), "{text}");
     let out = curl_https_to(&tls, &srv, "b.test", "/hello.txt", &[]).unwrap();
     assert!(
@@ -265,7 +266,7 @@ fn tls_a_host_other_than_the_sni_name_is_misdirected() {
         &srv,
         "a.test",
         "/hello.txt",
-        &["-D", "-", "-H", "Host: b.test"],
+        &["--http1.1", "-D", "-", "-H", "Host: b.test"],
     ) else {
         return;
     };
@@ -274,6 +275,11 @@ fn tls_a_host_other_than_the_sni_name_is_misdirected() {
         text.starts_with("HTTP/1.1 421 Misdirected Request"),
         "{text}"
     );
+    // Over HTTP/2, where the :authority says which host.
+    let args = ["--http2", "-D", "-", "-H", "Host: b.test"];
+    let out = curl_https_to(&tls, &srv, "a.test", "/hello.txt", &args).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/2 421 "), "{text}");
     // The same name with a port, another case and a trailing dot is the same host.
     let port = srv.addr().port();
     let host = format!("Host: A.Test.:{port}");
@@ -399,19 +405,25 @@ httptest!(tls_hsts_is_on_every_answer_over_tls, |model| {
     ));
     let srv = tls.serve(model);
     let want = "strict-transport-security: max-age=600; includeSubDomains\r\n";
-    for (name, path, status) in [
+    let cases = [
         ("a.test", "/hello.txt", 200),
         ("a.test", "/missing", 404),
         ("a.test", "/app/x", 200),
         // b.test inherits the top level's.
         ("b.test", "/hello.txt", 200),
-    ] {
-        let Some(out) = curl_https_to(&tls, &srv, name, path, &["-D", "-", "-o", "/dev/null"])
-        else {
+    ];
+    for ((name, path, status), (protocol, version)) in cases.into_iter().flat_map(|case| {
+        [
+            (case, ("--http1.1", "HTTP/1.1")),
+            (case, ("--http2", "HTTP/2")),
+        ]
+    }) {
+        let args = [protocol, "-D", "-", "-o", "/dev/null"];
+        let Some(out) = curl_https_to(&tls, &srv, name, path, &args) else {
             return;
         };
         let head = String::from_utf8_lossy(&out.stdout);
-        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+        assert!(head.starts_with(&format!("{version} {status} ")), "{head}");
         assert_eq!(
             head.to_ascii_lowercase()
                 .matches("strict-transport-security")
