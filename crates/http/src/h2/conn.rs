@@ -1179,16 +1179,10 @@ impl State {
         s.send_open = false;
         let id = s.id;
         if !s.recv_open {
-            self.remove(i);
-            self.completed += 1;
-            self.remember(id, Closed::Ended);
-            self.update_connection(out);
+            self.complete(i, Closed::Ended, out);
         } else if s.rejected {
-            self.remove(i);
-            self.completed += 1;
             write_rst_stream(id, ErrorCode::NoError, out);
-            self.remember(id, Closed::ResetHere);
-            self.update_connection(out);
+            self.complete(i, Closed::ResetHere, out);
         }
     }
 
@@ -1196,13 +1190,17 @@ impl State {
     fn end_receiving(&mut self, i: usize, out: &mut Vec<u8>) {
         let s = &mut self.streams[i];
         s.recv_open = false;
-        let id = s.id;
         if !s.send_open {
-            self.remove(i);
-            self.completed += 1;
-            self.remember(id, Closed::Ended);
-            self.update_connection(out);
+            self.complete(i, Closed::Ended, out);
         }
+    }
+
+    /// The stream at `i` ends with its response complete, remembered as closed `how`.
+    fn complete(&mut self, i: usize, how: Closed, out: &mut Vec<u8>) {
+        let id = self.remove(i).id;
+        self.completed += 1;
+        self.remember(id, how);
+        self.update_connection(out);
     }
 
     fn on_frame(
