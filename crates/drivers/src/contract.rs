@@ -491,23 +491,9 @@ impl Io<'_> {
         transport: &'b TransportInfo,
         eof: bool,
     ) -> Io<'b> {
-        Io {
-            input,
-            output,
-            pool: self.pool,
-            eof,
-            now: self.now,
-            deadline: self.deadline,
-            draining: self.draining,
-            me: self.me,
-            fd: self.fd,
-            requests: self.requests,
-            links: self.links,
-            reach: self.reach.reborrow(),
-            idle: self.idle,
-            can_splice: false,
-            transport: Some(transport),
-        }
+        let mut io = self.narrowed(input, output, None, eof);
+        io.transport = Some(transport);
+        io
     }
 
     /// This call's view for one of several exchanges a protocol carries on this connection
@@ -523,13 +509,28 @@ impl Io<'_> {
         deadline: &'b mut Option<Instant>,
         eof: bool,
     ) -> Io<'b> {
+        self.narrowed(input, output, Some(deadline), eof)
+    }
+
+    /// This call's view with other buffers (and deadline, if given), which cannot splice:
+    /// what [`Io::layered`] and [`Io::lend`] have in common.
+    fn narrowed<'b>(
+        &'b mut self,
+        input: &'b mut Input,
+        output: &'b mut Output,
+        deadline: Option<&'b mut Option<Instant>>,
+        eof: bool,
+    ) -> Io<'b> {
         Io {
             input,
             output,
             pool: self.pool,
             eof,
             now: self.now,
-            deadline,
+            deadline: match deadline {
+                Some(deadline) => deadline,
+                None => self.deadline,
+            },
             draining: self.draining,
             me: self.me,
             fd: self.fd,
