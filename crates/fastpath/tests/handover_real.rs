@@ -396,17 +396,20 @@ fn apache_with_php() -> Option<Apache> {
     Some(apache)
 }
 
+/// A site whose `.php` files go to Apache at `addr`.
+fn php_config(addr: SocketAddr) -> String {
+    format!(
+        "root = \"root\"\n[[backend]]\nname = \"php\"\naddresses = \"{addr}\"\n[[route]]\nbackend = \"php\"\nextensions = [\"php\"]\n"
+    )
+}
+
 httptest!(apache_runs_the_php_scripts, |model| {
     let Some(apache) = apache_with_php() else {
         return;
     };
     let site = Site::new();
     site.file("index.html", "static\n");
-    let config = format!(
-        "root = \"root\"\n[[backend]]\nname = \"php\"\naddresses = \"{}\"\n[[route]]\nbackend = \"php\"\nextensions = [\"php\"]\n",
-        apache.addr
-    );
-    let srv = site.serve_config(model, &config);
+    let srv = site.serve_config(model, &php_config(apache.addr));
     let r = srv.get("/info.php?x=1");
     r.assert_status(200);
     let text = r.text();
@@ -463,11 +466,7 @@ httptest!(apache_takes_a_hundred_streams_of_one_connection, |model| {
     };
     let site = Site::new();
     site.file("index.html", "static\n");
-    let config = format!(
-        "root = \"root\"\n[[backend]]\nname = \"php\"\naddresses = \"{}\"\n[[route]]\nbackend = \"php\"\nextensions = [\"php\"]\n",
-        apache.addr
-    );
-    let srv = site.serve_config(model, &config);
+    let srv = site.serve_config(model, &php_config(apache.addr));
     let Some(report) = crate::h2::peer(&srv, false, &["streams", "100", "/info.php", "20000"])
     else {
         return;
