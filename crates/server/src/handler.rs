@@ -130,6 +130,8 @@ pub(crate) struct HttpHandler {
     metrics: Option<WorkerMetrics>,
     /// Reused text of a scrape.
     scrape: String,
+    /// HTTP/2 response heads kept ready to send.
+    h2_heads: h2::PreparedHeads,
 }
 
 /// What a connection is doing between requests.
@@ -368,6 +370,7 @@ impl HttpHandler {
             backends: Backends::new(backends, response_cache, settings.limits, metrics.clone()),
             metrics,
             scrape: String::new(),
+            h2_heads: h2::PreparedHeads::default(),
             router: Router::new(hosts, routes, cache),
             settings,
             clock: Clock::new(),

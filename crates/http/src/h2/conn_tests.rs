@@ -1406,6 +1406,42 @@ fn an_announced_shutdown_takes_streams_until_its_ping_comes_back() {
 }
 
 #[test]
+fn a_prepared_head_goes_with_the_fields_that_change() {
+    let (mut s, mut c) = Server::ready(defaults());
+    c.get(1).get(3);
+    s.feed(&c.take());
+    s.events();
+    let mut prepared = Vec::new();
+    crate::h2::encode_without_table(
+        [Field::new(b":status", b"200"), Field::new(b"x-kept", b"1")],
+        &mut prepared,
+    );
+    let date = [Field::new(b"date", b"Sat, 28 Nov 2026 21:00:00 GMT")];
+    s.conn
+        .send_prepared_headers(1, &prepared, &date, true, &mut s.out);
+    let fields = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|&(n, v)| (n.to_owned(), v.to_owned()))
+            .collect::<Vec<_>>()
+    };
+    let want = fields(&[
+        (":status", "200"),
+        ("x-kept", "1"),
+        ("date", "Sat, 28 Nov 2026 21:00:00 GMT"),
+    ]);
+    assert_eq!(s.sent(), [Sent::Headers(1, true, want.clone())]);
+    // A table the client made smaller is said first, as in any block.
+    c.settings(&[Setting::HeaderTableSize(0)]);
+    s.feed(&c.take());
+    s.sent();
+    s.conn
+        .send_prepared_headers(3, &prepared, &date, true, &mut s.out);
+    assert_eq!(s.sent(), [Sent::Headers(3, true, want)]);
+    assert_eq!(s.conn.active_streams(), 0);
+}
+
+#[test]
 fn max_requests_ends_with_a_graceful_goaway() {
     let settings = ServerSettings {
         max_requests: 2,

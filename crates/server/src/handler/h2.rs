@@ -280,7 +280,7 @@ impl H2Session {
 
     /// Moves responses into frames, by urgency, while the output takes them; says whether
     /// anything went.
-    fn send(&mut self, io: &mut Io<'_>) -> bool {
+    fn send(&mut self, io: &mut Io<'_>, heads: &mut PreparedHeads) -> bool {
         // Lower urgency first; within one, the older stream first, a frame each in turn.
         self.streams.sort_by_key(|s| (s.priority.urgency, s.id));
         let mut sent_any = false;
@@ -291,7 +291,7 @@ impl H2Session {
                 if io.output().pending() >= OUTPUT_HIGH_WATER {
                     return sent_any;
                 }
-                match self.send_one(at, io) {
+                match self.send_one(at, io, heads) {
                     Sent::Frame => sent = true,
                     Sent::Stalled => stalled = true,
                     Sent::Nothing => {}
@@ -311,7 +311,7 @@ impl H2Session {
     }
 
     /// Makes the next frame (or the head's) of the stream at `at`.
-    fn send_one(&mut self, at: usize, io: &mut Io<'_>) -> Sent {
+    fn send_one(&mut self, at: usize, io: &mut Io<'_>, heads: &mut PreparedHeads) -> Sent {
         let H2Session {
             conn,
             streams,
@@ -376,6 +376,42 @@ impl H2Session {
                         }
                     };
                     let interim = (100..200).contains(&head.status) && head.status != 101;
+                    let head_len = head.head_len;
+                    let framing = head.framing;
+                    let (end, left) = match framing {
+                        _ if interim => (false, None),
+                        ResponseFraming::None | ResponseFraming::Length(0) => (true, None),
+                        ResponseFraming::Length(n) => (false, Some(Left::Length(n))),
+                        ResponseFraming::Chunked => {
+                            (false, Some(Left::Chunked(Box::new(ChunkedDecoder::new()))))
+                        }
+                        ResponseFraming::UntilClose => (false, Some(Left::UntilEnd)),
+                    };
+                    let settled = |s: &mut Stream, left| {
+                        s.output.skip_front(head_len as u64);
+                        if !interim {
+                            s.response = match left {
+                                Some(left) => Response::Body(left),
+                                None => Response::Done,
+                            };
+                        }
+                        Sent::Frame
+                    };
+                    // A head seen before goes as its prepared block and today's date.
+                    let keyed = if interim || framing == ResponseFraming::Chunked {
+                        None
+                    } else {
+                        PreparedHeads::key(&peeked[..head_len])
+                    };
+                    if let Some(key) = &keyed {
+                        if let Some(block) = heads.find(&peeked[..head_len], key) {
+                            let date = [Field::new(b"date", &peeked[key.date_value.clone()])];
+                            output.write_with(pool, |buf| {
+                                conn.send_prepared_headers(s.id, block, &date, end, buf)
+                            });
+                            return settled(s, left);
+                        }
+                    }
                     names.clear();
                     let mut spans = Vec::with_capacity(head.header_count());
                     for (name, value) in head.headers() {
@@ -393,28 +429,14 @@ impl H2Session {
                         .iter()
                         .map(|(name, value)| Field::new(&names[name.clone()], value))
                         .collect();
-                    let (end, left) = match head.framing {
-                        _ if interim => (false, None),
-                        ResponseFraming::None | ResponseFraming::Length(0) => (true, None),
-                        ResponseFraming::Length(n) => (false, Some(Left::Length(n))),
-                        ResponseFraming::Chunked => {
-                            (false, Some(Left::Chunked(Box::new(ChunkedDecoder::new()))))
-                        }
-                        ResponseFraming::UntilClose => (false, Some(Left::UntilEnd)),
-                    };
                     let status = head.status;
-                    let head_len = head.head_len;
+                    if let Some(key) = &keyed {
+                        heads.seen(&peeked[..head_len], key, status, &fields);
+                    }
                     output.write_with(pool, |buf| {
                         conn.send_headers(s.id, status, &fields, end, buf)
                     });
-                    s.output.skip_front(head_len as u64);
-                    if !interim {
-                        s.response = match left {
-                            Some(left) => Response::Body(left),
-                            None => Response::Done,
-                        };
-                    }
-                    return Sent::Frame;
+                    return settled(s, left);
                 }
             }
             Response::Body(left) => {
@@ -548,6 +570,131 @@ impl H2Session {
     }
 }
 
+/// Response heads seen more than once, kept ready to send, per worker. A static file's head
+/// is the same from one request to the next but for its date: its HPACK block, made once
+/// without the dynamic table (so any connection can send it), then costs a copy, where
+/// encoding it was a quarter of a request's instructions at 100 streams. A head is prepared
+/// the second time it is seen, so that heads seen once (a backend's, with its cookies and
+/// dates) cost no more than a look.
+pub(crate) struct PreparedHeads {
+    entries: Vec<PreparedHead>,
+    /// The hashes of heads seen once lately.
+    seen: [u64; PREPARED_HEADS],
+    /// Where the next entry and the next hash go, round the rings.
+    next_entry: usize,
+    next_seen: usize,
+}
+
+/// Heads kept ready, and hashes of heads seen once: a worker serves a few hot files at a
+/// time, and each entry is a head and its block (about 400 bytes).
+const PREPARED_HEADS: usize = 64;
+
+struct PreparedHead {
+    /// The HTTP/1 head without its `Date` line.
+    head: Vec<u8>,
+    hash: u64,
+    /// `:status` and the fields but the date, encoded without the dynamic table.
+    block: Vec<u8>,
+}
+
+/// Where a head's `Date` line is, and its hash without it.
+struct HeadKey {
+    date_line: std::ops::Range<usize>,
+    date_value: std::ops::Range<usize>,
+    hash: u64,
+}
+
+impl Default for PreparedHeads {
+    fn default() -> Self {
+        PreparedHeads {
+            entries: Vec::new(),
+            seen: [0; PREPARED_HEADS],
+            next_entry: 0,
+            next_seen: 0,
+        }
+    }
+}
+
+impl PreparedHeads {
+    /// The key of an HTTP/1 head as the server's writers make it (`Date: ` after the first
+    /// lines); `None` for one without such a line, which is then never prepared.
+    fn key(head: &[u8]) -> Option<HeadKey> {
+        const DATE: &[u8] = b"\r\nDate: ";
+        let at = head.windows(DATE.len()).position(|w| w == DATE)? + 2;
+        let value_start = at + DATE.len() - 2;
+        let value_end = value_start + head[value_start..].iter().position(|&b| b == b'\r')?;
+        let date_line = at..value_end + 2;
+        let hash = fnv1a(
+            fnv1a(FNV_OFFSET, &head[..date_line.start]),
+            &head[date_line.end..],
+        );
+        Some(HeadKey {
+            date_line,
+            date_value: value_start..value_end,
+            hash,
+        })
+    }
+
+    /// The prepared block of `head`, if it was prepared.
+    fn find(&self, head: &[u8], key: &HeadKey) -> Option<&[u8]> {
+        let (before, after) = (&head[..key.date_line.start], &head[key.date_line.end..]);
+        self.entries
+            .iter()
+            .find(|e| {
+                e.hash == key.hash
+                    && e.head.len() == before.len() + after.len()
+                    && e.head[..before.len()] == *before
+                    && e.head[before.len()..] == *after
+            })
+            .map(|e| e.block.as_slice())
+    }
+
+    /// Notes a head sent without a prepared block: prepared if it was seen before.
+    fn seen(&mut self, head: &[u8], key: &HeadKey, status: u16, fields: &[Field<'_>]) {
+        let Some(at) = self.seen.iter().position(|&h| h == key.hash) else {
+            self.seen[self.next_seen] = key.hash;
+            self.next_seen = (self.next_seen + 1) % PREPARED_HEADS;
+            return;
+        };
+        self.seen[at] = 0;
+        let digits = [
+            b'0' + (status / 100 % 10) as u8,
+            b'0' + (status / 10 % 10) as u8,
+            b'0' + (status % 10) as u8,
+        ];
+        let mut block = Vec::new();
+        fastpath_http::h2::encode_without_table(
+            std::iter::once(Field::new(b":status", &digits))
+                .chain(fields.iter().copied().filter(|f| f.name != b"date")),
+            &mut block,
+        );
+        let mut kept = Vec::with_capacity(head.len() - key.date_line.len());
+        kept.extend_from_slice(&head[..key.date_line.start]);
+        kept.extend_from_slice(&head[key.date_line.end..]);
+        let entry = PreparedHead {
+            head: kept,
+            hash: key.hash,
+            block,
+        };
+        if self.entries.len() < PREPARED_HEADS {
+            self.entries.push(entry);
+        } else {
+            self.entries[self.next_entry] = entry;
+            self.next_entry = (self.next_entry + 1) % PREPARED_HEADS;
+        }
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a: a few hundred bytes hashed in as many steps, with no table or state to keep.
+fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
 /// What one turn of a stream at the output did.
 enum Sent {
     Frame,
@@ -655,7 +802,7 @@ impl HttpHandler {
                     }
                 }
             }
-            progress |= session.send(io);
+            progress |= session.send(io, &mut self.h2_heads);
             // Streams whose response has gone and whose path is done end here.
             let mut at = 0;
             while at < session.streams.len() {
