@@ -585,20 +585,39 @@ impl<C> Secured<C> {
             let room = (ENCODE_AHEAD - io.output.pending()) as usize;
             let transport = &mut self.transport;
             let burst = &mut self.burst;
-            self.output.take_front(room, scratch, |mut bytes| {
-                while !bytes.is_empty() {
+            // The output's pieces are joined into records rather than sealed one each: an
+            // HTTP/2 response is a frame header, a header block and a body, each a piece,
+            // and a record costs its seal and 22 bytes however little it holds.
+            let mut joined = io.pool.take();
+            let mut seal = |joined: &mut Vec<u8>, burst: &mut u64, all: bool| {
+                let mut at = 0;
+                while at < joined.len() {
                     let record = if *burst < SMALL_RECORD_BURST {
                         SMALL_RECORD
                     } else {
                         FULL_RECORD
                     };
-                    let (now, rest) = bytes.split_at(bytes.len().min(record));
-                    transport.send(now).map_err(std::io::Error::other)?;
-                    *burst += now.len() as u64;
-                    bytes = rest;
+                    if !all && joined.len() - at < record {
+                        break;
+                    }
+                    let end = joined.len().min(at + record);
+                    transport
+                        .send(&joined[at..end])
+                        .map_err(std::io::Error::other)?;
+                    *burst += (end - at) as u64;
+                    at = end;
                 }
-                Ok(())
-            })?;
+                joined.drain(..at);
+                Ok::<(), std::io::Error>(())
+            };
+            let taken = self.output.take_front(room, scratch, |bytes| {
+                joined.extend_from_slice(bytes);
+                seal(&mut joined, burst, false)
+            });
+            let sealed = seal(&mut joined, burst, true);
+            io.pool.give(joined);
+            taken?;
+            sealed.map_err(FlushError::Io)?;
             self.output.release_if_empty(io.pool);
             self.flush_wire(io);
         }
