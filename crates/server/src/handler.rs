@@ -629,7 +629,8 @@ impl HttpHandler {
     ) {
         let now = io.now();
         let (output, pool) = io.output_and_pool();
-        let session = h2::H2Session::start(settings, self.settings.limits, now, output, pool);
+        let discard = (self.settings.limits, self.settings.max_discard_body);
+        let session = h2::H2Session::start(settings, discard, now, output, pool);
         conn.head_started = None;
         conn.phase = Phase::H2(session);
     }

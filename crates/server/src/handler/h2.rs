@@ -72,6 +72,8 @@ pub(crate) struct H2Session {
     announced_at: Option<Instant>,
     /// When the connection began speaking HTTP/2.
     started: Instant,
+    /// The most request body bytes dropped while an answer waits for the body's end.
+    max_discard: u64,
 }
 
 /// One stream: one request of the HTTP/1 path, and its response on the way out.
@@ -91,6 +93,10 @@ struct Stream {
     /// Body bytes put in `input` that the protocol machine has not been told were taken:
     /// they hold the stream's and the connection's receive windows.
     held: usize,
+    /// Body bytes dropped, unwanted by the HTTP/1 path (a static file's request).
+    discarded: u64,
+    /// The answer to a request whose body is unwanted no longer waits for the body's end.
+    wait_over: bool,
     /// What the HTTP/1 path last answered; `Close`, `Linger` or `Abort` once it is done.
     next: Next,
     response: Response,
@@ -141,7 +147,7 @@ impl H2Session {
     /// A session whose server preface goes into `output`.
     pub(crate) fn start(
         settings: ServerSettings,
-        limits: fastpath_http::Limits,
+        (limits, max_discard): (fastpath_http::Limits, u64),
         now: Instant,
         output: &mut Output,
         pool: &mut BufferPool,
@@ -164,6 +170,7 @@ impl H2Session {
             peer_leaving: false,
             announced_at: None,
             started: now,
+            max_discard,
         })
     }
 
@@ -207,6 +214,8 @@ impl H2Session {
                     chunked: body == RequestBody::Chunked,
                     head_request: head.starts_with(b"HEAD "),
                     held: 0,
+                    discarded: 0,
+                    wait_over: false,
                     next: Next::Read,
                     response: Response::Head,
                     priority,
@@ -222,9 +231,16 @@ impl H2Session {
                     // the client is asked to stop sending it, and what came is given back.
                     // Asked only once a byte of it comes: a client that merely left its
                     // stream open has nothing to be stopped.
-                    released.push((stream, data.len()));
+                    released.push((stream, data.len(), true));
                     return;
                 };
+                if s.next == Next::Linger {
+                    // The path answered without wanting the body: dropped as it comes.
+                    released.push((stream, data.len(), false));
+                    s.discarded += data.len() as u64;
+                    s.request_ended |= end_stream;
+                    return;
+                }
                 s.input.append_with(pool, |buf| {
                     if !s.chunked {
                         buf.extend_from_slice(data);
@@ -253,9 +269,11 @@ impl H2Session {
             Event::GoAway { .. } => *peer_leaving = true,
         });
         parts.input.consume(used);
-        for (stream, n) in released {
+        for (stream, n, stop) in released {
             conn.consumed(stream, n, frames);
-            conn.reset(stream, ErrorCode::NoError, frames);
+            if stop {
+                conn.reset(stream, ErrorCode::NoError, frames);
+            }
         }
         parts.output.append_vec(pool, frames);
         used > 0
@@ -312,6 +330,7 @@ impl H2Session {
 
     /// Makes the next frame (or the head's) of the stream at `at`.
     fn send_one(&mut self, at: usize, io: &mut Io<'_>, heads: &mut PreparedHeads) -> Sent {
+        let max_discard = self.max_discard;
         let H2Session {
             conn,
             streams,
@@ -336,6 +355,17 @@ impl H2Session {
                 // The body's excess, if the path ever wrote past its length, goes nowhere.
                 let left = s.output.pending();
                 s.output.skip_front(left);
+                Sent::Nothing
+            }
+            Response::Head if s.next == Next::Linger && !s.request_ended && !s.wait_over => {
+                // The answer to a request whose body the path does not want waits for the
+                // body's end, which is dropped meanwhile, as an HTTP/1 server reads and drops
+                // it: a malformed end (trailers) is then still a stream error, as h2spec
+                // wants, rather than a reset after a whole answer. Up to `max_discard_body`
+                // bytes, or the header timeout.
+                if s.discarded > max_discard {
+                    s.wait_over = true;
+                }
                 Sent::Nothing
             }
             Response::Head => {
@@ -747,8 +777,14 @@ impl HttpHandler {
             }
             for at in 0..session.streams.len() {
                 let s = &mut session.streams[at];
-                if s.deadline.is_some_and(|at| at <= now) && !s.path_done() {
-                    self.run_stream(&mut session.conn, &mut session.frames, s, io, true);
+                if s.deadline.is_some_and(|at| at <= now) {
+                    if s.path_done() {
+                        // An answer that waited for an unwanted body's end waits no more.
+                        s.wait_over = true;
+                        s.deadline = None;
+                    } else {
+                        self.run_stream(&mut session.conn, &mut session.frames, s, io, true);
+                    }
                 }
             }
         }
@@ -888,6 +924,13 @@ impl HttpHandler {
             next = Next::Abort;
         }
         s.next = next;
+        if next == Next::Linger && !s.request_ended {
+            // The body is not wanted: what came of it goes, and the answer waits a while for
+            // the rest (see `send_one`).
+            let unread = s.input.len();
+            s.input.consume(unread);
+            s.deadline = Some(io.now() + self.settings.header_timeout);
+        }
         // Body bytes the path took give their windows back.
         let unread = s.input.len();
         if s.held > unread {
