@@ -687,3 +687,40 @@ httptest!(the_limits_mean_the_same_over_h2, |model| {
     let held = report["held_seconds"].as_f64().unwrap();
     assert!((0.8..3.0).contains(&held), "held {held} s: {report}");
 });
+
+httptest!(priority_floods_are_calmed, |model| {
+    // CVE-2019-9513: PRIORITY frames for idle streams and PRIORITY_UPDATEs, none of them a
+    // request: counted as frames that move nothing, then GOAWAY.
+    let site = attacked_site();
+    let srv = site.serve(model);
+    let before = rss_kib(&srv);
+    let Some(report) = peer(&srv, false, &["priority-flood", "200000"]) else {
+        return;
+    };
+    assert_eq!(report["goaway"], "ENHANCE_YOUR_CALM", "{report}");
+    assert_memory_held(&srv, before, "priority flood");
+    still_serves(&srv);
+});
+
+httptest!(a_data_dribble_is_calmed, |model| {
+    // CVE-2019-9511: a window opened a byte at a time, so that a large answer would go out
+    // in frames of a byte. Updates read together make frames of what they add up to, and
+    // past the budget the connection ends.
+    let site = attacked_site();
+    let srv = site.serve(model);
+    let before = rss_kib(&srv);
+    let Some(report) = peer(&srv, false, &["data-dribble", "100000", "/big.bin"]) else {
+        return;
+    };
+    assert_eq!(report["goaway"], "ENHANCE_YOUR_CALM", "{report}");
+    let (bytes, frames) = (
+        report["data_bytes"].as_u64().unwrap(),
+        report["data_frames"].as_u64().unwrap(),
+    );
+    assert!(
+        frames * 8 < bytes.max(8),
+        "{frames} DATA frames for {bytes} bytes: {report}"
+    );
+    assert_memory_held(&srv, before, "data dribble");
+    still_serves(&srv);
+});

