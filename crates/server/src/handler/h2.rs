@@ -344,9 +344,7 @@ impl H2Session {
         let (output, pool) = io.output_and_pool();
         if s.next == Next::Abort {
             if !matches!(s.response, Response::Done) {
-                output.write_with(pool, |buf| conn.reset(s.id, ErrorCode::InternalError, buf));
-                s.response = Response::Done;
-                return Sent::Frame;
+                return Self::cut(conn, s, output, pool);
             }
             return Sent::Nothing;
         }
@@ -385,11 +383,7 @@ impl H2Session {
                         Ok(None) => {
                             if s.path_done() && s.output.pending() == got as u64 {
                                 // The path ended without a whole head: nothing to answer with.
-                                output.write_with(pool, |buf| {
-                                    conn.reset(s.id, ErrorCode::InternalError, buf)
-                                });
-                                s.response = Response::Done;
-                                return Sent::Frame;
+                                return Self::cut(conn, s, output, pool);
                             }
                             return Sent::Nothing;
                         }
@@ -398,11 +392,7 @@ impl H2Session {
                                 "stream {}: the response head cannot be read: {error}",
                                 s.id
                             );
-                            output.write_with(pool, |buf| {
-                                conn.reset(s.id, ErrorCode::InternalError, buf)
-                            });
-                            s.response = Response::Done;
-                            return Sent::Frame;
+                            return Self::cut(conn, s, output, pool);
                         }
                     };
                     let interim = (100..200).contains(&head.status) && head.status != 101;
@@ -480,11 +470,7 @@ impl H2Session {
                                 Sent::Stalled
                             } else if s.path_done() {
                                 // Short of its length: the response can never pass for whole.
-                                output.write_with(pool, |buf| {
-                                    conn.reset(s.id, ErrorCode::InternalError, buf)
-                                });
-                                s.response = Response::Done;
-                                Sent::Frame
+                                Self::cut(conn, s, output, pool)
                             } else {
                                 Sent::Nothing
                             };
@@ -535,21 +521,13 @@ impl H2Session {
                                 Ok(fed) => fed,
                                 Err(error) => {
                                     tracing::warn!("stream {}: bad chunked body: {error}", s.id);
-                                    output.write_with(pool, |buf| {
-                                        conn.reset(s.id, ErrorCode::InternalError, buf)
-                                    });
-                                    s.response = Response::Done;
-                                    return Sent::Frame;
+                                    return Self::cut(conn, s, output, pool);
                                 }
                             };
                         s.output.skip_front(used as u64);
                         if unchunked.is_empty() && !done {
                             if s.path_done() && s.output.is_empty() {
-                                output.write_with(pool, |buf| {
-                                    conn.reset(s.id, ErrorCode::InternalError, buf)
-                                });
-                                s.response = Response::Done;
-                                return Sent::Frame;
+                                return Self::cut(conn, s, output, pool);
                             }
                             return Sent::Nothing;
                         }
@@ -578,6 +556,16 @@ impl H2Session {
             "stream {}: its response could not be read back; reset",
             s.id
         );
+        Self::cut(conn, s, output, pool)
+    }
+
+    /// Resets a stream whose response cannot be whole, and sends nothing more of it.
+    fn cut(
+        conn: &mut Connection,
+        s: &mut Stream,
+        output: &mut Output,
+        pool: &mut BufferPool,
+    ) -> Sent {
         output.write_with(pool, |buf| conn.reset(s.id, ErrorCode::InternalError, buf));
         s.response = Response::Done;
         Sent::Frame
