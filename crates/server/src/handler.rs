@@ -83,12 +83,13 @@ pub(crate) struct HandlerSettings {
 
 impl HandlerSettings {
     pub(crate) fn from_config(config: &Config) -> Self {
+        let limits = fastpath_http::Limits {
+            max_request_line: config.limits.max_request_line,
+            max_header_bytes: config.limits.max_header_bytes,
+            max_headers: config.limits.max_headers,
+        };
         HandlerSettings {
-            limits: fastpath_http::Limits {
-                max_request_line: config.limits.max_request_line,
-                max_header_bytes: config.limits.max_header_bytes,
-                max_headers: config.limits.max_headers,
-            },
+            limits,
             header_timeout: config.timeouts.header,
             keepalive_timeout: config.timeouts.keepalive,
             max_discard_body: config.limits.max_discard_body,
@@ -100,11 +101,7 @@ impl HandlerSettings {
             send_timeout: config.timeouts.send,
             h2: config.http2.enabled.then(|| {
                 h2::server_settings(
-                    &fastpath_http::Limits {
-                        max_request_line: config.limits.max_request_line,
-                        max_header_bytes: config.limits.max_header_bytes,
-                        max_headers: config.limits.max_headers,
-                    },
+                    &limits,
                     config.limits.max_requests_per_connection,
                     config.http2.max_concurrent_streams,
                 )
