@@ -3,7 +3,7 @@
 # (the same binary and inputs give the same count whatever else the machine is doing), so a
 # change can be compared with the code it changes where a timed benchmark would be noisy.
 #
-# Usage: bench/instructions.sh [--close|--proxy] BINARY [BASELINE_BINARY]
+# Usage: bench/instructions.sh [--close|--proxy|--h2] BINARY [BASELINE_BINARY]
 #        bench/instructions.sh [--close] --metrics BINARY
 #
 # Serves a 1 KiB file with one worker (epoll) under valgrind --tool=callgrind, loads it with
@@ -15,8 +15,10 @@
 # on (`[metrics] listen`), and the ratio on / off is given. The load generator is the first
 # binary's `fastpath bench`. With --proxy, the request is proxied instead (`/app/1k.bin`,
 # one [[backend]]: nginx serving the same file, started here on a port of its own, outside
-# valgrind), keep-alive both ways. Needs valgrind (apt-get install valgrind), and nginx for
-# --proxy.
+# valgrind), keep-alive both ways. With --h2, the file is asked for over HTTP/2 (h2c, prior
+# knowledge) by h2load: 4 connections of 100 concurrent streams, 4,000 requests for each
+# second. Needs valgrind (apt-get install valgrind), nginx for --proxy, h2load
+# (nghttp2-client) for --h2.
 set -euo pipefail
 
 MODE=keepalive
@@ -26,13 +28,16 @@ if [[ "${1:-}" == "--close" ]]; then
 elif [[ "${1:-}" == "--proxy" ]]; then
     MODE=proxy
     shift
+elif [[ "${1:-}" == "--h2" ]]; then
+    MODE=h2
+    shift
 fi
 METRICS=no
 if [[ "${1:-}" == "--metrics" ]]; then
     METRICS=yes
     shift
 fi
-[[ $# -ge 1 ]] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install valgrind)" >&2; exit 1; }
 
 LOADGEN="$(realpath "$1")"
@@ -91,8 +96,13 @@ run() {
     local extra=()
     [[ $MODE == close ]] && extra=(--no-keepalive)
     local replies
+    if [[ $MODE == h2 ]]; then
+        replies=$(h2load -n $((seconds * 4000)) -c 4 -m 100 "http://127.0.0.1:$port$PATH_SERVED" |
+            awk '/^requests:/ {print $8}')
+    else
     replies=$("$LOADGEN" bench -t 1 -q --json -d "${seconds}s" -c 8 "${extra[@]}" \
         "http://127.0.0.1:$port$PATH_SERVED" | python3 -c 'import json,sys; print(json.load(sys.stdin)["replies"])')
+    fi
     kill -INT "$server"
     wait "$server" 2>/dev/null || true
     local instructions
