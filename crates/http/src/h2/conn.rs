@@ -75,9 +75,7 @@ use super::frame::{
     DEFAULT_INITIAL_WINDOW_SIZE, DEFAULT_MAX_FRAME_SIZE, FRAME_HEADER_LEN, MAX_FRAME_SIZE_LIMIT,
     MAX_WINDOW_SIZE, PREFACE,
 };
-use super::hpack::{
-    encode_without_table, DecodeLimits, Decoder, Encoder, Field, DEFAULT_TABLE_SIZE,
-};
+use super::hpack::{DecodeLimits, Decoder, Encoder, Field, DEFAULT_TABLE_SIZE};
 use super::request::{check_trailer_field, RequestBody, RequestHead};
 use super::window::Window;
 
@@ -921,16 +919,17 @@ impl Connection {
             .send_headers(stream, status, fields, end_stream, out);
     }
 
-    /// A response's header block made without the dynamic table ([`encode_without_table`]:
-    /// `:status` and the fields that stay the same from one response to the next, as a cache
-    /// of heads keeps them), then `also` (the fields that change, the date) encoded the same
-    /// way; a table size update the client is owed goes first. Otherwise as
-    /// [`Connection::send_headers`] for a final response.
+    /// A response's header block made of pieces encoded without the dynamic table
+    /// ([`encode_without_table`](super::encode_without_table)): `prepared`, `:status` and the fields that stay the same
+    /// from one response to the next, as a cache of heads keeps them, then `also`, the
+    /// fields that change (the date), kept by the caller for as long as they hold. A table
+    /// size update the client is owed goes first. Otherwise as [`Connection::send_headers`]
+    /// for a final response.
     pub fn send_prepared_headers(
         &mut self,
         stream: u32,
         prepared: &[u8],
-        also: &[Field<'_>],
+        also: &[u8],
         end_stream: bool,
         out: &mut Vec<u8>,
     ) {
@@ -944,7 +943,7 @@ impl Connection {
         st.block.clear();
         st.encoder.begin_block(&mut st.block);
         st.block.extend_from_slice(prepared);
-        encode_without_table(also.iter().copied(), &mut st.block);
+        st.block.extend_from_slice(also);
         write_headers(
             stream,
             &st.block,

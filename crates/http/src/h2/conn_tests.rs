@@ -1416,7 +1416,11 @@ fn a_prepared_head_goes_with_the_fields_that_change() {
         [Field::new(b":status", b"200"), Field::new(b"x-kept", b"1")],
         &mut prepared,
     );
-    let date = [Field::new(b"date", b"Sat, 28 Nov 2026 21:00:00 GMT")];
+    let mut date = Vec::new();
+    crate::h2::encode_without_table(
+        [Field::new(b"date", b"Sat, 28 Nov 2026 21:00:00 GMT")],
+        &mut date,
+    );
     s.conn
         .send_prepared_headers(1, &prepared, &date, true, &mut s.out);
     let fields = |pairs: &[(&str, &str)]| {

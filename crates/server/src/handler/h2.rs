@@ -373,6 +373,31 @@ impl H2Session {
                     let Ok(got) = s.output.peek_front(limit, peeked) else {
                         return Self::broken(conn, s, output, pool);
                     };
+                    // A head prepared before is known by its bytes, which were parsed when
+                    // it was first seen: it is not parsed again.
+                    let prepared = memchr::memmem::find(peeked, b"\r\n\r\n").and_then(|end| {
+                        let head = &peeked[..end + 4];
+                        let key = PreparedHeads::key(head)?;
+                        let at = heads.find(head, &key, s.head_request)?;
+                        Some((at, key.date_value, head.len()))
+                    });
+                    if let Some((at, date_value, head_len)) = prepared {
+                        let (block, date, framing) = heads.block_and_date(at, &peeked[date_value]);
+                        let (end, left) = match framing {
+                            ResponseFraming::Length(n) if n > 0 => (false, Some(Left::Length(n))),
+                            ResponseFraming::UntilClose => (false, Some(Left::UntilEnd)),
+                            _ => (true, None),
+                        };
+                        output.write_with(pool, |buf| {
+                            conn.send_prepared_headers(s.id, block, date, end, buf)
+                        });
+                        s.output.skip_front(head_len as u64);
+                        s.response = match left {
+                            Some(left) => Response::Body(left),
+                            None => Response::Done,
+                        };
+                        return Sent::Frame;
+                    }
                     parser.reset();
                     let head = match parser.parse(peeked, s.head_request) {
                         Ok(Some(head)) => head,
@@ -407,31 +432,6 @@ impl H2Session {
                         }
                         ResponseFraming::UntilClose => (false, Some(Left::UntilEnd)),
                     };
-                    let settled = |s: &mut Stream, left| {
-                        s.output.skip_front(head_len as u64);
-                        if !interim {
-                            s.response = match left {
-                                Some(left) => Response::Body(left),
-                                None => Response::Done,
-                            };
-                        }
-                        Sent::Frame
-                    };
-                    // A head seen before goes as its prepared block and today's date.
-                    let keyed = if interim || framing == ResponseFraming::Chunked {
-                        None
-                    } else {
-                        PreparedHeads::key(&peeked[..head_len])
-                    };
-                    if let Some(key) = &keyed {
-                        if let Some(block) = heads.find(&peeked[..head_len], key) {
-                            let date = [Field::new(b"date", &peeked[key.date_value.clone()])];
-                            output.write_with(pool, |buf| {
-                                conn.send_prepared_headers(s.id, block, &date, end, buf)
-                            });
-                            return settled(s, left);
-                        }
-                    }
                     names.clear();
                     let mut spans = Vec::with_capacity(head.header_count());
                     for (name, value) in head.headers() {
@@ -450,13 +450,29 @@ impl H2Session {
                         .map(|(name, value)| Field::new(&names[name.clone()], value))
                         .collect();
                     let status = head.status;
-                    if let Some(key) = &keyed {
-                        heads.seen(&peeked[..head_len], key, status, &fields);
+                    // Heads that may come again are noted, and prepared the second time.
+                    if !interim && framing != ResponseFraming::Chunked {
+                        let head = &peeked[..head_len];
+                        if let Some(key) = PreparedHeads::key(head) {
+                            let seen = SeenHead {
+                                head_request: s.head_request,
+                                status,
+                                framing,
+                            };
+                            heads.seen(head, &key, seen, &fields);
+                        }
                     }
                     output.write_with(pool, |buf| {
                         conn.send_headers(s.id, status, &fields, end, buf)
                     });
-                    return settled(s, left);
+                    s.output.skip_front(head_len as u64);
+                    if !interim {
+                        s.response = match left {
+                            Some(left) => Response::Body(left),
+                            None => Response::Done,
+                        };
+                    }
+                    return Sent::Frame;
                 }
             }
             Response::Body(left) => {
@@ -591,7 +607,8 @@ impl H2Session {
 /// Response heads seen more than once, kept ready to send, per worker. A static file's head
 /// is the same from one request to the next but for its date: its HPACK block, made once
 /// without the dynamic table (so any connection can send it), then costs a copy, where
-/// encoding it was a quarter of a request's instructions at 100 streams. A head is prepared
+/// encoding it was a quarter of a request's instructions at 100 streams, and the head is
+/// known by comparing its bytes, where parsing it again was a fifth. A head is prepared
 /// the second time it is seen, so that heads seen once (a backend's, with its cookies and
 /// dates) cost no more than a look.
 pub(crate) struct PreparedHeads {
@@ -601,6 +618,10 @@ pub(crate) struct PreparedHeads {
     /// Where the next entry and the next hash go, round the rings.
     next_entry: usize,
     next_seen: usize,
+    /// The last date sent with a prepared head, and its field encoded: the same for a
+    /// second's responses.
+    date: Vec<u8>,
+    date_block: Vec<u8>,
 }
 
 /// Heads kept ready, and hashes of heads seen once: a worker serves a few hot files at a
@@ -611,8 +632,19 @@ struct PreparedHead {
     /// The HTTP/1 head without its `Date` line.
     head: Vec<u8>,
     hash: u64,
+    /// What was read from the head when it was parsed.
+    parsed: SeenHead,
     /// `:status` and the fields but the date, encoded without the dynamic table.
     block: Vec<u8>,
+}
+
+/// What parsing a head found that sending it again needs. The framing depends on the
+/// request too (a response to HEAD has no body), which is part of the head's identity.
+#[derive(Clone, Copy)]
+struct SeenHead {
+    head_request: bool,
+    status: u16,
+    framing: ResponseFraming,
 }
 
 /// Where a head's `Date` line is, and its hash without it.
@@ -629,6 +661,8 @@ impl Default for PreparedHeads {
             seen: [0; PREPARED_HEADS],
             next_entry: 0,
             next_seen: 0,
+            date: Vec::new(),
+            date_block: Vec::new(),
         }
     }
 }
@@ -638,12 +672,12 @@ impl PreparedHeads {
     /// lines); `None` for one without such a line, which is then never prepared.
     fn key(head: &[u8]) -> Option<HeadKey> {
         const DATE: &[u8] = b"\r\nDate: ";
-        let at = head.windows(DATE.len()).position(|w| w == DATE)? + 2;
+        let at = memchr::memmem::find(head, DATE)? + 2;
         let value_start = at + DATE.len() - 2;
-        let value_end = value_start + head[value_start..].iter().position(|&b| b == b'\r')?;
+        let value_end = value_start + memchr::memchr(b'\r', &head[value_start..])?;
         let date_line = at..value_end + 2;
-        let hash = fnv1a(
-            fnv1a(FNV_OFFSET, &head[..date_line.start]),
+        let hash = hash_words(
+            hash_words(HASH_SEED, &head[..date_line.start]),
             &head[date_line.end..],
         );
         Some(HeadKey {
@@ -653,28 +687,43 @@ impl PreparedHeads {
         })
     }
 
-    /// The prepared block of `head`, if it was prepared.
-    fn find(&self, head: &[u8], key: &HeadKey) -> Option<&[u8]> {
+    /// Which entry holds `head` prepared for a response to such a request, if one does.
+    fn find(&self, head: &[u8], key: &HeadKey, head_request: bool) -> Option<usize> {
         let (before, after) = (&head[..key.date_line.start], &head[key.date_line.end..]);
-        self.entries
-            .iter()
-            .find(|e| {
-                e.hash == key.hash
-                    && e.head.len() == before.len() + after.len()
-                    && e.head[..before.len()] == *before
-                    && e.head[before.len()..] == *after
-            })
-            .map(|e| e.block.as_slice())
+        self.entries.iter().position(|e| {
+            e.hash == key.hash
+                && e.parsed.head_request == head_request
+                && e.head.len() == before.len() + after.len()
+                && e.head[..before.len()] == *before
+                && e.head[before.len()..] == *after
+        })
+    }
+
+    /// The prepared block of the entry `at`, the date field's block for `date` and the
+    /// response's framing.
+    fn block_and_date(&mut self, at: usize, date: &[u8]) -> (&[u8], &[u8], ResponseFraming) {
+        if self.date != date {
+            self.date.clear();
+            self.date.extend_from_slice(date);
+            self.date_block.clear();
+            fastpath_http::h2::encode_without_table(
+                [Field::new(b"date", date)],
+                &mut self.date_block,
+            );
+        }
+        let entry = &self.entries[at];
+        (&entry.block, &self.date_block, entry.parsed.framing)
     }
 
     /// Notes a head sent without a prepared block: prepared if it was seen before.
-    fn seen(&mut self, head: &[u8], key: &HeadKey, status: u16, fields: &[Field<'_>]) {
+    fn seen(&mut self, head: &[u8], key: &HeadKey, parsed: SeenHead, fields: &[Field<'_>]) {
         let Some(at) = self.seen.iter().position(|&h| h == key.hash) else {
             self.seen[self.next_seen] = key.hash;
             self.next_seen = (self.next_seen + 1) % PREPARED_HEADS;
             return;
         };
         self.seen[at] = 0;
+        let status = parsed.status;
         let digits = [
             b'0' + (status / 100 % 10) as u8,
             b'0' + (status / 10 % 10) as u8,
@@ -692,6 +741,7 @@ impl PreparedHeads {
         let entry = PreparedHead {
             head: kept,
             hash: key.hash,
+            parsed,
             block,
         };
         if self.entries.len() < PREPARED_HEADS {
@@ -703,12 +753,20 @@ impl PreparedHeads {
     }
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
 
-/// FNV-1a: a few hundred bytes hashed in as many steps, with no table or state to keep.
-fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
-    for &b in bytes {
-        hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+/// A head's hash, eight bytes a step (the multiplier is FxHash's): a few hundred bytes
+/// in a few dozen steps. Collisions cost only a comparison, since entries are compared
+/// whole.
+fn hash_words(mut hash: u64, bytes: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        hash = (hash.rotate_left(5) ^ word).wrapping_mul(K);
+    }
+    for &b in words.remainder() {
+        hash = (hash.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
     }
     hash
 }
