@@ -130,26 +130,41 @@ pub fn is_valid_host(v: &[u8]) -> bool {
     }
 }
 
+const fn reg_name_table() -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            );
+        i += 1;
+    }
+    t
+}
+
+/// A table rather than a chain of comparisons: every request's host goes through it.
+static REG_NAME: [bool; 256] = reg_name_table();
+
 /// unreserved / sub-delims (RFC 3986), plus '%' checked by the caller.
+#[inline]
 fn is_reg_name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.'
-                | b'_'
-                | b'~'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-        )
+    REG_NAME[b as usize]
 }
 
 fn is_ip_literal_byte(b: u8) -> bool {
