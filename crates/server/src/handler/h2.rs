@@ -375,9 +375,9 @@ impl H2Session {
                     };
                     // A head prepared before is known by its bytes, which were parsed when
                     // it was first seen: it is not parsed again.
-                    let prepared = memchr::memmem::find(peeked, b"\r\n\r\n").and_then(|end| {
+                    let prepared = heads.head_end.find(peeked).and_then(|end| {
                         let head = &peeked[..end + 4];
-                        let key = PreparedHeads::key(head)?;
+                        let key = heads.key(head)?;
                         let at = heads.find(head, &key, s.head_request)?;
                         Some((at, key.date_value, head.len()))
                     });
@@ -453,7 +453,7 @@ impl H2Session {
                     // Heads that may come again are noted, and prepared the second time.
                     if !interim && framing != ResponseFraming::Chunked {
                         let head = &peeked[..head_len];
-                        if let Some(key) = PreparedHeads::key(head) {
+                        if let Some(key) = heads.key(head) {
                             let seen = SeenHead {
                                 head_request: s.head_request,
                                 status,
@@ -622,11 +622,17 @@ pub(crate) struct PreparedHeads {
     /// second's responses.
     date: Vec<u8>,
     date_block: Vec<u8>,
+    /// Searchers made once: making one costs more than a search of a head.
+    head_end: memchr::memmem::Finder<'static>,
+    date_line: memchr::memmem::Finder<'static>,
 }
 
 /// Heads kept ready, and hashes of heads seen once: a worker serves a few hot files at a
 /// time, and each entry is a head and its block (about 400 bytes).
 const PREPARED_HEADS: usize = 64;
+
+/// How the `Date` line of a head starts.
+const DATE_LINE: &[u8] = b"\r\nDate: ";
 
 struct PreparedHead {
     /// The HTTP/1 head without its `Date` line.
@@ -663,6 +669,8 @@ impl Default for PreparedHeads {
             next_seen: 0,
             date: Vec::new(),
             date_block: Vec::new(),
+            head_end: memchr::memmem::Finder::new(b"\r\n\r\n"),
+            date_line: memchr::memmem::Finder::new(DATE_LINE),
         }
     }
 }
@@ -670,10 +678,9 @@ impl Default for PreparedHeads {
 impl PreparedHeads {
     /// The key of an HTTP/1 head as the server's writers make it (`Date: ` after the first
     /// lines); `None` for one without such a line, which is then never prepared.
-    fn key(head: &[u8]) -> Option<HeadKey> {
-        const DATE: &[u8] = b"\r\nDate: ";
-        let at = memchr::memmem::find(head, DATE)? + 2;
-        let value_start = at + DATE.len() - 2;
+    fn key(&self, head: &[u8]) -> Option<HeadKey> {
+        let at = self.date_line.find(head)? + 2;
+        let value_start = at + DATE_LINE.len() - 2;
         let value_end = value_start + memchr::memchr(b'\r', &head[value_start..])?;
         let date_line = at..value_end + 2;
         let hash = hash_words(
