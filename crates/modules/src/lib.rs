@@ -8,3 +8,4 @@
 //! whether an address may come in. The server's hooks and output filters call them.
 
 pub mod listing;
+pub mod rewrite;

@@ -179,7 +179,7 @@ impl Listing {
         for entry in &self.entries {
             let is_dir = entry.kind == Kind::Directory;
             out.push_str("<tr><td><a href=\"");
-            percent_encode_into(&entry.name, &mut out);
+            percent_encode_into(&entry.name, false, &mut out);
             if is_dir {
                 out.push('/');
             }
@@ -229,7 +229,7 @@ impl Listing {
             .iter()
             .map(|entry| {
                 let mut href = String::new();
-                percent_encode_into(&entry.name, &mut href);
+                percent_encode_into(&entry.name, false, &mut href);
                 if entry.kind == Kind::Directory {
                     href.push('/');
                 }
@@ -283,11 +283,15 @@ fn escape_html_into(text: &str, out: &mut String) {
 }
 
 /// Appends `bytes` percent-encoded: every byte outside RFC 3986's unreserved set
-/// (`A-Z a-z 0-9 - . _ ~`) as `%XX`, `/` included.
-pub(crate) fn percent_encode_into(bytes: &[u8], out: &mut String) {
+/// (`A-Z a-z 0-9 - . _ ~`) as `%XX`, and `/` too unless `keep_slash`. Rewrite rules use
+/// it as well, for what they put into a URL.
+pub(crate) fn percent_encode_into(bytes: &[u8], keep_slash: bool, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in bytes {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'.' | b'_' | b'~')
+            || (keep_slash && b == b'/')
+        {
             out.push(char::from(b));
         } else {
             out.push('%');
