@@ -7,5 +7,6 @@
 //! htpasswd entry, what a directory listing says, where a rewrite rule sends a request,
 //! whether an address may come in. The server's hooks and output filters call them.
 
+pub mod access;
 pub mod listing;
 pub mod rewrite;
