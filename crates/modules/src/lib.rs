@@ -8,5 +8,6 @@
 //! whether an address may come in. The server's hooks and output filters call them.
 
 pub mod access;
+pub mod headers;
 pub mod listing;
 pub mod rewrite;
