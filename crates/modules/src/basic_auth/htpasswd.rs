@@ -152,7 +152,8 @@ impl Htpasswd {
         self.entries.get(user).map(Hash::scheme)
     }
 
-    /// Whether `password` is `user`'s, by the entry's hash, without any cache.
+    /// Whether `password` is `user`'s, by the entry's hash, without any cache (see
+    /// [`Verifier`](super::Verifier) for one).
     ///
     /// An unknown user is refused at once, without a dummy hash to take the time a known
     /// one would: user names are not treated as secret (nor are they by Apache or nginx),
