@@ -8,6 +8,7 @@
 //! whether an address may come in. The server's hooks and output filters call them.
 
 pub mod access;
+pub mod basic_auth;
 pub mod headers;
 pub mod listing;
 pub mod rewrite;
