@@ -6,3 +6,4 @@
 //! which coding a client accepts and the compressed bytes, whether a password matches an
 //! htpasswd entry, what a directory listing says, where a rewrite rule sends a request,
 //! whether an address may come in. The server's hooks and output filters call them.
+pub mod compress;
