@@ -1,16 +1,53 @@
 //! On-the-fly compression: which coding a client gets, which responses are
-//! compressed, and the ETag of a compressed variant.
+//! compressed, the ETag of a compressed variant, and the compressors.
 //!
-//! Three codings are offered: gzip, br and zstd. The server's output filter
-//! asks [`should_compress`] about a response, picks the coding with
-//! [`choose_coding`] and renames its ETag with [`variant_etag`].
+//! Three codings are offered: gzip (flate2), br (brotli) and zstd (zstd). The
+//! server's output filter asks [`should_compress`] about a response, picks the
+//! coding with [`choose_coding`], renames its ETag with [`variant_etag`], then
+//! either compresses a cached body at once with [`compress_whole`] or feeds a
+//! body that arrives in pieces to an [`Encoder`].
+//!
+//! ```
+//! use fastpath_http::parse_accept_encoding;
+//! use fastpath_modules::compress::{
+//!     choose_coding, compress_whole, should_compress, variant_etag, Coding, Encoder, Policy,
+//! };
+//!
+//! let policy = Policy::default();
+//! let html = Some(&b"text/html; charset=utf-8"[..]);
+//! assert!(should_compress(html, Some(4000), None, 200, None, &policy));
+//!
+//! let accept = parse_accept_encoding(Some(b"gzip, br;q=0.9"));
+//! let coding = choose_coding(&accept, policy.enabled).expect("gzip is acceptable");
+//! assert_eq!(coding.token(), "gzip");
+//! assert_eq!(variant_etag(b"\"5f3a\"", coding).unwrap(), b"\"5f3a-gzip\"");
+//!
+//! let body = b"<li>an item of a long list</li>\n".repeat(125);
+//! let cached = compress_whole(policy.level(coding), &body);
+//! assert!(cached.len() < body.len() / 10);
+//!
+//! let mut encoder = Encoder::new(policy.level(Coding::Brotli));
+//! let mut out = Vec::new();
+//! for piece in body.chunks(1000) {
+//!     encoder.push(piece, &mut out);
+//! }
+//! encoder.finish(&mut out);
+//! assert!(out.len() < body.len() / 10);
+//! ```
 #![warn(missing_docs)]
 
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
 
+use brotli::enc::encode::{
+    BrotliEncoderDestroyInstance, BrotliEncoderOperation, BrotliEncoderParameter,
+    BrotliEncoderStateStruct,
+};
+use brotli::enc::StandardAlloc;
 use fastpath_http::AcceptEncoding;
+use flate2::{Compress, Crc, FlushCompress, Status};
+use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
 
 // ---------------------------------------------------------------------------
 // Codings and negotiation
@@ -561,10 +598,361 @@ fn split_entity_tag(tag: &[u8]) -> Option<(bool, &[u8])> {
     opaque.iter().all(|&b| etagc(b)).then_some((weak, opaque))
 }
 
+// ---------------------------------------------------------------------------
+// Compressors
+// ---------------------------------------------------------------------------
+
+/// Largest brotli window, as a power of two, for a streamed body. brotli
+/// holds back output until a metablock is full, and at the levels used on
+/// the fly a metablock grows with the window: with 2^22, brotli's default,
+/// a 4 MiB body gives no output before its end; with 2^18 (256 KiB) output
+/// trails input by at most about twice the window (512 KiB), and that is
+/// about what one stream holds. Bodies that large are rare among those
+/// compressed on the fly, and smaller ones fit in the window anyway.
+const BROTLI_STREAM_LGWIN: u32 = 18;
+
+/// Largest brotli window for [`compress_whole`], brotli's own default
+/// (4 MiB): the body is in memory anyway, and a window as large as the body
+/// gives the smallest output for the cache to keep.
+const BROTLI_WHOLE_MAX_LGWIN: u32 = 22;
+
+/// How much output room to add at a time, so that a small push does not
+/// allocate much and a large one does not reallocate often.
+const OUT_STEP: usize = 16 * 1024;
+
+/// The gzip member header (RFC 1952 §2.3): no name, no comment, and a
+/// modification time of 0 ("none"), so that the same body always compresses
+/// to the same bytes. OS 255 is "unknown"; XFL is set per level.
+const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+
+/// Compresses a whole body, such as one a cache keeps.
+///
+/// The output is what an [`Encoder`] given the whole body in one piece would
+/// produce, but for what only a known length allows: zstd records the length
+/// in its frame header, and brotli's window fits the body, up to 4 MiB.
+///
+/// # Panics
+///
+/// Only if a compression library reports an error, which with a checked
+/// level means it could not allocate memory.
+pub fn compress_whole(level: Level, input: &[u8]) -> Vec<u8> {
+    let mut encoder = Encoder::build(level, Some(input.len() as u64));
+    let mut out = Vec::with_capacity(input.len() / 2 + 64);
+    encoder.push(input, &mut out);
+    encoder.finish(&mut out);
+    out
+}
+
+/// A streaming compressor for a body that arrives in pieces.
+///
+/// Output is appended to the caller's buffer as the coding produces it, and
+/// the encoder keeps no more than its coding's window and working state,
+/// however long the body: output trails input by at most about 32 KiB for
+/// gzip, 128 KiB (a block) for zstd and 512 KiB for brotli, while zstd's
+/// window, from 512 KiB at level 1 to 8 MiB at 19, is the most any of them
+/// holds. [`Encoder::flush`] makes everything pushed so far decodable, for a
+/// relayed body that pauses.
+///
+/// Every method panics only if a compression library reports an error,
+/// which with a checked level means it could not allocate memory.
+pub struct Encoder {
+    level: Level,
+    state: State,
+    // Input pushed since the last flush: flushing with none would only add
+    // an empty block to the output.
+    unflushed: bool,
+}
+
+enum State {
+    Gzip(Gzip),
+    // Boxed: brotli's state is a few kilobytes inline.
+    Brotli(Box<Brotli>),
+    Zstd(zstd::stream::raw::Encoder<'static>),
+}
+
+impl Encoder {
+    /// An encoder compressing with `level`'s coding at that level.
+    pub fn new(level: Level) -> Encoder {
+        Encoder::build(level, None)
+    }
+
+    fn build(level: Level, length: Option<u64>) -> Encoder {
+        let state = match level.coding() {
+            Coding::Gzip => State::Gzip(Gzip::new(level.value())),
+            Coding::Brotli => State::Brotli(Box::new(Brotli::new(level.value(), length))),
+            Coding::Zstd => {
+                let mut zstd = zstd::stream::raw::Encoder::new(level.value() as i32)
+                    .expect("zstd: creating a compression context");
+                if length.is_some() {
+                    // Exact here: `compress_whole` pushes exactly this much.
+                    zstd.set_pledged_src_size(length)
+                        .expect("zstd: setting the length of the body");
+                }
+                State::Zstd(zstd)
+            }
+        };
+        Encoder {
+            level,
+            state,
+            unflushed: false,
+        }
+    }
+
+    /// The coding and level this encoder uses.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    /// Compresses `input`, appending to `out` what the coding has ready.
+    pub fn push(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        self.unflushed |= !input.is_empty();
+        match &mut self.state {
+            State::Gzip(gzip) => gzip.push(input, out),
+            State::Brotli(brotli) => {
+                brotli.run(BrotliEncoderOperation::BROTLI_OPERATION_PROCESS, input, out)
+            }
+            State::Zstd(zstd) => zstd_push(zstd, input, out),
+        }
+    }
+
+    /// Appends to `out` everything needed to decode what was pushed so far,
+    /// without ending the body. A flush costs a few bytes and some ratio, so
+    /// it is for pauses of the input, not for every piece; it does nothing
+    /// when nothing was pushed since the last one.
+    pub fn flush(&mut self, out: &mut Vec<u8>) {
+        if !std::mem::take(&mut self.unflushed) {
+            return;
+        }
+        match &mut self.state {
+            State::Gzip(gzip) => gzip.flush(out),
+            State::Brotli(brotli) => {
+                brotli.run(BrotliEncoderOperation::BROTLI_OPERATION_FLUSH, &[], out)
+            }
+            State::Zstd(zstd) => zstd_drain(out, |o| zstd.flush(o)),
+        }
+    }
+
+    /// Ends the body, appending the rest of the output to `out`. Taking the
+    /// encoder makes pushing after the end impossible.
+    pub fn finish(mut self, out: &mut Vec<u8>) {
+        match &mut self.state {
+            State::Gzip(gzip) => gzip.finish(out),
+            State::Brotli(brotli) => {
+                brotli.run(BrotliEncoderOperation::BROTLI_OPERATION_FINISH, &[], out)
+            }
+            State::Zstd(zstd) => zstd_drain(out, |o| zstd.finish(o, false)),
+        }
+    }
+}
+
+impl fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Encoder")
+            .field("level", &self.level)
+            .field("unflushed", &self.unflushed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Makes sure `out` has at least a little room, growing it by a step sized
+/// to the input still to compress.
+fn reserve_room(out: &mut Vec<u8>, pending_input: usize) {
+    if out.capacity() - out.len() < 64 {
+        out.reserve(pending_input.clamp(OUT_STEP / 4, OUT_STEP * 4));
+    }
+}
+
+/// gzip as a raw deflate stream between a header and a trailer written
+/// here, so that output goes straight into the caller's buffer, with nothing
+/// held back in a writer's buffer between calls.
+struct Gzip {
+    deflate: Compress,
+    crc: Crc,
+    xfl: u8,
+    header_written: bool,
+}
+
+impl Gzip {
+    fn new(level: u32) -> Gzip {
+        Gzip {
+            deflate: Compress::new(flate2::Compression::new(level), false),
+            crc: Crc::new(),
+            // RFC 1952 §2.3.1: 2 for the slowest level, 4 for the fastest.
+            xfl: match level {
+                9 => 2,
+                1 => 4,
+                _ => 0,
+            },
+            header_written: false,
+        }
+    }
+
+    fn header(&mut self, out: &mut Vec<u8>) {
+        if !std::mem::replace(&mut self.header_written, true) {
+            let mut header = GZIP_HEADER;
+            header[8] = self.xfl;
+            out.extend_from_slice(&header);
+        }
+    }
+
+    fn push(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        self.header(out);
+        self.crc.update(input);
+        self.deflate(input, FlushCompress::None, out);
+    }
+
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        self.header(out);
+        self.deflate(&[], FlushCompress::Sync, out);
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        self.header(out);
+        self.deflate(&[], FlushCompress::Finish, out);
+        out.extend_from_slice(&self.crc.sum().to_le_bytes());
+        // ISIZE is the length modulo 2^32, which is what `amount` keeps.
+        out.extend_from_slice(&self.crc.amount().to_le_bytes());
+    }
+
+    fn deflate(&mut self, mut input: &[u8], flush: FlushCompress, out: &mut Vec<u8>) {
+        loop {
+            reserve_room(out, input.len());
+            let before = self.deflate.total_in();
+            let status = self
+                .deflate
+                .compress_vec(input, out, flush)
+                .expect("deflate: compressing");
+            input = &input[(self.deflate.total_in() - before) as usize..];
+            // zlib's rule: a call that leaves output room has produced all
+            // it can for this input and flush mode.
+            let drained = out.len() < out.capacity();
+            let done = match flush {
+                FlushCompress::Finish => status == Status::StreamEnd,
+                _ => input.is_empty() && drained,
+            };
+            if done {
+                return;
+            }
+        }
+    }
+}
+
+/// brotli's streaming encoder, driven the way its C API documents: process,
+/// flush or finish until the input is taken and no output is pending.
+struct Brotli {
+    state: BrotliEncoderStateStruct<StandardAlloc>,
+}
+
+impl Brotli {
+    fn new(quality: u32, length: Option<u64>) -> Brotli {
+        let mut state = BrotliEncoderStateStruct::new(StandardAlloc::default());
+        let lgwin = match length {
+            // The smallest window that covers the body: a larger one would
+            // only cost memory.
+            Some(n) => (10..BROTLI_WHOLE_MAX_LGWIN)
+                .find(|&w| (1u64 << w) - 16 >= n)
+                .unwrap_or(BROTLI_WHOLE_MAX_LGWIN),
+            None => BROTLI_STREAM_LGWIN,
+        };
+        let set = [
+            (BrotliEncoderParameter::BROTLI_PARAM_QUALITY, quality),
+            (BrotliEncoderParameter::BROTLI_PARAM_LGWIN, lgwin),
+            (
+                BrotliEncoderParameter::BROTLI_PARAM_SIZE_HINT,
+                length.map_or(0, |n| n.min(u64::from(u32::MAX)) as u32),
+            ),
+        ];
+        for (param, value) in set {
+            assert!(
+                state.set_parameter(param, value),
+                "brotli: setting {param:?} to {value}"
+            );
+        }
+        Brotli { state }
+    }
+
+    fn run(&mut self, op: BrotliEncoderOperation, input: &[u8], out: &mut Vec<u8>) {
+        let mut available_in = input.len();
+        let mut next_in = 0;
+        loop {
+            // No output room is lent: brotli then keeps what it makes in its
+            // own storage, taken below as it is, with no zeroed buffer to
+            // prepare for every call however small the piece.
+            let (mut available_out, mut next_out) = (0, 0);
+            let ok = self.state.compress_stream(
+                op,
+                &mut available_in,
+                input,
+                &mut next_in,
+                &mut available_out,
+                &mut [],
+                &mut next_out,
+                &mut None,
+                &mut |_, _, _, _| (),
+            );
+            assert!(ok, "brotli: compressing (operation {})", op as i32);
+            // A call that leaves nothing pending has done all it can for
+            // this input and operation.
+            let pending = self.state.has_more_output();
+            while self.state.has_more_output() {
+                // 0 asks for all of it; the slice returned may run past what
+                // was taken, which `size` tells.
+                let mut size = 0;
+                let taken = self.state.take_output(&mut size);
+                out.extend_from_slice(&taken[..size]);
+            }
+            let done = match op {
+                BrotliEncoderOperation::BROTLI_OPERATION_FINISH => self.state.is_finished(),
+                _ => available_in == 0 && !pending,
+            };
+            if done {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Brotli {
+    fn drop(&mut self) {
+        BrotliEncoderDestroyInstance(&mut self.state);
+    }
+}
+
+fn zstd_push(zstd: &mut zstd::stream::raw::Encoder<'static>, input: &[u8], out: &mut Vec<u8>) {
+    let mut input = InBuffer::around(input);
+    while input.pos() < input.src.len() {
+        reserve_room(out, input.src.len() - input.pos());
+        let pos = out.len();
+        let mut output = OutBuffer::around_pos(out, pos);
+        zstd.run(&mut input, &mut output)
+            .expect("zstd: compressing");
+    }
+}
+
+/// Calls a zstd flush or end until it reports nothing left to write.
+fn zstd_drain(
+    out: &mut Vec<u8>,
+    mut step: impl FnMut(&mut OutBuffer<'_, Vec<u8>>) -> std::io::Result<usize>,
+) {
+    loop {
+        reserve_room(out, 0);
+        let pos = out.len();
+        let mut output = OutBuffer::around_pos(out, pos);
+        let remaining = step(&mut output).expect("zstd: flushing");
+        if remaining == 0 {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use fastpath_http::{etag_list_matches, parse_accept_encoding};
+    use std::io::Read;
+
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * KIB;
 
     // --- negotiation -------------------------------------------------------
 
@@ -1151,6 +1539,334 @@ mod tests {
         assert_eq!(
             parse_variant_etag(b"W/\"-br\""),
             Some((Coding::Brotli, b"W/\"\"".to_vec()))
+        );
+    }
+
+    // --- compressors ---------------------------------------------------------
+
+    /// xorshift64: reproducible bytes without a dependency.
+    fn random(len: usize, mut seed: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 8);
+        while out.len() < len {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            out.extend_from_slice(&seed.to_le_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+
+    /// Markup-like text of random words: compressible, but not one repeated
+    /// line that any coding would shrink to nothing.
+    fn text(len: usize) -> Vec<u8> {
+        const WORDS: &[&str] = &[
+            "<p>",
+            "</p>",
+            "<div class=\"item\">",
+            "</div>",
+            "the",
+            "server",
+            "sends",
+            "compressed",
+            "bodies",
+            "to",
+            "clients",
+            "that",
+            "ask",
+            "for",
+            "them",
+            "and",
+            "a",
+            "cache",
+            "keeps",
+            "each",
+            "variant",
+            "{\"id\":",
+            "42,",
+            "\"name\":",
+            "\"fastpath\"}",
+            "window",
+            "stream",
+            "of",
+            "bytes",
+            "\n",
+        ];
+        let mut out = Vec::with_capacity(len + 32);
+        for (i, r) in random(len, 0x9e37_79b9_7f4a_7c15).into_iter().enumerate() {
+            if out.len() >= len {
+                break;
+            }
+            out.extend_from_slice(WORDS[r as usize % WORDS.len()].as_bytes());
+            if i % 3 != 0 {
+                out.push(b' ');
+            }
+        }
+        out.truncate(len);
+        out
+    }
+
+    fn bodies() -> Vec<(&'static str, Vec<u8>)> {
+        vec![
+            ("empty", Vec::new()),
+            ("small", b"<p>Hello, world.</p>\n".to_vec()),
+            ("1 MiB random", random(MIB, 0x2545_f491_4f6c_dd1d)),
+            ("1 MiB text", text(MIB)),
+        ]
+    }
+
+    fn decode(coding: Coding, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        match coding {
+            Coding::Gzip => {
+                let mut decoder = flate2::bufread::GzDecoder::new(data);
+                decoder.read_to_end(&mut out).expect("gzip decodes");
+                assert!(
+                    decoder.into_inner().is_empty(),
+                    "bytes after the gzip member"
+                );
+            }
+            Coding::Brotli => {
+                brotli::Decompressor::new(data, 4096)
+                    .read_to_end(&mut out)
+                    .expect("brotli decodes");
+            }
+            Coding::Zstd => out = zstd::decode_all(data).expect("zstd decodes"),
+        }
+        out
+    }
+
+    /// What a decoder gives from an unfinished stream before it runs out.
+    fn decode_prefix(coding: Coding, data: &[u8]) -> Vec<u8> {
+        let mut reader: Box<dyn Read + '_> = match coding {
+            Coding::Gzip => Box::new(flate2::bufread::GzDecoder::new(data)),
+            Coding::Brotli => Box::new(brotli::Decompressor::new(data, 4096)),
+            Coding::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(data).unwrap()),
+        };
+        let mut out = Vec::new();
+        let mut buf = [0; 4096];
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    }
+
+    fn default_level(coding: Coding) -> Level {
+        Level::default_for(coding)
+    }
+
+    /// Pushes `body` in pieces whose sizes cycle through `sizes`.
+    fn streamed(level: Level, body: &[u8], sizes: &[usize]) -> Vec<u8> {
+        let mut encoder = Encoder::new(level);
+        let mut out = Vec::new();
+        let mut rest = body;
+        for &size in sizes.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (piece, tail) = rest.split_at(size.min(rest.len()));
+            encoder.push(piece, &mut out);
+            rest = tail;
+        }
+        encoder.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn whole_bodies_round_trip() {
+        for (name, body) in bodies() {
+            for coding in Coding::PREFERENCE {
+                let compressed = compress_whole(default_level(coding), &body);
+                assert!(decode(coding, &compressed) == body, "{coding} {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn text_gets_smaller() {
+        let body = text(MIB);
+        for coding in Coding::PREFERENCE {
+            let whole = compress_whole(default_level(coding), &body);
+            assert!(whole.len() < body.len() / 3, "{coding}: {}", whole.len());
+            let streamed = streamed(default_level(coding), &body, &[4096]);
+            assert!(
+                streamed.len() < body.len() / 3,
+                "{coding}: {}",
+                streamed.len()
+            );
+        }
+    }
+
+    #[test]
+    fn streamed_bodies_round_trip() {
+        let schedules: &[&[usize]] = &[
+            &[1],
+            &[1, 2, 3, 5, 8, 13, 1000, 4096, 65536, 7],
+            &[16 * KIB],
+            &[MIB],
+        ];
+        for (name, body) in bodies() {
+            for coding in Coding::PREFERENCE {
+                for sizes in schedules {
+                    let compressed = streamed(default_level(coding), &body, sizes);
+                    assert!(
+                        decode(coding, &compressed) == body,
+                        "{coding} {name} in pieces of {sizes:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_level_round_trips() {
+        let body = text(64 * KIB);
+        for coding in Coding::PREFERENCE {
+            for value in coding.levels() {
+                let level = Level::new(coding, value.into()).unwrap();
+                let whole = compress_whole(level, &body);
+                assert!(decode(coding, &whole) == body, "{coding} {value} whole");
+                let streamed = streamed(level, &body, &[1, 1000, 4096]);
+                assert!(
+                    decode(coding, &streamed) == body,
+                    "{coding} {value} streamed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn empty_pushes_change_nothing() {
+        let body = text(100 * KIB);
+        for coding in Coding::PREFERENCE {
+            let mut encoder = Encoder::new(default_level(coding));
+            let mut out = Vec::new();
+            for piece in body.chunks(10 * KIB) {
+                encoder.push(&[], &mut out);
+                encoder.push(piece, &mut out);
+            }
+            encoder.push(&[], &mut out);
+            encoder.finish(&mut out);
+            assert_eq!(
+                out,
+                streamed(default_level(coding), &body, &[10 * KIB]),
+                "{coding}"
+            );
+        }
+    }
+
+    #[test]
+    fn flush_makes_what_was_pushed_decodable() {
+        let body = text(300 * KIB);
+        for coding in Coding::PREFERENCE {
+            let mut encoder = Encoder::new(default_level(coding));
+            assert_eq!(encoder.level(), default_level(coding));
+            let mut out = Vec::new();
+            let mut pushed = 0;
+            for piece in [1, 10, 3000, 50 * KIB, 200 * KIB] {
+                encoder.push(&body[pushed..pushed + piece], &mut out);
+                pushed += piece;
+                encoder.flush(&mut out);
+                assert!(
+                    decode_prefix(coding, &out) == body[..pushed],
+                    "{coding} after {pushed} bytes"
+                );
+                // Nothing new to flush: nothing is added.
+                let len = out.len();
+                encoder.flush(&mut out);
+                assert_eq!(out.len(), len, "{coding}: second flush");
+            }
+            encoder.push(&body[pushed..], &mut out);
+            encoder.finish(&mut out);
+            assert!(decode(coding, &out) == body, "{coding} finished");
+        }
+    }
+
+    #[test]
+    fn flush_before_anything_and_finish_after_flush() {
+        for coding in Coding::PREFERENCE {
+            let mut encoder = Encoder::new(default_level(coding));
+            let mut out = Vec::new();
+            encoder.flush(&mut out);
+            assert_eq!(out, b"", "{coding}: flush with nothing pushed");
+            encoder.push(b"abc", &mut out);
+            encoder.flush(&mut out);
+            encoder.finish(&mut out);
+            assert_eq!(decode(coding, &out), b"abc", "{coding}");
+        }
+    }
+
+    #[test]
+    fn streamed_output_does_not_wait_for_the_end() {
+        // Random bytes do not compress, so output that keeps up with input
+        // shows how much input an encoder holds back: at most its bound.
+        let body = random(2 * MIB, 0x1234_5678_9abc_def1);
+        let bounds = [
+            (Coding::Gzip, 64 * KIB),
+            (Coding::Zstd, 128 * KIB),
+            (Coding::Brotli, 512 * KIB),
+        ];
+        for (coding, bound) in bounds {
+            let mut encoder = Encoder::new(default_level(coding));
+            let mut out = Vec::new();
+            let mut pushed = 0;
+            let mut most_held = 0;
+            for piece in body.chunks(16 * KIB) {
+                encoder.push(piece, &mut out);
+                pushed += piece.len();
+                most_held = most_held.max(pushed.saturating_sub(out.len()));
+            }
+            assert!(most_held <= bound, "{coding} held back {most_held} bytes");
+            assert!(
+                out.len() >= body.len() - bound,
+                "{coding}: {} bytes out before the end",
+                out.len()
+            );
+            encoder.finish(&mut out);
+            assert!(decode(coding, &out) == body, "{coding}");
+        }
+    }
+
+    #[test]
+    fn encoders_move_between_threads() {
+        fn send<T: Send>() {}
+        send::<Encoder>();
+    }
+
+    #[test]
+    fn gzip_framing() {
+        let body = text(1000);
+        let out = compress_whole(default_level(Coding::Gzip), &body);
+        // No name, no modification time, unknown OS: the same body always
+        // gives the same bytes.
+        assert_eq!(out[..10], [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff]);
+        let crc = {
+            let mut crc = Crc::new();
+            crc.update(&body);
+            crc.sum()
+        };
+        let trailer = &out[out.len() - 8..];
+        assert_eq!(trailer[..4], crc.to_le_bytes());
+        assert_eq!(trailer[4..], 1000u32.to_le_bytes());
+        let slowest = compress_whole(Level::new(Coding::Gzip, 9).unwrap(), &body);
+        assert_eq!(slowest[8], 2);
+        let fastest = compress_whole(Level::new(Coding::Gzip, 1).unwrap(), &body);
+        assert_eq!(fastest[8], 4);
+        assert_eq!(compress_whole(default_level(Coding::Gzip), &body), out);
+    }
+
+    #[test]
+    fn zstd_whole_bodies_record_their_length() {
+        let body = text(5000);
+        let out = compress_whole(default_level(Coding::Zstd), &body);
+        assert_eq!(
+            zstd::zstd_safe::get_frame_content_size(&out).ok(),
+            Some(Some(5000))
+        );
+        let streamed = streamed(default_level(Coding::Zstd), &body, &[5000]);
+        assert_eq!(
+            zstd::zstd_safe::get_frame_content_size(&streamed).ok(),
+            Some(None)
         );
     }
 }
