@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod basic_auth;
+pub mod compress;
 pub mod headers;
 pub mod listing;
 pub mod rewrite;
