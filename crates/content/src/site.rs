@@ -119,6 +119,20 @@ impl Site {
         &self.options
     }
 
+    /// Opens a file or directory beneath the root by its path relative to it, contained
+    /// as the static files are (no `..`, no symbolic link out); a hidden name is not
+    /// found unless the site serves them (`dotfiles`). For modules that read the
+    /// site's files themselves (a directory listing).
+    pub fn open_beneath(&self, rel: &[u8]) -> io::Result<File> {
+        let mut path = Vec::with_capacity(rel.len() + 1);
+        path.push(b'/');
+        path.extend_from_slice(rel);
+        if path.contains(&0) || (!self.options.dotfiles && has_hidden_segment(&path)) {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        self.root.open_file(trim_leading_slashes(&path))
+    }
+
     /// Decides the reply to a GET or HEAD request, looking at the file system
     /// afresh. Never panics.
     pub fn serve(&self, req: &StaticRequest<'_>) -> Reply {
