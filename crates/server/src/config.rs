@@ -92,6 +92,8 @@ pub struct Config {
     /// The places in `listen` of the plain listeners whose every connection speaks HTTP/2
     /// (`[[listen]] http2_only`).
     pub http2_only: Vec<usize>,
+    /// Modules (`[[module]]`), in file order, each configured by its module.
+    pub modules: Vec<crate::module::ModuleUse>,
 }
 
 /// The `[http2]` table.
@@ -398,6 +400,7 @@ impl Default for Config {
             proxy_protocol: Vec::new(),
             https_redirects: Vec::new(),
             http2_only: Vec::new(),
+            modules: Vec::new(),
             user: None,
             group: None,
             run_as_root: false,

@@ -24,8 +24,9 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::hand_over::{Backends, HandOver, Incoming, Sink};
 use crate::metrics::{self, WorkerMetrics};
+use crate::modules::WorkerModules;
 use crate::reply::{Answer, Writer};
-use crate::routing::{Route, Router};
+use crate::routing::{route_by_modules, Route, Router};
 use crate::vhosts::VirtualHosts;
 use fastpath_handover::exchange::{Exchange, Progress, CLIENT_GONE};
 
@@ -129,6 +130,9 @@ pub(crate) struct HttpHandler {
     scrape: String,
     /// HTTP/2 response heads kept ready to send.
     h2_heads: h2::PreparedHeads,
+    /// This worker's modules; `None` when the configuration has none, so that requests
+    /// then take the path they took before modules existed.
+    modules: Option<Box<WorkerModules>>,
 }
 
 /// What a connection is doing between requests.
@@ -373,7 +377,14 @@ impl HttpHandler {
             clock: Clock::new(),
             access_log,
             parsers: Vec::new(),
+            modules: None,
         }
+    }
+
+    /// Runs `modules` for this worker's requests.
+    pub(crate) fn with_modules(mut self, modules: Option<Box<WorkerModules>>) -> Self {
+        self.modules = modules;
+        self
     }
 
     /// Joins bridged connections in the kernel with `path` (splice without).
@@ -699,6 +710,8 @@ impl HttpHandler {
             .is_some_and(|sni| !host_is_server_name(request.host, sni))
         {
             Route::Error(421)
+        } else if let Some(modules) = &mut self.modules {
+            route_by_modules(&mut self.router, modules, request, peer, scheme.https)
         } else {
             self.router.route(request)
         };
@@ -788,6 +801,10 @@ impl HttpHandler {
                 (status, sink.writer(date).page(status, answer, meta))
             }
             Route::MethodNotAllowed => (405, sink.writer(date).method_not_allowed(answer)),
+            Route::Module(response) => (
+                response.status,
+                sink.writer(date).module_response(&response, answer),
+            ),
             Route::Static(reply) => sink.writer(date).static_reply(&reply, answer),
             Route::Health => (
                 200,
@@ -920,6 +937,7 @@ impl HttpHandler {
                     Self::record(
                         &self.metrics,
                         &mut self.access_log,
+                        &mut self.modules,
                         &self.clock,
                         client,
                         said,
@@ -1012,6 +1030,7 @@ impl HttpHandler {
         Self::record(
             &self.metrics,
             &mut self.access_log,
+            &mut self.modules,
             &self.clock,
             client,
             said,
@@ -1027,6 +1046,7 @@ impl HttpHandler {
     fn record(
         metrics: &Option<WorkerMetrics>,
         access_log: &mut Option<AccessLogBuffer>,
+        modules: &mut Option<Box<WorkerModules>>,
         clock: &Clock,
         client: Client,
         said: Said<'_>,
@@ -1036,6 +1056,17 @@ impl HttpHandler {
     ) {
         if let Some(metrics) = metrics {
             metrics.request(said.method, status, body_bytes);
+        }
+        if let Some(modules) = modules {
+            modules.log(&crate::module::LogRecord {
+                line: said.line,
+                status,
+                body_bytes,
+                client: match client.peer {
+                    Peer::Tcp(addr) => Some(addr.ip()),
+                    Peer::Unix(_) => None,
+                },
+            });
         }
         if let Some(log) = access_log.as_mut() {
             log.record(&Entry {

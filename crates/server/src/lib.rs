@@ -30,6 +30,8 @@ mod handler;
 mod kernel_bridge;
 mod listening;
 mod metrics;
+pub mod module;
+mod modules;
 mod privileges;
 mod reload;
 mod reply;
@@ -223,6 +225,8 @@ struct Shared {
     /// The kernel path of bridged connections, loaded once for the process (prefork's
     /// children share the parent's).
     kernel_bridge: Option<Arc<fastpath_kernel::BridgePath>>,
+    /// The `[[module]]` tables, configured: each worker makes its hooks from them.
+    modules: Vec<module::ModuleUse>,
 }
 
 impl Shared {
@@ -292,6 +296,7 @@ impl Shared {
             handlers,
             metrics,
             kernel_bridge,
+            modules: config.modules.clone(),
         })
     }
 
@@ -312,6 +317,7 @@ impl Shared {
             self.metrics.as_ref().map(|m| m.for_worker(worker)),
         )
         .with_kernel_bridge(self.kernel_bridge.clone())
+        .with_modules(modules::WorkerModules::new(&self.modules))
     }
 }
 

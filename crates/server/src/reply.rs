@@ -6,6 +6,8 @@
 use std::io::Write;
 
 use fastpath_content::{Body, Part, Reply, Source};
+
+use crate::module::Response;
 use fastpath_drivers::{BufferPool, Output};
 use fastpath_handover::exchange::OutputSink;
 use fastpath_http::{
@@ -138,6 +140,36 @@ impl Writer<'_> {
         let mut encoder = start_response(&head, framing, out);
         // Its own allocation, so that a large body does not grow a pooled buffer for good.
         encoder.piece(Piece::Shared(body.into()), out);
+        encoder.end(out);
+        encoder.written()
+    }
+
+    /// Queues a module's answer: its fields, and its body or the server's page for its
+    /// status; returns its body bytes.
+    pub(crate) fn module_response(&mut self, response: &Response, answer: Answer) -> u64 {
+        let Some((content_type, body)) = &response.body else {
+            let mut extra = response.fields.clone();
+            extra.extend_from_slice(PAGE_TYPE);
+            return self.page_with(response.status, answer, Metadata::default(), &extra);
+        };
+        let mut extra = response.fields.clone();
+        extra.extend_from_slice(b"Content-Type: ");
+        extra.extend_from_slice(content_type.as_bytes());
+        extra.extend_from_slice(b"\r\n");
+        let fields = HeadFields::Write(Fields {
+            meta: Metadata::default(),
+            extra: &extra,
+            content_length: Some(body.len() as u64),
+        });
+        let framing = if answer.head {
+            Framing::None
+        } else {
+            Framing::Length(body.len() as u64)
+        };
+        let head = head(self.date, response.status, fields, answer, self.also);
+        let out = &mut self.sink();
+        let mut encoder = start_response(&head, framing, out);
+        encoder.piece(Piece::Bytes(body), out);
         encoder.end(out);
         encoder.written()
     }

@@ -12,7 +12,10 @@ use fastpath_http::{
     is_registered_method, normalize_path, parse_target, Method, Noted, Request, Target,
 };
 
+use crate::access_log::Peer;
 use crate::metrics::WorkerMetrics;
+use crate::module::Exchange;
+use crate::modules::WorkerModules;
 use crate::vhosts::VirtualHosts;
 
 /// What a request gets.
@@ -28,6 +31,8 @@ pub(crate) enum Route {
     Health,
     /// The same URL over HTTPS on this port (a listener with `redirect_to_https`).
     ToHttps(u16),
+    /// A module's answer.
+    Module(Box<crate::module::Response>),
 }
 
 /// One worker's router: the sites, the hand-over rules, the worker's handle on the
@@ -102,9 +107,19 @@ impl Router {
 
     /// Decides what a request gets: a static reply, or an error status.
     pub(crate) fn route(&mut self, request: &Request<'_>) -> Route {
+        match self.locate(request) {
+            Ok(located) => self.route_located(request, located),
+            Err(refused) => refused.into(),
+        }
+    }
+
+    /// Reads where a request is for: its host, its path decoded and normalised (kept in
+    /// the router, [`Router::path`]) and its query; the answer at once when the target
+    /// cannot be routed.
+    pub(crate) fn locate<'r>(&mut self, request: &Request<'r>) -> Result<Located<'r>, Unroutable> {
         let target = match parse_target(request.target) {
             Ok(target) => target,
-            Err(e) => return Route::Error(e.status),
+            Err(e) => return Err(Unroutable::Status(e.status)),
         };
         let (authority, raw_path, query) = match target {
             Target::Origin { path, query } => (None, path, query),
@@ -115,17 +130,45 @@ impl Router {
                 ..
             } => (Some(authority), path, query),
             Target::Authority(_) | Target::Asterisk => {
-                return match request.method {
-                    "CONNECT" | "OPTIONS" => Route::MethodNotAllowed,
-                    _ => Route::Error(400),
-                }
+                return Err(match request.method {
+                    "CONNECT" | "OPTIONS" => Unroutable::MethodNotAllowed,
+                    _ => Unroutable::Status(400),
+                })
             }
         };
         if let Err(e) = normalize_path(raw_path, &mut self.path) {
-            return Route::Error(e.status());
+            return Err(Unroutable::Status(e.status()));
         }
         // An absolute-form target's authority wins over Host (RFC 9112 §3.2.2).
         let host = authority.or(request.host);
+        Ok(Located {
+            host,
+            raw_path: std::borrow::Cow::Borrowed(raw_path),
+            query: query.map(std::borrow::Cow::Borrowed),
+        })
+    }
+
+    /// The decoded path of the request [`Router::locate`] read last; a module's rewrite
+    /// replaces it ([`Router::set_path`]).
+    pub(crate) fn path(&self) -> &[u8] {
+        &self.path
+    }
+
+    /// Routes the next request by `path` (decoded and normalised) instead.
+    pub(crate) fn set_path(&mut self, path: &[u8]) {
+        self.path.clear();
+        self.path.extend_from_slice(path);
+    }
+
+    /// What a located request gets, by the path the router holds.
+    pub(crate) fn route_located(&mut self, request: &Request<'_>, located: Located<'_>) -> Route {
+        let Located {
+            host,
+            raw_path,
+            query,
+        } = located;
+        let raw_path: &str = &raw_path;
+        let query = query.as_deref();
         let mut host_name = [0u8; 256];
         let route_request = RouteRequest {
             method: request.method,
@@ -215,8 +258,97 @@ impl Router {
     }
 }
 
+/// What a request gets when the configuration has modules: the modules in its scope
+/// first (they may answer it, or change its path), then the routes, by the path they left.
+pub(crate) fn route_by_modules(
+    router: &mut Router,
+    modules: &mut WorkerModules,
+    request: &Request<'_>,
+    peer: Peer,
+    https: bool,
+) -> Route {
+    let located = match router.locate(request) {
+        Ok(located) => located,
+        Err(refused) => return refused.into(),
+    };
+    let mut host_name = [0u8; 256];
+    let host = located
+        .host
+        .and_then(|h| lower_host_name(h, &mut host_name));
+    let hosts = router.hosts.clone();
+    let mut exchange = Exchange {
+        request,
+        client: match peer {
+            Peer::Tcp(addr) => Some(addr.ip()),
+            Peer::Unix(_) => None,
+        },
+        https,
+        path: router.path().to_vec(),
+        query: located.query.as_deref().map(str::to_owned),
+        host: located.host,
+        changed: false,
+        rewritten: false,
+        user: None,
+        site: hosts.select(located.host.map(str::as_bytes)),
+    };
+    if let Some(response) = modules.run(&mut exchange, host) {
+        return Route::Module(Box::new(response));
+    }
+    if !exchange.rewritten {
+        return router.route_located(request, located);
+    }
+    router.set_path(&exchange.path);
+    let located = Located {
+        host: located.host,
+        raw_path: std::borrow::Cow::Owned(encode_path(&exchange.path)),
+        query: exchange.query.map(std::borrow::Cow::Owned),
+    };
+    router.route_located(request, located)
+}
+
+/// A decoded path written as a target's path again: what would be read as something
+/// else (`%`, `?`, `#`), and bytes outside visible ASCII, percent-encoded.
+fn encode_path(path: &[u8]) -> String {
+    let mut out = String::with_capacity(path.len());
+    for &b in path {
+        if b <= b' ' || b >= 0x7f || matches!(b, b'%' | b'?' | b'#') {
+            out.push_str(&format!("%{b:02X}"));
+        } else {
+            out.push(char::from(b));
+        }
+    }
+    out
+}
+
+/// Why a request's target cannot be routed.
+pub(crate) enum Unroutable {
+    /// An error status (400 for a bad target or path).
+    Status(u16),
+    /// CONNECT or OPTIONS with a target for them, which the server does not serve.
+    MethodNotAllowed,
+}
+
+impl From<Unroutable> for Route {
+    fn from(refused: Unroutable) -> Route {
+        match refused {
+            Unroutable::Status(status) => Route::Error(status),
+            Unroutable::MethodNotAllowed => Route::MethodNotAllowed,
+        }
+    }
+}
+
+/// Where a request is for, as [`Router::locate`] read it.
+pub(crate) struct Located<'r> {
+    /// The absolute target's authority, else `Host`.
+    pub(crate) host: Option<&'r str>,
+    /// The path as sent (a rewritten one re-encoded), for the Location of a directory's
+    /// redirect.
+    pub(crate) raw_path: std::borrow::Cow<'r, str>,
+    pub(crate) query: Option<std::borrow::Cow<'r, str>>,
+}
+
 /// The host name a route condition is compared with: lower case, without the port.
-fn lower_host_name<'b>(host: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
+pub(crate) fn lower_host_name<'b>(host: &str, buf: &'b mut [u8; 256]) -> Option<&'b str> {
     let name = crate::vhosts::host_name(host);
     if name.is_empty() || name.len() > buf.len() {
         return None;

@@ -222,6 +222,12 @@ impl<'a> Checker<'a> {
     /// `spec`, after reporting the keys it does not know.
     pub(super) fn read_table<T>(&mut self, s: &Section<'a>, spec: &TableSpec<T>, target: &mut T) {
         self.check_keys(s.table, spec);
+        self.read_keys(s, spec, target);
+    }
+
+    /// Reads the keys of `s` that `spec` has, leaving the others to the caller (a
+    /// module reads the rest of its table).
+    pub(super) fn read_keys<T>(&mut self, s: &Section<'a>, spec: &TableSpec<T>, target: &mut T) {
         for key in spec.keys {
             let Some(f) = Field::get(s.table, key.name) else {
                 if let Some(missing) = key.required {
@@ -556,7 +562,7 @@ fn value_kind(v: &Value) -> &'static str {
 
 /// The allowed key nearest to a misspelt one, if near enough to be a
 /// plausible typo.
-fn closest<'k>(name: &str, allowed: &[&'k str]) -> Option<&'k str> {
+pub(super) fn closest<'k>(name: &str, allowed: &[&'k str]) -> Option<&'k str> {
     allowed
         .iter()
         .map(|k| (edit_distance(name, k), *k))

@@ -41,6 +41,7 @@ use fastpath_handover::{
 };
 use toml_edit::Item;
 
+use crate::module::{ModuleUse, Order, Settings};
 use crate::privileges::{lookup_group, lookup_user};
 
 use super::check::{
@@ -108,6 +109,8 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     key("backend", "", Tables(|ck, tables, c| c.backends = ck.backends(tables))),
     // Which requests go to which backend, and how.
     key("route", "", Tables(|ck, tables, c| c.routes = ck.routes(tables))),
+    // Modules, each in the scope of some hosts and a path prefix (docs/modules.md).
+    key("module", "", Tables(|ck, tables, c| c.modules = ck.modules(tables))),
     // The path answered `200 ok` for a load balancer's health check, before any routing.
     key("health_check", "none", Text(|c, path| {
         if !path.starts_with('/') || path.contains(['?', '#']) || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
@@ -444,6 +447,29 @@ pub(super) const ROUTE: TableSpec<Route> = TableSpec { place: "in [[route]]", ke
     // Only requests for these host names.
     key("hosts", "all hosts", List(|r, name| host_name(name).map(|n| r.rule.hosts.push(n)))),
 ]};
+
+/// The keys every `[[module]]` table has; the others are its module's.
+#[rustfmt::skip]
+pub(super) const MODULE: TableSpec<ModuleEntry> = TableSpec { place: "in [[module]]", keys: &[
+    // Which module (docs/modules.md lists them).
+    required("name", "[[module]] needs `name`, the module it configures",
+        Custom(|ck, f, m| m.name = ck.string(f).map(|n| (n.to_owned(), f.value_span())))),
+    // Only requests for these host names.
+    key("hosts", "all hosts", List(|m, name| host_name(name).map(|n| m.hosts.push(n)))),
+    // Only requests whose decoded path starts with this.
+    key("prefix", "\"/\"", Text(|m, p| check_prefix(p).map(|()| m.prefix = Some(p.to_owned())))),
+    // Where its hooks run among the others' of a phase: "first", "middle" or "last".
+    key("order", "the module's", Text(|m, o| o.parse().map(|o| m.order = Some(o)))),
+]};
+
+/// A `[[module]]` table's own keys, as read.
+#[derive(Default)]
+pub(super) struct ModuleEntry {
+    name: Option<(String, Span)>,
+    hosts: Vec<String>,
+    prefix: Option<String>,
+    order: Option<Order>,
+}
 
 /// A `[[route]]` being read.
 #[derive(Default)]
@@ -1041,6 +1067,66 @@ impl<'a> Checker<'a> {
             routes.push(r.rule);
         }
         routes
+    }
+
+    /// The `[[module]]` tables: the keys every one has ([`MODULE`]) read here, the rest
+    /// by its module.
+    fn modules(&mut self, tables: &[Section<'a>]) -> Vec<ModuleUse> {
+        let mut uses = Vec::new();
+        for s in tables {
+            let mut entry = ModuleEntry::default();
+            self.read_keys(s, &MODULE, &mut entry);
+            let Some((name, span)) = entry.name else {
+                continue;
+            };
+            let Some(module) = crate::module::find(&name) else {
+                let names = crate::module::names();
+                let hint = match super::check::closest(&name, &names) {
+                    Some(near) => format!(" (did you mean \"{near}\"?)"),
+                    None => String::new(),
+                };
+                self.error(
+                    span,
+                    format!(
+                        "unknown module \"{name}\"{hint}; the modules: {}",
+                        names.join(", ")
+                    ),
+                );
+                continue;
+            };
+            let mut settings = Settings {
+                table: s.table,
+                base_dir: self.base_dir,
+                read: Vec::new(),
+                errors: Vec::new(),
+            };
+            let configured = module.configure(&mut settings);
+            let generic: Vec<&str> = MODULE.keys.iter().map(|k| k.name).collect();
+            settings.report_unread(&generic, &format!("in [[module]] \"{name}\""));
+            for (span, message) in std::mem::take(&mut settings.errors) {
+                self.error(span, format!("[[module]] \"{name}\": {message}"));
+            }
+            // The module's own keys as written, so that equal tables make equal uses.
+            let own = s
+                .table
+                .iter()
+                .filter(|(key, _)| !generic.contains(key))
+                .map(|(key, item)| format!("{key} = {}", item.to_string().trim()))
+                .collect::<Vec<_>>()
+                .join("\n");
+            match configured {
+                Ok(configured) => uses.push(ModuleUse {
+                    name,
+                    hosts: entry.hosts,
+                    prefix: entry.prefix.unwrap_or_else(|| "/".to_owned()),
+                    order: entry.order.unwrap_or_else(|| configured.order()),
+                    own,
+                    configured,
+                }),
+                Err(e) => self.error(s.span.clone(), format!("[[module]] \"{name}\": {e}")),
+            }
+        }
+        uses
     }
 
     fn route_backend(&mut self, f: Field<'a>, r: &mut Route) {

@@ -1726,6 +1726,7 @@ fn every_table() -> Vec<(&'static str, Vec<KeyDoc>)> {
         keys(&keys::LISTEN),
         keys(&keys::TLS),
         keys(&keys::HTTP2),
+        keys(&keys::MODULE),
     ]
 }
 
@@ -1738,6 +1739,7 @@ fn context(place: &str) -> String {
         "in [[backend]]" => APP.to_owned(),
         "in [[route]]" => format!("{APP}[[route]]\nbackend = \"app\"\nprefix = \"/\"\n"),
         "in [[listen]]" => "[[listen]]\naddress = \"127.0.0.1:8080\"\n".to_owned(),
+        "in [[module]]" => "[[module]]\nname = \"listing\"\n".to_owned(),
         _ => format!("{}\n", place.strip_prefix("in ").unwrap()),
     }
 }
@@ -2114,5 +2116,80 @@ fn a_plain_listener_may_redirect_to_https() {
     assert!(
         errors[0].message.contains("is for a plain listener"),
         "{errors:#?}"
+    );
+}
+
+#[test]
+fn a_module_table_is_configured_by_its_module() {
+    let c = ok(concat!(
+        "[[module]]\nname = \"access\"\nprefix = \"/admin/\"\nhosts = [\"Example.COM\"]\n",
+        "rules = [\"allow 10.0.0.0/8\", \"deny all\"]\n",
+        "[[module]]\nname = \"listing\"\nformat = \"json\"\norder = \"last\"\n",
+    ));
+    assert_eq!(c.modules.len(), 2);
+    let access = &c.modules[0];
+    assert_eq!(access.name, "access");
+    assert_eq!(access.prefix, "/admin/");
+    assert_eq!(access.hosts, ["example.com"]);
+    // The module's own order, unless the table says.
+    assert_eq!(access.order, crate::module::Order::First);
+    assert_eq!(c.modules[1].order, crate::module::Order::Last);
+    assert_eq!(c.modules[1].prefix, "/");
+}
+
+#[test]
+fn an_unknown_module_is_named_with_the_nearest() {
+    assert_error(
+        "[[module]]\nname = \"acess\"\n",
+        2,
+        8,
+        "unknown module \"acess\" (did you mean \"access\"?); the modules: access, basic_auth",
+    );
+}
+
+#[test]
+fn a_module_tells_its_errors_where_they_are() {
+    assert_error(
+        "[[module]]\nname = \"listing\"\nformt = \"json\"\n",
+        3,
+        1,
+        "unknown key `formt` in [[module]] \"listing\"; its keys: format",
+    );
+    assert_error(
+        "[[module]]\nname = \"access\"\nrules = [\"allow nowhere\"]\n",
+        3,
+        9,
+        "[[module]] \"access\": rule \"allow nowhere\":",
+    );
+    assert_error(
+        "[[module]]\nname = \"rewrite\"\nrules = [{ pattern = \"^/a/(.*)$\", to = \"/b/$2\" }]\n",
+        3,
+        22,
+        "[[module]] \"rewrite\": rule \"^/a/(.*)$\":",
+    );
+    assert_error(
+        "[[module]]\nname = \"rewrite\"\nrules = [{ pattern = \"^/a\", to = \"/b\", redirect = 303 }]\n",
+        3,
+        51,
+        "`redirect` 303 is not one of 301, 302, 307, 308",
+    );
+    let missing = errors("[[module]]\nname = \"basic_auth\"\nuser_file = \"no-such-file\"\n");
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert!(
+        missing[0].starts_with("3:13: [[module]] \"basic_auth\": ")
+            && missing[0].contains("no-such-file"),
+        "{missing:?}"
+    );
+    assert_error(
+        "[[module]]\nname = \"access\"\n",
+        1,
+        1,
+        "[[module]] \"access\": `access` needs `rules`",
+    );
+    assert_error(
+        "[[module]]\nname = \"listing\"\norder = \"soon\"\n",
+        3,
+        9,
+        "`order` \"soon\" is not one of",
     );
 }

@@ -1,0 +1,103 @@
+//! The modules the server ships ([`shipped`]), and the running of every module's hooks
+//! for a worker's requests ([`WorkerModules`]).
+
+use std::sync::Arc;
+
+use crate::module::{Decision, Exchange, Hooks, LogRecord, Module, ModuleUse, Phase, Response};
+
+mod access;
+mod basic_auth;
+mod listing;
+mod rewrite;
+
+/// The names of the modules the server ships.
+pub(crate) const SHIPPED_NAMES: [&str; 4] = ["access", "basic_auth", "listing", "rewrite"];
+
+/// The shipped module of this name.
+pub(crate) fn shipped(name: &str) -> Option<Arc<dyn Module>> {
+    Some(match name {
+        "access" => Arc::new(access::Access),
+        "basic_auth" => Arc::new(basic_auth::BasicAuth),
+        "listing" => Arc::new(listing::Listing),
+        "rewrite" => Arc::new(rewrite::Rewrite),
+        _ => return None,
+    })
+}
+
+/// A worker's modules: the configured uses, in the order their hooks run (by `order`,
+/// then the longer prefix first, then the file's), and the worker's hooks of each.
+pub(crate) struct WorkerModules {
+    uses: Arc<[ModuleUse]>,
+    hooks: Vec<Box<dyn Hooks>>,
+    /// The uses a request is in the scope of (indices), kept to spare an allocation.
+    scope: Vec<usize>,
+}
+
+impl WorkerModules {
+    /// The worker's hooks of every use; `None` when there are no uses, so that a server
+    /// without modules never looks for them.
+    pub(crate) fn new(uses: &[ModuleUse]) -> Option<Box<WorkerModules>> {
+        if uses.is_empty() {
+            return None;
+        }
+        let mut ordered: Vec<ModuleUse> = uses.to_vec();
+        // The more specific scope first, as nginx picks the longest location: a table for
+        // `/files/sub/` answers before one for `/files/`. Stable: the file's order after.
+        ordered.sort_by_key(|u| (u.order, std::cmp::Reverse(u.prefix.len())));
+        let hooks = ordered.iter().map(|u| u.configured.for_worker()).collect();
+        Some(Box::new(WorkerModules {
+            uses: ordered.into(),
+            hooks,
+            scope: Vec::new(),
+        }))
+    }
+
+    /// Runs the hooks of the uses whose scope the request is in, phase by phase: the
+    /// answer of the first that answers. After a phase that changed the path, the later
+    /// phases' uses are chosen again by the new path. `host`: lower case, no port.
+    pub(crate) fn run(
+        &mut self,
+        exchange: &mut Exchange<'_>,
+        host: Option<&str>,
+    ) -> Option<Response> {
+        let path = exchange.path.clone();
+        self.choose(host, &path);
+        for phase in Phase::ALL {
+            exchange.changed = false;
+            for at in 0..self.scope.len() {
+                let hooks = &mut self.hooks[self.scope[at]];
+                let decision = match phase {
+                    Phase::PostRead => hooks.post_read(exchange),
+                    Phase::Translate => hooks.translate(exchange),
+                    Phase::Access => hooks.access(exchange),
+                    Phase::Fixups => hooks.fixups(exchange),
+                    Phase::Handler => hooks.handler(exchange),
+                };
+                if let Decision::Answer(response) = decision {
+                    return Some(response);
+                }
+            }
+            if exchange.changed {
+                let path = exchange.path.clone();
+                self.choose(host, &path);
+            }
+        }
+        None
+    }
+
+    fn choose(&mut self, host: Option<&str>, path: &[u8]) {
+        self.scope.clear();
+        for (at, u) in self.uses.iter().enumerate() {
+            if u.applies(host, path) {
+                self.scope.push(at);
+            }
+        }
+    }
+
+    /// Tells every use's log hook of a logged request.
+    pub(crate) fn log(&mut self, record: &LogRecord<'_>) {
+        for hooks in &mut self.hooks {
+            hooks.log(record);
+        }
+    }
+}
