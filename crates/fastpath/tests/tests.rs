@@ -28,6 +28,7 @@ mod limits;
 mod logs;
 mod metrics;
 mod models;
+mod modules;
 mod nest_check;
 mod nest_examples;
 mod nest_http;

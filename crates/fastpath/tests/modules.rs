@@ -1,0 +1,226 @@
+//! The modules the server ships, end to end: `[[module]]` tables in the configuration,
+//! requests from 127.0.0.1, over HTTP/1.1 and HTTP/2, on every model.
+
+use std::os::unix::ffi::OsStrExt;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::util::*;
+
+/// `Authorization: Basic` for these credentials.
+fn basic(user: &str, password: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let raw = format!("{user}:{password}");
+    let mut out = String::new();
+    for chunk in raw.as_bytes().chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Basic {out}")
+}
+
+/// An htpasswd line made by the real `htpasswd` tool (apache2-utils): bcrypt.
+fn htpasswd_bcrypt(user: &str, password: &str) -> String {
+    let out = Command::new("htpasswd")
+        .args(["-nbB", "-C", "5", user, password])
+        .output()
+        .expect("htpasswd (apache2-utils) is needed: .ci/run installs it");
+    assert!(out.status.success(), "htpasswd failed: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned() + "\n"
+}
+
+httptest!(access_refuses_by_address, h2, |model| {
+    let site = Site::new();
+    site.file("admin/panel.html", "panel");
+    site.file("lan/page.html", "lan");
+    site.file("public.html", "public");
+    let srv = site.serve_config(
+        model,
+        concat!(
+            "root = \"root\"\n",
+            "[[module]]\nname = \"access\"\nprefix = \"/admin/\"\n",
+            "rules = [\"allow 10.0.0.0/8\", \"deny all\"]\n",
+            "[[module]]\nname = \"access\"\nprefix = \"/lan/\"\n",
+            "rules = [\"deny 10.0.0.0/8\", \"allow 127.0.0.0/8\", \"deny all\"]\n",
+        ),
+    );
+    let refused = srv.get("/admin/panel.html");
+    refused.assert_status(403);
+    assert!(String::from_utf8_lossy(&refused.body).contains("403 Forbidden"));
+    // Decoded and normalised before the scope is looked at: no way round by spelling.
+    srv.get("/%61dmin/panel.html").assert_status(403);
+    srv.get("/public/../admin/panel.html").assert_status(403);
+    srv.get("/lan/page.html").assert_ok(200, "lan");
+    srv.get("/public.html").assert_ok(200, "public");
+});
+
+httptest!(basic_auth_asks_checks_and_rereads_its_file, h2, |model| {
+    let site = Site::new();
+    site.file("private/secret.txt", "the secret");
+    site.file("open.txt", "open");
+    site.write("htpasswd", htpasswd_bcrypt("alice", "wonderland"));
+    let srv = site.serve_config(
+        model,
+        concat!(
+            "root = \"root\"\n",
+            "[[module]]\nname = \"basic_auth\"\nprefix = \"/private/\"\n",
+            "realm = \"Staff \\\"only\\\"\"\nuser_file = \"htpasswd\"\n",
+        ),
+    );
+    let asked = srv.get("/private/secret.txt");
+    asked.assert_status(401);
+    asked.assert_header(
+        "www-authenticate",
+        r#"Basic realm="Staff \"only\"", charset="UTF-8""#,
+    );
+    let right = basic("alice", "wonderland");
+    let wrong = basic("alice", "looking-glass");
+    srv.get_with("/private/secret.txt", &[("Authorization", &wrong)])
+        .assert_status(401);
+    srv.get_with("/private/secret.txt", &[("Authorization", "Bearer abc")])
+        .assert_status(401);
+    srv.get_with("/private/secret.txt", &[("Authorization", &right)])
+        .assert_ok(200, "the secret");
+    // Remembered: the same credentials again, and HEAD.
+    srv.get_with("/private/secret.txt", &[("Authorization", &right)])
+        .assert_ok(200, "the secret");
+    srv.get("/open.txt").assert_ok(200, "open");
+    // The file changes while the server runs: the old password stops working, the new one
+    // works, without a reload.
+    let replaced = site.write("htpasswd.new", htpasswd_bcrypt("alice", "looking-glass"));
+    std::fs::rename(&replaced, site.base().join("htpasswd")).unwrap();
+    // Each worker looks at the file on its own, within a second or two: asked until all
+    // have (several connections, spread over the workers).
+    let switched = wait_for(Duration::from_secs(10), || {
+        let all = (0..8).all(|_| {
+            let new = srv.get_with("/private/secret.txt", &[("Authorization", &wrong)]);
+            let old = srv.get_with("/private/secret.txt", &[("Authorization", &right)]);
+            new.status == 200 && old.status == 401
+        });
+        all.then_some(())
+    });
+    assert!(switched.is_some(), "the new password file was never read");
+});
+
+httptest!(rewrite_redirect_and_loops, h2, |model| {
+    let site = Site::new();
+    site.file("new/page.html", "new page");
+    site.file("private/secret.txt", "the secret");
+    site.write("htpasswd", htpasswd_bcrypt("alice", "wonderland"));
+    let srv = site.serve_config(
+        model,
+        concat!(
+            "root = \"root\"\n",
+            "[[module]]\nname = \"rewrite\"\nrules = [\n",
+            "  { pattern = \"^/old/(.*)$\", to = \"/new/$1\" },\n",
+            "  { pattern = \"^/blog/(.*)$\", to = \"https://blog.example.com/$1\", redirect = 301 },\n",
+            "  { pattern = \"^/moved$\", to = \"/new/page.html?from=moved\", redirect = 308 },\n",
+            "  { pattern = \"^/ping$\", to = \"/pong\" },\n",
+            "  { pattern = \"^/pong$\", to = \"/ping\" },\n",
+            "  { pattern = \"^/sneak/(.*)$\", to = \"/private/$1\" },\n",
+            "]\n",
+            "[[module]]\nname = \"basic_auth\"\nprefix = \"/private/\"\nuser_file = \"htpasswd\"\n",
+        ),
+    );
+    srv.get("/old/page.html").assert_ok(200, "new page");
+    let moved = srv.get("/blog/2026/a%20b?x=1");
+    moved.assert_status(301);
+    moved.assert_header("location", "https://blog.example.com/2026/a%20b?x=1");
+    let kept = srv.get("/moved?y=2");
+    kept.assert_status(308);
+    kept.assert_header("location", "/new/page.html?from=moved&y=2");
+    // A loop is refused, not followed.
+    srv.get("/ping").assert_status(500);
+    // A rewrite into a protected prefix meets its password.
+    srv.get("/sneak/secret.txt").assert_status(401);
+    let right = basic("alice", "wonderland");
+    srv.get_with("/sneak/secret.txt", &[("Authorization", &right)])
+        .assert_ok(200, "the secret");
+});
+
+httptest!(listing_shows_a_directory_without_an_index, h2, |model| {
+    let site = Site::new();
+    site.file("files/<b>&\"q'.txt", "odd");
+    site.file("files/a b.txt", "spaced");
+    site.file("files/.hidden", "hidden");
+    site.mkdir("files/sub");
+    let invalid = std::ffi::OsStr::from_bytes(b"bad\xffname.bin");
+    std::fs::write(site.root().join("files").join(invalid), "bytes").unwrap();
+    site.file("with-index/index.html", "the index");
+    site.file("with-index/other.txt", "other");
+    let srv = site.serve_config(
+        model,
+        concat!(
+            "root = \"root\"\n",
+            "[[module]]\nname = \"listing\"\nprefix = \"/files/\"\n",
+            "[[module]]\nname = \"listing\"\nprefix = \"/with-index/\"\n",
+            "[[module]]\nname = \"listing\"\nprefix = \"/files/sub/\"\nformat = \"json\"\n",
+        ),
+    );
+    let page = srv.get("/files/");
+    page.assert_status(200);
+    page.assert_header("content-type", "text/html; charset=utf-8");
+    let html = String::from_utf8(page.body.clone()).unwrap();
+    assert!(html.contains("&lt;b&gt;&amp;&quot;q&#39;.txt"), "{html}");
+    assert!(!html.contains("<b>&"), "a name went out unescaped: {html}");
+    assert!(html.contains("href=\"a%20b.txt\""), "{html}");
+    assert!(html.contains("href=\"sub/\""), "{html}");
+    assert!(html.contains("href=\"bad%FFname.bin\""), "{html}");
+    assert!(html.contains("bad\u{fffd}name.bin"), "{html}");
+    assert!(
+        !html.contains(".hidden"),
+        "a hidden name was listed: {html}"
+    );
+    // The static path still answers for files, and for a directory with an index.
+    srv.get("/files/a%20b.txt").assert_ok(200, "spaced");
+    srv.get("/with-index/").assert_ok(200, "the index");
+    // A directory without its slash is redirected first, as before.
+    srv.get("/files").assert_status(301);
+    let json = srv.get("/files/sub/");
+    json.assert_status(200);
+    json.assert_header("content-type", "application/json");
+    let parsed: serde_json::Value = serde_json::from_slice(&json.body).unwrap();
+    assert!(parsed.to_string().contains("[]"), "{parsed}");
+});
+
+httptest!(without_module_tables_nothing_changes, |model| {
+    let site = Site::new();
+    site.file("files/a.txt", "a");
+    let srv = site.serve(model);
+    // No listing unless a table asks for one.
+    srv.get("/files/").assert_status(403);
+    srv.get("/files/a.txt").assert_ok(200, "a");
+});
+
+#[test]
+fn check_reports_module_errors_with_their_place() {
+    let site = Site::new();
+    let config = site.config(concat!(
+        "root = \"root\"\n",
+        "[[module]]\nname = \"basic_auth\"\nuser_file = \"missing-file\"\n",
+        "[[module]]\nname = \"rewrite\"\nrules = [{ pattern = \"(\", to = \"/x\" }]\n",
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_fastpath"))
+        .arg("check")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(":4:13: [[module]] \"basic_auth\""), "{said}");
+    assert!(said.contains("missing-file"), "{said}");
+    assert!(
+        said.contains(":7:22: [[module]] \"rewrite\": rule \"(\""),
+        "{said}"
+    );
+}
