@@ -68,12 +68,16 @@ httptest!(basic_auth_asks_checks_and_rereads_its_file, h2, |model| {
     site.file("private/secret.txt", "the secret");
     site.file("open.txt", "open");
     site.write("htpasswd", htpasswd_bcrypt("alice", "wonderland"));
+    let log = site.base().join("access.log");
     let srv = site.serve_config(
         model,
-        concat!(
-            "root = \"root\"\n",
-            "[[module]]\nname = \"basic_auth\"\nprefix = \"/private/\"\n",
-            "realm = \"Staff \\\"only\\\"\"\nuser_file = \"htpasswd\"\n",
+        &format!(
+            concat!(
+                "root = \"root\"\n[log]\naccess = \"{}\"\n",
+                "[[module]]\nname = \"basic_auth\"\nprefix = \"/private/\"\n",
+                "realm = \"Staff \\\"only\\\"\"\nuser_file = \"htpasswd\"\n",
+            ),
+            log.display()
         ),
     );
     let asked = srv.get("/private/secret.txt");
@@ -94,6 +98,14 @@ httptest!(basic_auth_asks_checks_and_rereads_its_file, h2, |model| {
     srv.get_with("/private/secret.txt", &[("Authorization", &right)])
         .assert_ok(200, "the secret");
     srv.get("/open.txt").assert_ok(200, "open");
+    // The access log names the user, as nginx's $remote_user; "-" for the others.
+    let logged = wait_for(Duration::from_secs(3), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        (text.contains(" - alice [") && text.contains("/open.txt")).then_some(text)
+    });
+    let text = logged.expect("no access log line naming alice within 3 s");
+    let open = text.lines().find(|l| l.contains("/open.txt")).unwrap();
+    assert!(open.contains(" - - ["), "{open}");
     // The file changes while the server runs: the old password stops working, the new one
     // works, without a reload.
     let replaced = site.write("htpasswd.new", htpasswd_bcrypt("alice", "looking-glass"));

@@ -186,6 +186,8 @@ pub(crate) struct Said<'a> {
     pub line: &'a [&'a [u8]],
     pub referer: Option<&'a [u8]>,
     pub user_agent: Option<&'a [u8]>,
+    /// The user a module authenticated the request as (`basic_auth`).
+    pub user: Option<&'a [u8]>,
 }
 
 impl<'a> Said<'a> {
@@ -196,6 +198,7 @@ impl<'a> Said<'a> {
             line,
             referer: request.noted(Noted::Referer),
             user_agent: request.noted(Noted::UserAgent),
+            user: None,
         }
     }
 
@@ -208,6 +211,7 @@ impl<'a> Said<'a> {
             line,
             referer: None,
             user_agent: None,
+            user: None,
         }
     }
 }
@@ -219,6 +223,7 @@ pub(crate) struct Logged {
     line: Vec<u8>,
     referer: Option<Vec<u8>>,
     user_agent: Option<Vec<u8>>,
+    user: Option<Vec<u8>>,
 }
 
 impl Logged {
@@ -228,7 +233,14 @@ impl Logged {
             line: request_line(request, h2).join(&b' '),
             referer: request.noted(Noted::Referer).map(<[u8]>::to_vec),
             user_agent: request.noted(Noted::UserAgent).map(<[u8]>::to_vec),
+            user: None,
         }
+    }
+
+    /// The same, with the user a module authenticated the request as.
+    pub(crate) fn with_user(mut self, user: Option<&str>) -> Logged {
+        self.user = user.map(|u| u.as_bytes().to_vec());
+        self
     }
 
     /// The request line, as quoted.
@@ -243,6 +255,7 @@ impl Logged {
             line,
             referer: self.referer.as_deref(),
             user_agent: self.user_agent.as_deref(),
+            user: self.user.as_deref(),
         }
     }
 }
@@ -283,6 +296,14 @@ pub(crate) enum Peer {
 }
 
 impl Peer {
+    /// The client's IP address; `None` for a client of a Unix-domain listener.
+    pub(crate) fn client_ip(&self) -> Option<IpAddr> {
+        match self {
+            Peer::Tcp(addr) => Some(addr.ip()),
+            Peer::Unix(_) => None,
+        }
+    }
+
     /// The client's IP address, for `X-Forwarded-For`; `0.0.0.0` for a Unix-domain client.
     pub(crate) fn ip(&self) -> IpAddr {
         match self {
@@ -334,16 +355,33 @@ pub(crate) struct Entry<'a> {
 
 impl AccessLogBuffer {
     /// Appends one line:
-    /// `host - - [time] "request" status bytes "referer" "user-agent"`, then with
+    /// `host - user [time] "request" status bytes "referer" "user-agent"`, then with
     /// `tls_fields` the TLS protocol, cipher and `r` for a resumed session or `.` for a full
     /// handshake (nginx's `$ssl_protocol $ssl_cipher $ssl_session_reused`), each `-` on a
     /// plain connection, then why the request ended early, if it did.
     pub(crate) fn record(&mut self, entry: &Entry<'_>) {
         let buf = &mut self.buf;
         let _ = match entry.client.peer {
-            Peer::Tcp(addr) => write!(buf, "{} - - ", addr.ip()),
-            Peer::Unix(name) => write!(buf, "{name} - - "),
+            Peer::Tcp(addr) => write!(buf, "{} - ", addr.ip()),
+            Peer::Unix(name) => write!(buf, "{name} - "),
         };
+        // The user a module authenticated (nginx's `$remote_user`), escaped as the request
+        // line is (it came from the client), and its spaces too: the field is not quoted.
+        match entry.said.user {
+            Some(user) if !user.is_empty() => {
+                for word in user.split_inclusive(|&b| b == b' ') {
+                    match word.strip_suffix(b" ") {
+                        Some(word) => {
+                            escape_into(word, buf);
+                            buf.extend_from_slice(b"\\x20");
+                        }
+                        None => escape_into(word, buf),
+                    }
+                }
+            }
+            _ => buf.push(b'-'),
+        }
+        buf.push(b' ');
         buf.extend_from_slice(entry.time);
         buf.extend_from_slice(b" \"");
         if entry.said.line.is_empty() {
@@ -470,6 +508,7 @@ mod tests {
             line: &[b"GET", b"/", b"HTTP/1.1"],
             referer: None,
             user_agent: None,
+            user: None,
         };
         let tls = TlsFields {
             protocol: "TLSv1.3",
@@ -531,6 +570,7 @@ mod tests {
                 line: &[b"GET", b"/a\"b", b"HTTP/1.1"],
                 referer: None,
                 user_agent: Some(b"curl/8"),
+                user: None,
             },
             status: 200,
             body_bytes: 5,
@@ -544,6 +584,7 @@ mod tests {
                 line: &[b"POST", b"/app/upload", b"HTTP/1.1"],
                 referer: None,
                 user_agent: None,
+                user: Some(b"al ice\"\n"),
             },
             status: 0,
             body_bytes: 0,
@@ -554,7 +595,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(lines).unwrap(),
             "127.0.0.1 - - [21/Nov/2026:22:50:00 +0000] \"GET /a\\x22b HTTP/1.1\" 200 5 \"-\" \"curl/8\"\n\
-             127.0.0.1 - - [21/Nov/2026:22:50:01 +0000] \"POST /app/upload HTTP/1.1\" - - \"-\" \"-\" client-gone\n"
+             127.0.0.1 - al\\x20ice\\x22\\x0A [21/Nov/2026:22:50:01 +0000] \"POST /app/upload HTTP/1.1\" - - \"-\" \"-\" client-gone\n"
         );
     }
 }

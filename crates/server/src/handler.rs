@@ -688,6 +688,8 @@ impl HttpHandler {
             BodyFraming::Length(n) => Phase::DiscardLength(n),
             BodyFraming::Chunked => Phase::DiscardChunked(Box::new(ChunkedDecoder::new()), 0),
         };
+        // The user a module authenticated the request as, for the access log.
+        let mut user = None;
         let route = if scrape {
             match metrics::status(request.method, request.target) {
                 200 => Route::Metrics,
@@ -711,7 +713,10 @@ impl HttpHandler {
         {
             Route::Error(421)
         } else if let Some(modules) = &mut self.modules {
-            route_by_modules(&mut self.router, modules, request, peer, scheme.https)
+            let (route, authenticated) =
+                route_by_modules(&mut self.router, modules, request, peer, scheme.https);
+            user = authenticated;
+            route
         } else {
             self.router.route(request)
         };
@@ -768,7 +773,7 @@ impl HttpHandler {
                         // Logged when the exchange ends; the body goes to the backend.
                         let handed = Handed {
                             exchange,
-                            logged: Logged::of(request, scheme.stream),
+                            logged: Logged::of(request, scheme.stream).with_user(user.as_deref()),
                             written: false,
                         };
                         return Outcome {
@@ -828,7 +833,7 @@ impl HttpHandler {
         if body_bytes > DEFER_LOG_OVER && self.access_log.is_some() {
             let deferred = Deferred {
                 time: self.clock.log_time().to_vec(),
-                logged: Logged::of(request, scheme.stream),
+                logged: Logged::of(request, scheme.stream).with_user(user.as_deref()),
                 status,
                 body_bytes,
                 end: sink.output.sent() + sink.output.pending(),
@@ -848,7 +853,11 @@ impl HttpHandler {
             peer,
             tls: scheme.tls,
         };
-        self.log(client, Said::of(request, &line), status, body_bytes, None);
+        let said = Said {
+            user: user.as_deref().map(str::as_bytes),
+            ..Said::of(request, &line)
+        };
+        self.log(client, said, status, body_bytes, None);
         Outcome {
             head_len: request.head_len,
             close,
@@ -1062,10 +1071,7 @@ impl HttpHandler {
                 line: said.line,
                 status,
                 body_bytes,
-                client: match client.peer {
-                    Peer::Tcp(addr) => Some(addr.ip()),
-                    Peer::Unix(_) => None,
-                },
+                client: client.peer.client_ip(),
             });
         }
         if let Some(log) = access_log.as_mut() {

@@ -259,17 +259,18 @@ impl Router {
 }
 
 /// What a request gets when the configuration has modules: the modules in its scope
-/// first (they may answer it, or change its path), then the routes, by the path they left.
+/// first (they may answer it, or change its path), then the routes, by the path they left;
+/// and the user a module authenticated it as, for the access log.
 pub(crate) fn route_by_modules(
     router: &mut Router,
     modules: &mut WorkerModules,
     request: &Request<'_>,
     peer: Peer,
     https: bool,
-) -> Route {
+) -> (Route, Option<String>) {
     let located = match router.locate(request) {
         Ok(located) => located,
-        Err(refused) => return refused.into(),
+        Err(refused) => return (refused.into(), None),
     };
     let mut host_name = [0u8; 256];
     let host = located
@@ -278,10 +279,7 @@ pub(crate) fn route_by_modules(
     let hosts = router.hosts.clone();
     let mut exchange = Exchange {
         request,
-        client: match peer {
-            Peer::Tcp(addr) => Some(addr.ip()),
-            Peer::Unix(_) => None,
-        },
+        client: peer.client_ip(),
         https,
         path: router.path().to_vec(),
         query: located.query.as_deref().map(str::to_owned),
@@ -291,19 +289,21 @@ pub(crate) fn route_by_modules(
         user: None,
         site: hosts.select(located.host.map(str::as_bytes)),
     };
-    if let Some(response) = modules.run(&mut exchange, host) {
-        return Route::Module(Box::new(response));
+    let answered = modules.run(&mut exchange, host);
+    let user = exchange.user.take();
+    if let Some(response) = answered {
+        return (Route::Module(Box::new(response)), user);
     }
     if !exchange.rewritten {
-        return router.route_located(request, located);
+        return (router.route_located(request, located), user);
     }
     router.set_path(&exchange.path);
     let located = Located {
         host: located.host,
         raw_path: std::borrow::Cow::Owned(encode_path(&exchange.path)),
-        query: exchange.query.map(std::borrow::Cow::Owned),
+        query: exchange.query.take().map(std::borrow::Cow::Owned),
     };
-    router.route_located(request, located)
+    (router.route_located(request, located), user)
 }
 
 /// A decoded path written as a target's path again: what would be read as something
