@@ -564,6 +564,61 @@ mod tests {
     }
 
     #[test]
+    fn a_file_is_compressed_once_per_change_and_kept_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = "<p>a row of the page</p>\n".repeat(400);
+        std::fs::write(dir.path().join("page.html"), &page).unwrap();
+        let site = watched(dir.path(), SiteOptions::default());
+        let mut cache = ContentCache::default();
+        let policy = fastpath_modules::compress::Policy::default();
+        let gzip = StaticRequest {
+            accept_encoding: Some(b"gzip"),
+            compress: Some(&policy),
+            ..get("/page.html")
+        };
+        let first = site.serve_cached(&mut cache, &gzip);
+        assert_eq!(first.content_encoding, Some("gzip"));
+        assert!(first.vary_accept_encoding);
+        let Body::Memory {
+            data: first_data, ..
+        } = &first.body
+        else {
+            panic!("a compressed copy is sent from memory");
+        };
+        // The second request is sent the same copy: the same buffer, not compressed again.
+        let second = site.serve_cached(&mut cache, &gzip);
+        let Body::Memory {
+            data: second_data, ..
+        } = &second.body
+        else {
+            panic!("a compressed copy is sent from memory");
+        };
+        assert!(Arc::ptr_eq(first_data, second_data));
+        assert!(first_data.len() < page.len() / 4);
+        // Without the policy, nothing is compressed and nothing varies.
+        let plain = site.serve_cached(&mut cache, &get("/page.html"));
+        assert_eq!(plain.content_encoding, None);
+        assert!(!plain.vary_accept_encoding);
+        // A change makes a new copy.
+        std::fs::write(dir.path().join("page.html"), page.repeat(2)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let reply = site.serve_cached(&mut cache, &gzip);
+            if let Body::Memory { data, .. } = &reply.body {
+                if !Arc::ptr_eq(data, first_data) {
+                    assert_ne!(reply.etag, first.etag);
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the changed file was not compressed anew"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
     fn memory_and_descriptors_stay_within_bounds() {
         let dir = tempfile::tempdir().unwrap();
         for i in 0..50 {

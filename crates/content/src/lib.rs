@@ -123,6 +123,9 @@ pub struct StaticRequest<'a> {
     pub range: Option<&'a [u8]>,
     /// `Accept-Encoding`.
     pub accept_encoding: Option<&'a [u8]>,
+    /// What the `compress` module in the request's scope says of compressing on the fly;
+    /// `None`: only precompressed siblings are served.
+    pub compress: Option<&'a fastpath_modules::compress::Policy>,
 }
 
 /// What to answer: status, representation metadata and the body source.

@@ -4,8 +4,10 @@ use std::borrow::Cow;
 use std::fs::{File, Metadata};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
+
+use fastpath_modules::compress::{compress_whole, variant_etag, Coding as Compression, Policy};
 
 use fastpath_http::Fields;
 
@@ -22,6 +24,11 @@ pub(crate) struct Resource {
     pub(crate) gzip: Option<Representation>,
     /// The type of the identity file (variants share it).
     pub(crate) content_type: Cow<'static, str>,
+    /// The identity compressed on the fly (gzip, br, zstd, by `Coding::index`), made when
+    /// a request first wants it and kept with the resource, so a file is compressed once
+    /// per change (a changed file is resolved anew) rather than per request. `None` in a
+    /// slot: the file could not be read whole as the version resolved.
+    pub(crate) compressed: [OnceLock<Option<Representation>>; 3],
 }
 
 impl Resource {
@@ -41,6 +48,40 @@ impl Resource {
             })
             .sum::<usize>()
             + std::mem::size_of::<Resource>()
+    }
+
+    /// The identity compressed with `coding` on the fly, made at the policy's level the
+    /// first time it is asked for (a second policy's level for the same file waits for
+    /// the file to change). Memory so made is not counted in the cache's budget: it is
+    /// at most the identity's size per coding, for the types a policy compresses.
+    pub(crate) fn compressed(
+        &self,
+        coding: Compression,
+        policy: &Policy,
+    ) -> Option<&Representation> {
+        self.compressed[coding.index()]
+            .get_or_init(|| {
+                let identity = &self.identity;
+                let bytes = match &identity.bytes {
+                    Some(bytes) => bytes.clone(),
+                    None => read_version(identity)?,
+                };
+                let body = compress_off_stack(policy, coding, &bytes)?;
+                let etag = variant_etag(identity.etag.as_bytes(), coding)
+                    .and_then(|tag| String::from_utf8(tag).ok())?;
+                let mut rep = Representation {
+                    file: None,
+                    size: body.len() as u64,
+                    bytes: Some(Arc::from(body)),
+                    etag,
+                    last_modified: identity.last_modified,
+                    coding: Some(on_the_fly(coding)),
+                    fields_200: None,
+                };
+                rep.fields_200 = Some(rep.build_fields(&self.content_type, true));
+                Some(rep)
+            })
+            .as_ref()
     }
 
     /// Descriptors the resource keeps open, for the open-file limit.
@@ -191,6 +232,60 @@ pub(crate) fn same_version(a: &Metadata, b: &Metadata) -> bool {
         && a.ctime() == b.ctime()
         && a.ctime_nsec() == b.ctime_nsec()
         && a.ino() == b.ino()
+}
+
+/// Stack for a compression: brotli's and zstd's encoders keep large tables on the stack,
+/// more than the small stacks of the thread-pool model's many threads hold.
+const COMPRESS_STACK: usize = 16 << 20;
+
+/// `bytes` compressed on a thread of its own, with a stack the encoders fit in whatever
+/// thread asked (a file is compressed once per change, so the thread costs little);
+/// `None` if no thread could be made.
+fn compress_off_stack(policy: &Policy, coding: Compression, bytes: &[u8]) -> Option<Vec<u8>> {
+    let level = policy.level(coding);
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("fastpath-compress".into())
+            .stack_size(COMPRESS_STACK)
+            .spawn_scoped(scope, || compress_whole(level, bytes))
+            .ok()?
+            .join()
+            .ok()
+    })
+}
+
+/// The file of `rep` read whole, if it is still the version `rep` describes (its entity
+/// tag after the read is the same): compressing a file rewritten meanwhile would give a
+/// body that is neither version.
+fn read_version(rep: &Representation) -> Option<Arc<[u8]>> {
+    let file = rep.file.as_ref()?;
+    let (meta, bytes) = snapshot(file, file.metadata().ok()?).ok()?;
+    (entity_tag(&meta, "") == rep.etag).then_some(bytes?)
+}
+
+/// The codings of bodies compressed on the fly, for `Content-Encoding`; their ETag
+/// suffix is added by `variant_etag`, so `tag` is not used.
+fn on_the_fly(coding: Compression) -> &'static Coding {
+    static GZIP: Coding = Coding {
+        suffix: b"",
+        name: "gzip",
+        tag: "",
+    };
+    static BR: Coding = Coding {
+        suffix: b"",
+        name: "br",
+        tag: "",
+    };
+    static ZSTD: Coding = Coding {
+        suffix: b"",
+        name: "zstd",
+        tag: "",
+    };
+    match coding {
+        Compression::Gzip => &GZIP,
+        Compression::Brotli => &BR,
+        Compression::Zstd => &ZSTD,
+    }
 }
 
 /// A precompressed sibling: file suffix, `Content-Encoding`, ETag suffix.

@@ -19,6 +19,7 @@ use crate::ranges::{boundary, coalesce, multipart, MAX_MULTIPART_RANGES};
 use crate::resource::{Coding, Representation, Resolved, Resource};
 use crate::watch::Watch;
 use crate::{Body, Reply, SiteOptions, StaticRequest};
+use fastpath_modules::compress::Coding as Compression;
 
 /// A document root plus its serving options.
 ///
@@ -226,6 +227,7 @@ impl Site {
             br: None,
             gzip: None,
             content_type,
+            compressed: Default::default(),
         };
         // Already-compressed files are served as themselves; looking for
         // "x.gz.gz" would only cost system calls.
@@ -266,11 +268,32 @@ pub(crate) fn respond(resolved: &Resolved, req: &StaticRequest<'_>) -> Reply {
     }
 }
 
-/// Picks the representation to send: the acceptable precompressed variant with the
-/// highest q-value (br on ties), else the file itself.
-fn select<'r>(resource: &'r Resource, req: &StaticRequest<'_>) -> &'r Representation {
+/// Picks the representation to send, and whether the response varies by
+/// `Accept-Encoding`. Without a compression policy: the acceptable precompressed variant
+/// with the highest q-value (br on ties), else the file itself. With one that applies to
+/// the file (its type, its size): the coding the client prefers among the policy's, from a
+/// precompressed sibling if there is one, else compressed on the fly.
+fn select<'r>(resource: &'r Resource, req: &StaticRequest<'_>) -> (&'r Representation, bool) {
+    let size = resource.identity.size;
+    let policy = req.compress.filter(|policy| {
+        size >= policy.min_length
+            && size <= MAX_COMPRESSED_ON_THE_FLY
+            && policy.compresses_type(resource.content_type.as_bytes())
+    });
+    if let Some(policy) = policy {
+        let ae = parse_accept_encoding(req.accept_encoding);
+        let rep = match fastpath_modules::compress::choose_coding(&ae, policy.enabled) {
+            None => &resource.identity,
+            Some(Compression::Gzip) if resource.gzip.is_some() => resource.gzip.as_ref().unwrap(),
+            Some(Compression::Brotli) if resource.br.is_some() => resource.br.as_ref().unwrap(),
+            Some(coding) => resource
+                .compressed(coding, policy)
+                .unwrap_or(&resource.identity),
+        };
+        return (rep, true);
+    }
     if resource.br.is_none() && resource.gzip.is_none() {
-        return &resource.identity;
+        return (&resource.identity, false);
     }
     let ae = parse_accept_encoding(req.accept_encoding);
     let acceptable = |q: f32| !q.is_nan() && q > 0.0;
@@ -279,14 +302,20 @@ fn select<'r>(resource: &'r Resource, req: &StaticRequest<'_>) -> &'r Representa
     } else {
         [(&resource.br, ae.br), (&resource.gzip, ae.gzip)]
     };
-    order
+    let rep = order
         .into_iter()
         .find_map(|(rep, q)| rep.as_ref().filter(|_| acceptable(q)))
-        .unwrap_or(&resource.identity)
+        .unwrap_or(&resource.identity);
+    (rep, true)
 }
 
+/// The largest file compressed on the fly: its compressed copy is kept in memory, and
+/// compressing it takes a worker for as long. Larger files are sent as they are, or as
+/// their precompressed siblings.
+pub const MAX_COMPRESSED_ON_THE_FLY: u64 = 16 << 20;
+
 fn respond_file(resource: &Resource, req: &StaticRequest<'_>) -> Reply {
-    let rep = select(resource, req);
+    let (rep, vary) = select(resource, req);
     let size = rep.size;
     let etag = rep.etag.as_str();
     let last_modified = rep.last_modified;
@@ -294,7 +323,7 @@ fn respond_file(resource: &Resource, req: &StaticRequest<'_>) -> Reply {
     // Fields every reply about this file carries (RFC 9110 §15.4.5 wants
     // ETag, Last-Modified and Vary on 304 too).
     let mut reply = Reply::status(200);
-    reply.vary_accept_encoding = resource.has_variants();
+    reply.vary_accept_encoding = vary;
     reply.etag = Some(rep.etag.clone());
     reply.last_modified = last_modified;
 
@@ -381,7 +410,11 @@ fn respond_file(resource: &Resource, req: &StaticRequest<'_>) -> Reply {
             reply.content_type = Some(content_type);
             reply.content_length = size;
             reply.body = rep.slice(0, size);
-            reply.fields = rep.fields_200.clone();
+            // The prebuilt fields say Vary as the resource's siblings do; the identity
+            // sent where a policy could have compressed it says it too, written now.
+            if vary == resource.has_variants() || rep.coding.is_some() {
+                reply.fields = rep.fields_200.clone();
+            }
         }
     }
     reply

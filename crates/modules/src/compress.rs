@@ -116,7 +116,8 @@ impl Coding {
         }
     }
 
-    const fn index(self) -> usize {
+    /// Its place in tables kept per coding (gzip 0, br 1, zstd 2).
+    pub const fn index(self) -> usize {
         match self {
             Coding::Gzip => 0,
             Coding::Brotli => 1,
