@@ -236,3 +236,166 @@ fn check_reports_module_errors_with_their_place() {
         "{said}"
     );
 }
+
+/// `body` decoded by the reference tool of its coding (gzip, brotli, zstd: their command
+/// lines, on the libraries every client uses).
+fn decode(coding: &str, body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let tool = match coding {
+        "gzip" => "gzip",
+        "br" => "brotli",
+        "zstd" => "zstd",
+        other => panic!("no decoder for {other}"),
+    };
+    let mut child = Command::new(tool)
+        .args(["-d", "-c"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{tool} is needed (.ci/run installs it): {e}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let body = body.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&body));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{tool} could not decode the body");
+    out.stdout
+}
+
+/// A page of 100 KiB that compresses as pages do.
+fn page() -> Vec<u8> {
+    let mut page = b"<!DOCTYPE html>\n<html><body>\n".to_vec();
+    let mut n = 0u64;
+    while page.len() < 100 * 1024 {
+        n = n
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        page.extend_from_slice(
+            format!(
+                "<p class=\"row\">Row {} of the table, value {}</p>\n",
+                page.len(),
+                n >> 40
+            )
+            .as_bytes(),
+        );
+    }
+    page
+}
+
+httptest!(compress_on_the_fly_by_the_clients_preference, h2, |model| {
+    let site = Site::new();
+    let page = page();
+    site.file("page.html", &page);
+    site.file("tiny.html", "<p>tiny</p>");
+    site.file("image.png", vec![7u8; 4096]);
+    site.file("plain.txt", "x".repeat(4096));
+    let srv = site.serve_config(
+        model,
+        concat!(
+            "root = \"root\"\n",
+            "[[module]]\nname = \"compress\"\ntypes = [\"text/html\"]\n",
+        ),
+    );
+    let mut etags = Vec::new();
+    for (accept, coding) in [
+        ("gzip", "gzip"),
+        ("br", "br"),
+        ("zstd", "zstd"),
+        ("gzip;q=0.5, br;q=0.8, zstd;q=0.9", "zstd"),
+        ("gzip, br, zstd", "br"),
+        ("*", "br"),
+    ] {
+        let r = srv.get_with("/page.html", &[("Accept-Encoding", accept)]);
+        r.assert_status(200);
+        r.assert_header("content-encoding", coding);
+        r.assert_header("vary", "Accept-Encoding");
+        assert!(
+            r.body.len() < page.len() / 2,
+            "{accept}: {} bytes",
+            r.body.len()
+        );
+        assert_eq!(
+            decode(coding, &r.body),
+            page,
+            "{accept}: the body decoded differs"
+        );
+        let etag = r.expect_header("etag").to_owned();
+        assert!(etag.ends_with(&format!("-{coding}\"")), "{etag}");
+        etags.push(etag);
+    }
+    // Identity where nothing acceptable is offered, saying that it varies.
+    for accept in [None, Some("gzip;q=0, br;q=0, zstd;q=0"), Some("identity")] {
+        let r = match accept {
+            Some(a) => srv.get_with("/page.html", &[("Accept-Encoding", a)]),
+            None => srv.get("/page.html"),
+        };
+        r.assert_ok(200, &page);
+        r.assert_no_header("content-encoding");
+        r.assert_header("vary", "Accept-Encoding");
+    }
+    // The same copy each time: its tag is stable, a conditional request on it gets 304.
+    let again = srv.get_with("/page.html", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(again.expect_header("etag"), etags[0]);
+    let whole = again.body.clone();
+    srv.get_with(
+        "/page.html",
+        &[("Accept-Encoding", "gzip"), ("If-None-Match", &etags[0])],
+    )
+    .assert_status(304);
+    // Another coding's tag does not match.
+    srv.get_with(
+        "/page.html",
+        &[("Accept-Encoding", "gzip"), ("If-None-Match", &etags[1])],
+    )
+    .assert_status(200);
+    // A range of the compressed copy is a range of its bytes.
+    let part = srv.get_with(
+        "/page.html",
+        &[("Accept-Encoding", "gzip"), ("Range", "bytes=10-109")],
+    );
+    part.assert_status(206);
+    part.assert_header("content-encoding", "gzip");
+    part.assert_header("content-range", &format!("bytes 10-109/{}", whole.len()));
+    assert_eq!(part.body, &whole[10..110]);
+    // What the policy leaves alone: too small, another type.
+    for path in ["/tiny.html", "/image.png", "/plain.txt"] {
+        let r = srv.get_with(path, &[("Accept-Encoding", "gzip, br")]);
+        r.assert_status(200);
+        r.assert_no_header("content-encoding");
+    }
+    // A changed file is compressed anew.
+    let mut changed = page.clone();
+    changed.extend_from_slice(b"<p>one more row</p>\n");
+    site.file("page.html", &changed);
+    let fresh = wait_for(Duration::from_secs(10), || {
+        let r = srv.get_with("/page.html", &[("Accept-Encoding", "gzip")]);
+        (r.status == 200 && decode("gzip", &r.body) == changed).then_some(r)
+    });
+    let fresh = fresh.expect("the changed file was never compressed anew");
+    assert_ne!(fresh.expect_header("etag"), etags[0]);
+});
+
+#[test]
+fn compress_rejects_bad_settings_where_they_are() {
+    let site = Site::new();
+    let config = site.config(concat!(
+        "root = \"root\"\n",
+        "[[module]]\nname = \"compress\"\ncodings = [\"gzip\", \"deflate\"]\ngzip_level = 12\n",
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_fastpath"))
+        .arg("check")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(":4:11: [[module]] \"compress\": coding \"deflate\""),
+        "{said}"
+    );
+    assert!(
+        said.contains(":5:14: [[module]] \"compress\": gzip level 12"),
+        "{said}"
+    );
+}

@@ -286,6 +286,7 @@ pub struct Exchange<'r> {
     pub(crate) rewritten: bool,
     pub(crate) user: Option<String>,
     pub(crate) site: &'r fastpath_content::Site,
+    pub(crate) compress: Option<Arc<fastpath_modules::compress::Policy>>,
 }
 
 impl<'r> Exchange<'r> {
@@ -352,6 +353,13 @@ impl<'r> Exchange<'r> {
     /// Names the user the request was authenticated as, for the access log.
     pub fn set_user(&mut self, user: String) {
         self.user = Some(user);
+    }
+
+    /// Lets a static file's response be compressed on the fly as `policy` says (the
+    /// coding the client prefers among the policy's, for the types and sizes it names),
+    /// the compressed copy kept with the file in the content cache.
+    pub fn compress_with(&mut self, policy: Arc<fastpath_modules::compress::Policy>) {
+        self.compress = Some(policy);
     }
 
     /// The user a module authenticated the request as.

@@ -145,6 +145,7 @@ impl Router {
             host,
             raw_path: std::borrow::Cow::Borrowed(raw_path),
             query: query.map(std::borrow::Cow::Borrowed),
+            compress: None,
         })
     }
 
@@ -166,6 +167,7 @@ impl Router {
             host,
             raw_path,
             query,
+            compress,
         } = located;
         let raw_path: &str = &raw_path;
         let query = query.as_deref();
@@ -241,6 +243,7 @@ impl Router {
                 if_range: request.noted(Noted::IfRange),
                 range: request.noted(Noted::Range),
                 accept_encoding: request.noted(Noted::AcceptEncoding),
+                compress: compress.as_deref(),
             },
         );
         if reply.status == 404 {
@@ -288,13 +291,19 @@ pub(crate) fn route_by_modules(
         rewritten: false,
         user: None,
         site: hosts.select(located.host.map(str::as_bytes)),
+        compress: None,
     };
     let answered = modules.run(&mut exchange, host);
     let user = exchange.user.take();
     if let Some(response) = answered {
         return (Route::Module(Box::new(response)), user);
     }
+    let compress = exchange.compress.take();
     if !exchange.rewritten {
+        let located = Located {
+            compress,
+            ..located
+        };
         return (router.route_located(request, located), user);
     }
     router.set_path(&exchange.path);
@@ -302,6 +311,7 @@ pub(crate) fn route_by_modules(
         host: located.host,
         raw_path: std::borrow::Cow::Owned(encode_path(&exchange.path)),
         query: exchange.query.take().map(std::borrow::Cow::Owned),
+        compress,
     };
     (router.route_located(request, located), user)
 }
@@ -345,6 +355,8 @@ pub(crate) struct Located<'r> {
     /// redirect.
     pub(crate) raw_path: std::borrow::Cow<'r, str>,
     pub(crate) query: Option<std::borrow::Cow<'r, str>>,
+    /// How static files may be compressed on the fly, as a module said.
+    pub(crate) compress: Option<std::sync::Arc<fastpath_modules::compress::Policy>>,
 }
 
 /// The host name a route condition is compared with: lower case, without the port.

@@ -7,17 +7,20 @@ use crate::module::{Decision, Exchange, Hooks, LogRecord, Module, ModuleUse, Pha
 
 mod access;
 mod basic_auth;
+mod compress;
 mod listing;
 mod rewrite;
 
 /// The names of the modules the server ships.
-pub(crate) const SHIPPED_NAMES: [&str; 4] = ["access", "basic_auth", "listing", "rewrite"];
+pub(crate) const SHIPPED_NAMES: [&str; 5] =
+    ["access", "basic_auth", "compress", "listing", "rewrite"];
 
 /// The shipped module of this name.
 pub(crate) fn shipped(name: &str) -> Option<Arc<dyn Module>> {
     Some(match name {
         "access" => Arc::new(access::Access),
         "basic_auth" => Arc::new(basic_auth::BasicAuth),
+        "compress" => Arc::new(compress::Compress),
         "listing" => Arc::new(listing::Listing),
         "rewrite" => Arc::new(rewrite::Rewrite),
         _ => return None,
