@@ -655,6 +655,7 @@ impl HttpHandler {
     }
 
     /// Answers one parsed request by queueing the whole response.
+    #[inline]
     fn respond(
         &mut self,
         (peer, scheme): (Peer, Scheme<'_>),

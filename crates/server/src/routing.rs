@@ -106,6 +106,7 @@ impl Router {
     }
 
     /// Decides what a request gets: a static reply, or an error status.
+    #[inline]
     pub(crate) fn route(&mut self, request: &Request<'_>) -> Route {
         match self.locate(request) {
             Ok(located) => self.route_located(request, located),
@@ -116,6 +117,7 @@ impl Router {
     /// Reads where a request is for: its host, its path decoded and normalised (kept in
     /// the router, [`Router::path`]) and its query; the answer at once when the target
     /// cannot be routed.
+    #[inline]
     pub(crate) fn locate<'r>(&mut self, request: &Request<'r>) -> Result<Located<'r>, Unroutable> {
         let target = match parse_target(request.target) {
             Ok(target) => target,
@@ -143,8 +145,8 @@ impl Router {
         let host = authority.or(request.host);
         Ok(Located {
             host,
-            raw_path: std::borrow::Cow::Borrowed(raw_path),
-            query: query.map(std::borrow::Cow::Borrowed),
+            raw_path,
+            query,
             compress: None,
         })
     }
@@ -162,6 +164,7 @@ impl Router {
     }
 
     /// What a located request gets, by the path the router holds.
+    #[inline]
     pub(crate) fn route_located(&mut self, request: &Request<'_>, located: Located<'_>) -> Route {
         let Located {
             host,
@@ -169,8 +172,6 @@ impl Router {
             query,
             compress,
         } = located;
-        let raw_path: &str = &raw_path;
-        let query = query.as_deref();
         let mut host_name = [0u8; 256];
         let route_request = RouteRequest {
             method: request.method,
@@ -243,7 +244,7 @@ impl Router {
                 if_range: request.noted(Noted::IfRange),
                 range: request.noted(Noted::Range),
                 accept_encoding: request.noted(Noted::AcceptEncoding),
-                compress: compress.as_deref(),
+                compress,
             },
         );
         if reply.status == 404 {
@@ -301,17 +302,19 @@ pub(crate) fn route_by_modules(
     let compress = exchange.compress.take();
     if !exchange.rewritten {
         let located = Located {
-            compress,
+            compress: compress.as_deref(),
             ..located
         };
         return (router.route_located(request, located), user);
     }
     router.set_path(&exchange.path);
+    let raw_path = encode_path(&exchange.path);
+    let query = exchange.query.take();
     let located = Located {
         host: located.host,
-        raw_path: std::borrow::Cow::Owned(encode_path(&exchange.path)),
-        query: exchange.query.take().map(std::borrow::Cow::Owned),
-        compress,
+        raw_path: &raw_path,
+        query: query.as_deref(),
+        compress: compress.as_deref(),
     };
     (router.route_located(request, located), user)
 }
@@ -353,10 +356,10 @@ pub(crate) struct Located<'r> {
     pub(crate) host: Option<&'r str>,
     /// The path as sent (a rewritten one re-encoded), for the Location of a directory's
     /// redirect.
-    pub(crate) raw_path: std::borrow::Cow<'r, str>,
-    pub(crate) query: Option<std::borrow::Cow<'r, str>>,
+    pub(crate) raw_path: &'r str,
+    pub(crate) query: Option<&'r str>,
     /// How static files may be compressed on the fly, as a module said.
-    pub(crate) compress: Option<std::sync::Arc<fastpath_modules::compress::Policy>>,
+    pub(crate) compress: Option<&'r fastpath_modules::compress::Policy>,
 }
 
 /// The host name a route condition is compared with: lower case, without the port.
