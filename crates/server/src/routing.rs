@@ -286,7 +286,7 @@ pub(crate) fn route_by_modules(
         client: peer.client_ip(),
         https,
         path: router.path().to_vec(),
-        query: located.query.as_deref().map(str::to_owned),
+        query: located.query.map(str::to_owned),
         host: located.host,
         changed: false,
         rewritten: false,
