@@ -399,3 +399,41 @@ fn compress_rejects_bad_settings_where_they_are() {
         "{said}"
     );
 }
+
+httptest!(error_pages_answer_the_servers_errors, h2, |model| {
+    let site = Site::new();
+    site.file("errors/404.html", "<h1>Not here</h1>");
+    site.file("errors/401.html", "<h1>Who are you?</h1>");
+    site.file("errors/405.html", "<h1>Not that way</h1>");
+    site.file("private/secret.txt", "the secret");
+    site.file("dir/readme.txt", "no index here");
+    site.file("other/x.txt", "x");
+    site.write("htpasswd", htpasswd_bcrypt("alice", "wonderland"));
+    let srv = site.serve_config(
+        model,
+        concat!(
+            "root = \"root\"\n",
+            "[[module]]\nname = \"error_pages\"\n",
+            "pages = { \"404\" = \"/errors/404.html\", \"401\" = \"/errors/401.html\", ",
+            "\"405\" = \"/errors/405.html\", \"403\" = \"/errors/missing.html\" }\n",
+            "[[module]]\nname = \"basic_auth\"\nprefix = \"/private/\"\nuser_file = \"htpasswd\"\n",
+        ),
+    );
+    let missing = srv.get("/no/such/file");
+    missing.assert_ok(404, "<h1>Not here</h1>");
+    missing.assert_header("content-type", "text/html; charset=utf-8");
+    missing.assert_no_header("etag");
+    // A module's answer keeps its fields: the challenge goes with the page.
+    let asked = srv.get("/private/secret.txt");
+    asked.assert_ok(401, "<h1>Who are you?</h1>");
+    assert!(asked
+        .expect_header("www-authenticate")
+        .starts_with("Basic realm="));
+    let refused = srv.request(req("DELETE", "/other/x.txt", &[]));
+    refused.assert_ok(405, "<h1>Not that way</h1>");
+    // A page that cannot be read leaves the server's own: no loop.
+    let forbidden = srv.get("/dir/");
+    forbidden.assert_status(403);
+    assert!(String::from_utf8_lossy(&forbidden.body).contains("403 Forbidden"));
+    srv.get("/other/x.txt").assert_ok(200, "x");
+});

@@ -654,6 +654,46 @@ impl HttpHandler {
         })
     }
 
+    /// `route`, or, if it is an error a page was named for (`error_pages`), that page with
+    /// its status: a module's answer keeps its fields (a 401's challenge), the page
+    /// becoming its body when the page's file is held in memory.
+    fn with_error_page(
+        &mut self,
+        route: Route,
+        pages: &crate::module::ErrorPages,
+        request: &Request<'_>,
+    ) -> Route {
+        let status = match &route {
+            Route::Error(status) => *status,
+            Route::MethodNotAllowed => 405,
+            Route::Static(reply) if reply.status >= 400 => reply.status,
+            Route::Module(response) if response.body.is_none() && response.status >= 400 => {
+                response.status
+            }
+            _ => return route,
+        };
+        let Some(path) = pages.page(status) else {
+            return route;
+        };
+        let head = request.kind == Method::Head;
+        let Some(page) = self.router.error_page(request.host, path, status, head) else {
+            return route;
+        };
+        match route {
+            Route::Module(mut response) => {
+                if let fastpath_content::Body::Memory { data, offset, len } = &page.body {
+                    let content_type = page.content_type.as_deref().unwrap_or("text/html");
+                    response.body = Some((
+                        content_type.to_owned(),
+                        data[*offset..*offset + *len].to_vec(),
+                    ));
+                }
+                Route::Module(response)
+            }
+            _ => Route::Static(page),
+        }
+    }
+
     /// Answers one parsed request by queueing the whole response.
     #[inline]
     fn respond(
@@ -714,10 +754,13 @@ impl HttpHandler {
         {
             Route::Error(421)
         } else if let Some(modules) = &mut self.modules {
-            let (route, authenticated) =
+            let (route, notes) =
                 route_by_modules(&mut self.router, modules, request, peer, scheme.https);
-            user = authenticated;
-            route
+            user = notes.user;
+            match notes.error_pages {
+                Some(pages) => self.with_error_page(route, &pages, request),
+                None => route,
+            }
         } else {
             self.router.route(request)
         };

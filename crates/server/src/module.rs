@@ -287,6 +287,7 @@ pub struct Exchange<'r> {
     pub(crate) user: Option<String>,
     pub(crate) site: &'r fastpath_content::Site,
     pub(crate) compress: Option<Arc<fastpath_modules::compress::Policy>>,
+    pub(crate) error_pages: Option<Arc<ErrorPages>>,
 }
 
 impl<'r> Exchange<'r> {
@@ -362,9 +363,45 @@ impl<'r> Exchange<'r> {
         self.compress = Some(policy);
     }
 
+    /// Answers the errors of this request (the server's own, and modules' answers without
+    /// a body of their own) with the pages `pages` names, files of the host's root.
+    pub fn use_error_pages(&mut self, pages: Arc<ErrorPages>) {
+        self.error_pages = Some(pages);
+    }
+
     /// The user a module authenticated the request as.
     pub fn user(&self) -> Option<&str> {
         self.user.as_deref()
+    }
+}
+
+/// The pages of error statuses: a path of the host's root for each status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErrorPages {
+    pages: Vec<(u16, Vec<u8>)>,
+}
+
+impl ErrorPages {
+    /// Answers `status` (400 to 599) with the file at `path` (decoded, from the root).
+    ///
+    /// # Panics
+    /// If `status` is not an error status or `path` does not start with `/`.
+    pub fn insert(&mut self, status: u16, path: Vec<u8>) {
+        assert!(
+            (400..600).contains(&status),
+            "{status} is not an error status"
+        );
+        assert!(path.first() == Some(&b'/'), "a page's path starts with /");
+        self.pages.retain(|(s, _)| *s != status);
+        self.pages.push((status, path));
+    }
+
+    /// The page of `status`, if one was named.
+    pub fn page(&self, status: u16) -> Option<&[u8]> {
+        self.pages
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map(|(_, path)| path.as_slice())
     }
 }
 

@@ -151,6 +151,50 @@ impl Router {
         })
     }
 
+    /// The file at `path` of the site for `host`, as the page of an error `status`: its
+    /// content and type, without the validators of a file (the response is about the
+    /// error, not the file); `None` when it is not a file that can be read.
+    pub(crate) fn error_page(
+        &mut self,
+        host: Option<&str>,
+        path: &[u8],
+        status: u16,
+        head: bool,
+    ) -> Option<Reply> {
+        let site = self.hosts.select(host.map(str::as_bytes));
+        let mut reply = site.serve_cached(
+            &mut self.cache,
+            &StaticRequest {
+                head,
+                path,
+                raw_path: "",
+                ..StaticRequest::default()
+            },
+        );
+        if reply.status != 200 {
+            return None;
+        }
+        reply.status = status;
+        // Written as a 200's are (the head encoder leaves an error's type out, its pages
+        // being its own), the validators left out.
+        let mut fields = Vec::with_capacity(96);
+        fastpath_http::Fields {
+            meta: fastpath_http::Metadata {
+                content_type: reply.content_type.as_deref(),
+                ..fastpath_http::Metadata::default()
+            },
+            extra: b"",
+            content_length: Some(reply.content_length),
+        }
+        .write(200, &mut fields);
+        reply.fields = Some(Arc::from(fields));
+        reply.etag = None;
+        reply.last_modified = None;
+        reply.accept_ranges = false;
+        reply.vary_accept_encoding = false;
+        Some(reply)
+    }
+
     /// The decoded path of the request [`Router::locate`] read last; a module's rewrite
     /// replaces it ([`Router::set_path`]).
     pub(crate) fn path(&self) -> &[u8] {
@@ -262,19 +306,28 @@ impl Router {
     }
 }
 
+/// What the modules decided of a request besides its route.
+#[derive(Default)]
+pub(crate) struct ModuleNotes {
+    /// The user a module authenticated it as, for the access log.
+    pub(crate) user: Option<String>,
+    /// The pages its errors are answered with.
+    pub(crate) error_pages: Option<std::sync::Arc<crate::module::ErrorPages>>,
+}
+
 /// What a request gets when the configuration has modules: the modules in its scope
 /// first (they may answer it, or change its path), then the routes, by the path they left;
-/// and the user a module authenticated it as, for the access log.
+/// and what else they decided.
 pub(crate) fn route_by_modules(
     router: &mut Router,
     modules: &mut WorkerModules,
     request: &Request<'_>,
     peer: Peer,
     https: bool,
-) -> (Route, Option<String>) {
+) -> (Route, ModuleNotes) {
     let located = match router.locate(request) {
         Ok(located) => located,
-        Err(refused) => return (refused.into(), None),
+        Err(refused) => return (refused.into(), ModuleNotes::default()),
     };
     let mut host_name = [0u8; 256];
     let host = located
@@ -293,9 +346,13 @@ pub(crate) fn route_by_modules(
         user: None,
         site: hosts.select(located.host.map(str::as_bytes)),
         compress: None,
+        error_pages: None,
     };
     let answered = modules.run(&mut exchange, host);
-    let user = exchange.user.take();
+    let user = ModuleNotes {
+        user: exchange.user.take(),
+        error_pages: exchange.error_pages.take(),
+    };
     if let Some(response) = answered {
         return (Route::Module(Box::new(response)), user);
     }

@@ -8,12 +8,19 @@ use crate::module::{Decision, Exchange, Hooks, LogRecord, Module, ModuleUse, Pha
 mod access;
 mod basic_auth;
 mod compress;
+mod error_pages;
 mod listing;
 mod rewrite;
 
 /// The names of the modules the server ships.
-pub(crate) const SHIPPED_NAMES: [&str; 5] =
-    ["access", "basic_auth", "compress", "listing", "rewrite"];
+pub(crate) const SHIPPED_NAMES: [&str; 6] = [
+    "access",
+    "basic_auth",
+    "compress",
+    "error_pages",
+    "listing",
+    "rewrite",
+];
 
 /// The shipped module of this name.
 pub(crate) fn shipped(name: &str) -> Option<Arc<dyn Module>> {
@@ -21,6 +28,7 @@ pub(crate) fn shipped(name: &str) -> Option<Arc<dyn Module>> {
         "access" => Arc::new(access::Access),
         "basic_auth" => Arc::new(basic_auth::BasicAuth),
         "compress" => Arc::new(compress::Compress),
+        "error_pages" => Arc::new(error_pages::ErrorPagesModule),
         "listing" => Arc::new(listing::Listing),
         "rewrite" => Arc::new(rewrite::Rewrite),
         _ => return None,
