@@ -79,7 +79,7 @@ pub mod fuzzing;
 pub use backend::{ResponseFraming, ResponseHead, ResponseParser};
 pub use body::{Framing, Http1Body, Piece, Sink};
 pub use chunked::{ChunkedDecoder, FORBIDDEN_TRAILERS};
-pub use conditional::{etag_list_matches, parse_http_date, write_http_date};
+pub use conditional::{civil_from_days, etag_list_matches, parse_http_date, write_http_date};
 pub use encoding::{parse_accept_encoding, AcceptEncoding};
 pub use error::RequestError;
 pub use field_lines::{write_header, write_header_u64};

@@ -54,7 +54,7 @@ impl Clock {
 fn write_log_time(seconds: u64, out: &mut Vec<u8>) {
     let days = (seconds / 86_400) as i64;
     let rem = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = fastpath_http::civil_from_days(days);
     use std::io::Write;
     let _ = write!(
         out,
@@ -66,21 +66,6 @@ fn write_log_time(seconds: u64, out: &mut Vec<u8>) {
         rem / 60 % 60,
         rem % 60
     );
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's civil_from_days).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
