@@ -1,30 +1,18 @@
 //! Shared RFC 9110 character classes and list splitting. Tables instead of
 //! `match` chains because these run once per byte of every request head.
 
-const fn tchar_table() -> [bool; 256] {
+/// The table of the bytes that are ASCII letters or digits, or one of `others`.
+pub(crate) const fn alphanumeric_and(others: &[u8]) -> [bool; 256] {
     let mut t = [false; 256];
     let mut i = 0;
     while i < 256 {
-        let b = i as u8;
-        t[i] = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            );
+        t[i] = (i as u8).is_ascii_alphanumeric();
         i += 1;
+    }
+    let mut j = 0;
+    while j < others.len() {
+        t[others[j] as usize] = true;
+        j += 1;
     }
     t
 }
@@ -40,7 +28,7 @@ const fn field_value_table() -> [bool; 256] {
     t
 }
 
-static TCHAR: [bool; 256] = tchar_table();
+static TCHAR: [bool; 256] = alphanumeric_and(b"!#$%&'*+-.^_`|~");
 static FIELD_VALUE: [bool; 256] = field_value_table();
 
 /// `tchar` from RFC 9110 §5.6.2.

@@ -130,36 +130,9 @@ pub fn is_valid_host(v: &[u8]) -> bool {
     }
 }
 
-const fn reg_name_table() -> [bool; 256] {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        let b = i as u8;
-        t[i] = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-            );
-        i += 1;
-    }
-    t
-}
-
 /// A table rather than a chain of comparisons: every request's host goes through it.
-static REG_NAME: [bool; 256] = reg_name_table();
+/// unreserved and sub-delims (RFC 3986 §3.2.2).
+static REG_NAME: [bool; 256] = crate::syntax::alphanumeric_and(b"-._~!$&'()*+,;=");
 
 /// unreserved / sub-delims (RFC 3986), plus '%' checked by the caller.
 #[inline]
