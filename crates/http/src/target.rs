@@ -130,8 +130,8 @@ pub fn is_valid_host(v: &[u8]) -> bool {
     }
 }
 
-/// A table rather than a chain of comparisons: every request's host goes through it.
-/// unreserved and sub-delims (RFC 3986 §3.2.2).
+/// unreserved and sub-delims (RFC 3986 §3.2.2), as a table rather than a chain of
+/// comparisons: every request's host goes through it.
 static REG_NAME: [bool; 256] = crate::syntax::alphanumeric_and(b"-._~!$&'()*+,;=");
 
 /// unreserved / sub-delims (RFC 3986), plus '%' checked by the caller.
