@@ -27,9 +27,9 @@
 //! ```
 #![deny(missing_docs)]
 
-mod hash;
+pub(crate) mod hash;
 mod header;
-mod htpasswd;
+pub(crate) mod htpasswd;
 mod verifier;
 
 pub use hash::Scheme;

@@ -31,6 +31,8 @@
 pub mod access;
 pub mod basic_auth;
 pub mod compress;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod headers;
 pub mod listing;
 pub mod rewrite;

@@ -285,7 +285,7 @@ fn read(path: &Path) -> Result<(Entries, Stamp, i128), Error> {
 }
 
 /// Parses the file's bytes; an error carries its line number (from 1).
-fn parse(bytes: &[u8]) -> Result<Entries, (usize, ErrorKind)> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<Entries, (usize, ErrorKind)> {
     let mut entries: HashMap<Vec<u8>, (Hash, usize)> = HashMap::new();
     for (index, line) in bytes.split(|&b| b == b'\n').enumerate() {
         let number = index + 1;
