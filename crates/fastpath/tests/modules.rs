@@ -437,3 +437,64 @@ httptest!(error_pages_answer_the_servers_errors, h2, |model| {
     assert!(String::from_utf8_lossy(&forbidden.body).contains("403 Forbidden"));
     srv.get("/other/x.txt").assert_ok(200, "x");
 });
+
+httptest!(status_page_shows_what_the_metrics_show, |model| {
+    let site = Site::new();
+    site.file("a.txt", "a");
+    let srv = site.serve_config(
+        model,
+        concat!(
+            "root = \"root\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+            "[[module]]\nname = \"status\"\nprefix = \"/server-status\"\n",
+            "[[module]]\nname = \"access\"\nprefix = \"/server-status\"\n",
+            "rules = [\"allow 127.0.0.1\", \"deny all\"]\n",
+        ),
+    );
+    for _ in 0..5 {
+        srv.get("/a.txt").assert_ok(200, "a");
+    }
+    srv.get("/missing").assert_status(404);
+    let status = srv.get("/server-status");
+    status.assert_status(200);
+    status.assert_header("content-type", "application/json");
+    status.assert_header("cache-control", "no-store");
+    let page: serde_json::Value = serde_json::from_slice(&status.body).unwrap();
+    let workers = page["workers"].as_array().unwrap();
+    let total = |class: &str| -> u64 {
+        workers
+            .iter()
+            .map(|w| w["requests"][class].as_u64().unwrap())
+            .sum()
+    };
+    // The requests before the page's own: the page is counted once it is answered.
+    assert_eq!(total("2xx"), 5, "{page}");
+    assert_eq!(total("4xx"), 1, "{page}");
+    let connections: u64 = workers
+        .iter()
+        .map(|w| w["connections_total"].as_u64().unwrap())
+        .sum();
+    assert!(connections >= 7, "{page}");
+    // The exposition says the same, and counts the page too.
+    let text =
+        String::from_utf8(crate::metrics::scrape(crate::metrics::metrics_addr(&srv)).body).unwrap();
+    let requests = |code: &str| {
+        crate::metrics::sum(&text, "fastpath_http_requests_total", &[("code", code)]) as u64
+    };
+    assert_eq!(requests("2xx"), 6, "{text}");
+    assert_eq!(requests("4xx"), 1, "{text}");
+    let html = site.serve_config(
+        model,
+        "root = \"root\"\n[[module]]\nname = \"status\"\nprefix = \"/status\"\nformat = \"html\"\n",
+    );
+    html.get("/a.txt").assert_ok(200, "a");
+    let page = html.get("/status");
+    page.assert_status(200);
+    page.assert_header("content-type", "text/html; charset=utf-8");
+    let body = String::from_utf8(page.body.clone()).unwrap();
+    assert!(
+        body.contains("<th>2xx</th>") && body.contains("<td>1</td>"),
+        "{body}"
+    );
+    html.request(req("POST", "/status", &[("Content-Length", "0")]))
+        .assert_status(405);
+});

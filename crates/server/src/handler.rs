@@ -754,8 +754,15 @@ impl HttpHandler {
         {
             Route::Error(421)
         } else if let Some(modules) = &mut self.modules {
-            let (route, notes) =
-                route_by_modules(&mut self.router, modules, request, peer, scheme.https);
+            let metrics = self.metrics.as_ref().map(WorkerMetrics::all);
+            let (route, notes) = route_by_modules(
+                &mut self.router,
+                modules,
+                request,
+                peer,
+                scheme.https,
+                metrics,
+            );
             user = notes.user;
             match notes.error_pages {
                 Some(pages) => self.with_error_page(route, &pages, request),

@@ -542,13 +542,21 @@ fn start_metrics(
     handlers: usize,
     handshakes: Option<Arc<fastpath_tls::HandshakeCounts>>,
 ) -> Result<Option<Arc<Metrics>>, ServeError> {
+    let names = config.backends.iter().map(|b| b.name.clone()).collect();
+    let made = |index| {
+        Metrics::new(handlers, names, index, handshakes)
+            .map_err(|e| ServeError::Run(io::Error::new(e.kind(), format!("metrics: {e}"))))
+    };
     let Some((index, addr)) = served.metrics() else {
+        // The status page shows the counters: they are kept for it, with no listener
+        // (an index no listener has, so that no connection is taken for a scrape).
+        if config.modules.iter().any(|u| u.name == "status") {
+            return Ok(Some(Arc::new(made(usize::MAX)?)));
+        }
         return Ok(None);
     };
-    let names = config.backends.iter().map(|b| b.name.clone()).collect();
     // The listener's index tells a scrape's connection apart.
-    let metrics = Metrics::new(handlers, names, index, handshakes)
-        .map_err(|e| ServeError::Run(io::Error::new(e.kind(), format!("metrics: {e}"))))?;
+    let metrics = made(index)?;
     tracing::info!("metrics on http://{}{}", addr, metrics::PATH);
     Ok(Some(Arc::new(metrics)))
 }

@@ -76,6 +76,24 @@ struct WorkerBlock {
     response: CacheBlock,
 }
 
+/// One worker's figures for the status page (`status` module): the exposition's, by
+/// worker.
+pub(crate) struct WorkerStatus {
+    pub(crate) worker: usize,
+    /// Requests answered by status class (1xx to 5xx).
+    pub(crate) requests_by_class: [u64; 5],
+    pub(crate) body_bytes: u64,
+    pub(crate) connections_total: u64,
+    pub(crate) connections_open: u64,
+    pub(crate) connections_idle: u64,
+    /// Hits, misses, memory and entries, as last published.
+    pub(crate) content_cache: [u64; 4],
+    pub(crate) response_cache: [u64; 4],
+}
+
+/// The status classes, for the status page.
+pub(crate) const STATUS_CLASSES: [&str; 5] = CLASSES;
+
 /// One worker's counters for one backend.
 #[repr(C, align(64))]
 #[derive(Default)]
@@ -160,6 +178,43 @@ impl Metrics {
             worker,
             block: self.worker(worker),
         }
+    }
+
+    /// Each worker's figures that have served, as the exposition shows them, for the
+    /// status page; and when the server started.
+    pub(crate) fn status(&self) -> (f64, Vec<WorkerStatus>) {
+        let workers = (0..self.workers.len())
+            .filter(|&w| self.worker(w).opened.load(Relaxed) > 0)
+            .map(|w| {
+                let b = self.worker(w);
+                let mut by_class = [0u64; CLASSES.len()];
+                for classes in &b.requests {
+                    for (c, count) in classes.iter().enumerate() {
+                        by_class[c] += count.load(Relaxed);
+                    }
+                }
+                let cache = |c: &CacheBlock| {
+                    [
+                        c.hits.load(Relaxed),
+                        c.misses.load(Relaxed),
+                        c.memory.load(Relaxed),
+                        c.entries.load(Relaxed),
+                    ]
+                };
+                let opened = b.opened.load(Relaxed);
+                WorkerStatus {
+                    worker: w,
+                    requests_by_class: by_class,
+                    body_bytes: b.body_bytes.load(Relaxed),
+                    connections_total: opened,
+                    connections_open: opened.saturating_sub(b.closed.load(Relaxed)),
+                    connections_idle: b.idle.load(Relaxed),
+                    content_cache: cache(&b.content),
+                    response_cache: cache(&b.response),
+                }
+            })
+            .collect();
+        (self.started, workers)
     }
 
     /// Writes the exposition of every worker's counters.

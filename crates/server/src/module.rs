@@ -288,6 +288,8 @@ pub struct Exchange<'r> {
     pub(crate) site: &'r fastpath_content::Site,
     pub(crate) compress: Option<Arc<fastpath_modules::compress::Policy>>,
     pub(crate) error_pages: Option<Arc<ErrorPages>>,
+    /// The process's counters, for the status page.
+    pub(crate) metrics: Option<&'r crate::metrics::Metrics>,
 }
 
 impl<'r> Exchange<'r> {

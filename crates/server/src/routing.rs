@@ -324,6 +324,7 @@ pub(crate) fn route_by_modules(
     request: &Request<'_>,
     peer: Peer,
     https: bool,
+    metrics: Option<&crate::metrics::Metrics>,
 ) -> (Route, ModuleNotes) {
     let located = match router.locate(request) {
         Ok(located) => located,
@@ -347,6 +348,7 @@ pub(crate) fn route_by_modules(
         site: hosts.select(located.host.map(str::as_bytes)),
         compress: None,
         error_pages: None,
+        metrics,
     };
     let answered = modules.run(&mut exchange, host);
     let user = ModuleNotes {

@@ -11,15 +11,17 @@ mod compress;
 mod error_pages;
 mod listing;
 mod rewrite;
+mod status;
 
 /// The names of the modules the server ships.
-pub(crate) const SHIPPED_NAMES: [&str; 6] = [
+pub(crate) const SHIPPED_NAMES: [&str; 7] = [
     "access",
     "basic_auth",
     "compress",
     "error_pages",
     "listing",
     "rewrite",
+    "status",
 ];
 
 /// The shipped module of this name.
@@ -31,6 +33,7 @@ pub(crate) fn shipped(name: &str) -> Option<Arc<dyn Module>> {
         "error_pages" => Arc::new(error_pages::ErrorPagesModule),
         "listing" => Arc::new(listing::Listing),
         "rewrite" => Arc::new(rewrite::Rewrite),
+        "status" => Arc::new(status::Status),
         _ => return None,
     })
 }
