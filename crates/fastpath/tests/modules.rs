@@ -498,3 +498,106 @@ httptest!(status_page_shows_what_the_metrics_show, |model| {
     html.request(req("POST", "/status", &[("Content-Length", "0")]))
         .assert_status(405);
 });
+
+/// A backend answering every request with `X-Powered-By`, `Cache-Control: public,
+/// max-age=60` (so the response cache keeps it) and a 3-byte body.
+fn chatty_backend() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let answer = "HTTP/1.1 200 OK\r\nX-Powered-By: PHP/8\r\n\
+                                  Cache-Control: public, max-age=60\r\nContent-Length: 3\r\n\r\nok\n";
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+httptest!(headers_edit_every_head_in_scope, h2, |model| {
+    let site = Site::new();
+    site.file("static/app.css", "body{}");
+    site.file("other.txt", "other");
+    let backend = chatty_backend();
+    let srv = site.serve_config(
+        model,
+        &format!(
+            concat!(
+                "root = \"root\"\n",
+                "[[backend]]\nname = \"app\"\naddresses = \"{}\"\n",
+                "[[route]]\nbackend = \"app\"\nprefix = \"/app/\"\n",
+                "[[module]]\nname = \"headers\"\nprefix = \"/static/\"\n",
+                "add = {{ \"X-Frame-Options\" = \"DENY\" }}\nexpires = \"1h\"\n",
+                "[[module]]\nname = \"headers\"\nprefix = \"/app/\"\n",
+                "remove = [\"X-Powered-By\"]\nset = {{ \"Cache-Control\" = \"no-store\" }}\n",
+                "add = {{ \"X-Served-By\" = \"fastpath\" }}\nalways = true\n",
+            ),
+            backend
+        ),
+    );
+    let css = srv.get("/static/app.css");
+    css.assert_ok(200, "body{}");
+    css.assert_header("x-frame-options", "DENY");
+    css.assert_header("cache-control", "max-age=3600");
+    let date = httpdate::parse_http_date(css.expect_header("date")).unwrap();
+    let expires = httpdate::parse_http_date(css.expect_header("expires")).unwrap();
+    assert_eq!(expires.duration_since(date).unwrap().as_secs(), 3600);
+    // Not on an error unless `always`.
+    let missing = srv.get("/static/missing.css");
+    missing.assert_status(404);
+    missing.assert_no_header("x-frame-options");
+    missing.assert_no_header("expires");
+    // Out of scope: nothing.
+    srv.get("/other.txt").assert_no_header("x-frame-options");
+    // A backend's head, relayed and then from the response cache: both edited.
+    for _ in 0..2 {
+        let app = srv.get("/app/page");
+        app.assert_ok(200, "ok\n");
+        app.assert_no_header("x-powered-by");
+        app.assert_header("cache-control", "no-store");
+        app.assert_header("x-served-by", "fastpath");
+    }
+});
+
+#[test]
+fn headers_refuse_the_fields_the_server_owns() {
+    let site = Site::new();
+    let config = site.config(concat!(
+        "root = \"root\"\n",
+        "[[module]]\nname = \"headers\"\nset = { \"Content-Length\" = \"5\" }\n",
+        "expires = \"soon\"\n",
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_fastpath"))
+        .arg("check")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(":4:7: [[module]] \"headers\": `set` Content-Length:"),
+        "{said}"
+    );
+    assert!(said.contains(":5:11: [[module]] \"headers\":"), "{said}");
+}

@@ -97,7 +97,7 @@ pub use request::{BodyFraming, Noted, Parser, Request};
 pub use response::{
     reason_phrase, start_relayed_response, start_response, write_age_and_end,
     write_not_modified_head, write_relayed_response_head, write_response_head, write_status_line,
-    write_stored_response_head, BodyRelay, Fields, Head, HeadFields, Metadata,
+    write_stored_response_head, BodyRelay, Fields, Head, HeadEdit, HeadFields, Metadata,
 };
 pub use target::{is_valid_host, normalize_path, parse_target, PathError, Target};
 pub use version::Version;

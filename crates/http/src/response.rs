@@ -212,6 +212,16 @@ pub struct Head<'a> {
     /// TLS connection, say), whole lines each ending in CRLF, written before
     /// `Connection`: the server's own configuration, never text from a peer.
     pub also: &'a [u8],
+    /// Changes the head once written (a module's header rules); `None` for most.
+    pub edit: Option<&'a dyn HeadEdit>,
+}
+
+/// Changes a response head just written: `out[from..]` is the whole head, status line to
+/// the empty line, and is left a whole head. How the server applies header rules to every
+/// head it sends, whoever made it (its own answers, a backend's relayed, a cached one).
+pub trait HeadEdit: Send + Sync + std::fmt::Debug {
+    /// Edits the head at `out[from..]`.
+    fn edit(&self, out: &mut Vec<u8>, from: usize);
 }
 
 /// Writes a whole response head fastpath makes itself: the status line,
@@ -220,6 +230,7 @@ pub struct Head<'a> {
 /// and the empty line.
 #[inline]
 pub fn write_response_head(head: &Head<'_>, out: &mut Vec<u8>) {
+    let from = out.len();
     write_status_line(head.status, out);
     out.extend_from_slice(SERVER_DATE);
     out.extend_from_slice(head.date);
@@ -231,6 +242,9 @@ pub fn write_response_head(head: &Head<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(head.also);
     write_connection(head.version, head.close, out);
     out.extend_from_slice(b"\r\n");
+    if let Some(edit) = head.edit {
+        edit.edit(out, from);
+    }
 }
 
 /// Writes the head of a response fastpath makes itself into `sink` ([`write_response_head`])
@@ -249,11 +263,17 @@ pub fn start_relayed_response<S: Sink>(
     head: &ResponseHead<'_>,
     client_version: Version,
     close: bool,
-    also: &[u8],
+    (also, edit): (&[u8], Option<&dyn HeadEdit>),
     sink: &mut S,
 ) -> (BodyRelay, Http1Body) {
-    let relay =
-        sink.write_with(|out| write_relayed_response_head(head, client_version, close, also, out));
+    let relay = sink.write_with(|out| {
+        let from = out.len();
+        let relay = write_relayed_response_head(head, client_version, close, also, out);
+        if let Some(edit) = edit {
+            edit.edit(out, from);
+        }
+        relay
+    });
     let framing = match relay {
         BodyRelay::None => Framing::None,
         BodyRelay::Length(n) => Framing::Length(n),

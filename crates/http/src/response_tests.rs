@@ -259,6 +259,7 @@ fn head(status: u16, fields: HeadFields<'_>, version: Version, close: bool) -> S
             version,
             close,
             also: b"",
+            edit: None,
         },
         &mut out,
     );
@@ -491,6 +492,7 @@ fn the_connections_own_lines_go_on_every_final_head_before_connection() {
             version: Version::Http11,
             close: true,
             also: HSTS,
+            edit: None,
         },
         &mut with,
     );

@@ -82,6 +82,8 @@ pub(crate) struct Sink<'s> {
     /// Lines every response head on the connection carries (its host's
     /// `Strict-Transport-Security` over TLS).
     pub(crate) also: Option<&'s Arc<[u8]>>,
+    /// Rules this request's response head goes through (a module's), whoever makes it.
+    pub(crate) edit: Option<Arc<dyn fastpath_http::HeadEdit>>,
 }
 
 impl Sink<'_> {
@@ -92,6 +94,7 @@ impl Sink<'_> {
             pool: self.pool,
             date,
             also: self.also.map_or(&[], |also| also),
+            edit: self.edit.as_deref(),
         }
     }
 }
@@ -291,6 +294,7 @@ impl Backends {
             head_request: answer.head,
             client_close: incoming.client_close,
             also: sink.also.cloned(),
+            edit: sink.edit.clone(),
             cache,
             carrier,
             wait_for_connection: incoming.stream,
@@ -380,11 +384,22 @@ impl Backends {
             None if head => (hit.status, hit.head, None),
             None => (hit.status, hit.head, Some(hit.body)),
         };
-        sink.output.push_shared(start);
         let also = sink.also.map_or(&[][..], |also| also);
-        sink.output.write_with(sink.pool, |out| {
-            write_age_and_end(hit.age, answer.version, answer.close, also, out)
-        });
+        match &sink.edit {
+            // The kept head is shared with the cache; one that rules change is copied.
+            Some(edit) => sink.output.write_with(sink.pool, |out| {
+                let from = out.len();
+                out.extend_from_slice(&start);
+                write_age_and_end(hit.age, answer.version, answer.close, also, out);
+                edit.edit(out, from);
+            }),
+            None => {
+                sink.output.push_shared(start);
+                sink.output.write_with(sink.pool, |out| {
+                    write_age_and_end(hit.age, answer.version, answer.close, also, out)
+                });
+            }
+        }
         // Kept as it was relayed (framed by length, or chunked for a 1.1 client): it goes
         // as it is, shared with the cache.
         let framing = if body.is_some() {

@@ -541,6 +541,7 @@ impl HttpHandler {
                         pool: parts.pool,
                         date: self.clock.http_date(),
                         also: hsts_of(&conn.tls),
+                        edit: None,
                     }
                     .error(e.status, Answer::BAD_REQUEST);
                     let client = Client {
@@ -558,6 +559,7 @@ impl HttpHandler {
                         deadline: parts.deadline,
                         now,
                         also: conn.tls.as_ref().and_then(|tls| tls.hsts.as_ref()),
+                        edit: None,
                     };
                     let scrape = conn.scrape;
                     let served = (requests, scrape, waiting.take());
@@ -764,6 +766,7 @@ impl HttpHandler {
                 metrics,
             );
             user = notes.user;
+            sink.edit = notes.head_edit;
             match notes.error_pages {
                 Some(pages) => self.with_error_page(route, &pages, request),
                 None => route,
@@ -1032,6 +1035,7 @@ impl HttpHandler {
                     pool,
                     date: self.clock.http_date(),
                     also: hsts_of(&conn.tls),
+                    edit: None,
                 }
                 .error(status, answer);
                 (status, sent, close.then_some(Next::Linger))
@@ -1262,6 +1266,7 @@ impl Handler for HttpHandler {
                 pool,
                 date: self.clock.http_date(),
                 also: hsts_of(&conn.tls),
+                edit: None,
             }
             .error(408, Answer::BAD_REQUEST);
             let line = first_line(io.input().data());

@@ -290,6 +290,7 @@ pub struct Exchange<'r> {
     pub(crate) error_pages: Option<Arc<ErrorPages>>,
     /// The process's counters, for the status page.
     pub(crate) metrics: Option<&'r crate::metrics::Metrics>,
+    pub(crate) head_edit: Option<Arc<dyn fastpath_http::HeadEdit>>,
 }
 
 impl<'r> Exchange<'r> {
@@ -369,6 +370,15 @@ impl<'r> Exchange<'r> {
     /// a body of their own) with the pages `pages` names, files of the host's root.
     pub fn use_error_pages(&mut self, pages: Arc<ErrorPages>) {
         self.error_pages = Some(pages);
+    }
+
+    /// Puts this request's response head, whoever makes it, through `edit` (a module's
+    /// header rules). The first module to ask decides: the one with the longest prefix,
+    /// as its hooks run first.
+    pub fn edit_head_with(&mut self, edit: Arc<dyn fastpath_http::HeadEdit>) {
+        if self.head_edit.is_none() {
+            self.head_edit = Some(edit);
+        }
     }
 
     /// The user a module authenticated the request as.

@@ -52,6 +52,8 @@ pub(crate) struct Writer<'a> {
     pub(crate) date: &'a [u8],
     /// Lines every head carries (see [`fastpath_http::Head::also`]).
     pub(crate) also: &'a [u8],
+    /// Rules every head goes through (see [`fastpath_http::Head::edit`]).
+    pub(crate) edit: Option<&'a dyn fastpath_http::HeadEdit>,
 }
 
 impl Writer<'_> {
@@ -76,7 +78,7 @@ impl Writer<'_> {
         } else {
             Framing::Length(reply.content_length)
         };
-        let head = head(self.date, status, fields, answer, self.also);
+        let head = head(self.date, status, fields, answer, (self.also, self.edit));
         let out = &mut self.sink();
         let mut body = start_response(&head, framing, out);
         match &reply.body {
@@ -135,7 +137,7 @@ impl Writer<'_> {
         } else {
             Framing::Length(body.len() as u64)
         };
-        let head = head(self.date, 200, fields, answer, self.also);
+        let head = head(self.date, 200, fields, answer, (self.also, self.edit));
         let out = &mut self.sink();
         let mut encoder = start_response(&head, framing, out);
         // Its own allocation, so that a large body does not grow a pooled buffer for good.
@@ -166,7 +168,13 @@ impl Writer<'_> {
         } else {
             Framing::Length(body.len() as u64)
         };
-        let head = head(self.date, response.status, fields, answer, self.also);
+        let head = head(
+            self.date,
+            response.status,
+            fields,
+            answer,
+            (self.also, self.edit),
+        );
         let out = &mut self.sink();
         let mut encoder = start_response(&head, framing, out);
         encoder.piece(Piece::Bytes(body), out);
@@ -204,7 +212,7 @@ impl Writer<'_> {
         } else {
             Framing::Length(page_len as u64)
         };
-        let head = head(self.date, status, fields, answer, self.also);
+        let head = head(self.date, status, fields, answer, (self.also, self.edit));
         let out = &mut self.sink();
         let mut body = start_response(&head, framing, out);
         if !answer.head {
@@ -238,7 +246,7 @@ fn head<'h>(
     status: u16,
     fields: HeadFields<'h>,
     answer: Answer,
-    also: &'h [u8],
+    (also, edit): (&'h [u8], Option<&'h dyn fastpath_http::HeadEdit>),
 ) -> Head<'h> {
     Head {
         status,
@@ -247,5 +255,6 @@ fn head<'h>(
         version: answer.version,
         close: answer.close,
         also,
+        edit,
     }
 }

@@ -313,6 +313,8 @@ pub(crate) struct ModuleNotes {
     pub(crate) user: Option<String>,
     /// The pages its errors are answered with.
     pub(crate) error_pages: Option<std::sync::Arc<crate::module::ErrorPages>>,
+    /// The rules its response head goes through.
+    pub(crate) head_edit: Option<std::sync::Arc<dyn fastpath_http::HeadEdit>>,
 }
 
 /// What a request gets when the configuration has modules: the modules in its scope
@@ -349,11 +351,13 @@ pub(crate) fn route_by_modules(
         compress: None,
         error_pages: None,
         metrics,
+        head_edit: None,
     };
     let answered = modules.run(&mut exchange, host);
     let user = ModuleNotes {
         user: exchange.user.take(),
         error_pages: exchange.error_pages.take(),
+        head_edit: exchange.head_edit.take(),
     };
     if let Some(response) = answered {
         return (Route::Module(Box::new(response)), user);

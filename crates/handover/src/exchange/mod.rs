@@ -117,6 +117,8 @@ pub struct Start {
     /// (`Strict-Transport-Security` on a TLS connection): see
     /// [`fastpath_http::write_relayed_response_head`].
     pub also: Option<std::sync::Arc<[u8]>>,
+    /// Rules the relayed head goes through (a module's header rules).
+    pub edit: Option<std::sync::Arc<dyn fastpath_http::HeadEdit>>,
     /// Where the response may be kept, for a request the cache can answer.
     pub cache: Option<CacheSlot>,
     /// A bridge's joint is carried by this (the kernel path), else by pipes.

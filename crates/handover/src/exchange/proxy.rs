@@ -145,6 +145,8 @@ pub struct ProxyExchange {
     pub client_close: bool,
     /// Lines the relayed head carries besides the backend's.
     also: Option<std::sync::Arc<[u8]>>,
+    /// Rules the relayed head goes through (a module's).
+    edit: Option<std::sync::Arc<dyn fastpath_http::HeadEdit>>,
     /// Status relayed, for the access log.
     pub status: u16,
     /// Body bytes relayed, for the access log.
@@ -259,6 +261,7 @@ impl ProxyExchange {
             head_request: start.head_request,
             client_close: start.client_close,
             also: start.also,
+            edit: start.edit,
             status: 0,
             relayed: 0,
             spill,
@@ -618,7 +621,10 @@ impl ProxyExchange {
             &head,
             self.client_version,
             self.client_close,
-            self.also.as_deref().unwrap_or_default(),
+            (
+                self.also.as_deref().unwrap_or_default(),
+                self.edit.as_deref(),
+            ),
             &mut OutputSink {
                 output: linked.own_output,
                 pool: linked.pool,

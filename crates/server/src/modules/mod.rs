@@ -9,16 +9,18 @@ mod access;
 mod basic_auth;
 mod compress;
 mod error_pages;
+mod headers;
 mod listing;
 mod rewrite;
 mod status;
 
 /// The names of the modules the server ships.
-pub(crate) const SHIPPED_NAMES: [&str; 7] = [
+pub(crate) const SHIPPED_NAMES: [&str; 8] = [
     "access",
     "basic_auth",
     "compress",
     "error_pages",
+    "headers",
     "listing",
     "rewrite",
     "status",
@@ -31,6 +33,7 @@ pub(crate) fn shipped(name: &str) -> Option<Arc<dyn Module>> {
         "basic_auth" => Arc::new(basic_auth::BasicAuth),
         "compress" => Arc::new(compress::Compress),
         "error_pages" => Arc::new(error_pages::ErrorPagesModule),
+        "headers" => Arc::new(headers::Headers),
         "listing" => Arc::new(listing::Listing),
         "rewrite" => Arc::new(rewrite::Rewrite),
         "status" => Arc::new(status::Status),
