@@ -4,7 +4,8 @@ use std::borrow::Cow;
 use std::fs::{File, Metadata};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fastpath_modules::compress::{compress_whole, variant_etag, Coding as Compression, Policy};
@@ -28,7 +29,65 @@ pub(crate) struct Resource {
     /// a request first wants it and kept with the resource, so a file is compressed once
     /// per change (a changed file is resolved anew) rather than per request. `None` in a
     /// slot: the file could not be read whole as the version resolved.
-    pub(crate) compressed: [OnceLock<Option<Representation>>; 3],
+    pub(crate) compressed: [Slot; 3],
+}
+
+/// A value made the first time it is asked for and kept, in a pointer: making a resource
+/// (every miss of the cache) then costs no lock and a pointer's room, where a `OnceLock`
+/// would be a lock word and the whole value, mostly never made. Two workers asking at
+/// once may both make it; one is kept, the other dropped.
+#[derive(Default)]
+pub(crate) struct Slot(AtomicPtr<Option<Representation>>);
+
+impl Slot {
+    /// The value, made by `make` if it is not there yet.
+    pub(crate) fn get_or_init(
+        &self,
+        make: impl FnOnce() -> Option<Representation>,
+    ) -> &Option<Representation> {
+        let found = self.0.load(Ordering::Acquire);
+        if !found.is_null() {
+            // SAFETY: a non-null pointer was stored from a Box below and is only freed
+            // by Drop, which takes the slot by `&mut`: it lives as long as `self`.
+            return unsafe { &*found };
+        }
+        let made = Box::into_raw(Box::new(make()));
+        match self.0.compare_exchange(
+            std::ptr::null_mut(),
+            made,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: `made` is ours until stored, and from then on as above.
+            Ok(_) => unsafe { &*made },
+            Err(other) => {
+                // SAFETY: `made` was never stored: it is freed here, once.
+                drop(unsafe { Box::from_raw(made) });
+                // SAFETY: as for `found` above.
+                unsafe { &*other }
+            }
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let stored = *self.0.get_mut();
+        if !stored.is_null() {
+            // SAFETY: stored from a Box in `get_or_init`, freed only here.
+            drop(unsafe { Box::from_raw(stored) });
+        }
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.load(Ordering::Relaxed).is_null() {
+            "Slot(empty)"
+        } else {
+            "Slot(made)"
+        })
+    }
 }
 
 impl Resource {
