@@ -77,8 +77,7 @@ impl WorkerModules {
         exchange: &mut Exchange<'_>,
         host: Option<&str>,
     ) -> Option<Response> {
-        let path = exchange.path.clone();
-        self.choose(host, &path);
+        self.choose(host, &exchange.path);
         for phase in Phase::ALL {
             exchange.changed = false;
             for at in 0..self.scope.len() {
@@ -95,8 +94,7 @@ impl WorkerModules {
                 }
             }
             if exchange.changed {
-                let path = exchange.path.clone();
-                self.choose(host, &path);
+                self.choose(host, &exchange.path);
             }
         }
         None
