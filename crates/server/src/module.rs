@@ -611,24 +611,9 @@ pub fn register(module: Arc<dyn Module>) {
     registered.push(module);
 }
 
-/// The module of this name: a registered one, else one the server ships.
-pub(crate) fn find(name: &str) -> Option<Arc<dyn Module>> {
-    let registered = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
-    registered
-        .iter()
-        .find(|m| m.name() == name)
-        .cloned()
-        .or_else(|| crate::modules::shipped(name))
-}
-
-/// The names of every module known, for the unknown-name error.
-pub(crate) fn names() -> Vec<&'static str> {
-    let registered = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
-    let mut names: Vec<&'static str> = registered.iter().map(|m| m.name()).collect();
-    names.extend(crate::modules::SHIPPED_NAMES);
-    names.sort_unstable();
-    names.dedup();
-    names
+/// The modules registered, newest last.
+pub(crate) fn registered() -> Vec<Arc<dyn Module>> {
+    REGISTERED.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// One `[[module]]` table: which module, where it applies, and what it made of its keys.

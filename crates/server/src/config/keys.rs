@@ -1079,8 +1079,8 @@ impl<'a> Checker<'a> {
             let Some((name, span)) = entry.name else {
                 continue;
             };
-            let Some(module) = crate::module::find(&name) else {
-                let names = crate::module::names();
+            let Some(module) = crate::modules::find(&name) else {
+                let names = crate::modules::names();
                 let hint = match super::check::closest(&name, &names) {
                     Some(near) => format!(" (did you mean \"{near}\"?)"),
                     None => String::new(),

@@ -41,6 +41,26 @@ pub(crate) fn shipped(name: &str) -> Option<Arc<dyn Module>> {
     })
 }
 
+/// The module of this name: a registered one, else one the server ships.
+pub(crate) fn find(name: &str) -> Option<Arc<dyn Module>> {
+    crate::module::registered()
+        .into_iter()
+        .find(|m| m.name() == name)
+        .or_else(|| shipped(name))
+}
+
+/// The names of every module known, for the unknown-name error.
+pub(crate) fn names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = crate::module::registered()
+        .iter()
+        .map(|m| m.name())
+        .collect();
+    names.extend(SHIPPED_NAMES);
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 /// A worker's modules: the configured uses, in the order their hooks run (by `order`,
 /// then the longer prefix first, then the file's), and the worker's hooks of each.
 pub(crate) struct WorkerModules {
