@@ -44,13 +44,13 @@ pub(crate) fn run(mut cmd: Command) -> Output {
     }
 }
 
-fn check(path: &std::path::Path) -> Output {
+pub(crate) fn check(path: &std::path::Path) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.arg("check").arg("--config").arg(path);
     run(cmd)
 }
 
-fn show(out: &Output) -> String {
+pub(crate) fn show(out: &Output) -> String {
     format!(
         "status: {}\n---- stdout ----\n{}\n---- stderr ----\n{}",
         out.status,

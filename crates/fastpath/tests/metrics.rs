@@ -2,7 +2,7 @@
 //! requests on every model, the exposition checked by the real `promtool`, what the metrics
 //! listener answers for other paths and methods, and that nothing is served when it is off.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -11,36 +11,9 @@ use crate::util::*;
 
 /// A backend that answers every request with a 3-byte body its response cache may keep.
 fn cacheable_backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    // A request head, up to its blank line.
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let answer = "HTTP/1.1 200 OK\r\nCache-Control: public, max-age=60\r\n\
-                                  Content-Length: 3\r\n\r\nok\n";
-                    if writer.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
+    canned_backend(
+        "HTTP/1.1 200 OK\r\nCache-Control: public, max-age=60\r\nContent-Length: 3\r\n\r\nok\n",
+    )
 }
 
 /// A series (a name and labels it must have) and the sum expected over its samples.

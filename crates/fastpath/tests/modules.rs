@@ -7,6 +7,13 @@ use std::time::Duration;
 
 use crate::util::*;
 
+/// What `fastpath check` says of a configuration it refuses (stdout and stderr).
+fn refused_by_check(config: &std::path::Path) -> String {
+    let out = crate::check::check(config);
+    assert!(!out.status.success(), "{}", crate::check::show(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
 /// `Authorization: Basic` for these credentials.
 fn basic(user: &str, password: &str) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -221,14 +228,7 @@ fn check_reports_module_errors_with_their_place() {
         "[[module]]\nname = \"basic_auth\"\nuser_file = \"missing-file\"\n",
         "[[module]]\nname = \"rewrite\"\nrules = [{ pattern = \"(\", to = \"/x\" }]\n",
     ));
-    let out = Command::new(env!("CARGO_BIN_EXE_fastpath"))
-        .arg("check")
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = refused_by_check(&config);
     assert!(said.contains(":4:13: [[module]] \"basic_auth\""), "{said}");
     assert!(said.contains("missing-file"), "{said}");
     assert!(
@@ -382,14 +382,7 @@ fn compress_rejects_bad_settings_where_they_are() {
         "root = \"root\"\n",
         "[[module]]\nname = \"compress\"\ncodings = [\"gzip\", \"deflate\"]\ngzip_level = 12\n",
     ));
-    let out = Command::new(env!("CARGO_BIN_EXE_fastpath"))
-        .arg("check")
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = refused_by_check(&config);
     assert!(
         said.contains(":4:11: [[module]] \"compress\": coding \"deflate\""),
         "{said}"
@@ -502,36 +495,10 @@ httptest!(status_page_shows_what_the_metrics_show, |model| {
 /// A backend answering every request with `X-Powered-By`, `Cache-Control: public,
 /// max-age=60` (so the response cache keeps it) and a 3-byte body.
 fn chatty_backend() -> std::net::SocketAddr {
-    use std::io::{BufRead, BufReader, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let answer = "HTTP/1.1 200 OK\r\nX-Powered-By: PHP/8\r\n\
-                                  Cache-Control: public, max-age=60\r\nContent-Length: 3\r\n\r\nok\n";
-                    if writer.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
+    canned_backend(
+        "HTTP/1.1 200 OK\r\nX-Powered-By: PHP/8\r\n\
+         Cache-Control: public, max-age=60\r\nContent-Length: 3\r\n\r\nok\n",
+    )
 }
 
 httptest!(headers_edit_every_head_in_scope, h2, |model| {
@@ -587,14 +554,7 @@ fn headers_refuse_the_fields_the_server_owns() {
         "[[module]]\nname = \"headers\"\nset = { \"Content-Length\" = \"5\" }\n",
         "expires = \"soon\"\n",
     ));
-    let out = Command::new(env!("CARGO_BIN_EXE_fastpath"))
-        .arg("check")
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = refused_by_check(&config);
     assert!(
         said.contains(":4:7: [[module]] \"headers\": `set` Content-Length:"),
         "{said}"
