@@ -34,17 +34,7 @@ impl Module for Listing {
     }
 
     fn configure(&self, settings: &mut Settings<'_>) -> Result<Arc<dyn Configured>, String> {
-        let json = match settings.string("format").as_deref() {
-            None | Some("html") => false,
-            Some("json") => true,
-            Some(other) => {
-                settings.error(
-                    "format",
-                    format!("`format` \"{other}\" is not \"html\" or \"json\""),
-                );
-                false
-            }
-        };
+        let json = super::json_format(settings, false);
         Ok(Arc::new(Configuration { json }))
     }
 }

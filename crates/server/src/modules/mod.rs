@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::module::{Decision, Exchange, Hooks, LogRecord, Module, ModuleUse, Phase, Response};
+use crate::module::{
+    Decision, Exchange, Hooks, LogRecord, Module, ModuleUse, Phase, Response, Settings,
+};
 
 mod access;
 mod basic_auth;
@@ -39,6 +41,29 @@ pub(crate) fn shipped(name: &str) -> Option<Arc<dyn Module>> {
         "status" => Arc::new(status::Status),
         _ => return None,
     })
+}
+
+/// Whether a page-making module (`listing`, `status`) writes JSON: its `format` key,
+/// `"html"` or `"json"`, else `json_by_default`; a bad value is reported, naming the
+/// default first.
+fn json_format(settings: &mut Settings<'_>, json_by_default: bool) -> bool {
+    let (default, other) = if json_by_default {
+        ("json", "html")
+    } else {
+        ("html", "json")
+    };
+    match settings.string("format").as_deref() {
+        None => json_by_default,
+        Some("json") => true,
+        Some("html") => false,
+        Some(bad) => {
+            settings.error(
+                "format",
+                format!("`format` \"{bad}\" is not \"{default}\" or \"{other}\""),
+            );
+            json_by_default
+        }
+    }
 }
 
 /// The module of this name: a registered one, else one the server ships.

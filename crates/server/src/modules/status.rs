@@ -32,17 +32,7 @@ impl Module for Status {
     }
 
     fn configure(&self, settings: &mut Settings<'_>) -> Result<Arc<dyn Configured>, String> {
-        let json = match settings.string("format").as_deref() {
-            None | Some("json") => true,
-            Some("html") => false,
-            Some(other) => {
-                settings.error(
-                    "format",
-                    format!("`format` \"{other}\" is not \"json\" or \"html\""),
-                );
-                true
-            }
-        };
+        let json = super::json_format(settings, true);
         Ok(Arc::new(Configuration { json }))
     }
 }
