@@ -354,13 +354,13 @@ pub(crate) fn route_by_modules(
         head_edit: None,
     };
     let answered = modules.run(&mut exchange, host);
-    let user = ModuleNotes {
+    let notes = ModuleNotes {
         user: exchange.user.take(),
         error_pages: exchange.error_pages.take(),
         head_edit: exchange.head_edit.take(),
     };
     if let Some(response) = answered {
-        return (Route::Module(Box::new(response)), user);
+        return (Route::Module(Box::new(response)), notes);
     }
     let compress = exchange.compress.take();
     if !exchange.rewritten {
@@ -368,7 +368,7 @@ pub(crate) fn route_by_modules(
             compress: compress.as_deref(),
             ..located
         };
-        return (router.route_located(request, located), user);
+        return (router.route_located(request, located), notes);
     }
     router.set_path(&exchange.path);
     let raw_path = encode_path(&exchange.path);
@@ -379,7 +379,7 @@ pub(crate) fn route_by_modules(
         query: query.as_deref(),
         compress: compress.as_deref(),
     };
-    (router.route_located(request, located), user)
+    (router.route_located(request, located), notes)
 }
 
 /// A decoded path written as a target's path again: what would be read as something

@@ -121,7 +121,6 @@ impl AuthHooks {
 impl Hooks for AuthHooks {
     fn access(&mut self, exchange: &mut Exchange<'_>) -> Decision {
         let credentials = exchange.header("authorization").and_then(parse_basic);
-        let challenge = self.challenge.clone();
         let Some(verifier) = self.verifier() else {
             return Decision::Answer(Response::new(500));
         };
@@ -130,7 +129,9 @@ impl Hooks for AuthHooks {
                 exchange.set_user(String::from_utf8_lossy(c.user()).into_owned());
                 Decision::Decline
             }
-            _ => Decision::Answer(Response::new(401).field("WWW-Authenticate", challenge)),
+            _ => Decision::Answer(
+                Response::new(401).field("WWW-Authenticate", self.challenge.as_bytes()),
+            ),
         }
     }
 }
