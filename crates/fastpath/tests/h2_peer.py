@@ -88,7 +88,7 @@ class Frames:
         self.sock.settimeout(timeout)
         try:
             chunk = self.sock.recv(65536)
-        except (socket.timeout, BlockingIOError):
+        except (socket.timeout, BlockingIOError, ssl.SSLWantReadError):
             return False
         except (ConnectionResetError, BrokenPipeError, ssl.SSLError, OSError):
             self.closed = True
@@ -144,7 +144,10 @@ def open_raw(host, port, tls, settings=b""):
 
 def send_all(sock, frames_reader, data, budget=30):
     """Sends `data` while reading what comes back, so a server that answers as it reads is
-    not blocked by us; stops early if the server closes."""
+    not blocked by us; stops early if the server closes.
+
+    A failed send does not mark the connection closed: the server's last frames (its GOAWAY)
+    may still wait unread in our receive queue, and the caller's drain() reads them."""
     sock.setblocking(False)
     view = memoryview(data)
     end = time.monotonic() + budget
@@ -152,11 +155,13 @@ def send_all(sock, frames_reader, data, budget=30):
         try:
             n = sock.send(view[:65536])
             view = view[n:]
+            frames_reader.read_some(0)
         except (BlockingIOError, ssl.SSLWantWriteError):
             frames_reader.read_some(0.01)
         except (BrokenPipeError, ConnectionResetError, OSError):
-            frames_reader.closed = True
             break
+        # read_some leaves its own timeout on the socket; sends here must not wait.
+        sock.setblocking(False)
     sock.setblocking(True)
     return len(data) - len(view)
 
