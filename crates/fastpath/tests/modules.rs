@@ -561,3 +561,299 @@ fn headers_refuse_the_fields_the_server_owns() {
     );
     assert!(said.contains(":5:11: [[module]] \"headers\":"), "{said}");
 }
+
+/// A backend that answers by path with `page` in the framings and codings a backend uses,
+/// counting the requests each path got. `/app/stream` sends its first piece, then waits
+/// for `release` before the rest.
+struct PageBackend {
+    addr: std::net::SocketAddr,
+    hits: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+fn page_backend(page: Vec<u8>) -> PageBackend {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::{Arc, Mutex};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(Mutex::new(std::collections::HashMap::new()));
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = Arc::new(Mutex::new(released));
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let (page, hits, released) = (page.clone(), counted.clone(), released.clone());
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut request_line = String::new();
+                    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    let mut if_none_match = false;
+                    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                        let lower = line.to_ascii_lowercase();
+                        if_none_match |=
+                            lower.starts_with("if-none-match:") && lower.contains("\"p1\"");
+                        line.clear();
+                    }
+                    let path = request_line.split(' ').nth(1).unwrap_or("").to_owned();
+                    *hits.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+                    let html = "Content-Type: text/html; charset=utf-8\r\n";
+                    let sized = |fields: &str, body: &[u8]| {
+                        let mut out = format!(
+                            "HTTP/1.1 200 OK\r\n{fields}Content-Length: {}\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes();
+                        out.extend_from_slice(body);
+                        out
+                    };
+                    let answer = match path.as_str() {
+                        // Weak comparison, as RFC 9110 §13.1.2 has it for If-None-Match.
+                        "/app/length" if if_none_match => {
+                            b"HTTP/1.1 304 Not Modified\r\nETag: \"p1\"\r\n\r\n".to_vec()
+                        }
+                        "/app/length" => sized(
+                            &format!("{html}ETag: \"p1\"\r\nAccept-Ranges: bytes\r\nCache-Control: public, max-age=60\r\n"),
+                            &page,
+                        ),
+                        "/app/chunked" => {
+                            let mut out = format!("HTTP/1.1 200 OK\r\n{html}Transfer-Encoding: chunked\r\n\r\n")
+                                .into_bytes();
+                            for piece in page.chunks(1000) {
+                                out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                                out.extend_from_slice(piece);
+                                out.extend_from_slice(b"\r\n");
+                            }
+                            out.extend_from_slice(b"0\r\n\r\n");
+                            out
+                        }
+                        "/app/close" => {
+                            let mut out =
+                                format!("HTTP/1.1 200 OK\r\n{html}Connection: close\r\n\r\n").into_bytes();
+                            out.extend_from_slice(&page);
+                            let _ = writer.write_all(&out);
+                            return;
+                        }
+                        "/app/coded" => sized(&format!("{html}Content-Encoding: gzip\r\n"), b"not really gzip"),
+                        "/app/no-transform" => {
+                            sized(&format!("{html}Cache-Control: no-transform\r\n"), &page)
+                        }
+                        "/app/image" => sized("Content-Type: image/png\r\n", &page),
+                        "/app/small" => sized(html, b"<p>small</p>"),
+                        "/app/stream" => {
+                            let head = format!(
+                                "HTTP/1.1 200 OK\r\n{html}Transfer-Encoding: chunked\r\n\r\n\
+                                 {:x}\r\n<p>first part</p>\r\n",
+                                "<p>first part</p>".len()
+                            );
+                            if writer.write_all(head.as_bytes()).is_err() {
+                                return;
+                            }
+                            let _ = released.lock().unwrap().recv_timeout(Duration::from_secs(20));
+                            let rest = "<p>the rest</p>";
+                            format!("{:x}\r\n{rest}\r\n0\r\n\r\n", rest.len()).into_bytes()
+                        }
+                        _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec(),
+                    };
+                    if writer.write_all(&answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    PageBackend {
+        addr,
+        hits,
+        release,
+    }
+}
+
+/// A site whose `/app/` goes to `backend`, compressed by the module.
+fn compressing_proxy(site: &Site, model: Model, backend: std::net::SocketAddr) -> Server {
+    site.serve_config(
+        model,
+        &format!(
+            concat!(
+                "root = \"root\"\n",
+                "[[backend]]\nname = \"app\"\naddresses = \"{}\"\n",
+                "[[route]]\nbackend = \"app\"\nprefix = \"/app/\"\n",
+                "[[module]]\nname = \"compress\"\n",
+            ),
+            backend
+        ),
+    )
+}
+
+httptest!(compress_a_backends_responses_as_they_pass, h2, |model| {
+    let site = Site::new();
+    let page = page();
+    let backend = page_backend(page.clone());
+    let hits = backend.hits.clone();
+    let srv = compressing_proxy(&site, model, backend.addr);
+    // Every framing the backend uses, each coding: the body decodes to the page.
+    for path in ["/app/length", "/app/chunked", "/app/close"] {
+        for coding in ["gzip", "br", "zstd"] {
+            let r = srv.get_with(path, &[("Accept-Encoding", coding)]);
+            r.assert_status(200);
+            r.assert_header("content-encoding", coding);
+            r.assert_header("vary", "Accept-Encoding");
+            r.assert_no_header("content-length");
+            r.assert_no_header("accept-ranges");
+            assert!(
+                r.body.len() < page.len() / 2,
+                "{path} {coding}: {} bytes",
+                r.body.len()
+            );
+            assert_eq!(
+                decode(coding, &r.body),
+                page,
+                "{path} {coding}: decoded differs"
+            );
+        }
+    }
+    // The strong tag is made weak: the bytes are not the backend's.
+    let r = srv.get_with("/app/length", &[("Accept-Encoding", "gzip")]);
+    r.assert_header("etag", "W/\"p1\"");
+    // Kept by the response cache per Accept-Encoding, compressed: the backend was asked
+    // once for gzip, once for br, once for zstd, and once more for a client without one.
+    let identity = srv.get("/app/length");
+    identity.assert_ok(200, &page);
+    identity.assert_header("vary", "Accept-Encoding");
+    identity.assert_header("etag", "\"p1\"");
+    let again = srv.get("/app/length");
+    again.assert_ok(200, &page);
+    let asked = hits.lock().unwrap()["/app/length"];
+    if model == "prefork" {
+        // Each child keeps a cache of its own: a page may be fetched once per child.
+        assert!(asked >= 4, "asked {asked} times");
+    } else {
+        assert_eq!(asked, 4, "the backend was asked {asked} times");
+    }
+    // A conditional request for the compressed copy, answered from the cache.
+    srv.get_with(
+        "/app/length",
+        &[("Accept-Encoding", "gzip"), ("If-None-Match", "W/\"p1\"")],
+    )
+    .assert_status(304);
+    // What is left alone: coded already, no-transform, another type, too small.
+    let coded = srv.get_with("/app/coded", &[("Accept-Encoding", "gzip, br")]);
+    coded.assert_ok(200, "not really gzip");
+    coded.assert_header("content-encoding", "gzip");
+    for path in ["/app/no-transform", "/app/image"] {
+        let r = srv.get_with(path, &[("Accept-Encoding", "gzip, br")]);
+        r.assert_ok(200, &page);
+        r.assert_no_header("content-encoding");
+    }
+    let small = srv.get_with("/app/small", &[("Accept-Encoding", "gzip")]);
+    small.assert_ok(200, "<p>small</p>");
+    small.assert_no_header("content-encoding");
+    // HEAD says what GET would send, without a length it cannot know.
+    let head = srv.head_with("/app/chunked", &[("Accept-Encoding", "br")]);
+    head.assert_status(200);
+    head.assert_header("content-encoding", "br");
+    head.assert_no_header("content-length");
+});
+
+httptest!(compress_a_backends_stream_as_it_is_made, |model| {
+    // A body that pauses reaches the client decodable up to the pause: the compressor is
+    // flushed whenever the backend has nothing more for now.
+    use std::io::{Read, Write};
+    let site = Site::new();
+    let backend = page_backend(page());
+    let srv = compressing_proxy(&site, model, backend.addr);
+    let mut client = std::net::TcpStream::connect(srv.addr()).unwrap();
+    client
+        .write_all(b"GET /app/stream HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+        .unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut got = Vec::new();
+    let first = wait_for(Duration::from_secs(10), || {
+        let mut buf = [0u8; 4096];
+        if let Ok(n) = client.read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        let body_at = got.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+        let decoded = inflate_prefix(&dechunk_prefix(&got[body_at..]));
+        decoded.contains("first part").then_some(decoded)
+    });
+    assert!(
+        first.is_some(),
+        "the first part never arrived decodable: {}",
+        String::from_utf8_lossy(&got)
+    );
+    backend.release.send(()).unwrap();
+    let rest = wait_for(Duration::from_secs(10), || {
+        let mut buf = [0u8; 4096];
+        if let Ok(n) = client.read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        got.ends_with(b"0\r\n\r\n").then_some(())
+    });
+    assert!(rest.is_some(), "the body never ended");
+    let body_at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(
+        decode("gzip", &dechunk_prefix(&got[body_at..])),
+        b"<p>first part</p><p>the rest</p>"
+    );
+});
+
+httptest!(
+    compress_a_backends_response_to_http10_ends_with_the_close,
+    |model| {
+        let site = Site::new();
+        let page = page();
+        let backend = page_backend(page.clone());
+        let srv = compressing_proxy(&site, model, backend.addr);
+        let mut conn = srv.connect();
+        conn.send("GET /app/chunked HTTP/1.0\r\nAccept-Encoding: zstd\r\n\r\n");
+        let r = conn.read_response();
+        r.assert_status(200);
+        r.assert_header("content-encoding", "zstd");
+        r.assert_no_header("transfer-encoding");
+        assert_eq!(decode("zstd", &r.body), page);
+        conn.expect_closed();
+    }
+);
+
+/// The data of the whole chunks at the start of a chunked body.
+fn dechunk_prefix(mut body: &[u8]) -> Vec<u8> {
+    let mut data = Vec::new();
+    while let Some(end) = body.windows(2).position(|w| w == b"\r\n") {
+        let Ok(size) = usize::from_str_radix(std::str::from_utf8(&body[..end]).unwrap_or("x"), 16)
+        else {
+            break;
+        };
+        if size == 0 || body.len() < end + 2 + size + 2 {
+            break;
+        }
+        data.extend_from_slice(&body[end + 2..end + 2 + size]);
+        body = &body[end + 2 + size + 2..];
+    }
+    data
+}
+
+/// What the start of a gzip stream decodes to, with Python's zlib (a decoder that gives
+/// what it has of an unfinished stream).
+fn inflate_prefix(gzip: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zlib; sys.stdout.buffer.write(zlib.decompressobj(31).decompress(sys.stdin.buffer.read()))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    child.stdin.take().unwrap().write_all(gzip).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -10,7 +10,7 @@ use std::sync::{Arc, Barrier, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use fastpath_handover::{cache_key, Capture, Found, ResponseCache, ResponseFields, SharedCache};
-use fastpath_http::{Limits, ResponseParser, Version};
+use fastpath_http::{Limits, Recoding, ResponseParser, Version};
 
 const PAGES: usize = 1000;
 
@@ -22,6 +22,7 @@ fn capture() -> Capture {
         &head,
         Version::Http11,
         &ResponseFields::read(head.headers()),
+        Recoding::Unchanged,
     )
     .unwrap();
     capture.push(&[b'x'; 1024]);

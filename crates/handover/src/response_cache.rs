@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use fastpath_http::{
-    write_not_modified_head, write_stored_response_head, BodyRelay, ResponseHead, Version,
+    write_not_modified_head, write_stored_response_head, BodyRelay, Recoding, ResponseHead, Version,
 };
 use lru::LruCache;
 
@@ -351,14 +351,16 @@ impl Capture {
     /// GET) and relays to a `client` of that version; `None` when its body could not
     /// be replayed from memory because it ends with the connection, or when the bytes
     /// relayed to this client are not the ones kept (a chunked body is dechunked for an
-    /// HTTP/1.0 client, and kept chunked).
+    /// HTTP/1.0 client, and kept chunked). A body coded on the way (`recoding`) is kept as
+    /// coded, chunked.
     pub fn new(
         head: &ResponseHead<'_>,
         client: Version,
         fields: &ResponseFields<'_>,
+        recoding: Recoding,
     ) -> Option<Capture> {
         let mut stored = Vec::with_capacity(head.head_len);
-        let chunked = match write_stored_response_head(head, &mut stored) {
+        let chunked = match write_stored_response_head(head, recoding, &mut stored) {
             BodyRelay::UntilClose | BodyRelay::Dechunk => return None,
             BodyRelay::Chunked if client != Version::Http11 => return None,
             relay => relay == BodyRelay::Chunked,
@@ -369,12 +371,16 @@ impl Capture {
             let (etag, last_modified) = fields.validators();
             let etag = etag
                 .and_then(|v| std::str::from_utf8(v.trim_ascii()).ok())
-                .map(str::to_owned);
+                .map(|tag| match recoding {
+                    // As the coded response's head says it.
+                    Recoding::Coded(_) if !tag.starts_with("W/") => format!("W/{tag}"),
+                    _ => tag.to_owned(),
+                });
             let last_modified =
                 last_modified.and_then(|v| fastpath_http::parse_http_date(v.trim_ascii()));
             if etag.is_some() || last_modified.is_some() {
                 let mut not_modified = Vec::with_capacity(128);
-                write_not_modified_head(head, &mut not_modified);
+                write_not_modified_head(head, recoding, &mut not_modified);
                 validators = Some(Validators {
                     etag,
                     last_modified,
@@ -434,6 +440,7 @@ mod tests {
             &head,
             Version::Http11,
             &ResponseFields::read(head.headers()),
+            fastpath_http::Recoding::Unchanged,
         )
         .expect("a body that can be kept");
         capture.push(&response[head.head_len..]);
@@ -776,7 +783,8 @@ mod tests {
                 Capture::new(
                     &head,
                     Version::Http11,
-                    &ResponseFields::read(head.headers())
+                    &ResponseFields::read(head.headers()),
+                    fastpath_http::Recoding::Unchanged,
                 )
                 .is_none(),
                 "{}",
@@ -799,7 +807,8 @@ mod tests {
         assert!(Capture::new(
             &head,
             Version::Http10,
-            &ResponseFields::read(head.headers())
+            &ResponseFields::read(head.headers()),
+            fastpath_http::Recoding::Unchanged,
         )
         .is_none());
     }

@@ -407,6 +407,7 @@ mod tests {
             &head,
             Version::Http11,
             &ResponseFields::read(head.headers()),
+            fastpath_http::Recoding::Unchanged,
         )
         .unwrap();
         capture.push(&response.as_bytes()[head.head_len..]);

@@ -249,23 +249,8 @@ fn write_chunk_size(len: u64, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
-    /// A sink that records what it got, file ranges as markers.
-    #[derive(Default)]
-    struct Record(Vec<u8>);
-
-    impl Sink for Record {
-        fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-            write(&mut self.0)
-        }
-        fn shared(&mut self, data: Arc<[u8]>) {
-            self.0.extend_from_slice(&data);
-        }
-        fn file(&mut self, _: Arc<File>, offset: u64, len: u64) {
-            write!(self.0, "[file {offset}+{len}]").unwrap();
-        }
-    }
+    use crate::testing::Record;
 
     fn file() -> Arc<File> {
         Arc::new(tempfile::tempfile().unwrap())

@@ -65,6 +65,7 @@ mod head;
 mod limits;
 mod method;
 mod range;
+mod recode;
 mod request;
 mod response;
 mod syntax;
@@ -93,6 +94,7 @@ pub use limits::{
 };
 pub use method::{is_registered_method, Method};
 pub use range::{parse_range, RangeRequest};
+pub use recode::{BodyFilter, Recode, RecodeOffer, Recoding};
 pub use request::{BodyFraming, Noted, Parser, Request};
 pub use response::{
     reason_phrase, start_relayed_response, start_response, write_age_and_end,

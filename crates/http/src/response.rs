@@ -23,6 +23,7 @@ use crate::body::{Framing, Http1Body, Sink};
 use crate::conditional::write_http_date;
 use crate::field_lines::{write_header, write_header_u64};
 use crate::forward::{write_joined, HopByHop};
+use crate::recode::{self, Recoding};
 use crate::version::Version;
 
 /// Standard reason phrase for `status` (RFC 9110 §15), or "" for codes we do
@@ -258,17 +259,19 @@ pub fn start_response<S: Sink>(head: &Head<'_>, framing: Framing, sink: &mut S) 
 /// Writes the head relaying a backend's response to a client of `client_version` into
 /// `sink` ([`write_relayed_response_head`]) and gives how its body is read from the backend
 /// and the encoder that frames it for the client: a chunked body passes as it came to an
-/// HTTP/1.1 client, and is decoded and delimited by the close for an HTTP/1.0 one.
+/// HTTP/1.1 client, and is decoded and delimited by the close for an HTTP/1.0 one. A body
+/// `recoding` codes on the way is read decoded of its framing and framed anew: chunked for
+/// an HTTP/1.1 client, by the close for an HTTP/1.0 one.
 pub fn start_relayed_response<S: Sink>(
     head: &ResponseHead<'_>,
-    client_version: Version,
-    close: bool,
+    (client_version, close): (Version, bool),
     (also, edit): (&[u8], Option<&dyn HeadEdit>),
+    recoding: Recoding,
     sink: &mut S,
 ) -> (BodyRelay, Http1Body) {
     let relay = sink.write_with(|out| {
         let from = out.len();
-        let relay = write_relayed_response_head(head, client_version, close, also, out);
+        let relay = relay_head(head, client_version, close, also, (false, recoding), out);
         if let Some(edit) = edit {
             edit.edit(out, from);
         }
@@ -276,11 +279,21 @@ pub fn start_relayed_response<S: Sink>(
     });
     let framing = match relay {
         BodyRelay::None => Framing::None,
+        _ if recoding.coding().is_some() => coded_framing(client_version),
         BodyRelay::Length(n) => Framing::Length(n),
         BodyRelay::Chunked => Framing::Framed,
         BodyRelay::Dechunk | BodyRelay::UntilClose => Framing::Close,
     };
     (relay, Http1Body::new(framing))
+}
+
+/// How a recoded body, whose length is unknown until its end, is framed for a client.
+fn coded_framing(client_version: Version) -> Framing {
+    if client_version == Version::Http11 {
+        Framing::Chunked
+    } else {
+        Framing::Close
+    }
 }
 
 /// Ends a head kept without its empty line ([`write_stored_response_head`],
@@ -347,7 +360,14 @@ pub fn write_relayed_response_head(
     also: &[u8],
     out: &mut Vec<u8>,
 ) -> BodyRelay {
-    relay_head(head, client_version, close, also, false, out)
+    relay_head(
+        head,
+        client_version,
+        close,
+        also,
+        (false, Recoding::Unchanged),
+        out,
+    )
 }
 
 /// Writes the head a cache keeps of a backend response: as
@@ -355,17 +375,27 @@ pub fn write_relayed_response_head(
 /// its connection, less every `Age` field and the empty line that ends the head,
 /// since a cache states its own age when it answers ([`write_age_and_end`]).
 /// Returns how the body is relayed (and so kept): only a body framed by length
-/// or by chunks can be replayed.
-pub fn write_stored_response_head(head: &ResponseHead<'_>, out: &mut Vec<u8>) -> BodyRelay {
-    relay_head(head, Version::Http11, false, b"", true, out)
+/// or by chunks can be replayed; a body `recoding` codes is kept chunked, as coded.
+pub fn write_stored_response_head(
+    head: &ResponseHead<'_>,
+    recoding: Recoding,
+    out: &mut Vec<u8>,
+) -> BodyRelay {
+    let relay = relay_head(head, Version::Http11, false, b"", (true, recoding), out);
+    match relay {
+        BodyRelay::None => BodyRelay::None,
+        _ if recoding.coding().is_some() => BodyRelay::Chunked,
+        relay => relay,
+    }
 }
 
 /// Writes the head of the `304 Not Modified` a cache answers a conditional
 /// request for a stored `head` with: the status line and the fields RFC 9110
 /// §15.4.5 has a 304 repeat (Cache-Control, Content-Location, Date, ETag,
 /// Expires, Vary), and Server, as the stored response has them, without the
-/// empty line that ends the head ([`write_age_and_end`] follows).
-pub fn write_not_modified_head(head: &ResponseHead<'_>, out: &mut Vec<u8>) {
+/// empty line that ends the head ([`write_age_and_end`] follows); with `ETag` and `Vary`
+/// as `recoding` changed them in the stored response.
+pub fn write_not_modified_head(head: &ResponseHead<'_>, recoding: Recoding, out: &mut Vec<u8>) {
     const REPEATED: [&str; 7] = [
         "cache-control",
         "content-location",
@@ -379,25 +409,35 @@ pub fn write_not_modified_head(head: &ResponseHead<'_>, out: &mut Vec<u8>) {
     let hop_by_hop = HopByHop::new(head.header_values("connection"));
     for (name, value) in head.headers() {
         if REPEATED.iter().any(|r| name.eq_ignore_ascii_case(r)) && !hop_by_hop.contains(name) {
-            write_header(name, value, out);
+            if recoding.coding().is_some() && name.eq_ignore_ascii_case("etag") {
+                recode::write_weak_etag(value, out);
+            } else {
+                write_header(name, value, out);
+            }
         }
+    }
+    if recoding.varies() && !recode::vary_covers_accept_encoding(head.header_values("vary")) {
+        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     }
 }
 
-/// The relayed head, or with `stored` the head a cache keeps (no `Age`, not ended).
+/// The relayed head, or with `stored` the head a cache keeps (no `Age`, not ended), its
+/// fields and framing changed as `recoding` says. Returns how the body is read from the
+/// backend: a recoded one is read decoded of its chunks, whatever the client.
 fn relay_head(
     head: &ResponseHead<'_>,
     client_version: Version,
     close: bool,
     also: &[u8],
-    stored: bool,
+    (stored, recoding): (bool, Recoding),
     out: &mut Vec<u8>,
 ) -> BodyRelay {
     let client_11 = client_version == Version::Http11;
+    let coded = recoding.coding().is_some();
     let relay = match head.framing {
         ResponseFraming::None => BodyRelay::None,
         ResponseFraming::Length(n) => BodyRelay::Length(n),
-        ResponseFraming::Chunked if client_11 => BodyRelay::Chunked,
+        ResponseFraming::Chunked if client_11 && !coded => BodyRelay::Chunked,
         ResponseFraming::Chunked => BodyRelay::Dechunk,
         ResponseFraming::UntilClose => BodyRelay::UntilClose,
     };
@@ -416,13 +456,29 @@ fn relay_head(
         let managed = name.eq_ignore_ascii_case("content-length")
             || (relay != BodyRelay::Chunked && name.eq_ignore_ascii_case("trailer"))
             || (stored && name.eq_ignore_ascii_case("age"));
-        if managed || hop_by_hop.contains(name) {
+        if managed || hop_by_hop.contains(name) || (coded && recode::replaced_when_coded(name)) {
+            continue;
+        }
+        if coded && name.eq_ignore_ascii_case("etag") {
+            recode::write_weak_etag(value, out);
             continue;
         }
         write_header(name, value, out);
     }
+    if !interim {
+        recode::write_recoding_fields(recoding, head, out);
+    }
 
-    match relay {
+    let framing_for_client = match relay {
+        BodyRelay::None => BodyRelay::None,
+        // Framed anew: chunked for an HTTP/1.1 client, by the close for an HTTP/1.0 one.
+        _ if coded && client_11 => BodyRelay::Chunked,
+        _ if coded => BodyRelay::Dechunk,
+        relay => relay,
+    };
+    match framing_for_client {
+        // A recoded HEAD response cannot know its coded length.
+        BodyRelay::None if coded => {}
         BodyRelay::None => {
             // RFC 9110 §8.6: a HEAD or 304 response may state the length of
             // the body it omits; 1xx and 204 must not carry one at all.
@@ -434,6 +490,7 @@ fn relay_head(
             }
         }
         BodyRelay::Length(n) => write_header_u64("Content-Length", n, out),
+        BodyRelay::Chunked if coded => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
         BodyRelay::Chunked | BodyRelay::UntilClose => {
             // The bytes keep the backend's transfer-codings, so the client
             // must be told them; only HTTP/1.1 clients understand them.
@@ -456,7 +513,11 @@ fn relay_head(
                 out.extend_from_slice(line);
             }
         }
-        let close = close || matches!(relay, BodyRelay::Dechunk | BodyRelay::UntilClose);
+        let close = close
+            || matches!(
+                framing_for_client,
+                BodyRelay::Dechunk | BodyRelay::UntilClose
+            );
         write_connection(client_version, close, out);
     }
     if !stored {

@@ -415,6 +415,16 @@ fn parsed(resp: &[u8], f: impl FnOnce(&ResponseHead<'_>)) {
     f(&h);
 }
 
+/// The same for a HEAD request.
+fn parsed_head_request(resp: &[u8], f: impl FnOnce(&ResponseHead<'_>)) {
+    let mut parser = ResponseParser::new(Limits::default());
+    let h = parser
+        .parse(resp, true)
+        .unwrap()
+        .expect("complete response");
+    f(&h);
+}
+
 #[test]
 fn stored_heads_are_relayed_heads_without_age_or_end() {
     let resp = b"HTTP/1.1 200 OK\r\nAge: 5\r\nCache-Control: max-age=60\r\nConnection: X-Hop\r\n\
@@ -422,7 +432,7 @@ fn stored_heads_are_relayed_heads_without_age_or_end() {
     parsed(resp, |h| {
         let mut stored = Vec::new();
         assert_eq!(
-            write_stored_response_head(h, &mut stored),
+            write_stored_response_head(h, Recoding::Unchanged, &mut stored),
             BodyRelay::Length(2)
         );
         assert_eq!(
@@ -445,7 +455,7 @@ fn stored_heads_are_relayed_heads_without_age_or_end() {
     parsed(b"HTTP/1.1 200 OK\r\nX: y\r\n\r\n", |h| {
         let mut stored = Vec::new();
         assert_eq!(
-            write_stored_response_head(h, &mut stored),
+            write_stored_response_head(h, Recoding::Unchanged, &mut stored),
             BodyRelay::UntilClose
         );
     });
@@ -459,7 +469,7 @@ fn not_modified_heads_repeat_what_a_304_must() {
                  cache-control: max-age=9\r\nContent-Length: 2\r\n\r\nhi";
     parsed(resp, |h| {
         let mut out = Vec::new();
-        write_not_modified_head(h, &mut out);
+        write_not_modified_head(h, Recoding::Unchanged, &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 304 Not Modified\r\nServer: b\r\nETag: W/\"x1\"\r\n\
@@ -532,4 +542,122 @@ fn the_connections_own_lines_go_on_every_final_head_before_connection() {
         b"HTTP/1.1 200 OK\r\nStrict-Transport-Security: max-age=63072000\r\n\
           Connection: close\r\nAge: 1\r\n\r\n"
     );
+}
+
+/// The head relayed for a body coded on the way with gzip, to a `client`.
+fn recoded(resp: &[u8], client: Version, recoding: Recoding) -> (String, BodyRelay, Framing) {
+    let mut out = crate::testing::Record::default();
+    let mut result = None;
+    parsed(resp, |h| {
+        let (relay, body) =
+            start_relayed_response(h, (client, false), (b"", None), recoding, &mut out);
+        result = Some((relay, body.framing()));
+    });
+    let (relay, framing) = result.unwrap();
+    (String::from_utf8(out.0).unwrap(), relay, framing)
+}
+
+#[test]
+fn a_coded_body_is_read_unframed_and_sent_chunked_to_http11() {
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"v1\"\r\n\
+                 Accept-Ranges: bytes\r\nContent-Encoding: identity\r\nContent-Length: 5000\r\n\r\n";
+    let (head, relay, framing) = recoded(resp, Version::Http11, Recoding::Coded("gzip"));
+    assert_eq!(relay, BodyRelay::Length(5000));
+    assert_eq!(framing, Framing::Chunked);
+    assert_eq!(
+        head,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: W/\"v1\"\r\n\
+         Content-Encoding: gzip\r\nVary: Accept-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    // A chunked backend body is decoded, and framed anew.
+    let chunked =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nVary: Cookie, accept-encoding\r\n\
+                    Transfer-Encoding: chunked\r\n\r\n";
+    let (head, relay, framing) = recoded(chunked, Version::Http11, Recoding::Coded("br"));
+    assert_eq!(relay, BodyRelay::Dechunk);
+    assert_eq!(framing, Framing::Chunked);
+    assert_eq!(
+        head,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nVary: Cookie, accept-encoding\r\n\
+         Content-Encoding: br\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+}
+
+#[test]
+fn a_coded_body_to_http10_ends_with_the_close() {
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let (head, relay, framing) = recoded(resp, Version::Http10, Recoding::Coded("zstd"));
+    assert_eq!(relay, BodyRelay::Dechunk);
+    assert_eq!(framing, Framing::Close);
+    assert_eq!(
+        head,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: zstd\r\n\
+         Vary: Accept-Encoding\r\nConnection: close\r\n\r\n"
+    );
+}
+
+#[test]
+fn a_response_that_could_have_been_coded_says_it_varies() {
+    let resp = b"HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nVary: *\r\nContent-Length: 3\r\n\r\n";
+    let (head, relay, framing) = recoded(resp, Version::Http11, Recoding::Varies);
+    assert_eq!((relay, framing), (BodyRelay::Length(3), Framing::Length(3)));
+    // `*` covers Accept-Encoding already; the ETag stays strong, the bytes being the backend's.
+    assert_eq!(
+        head,
+        "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nVary: *\r\nContent-Length: 3\r\n\r\n"
+    );
+    let plain = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n";
+    let (head, _, _) = recoded(plain, Version::Http11, Recoding::Varies);
+    assert_eq!(
+        head,
+        "HTTP/1.1 200 OK\r\nVary: Accept-Encoding\r\nContent-Length: 3\r\n\r\n"
+    );
+}
+
+#[test]
+fn a_coded_head_response_states_no_length() {
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5000\r\n\r\n";
+    let mut out = crate::testing::Record::default();
+    parsed_head_request(resp, |h| {
+        let (relay, body) = start_relayed_response(
+            h,
+            (Version::Http11, false),
+            (b"", None),
+            Recoding::Coded("gzip"),
+            &mut out,
+        );
+        assert_eq!((relay, body.framing()), (BodyRelay::None, Framing::None));
+    });
+    assert_eq!(
+        String::from_utf8(out.0).unwrap(),
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n\
+         Vary: Accept-Encoding\r\n\r\n"
+    );
+}
+
+#[test]
+fn a_coded_body_is_kept_chunked_and_its_304_matches() {
+    // Even one that ends with the backend's close: coded, it is framed by chunks.
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"v2\"\r\n\
+                 Cache-Control: max-age=60\r\n\r\n";
+    parsed(resp, |h| {
+        let mut stored = Vec::new();
+        assert_eq!(
+            write_stored_response_head(h, Recoding::Coded("gzip"), &mut stored),
+            BodyRelay::Chunked
+        );
+        assert_eq!(
+            String::from_utf8(stored).unwrap(),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: W/\"v2\"\r\n\
+             Cache-Control: max-age=60\r\nContent-Encoding: gzip\r\nVary: Accept-Encoding\r\n\
+             Transfer-Encoding: chunked\r\n"
+        );
+        let mut not_modified = Vec::new();
+        write_not_modified_head(h, Recoding::Coded("gzip"), &mut not_modified);
+        assert_eq!(
+            String::from_utf8(not_modified).unwrap(),
+            "HTTP/1.1 304 Not Modified\r\nETag: W/\"v2\"\r\nCache-Control: max-age=60\r\n\
+             Vary: Accept-Encoding\r\n"
+        );
+    });
 }

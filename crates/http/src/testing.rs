@@ -86,3 +86,20 @@ impl Rng {
         from[self.below(from.len())]
     }
 }
+
+/// A sink that records what it got, file ranges as markers.
+#[derive(Default)]
+pub(crate) struct Record(pub(crate) Vec<u8>);
+
+impl crate::Sink for Record {
+    fn write_with<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        write(&mut self.0)
+    }
+    fn shared(&mut self, data: std::sync::Arc<[u8]>) {
+        self.0.extend_from_slice(&data);
+    }
+    fn file(&mut self, _: std::sync::Arc<std::fs::File>, offset: u64, len: u64) {
+        use std::io::Write as _;
+        write!(self.0, "[file {offset}+{len}]").unwrap();
+    }
+}

@@ -19,6 +19,7 @@ use fastpath_http::{
 use crate::access_log::Peer;
 use crate::kernel_bridge::KernelBridge;
 use crate::metrics::WorkerMetrics;
+use crate::modules::compress::ProxiedCompression;
 use crate::reply::{Answer, Writer};
 
 /// The interim answer to `Expect: 100-continue` for a body read before the backend is asked.
@@ -84,6 +85,8 @@ pub(crate) struct Sink<'s> {
     pub(crate) also: Option<&'s Arc<[u8]>>,
     /// Rules this request's response head goes through (a module's), whoever makes it.
     pub(crate) edit: Option<Arc<dyn fastpath_http::HeadEdit>>,
+    /// How a backend's response to this request may be compressed (a module's policy).
+    pub(crate) compress: Option<Arc<fastpath_modules::compress::Policy>>,
 }
 
 impl Sink<'_> {
@@ -295,6 +298,11 @@ impl Backends {
             client_close: incoming.client_close,
             also: sink.also.cloned(),
             edit: sink.edit.clone(),
+            recode: sink.compress.take().map(|policy| {
+                let accept_encoding = request.noted(Noted::AcceptEncoding);
+                Box::new(ProxiedCompression::new(policy, accept_encoding))
+                    as Box<dyn fastpath_http::RecodeOffer>
+            }),
             cache,
             carrier,
             wait_for_connection: incoming.stream,

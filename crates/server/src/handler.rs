@@ -560,6 +560,7 @@ impl HttpHandler {
                         now,
                         also: conn.tls.as_ref().and_then(|tls| tls.hsts.as_ref()),
                         edit: None,
+                        compress: None,
                     };
                     let scrape = conn.scrape;
                     let served = (requests, scrape, waiting.take());
@@ -767,6 +768,7 @@ impl HttpHandler {
             );
             user = notes.user;
             sink.edit = notes.head_edit;
+            sink.compress = notes.compress;
             match notes.error_pages {
                 Some(pages) => self.with_error_page(route, &pages, request),
                 None => route,

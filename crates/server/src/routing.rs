@@ -315,6 +315,8 @@ pub(crate) struct ModuleNotes {
     pub(crate) error_pages: Option<std::sync::Arc<crate::module::ErrorPages>>,
     /// The rules its response head goes through.
     pub(crate) head_edit: Option<std::sync::Arc<dyn fastpath_http::HeadEdit>>,
+    /// How its response may be compressed on the fly.
+    pub(crate) compress: Option<std::sync::Arc<fastpath_modules::compress::Policy>>,
 }
 
 /// What a request gets when the configuration has modules: the modules in its scope
@@ -354,15 +356,16 @@ pub(crate) fn route_by_modules(
         head_edit: None,
     };
     let answered = modules.run(&mut exchange, host);
+    let compress = exchange.compress.take();
     let notes = ModuleNotes {
         user: exchange.user.take(),
         error_pages: exchange.error_pages.take(),
         head_edit: exchange.head_edit.take(),
+        compress: compress.clone(),
     };
     if let Some(response) = answered {
         return (Route::Module(Box::new(response)), notes);
     }
-    let compress = exchange.compress.take();
     if !exchange.rewritten {
         let located = Located {
             compress: compress.as_deref(),

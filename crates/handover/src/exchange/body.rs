@@ -10,7 +10,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fastpath_drivers::{BufferPool, Input, Output};
-use fastpath_http::{BodyForwarding, BodyRelay, ChunkedDecoder, Http1Body, Piece, Sink};
+use fastpath_http::{
+    BodyFilter, BodyForwarding, BodyRelay, ChunkedDecoder, Http1Body, Piece, Sink,
+};
 
 use crate::Capture;
 
@@ -273,35 +275,97 @@ pub(crate) fn forward_body(
 /// Room left before a chunk's data for its size line: 16 hex digits and CRLF.
 const CHUNK_HEADER_ROOM: usize = 18;
 
-/// Moves response body bytes from the backend's input through `encoder` to `sink`. Returns
-/// the body bytes moved and whether the body is complete; `Err` for a malformed chunked
-/// body.
+/// A body coded on the way to the client: the filter, and its output between pieces.
+pub(crate) struct Coded {
+    filter: Box<dyn BodyFilter>,
+    out: Vec<u8>,
+    ended: bool,
+}
+
+impl Coded {
+    pub(crate) fn new(filter: Box<dyn BodyFilter>) -> Coded {
+        Coded {
+            filter,
+            out: Vec::new(),
+            ended: false,
+        }
+    }
+
+    /// Codes `piece`, passing what the filter has ready to `encoder`; the bytes passed.
+    fn push(&mut self, piece: &[u8], encoder: &mut Http1Body, sink: &mut BodySink<'_>) -> u64 {
+        self.filter.push(piece, &mut self.out);
+        self.pass(encoder, sink)
+    }
+
+    /// Ends the coded body when the backend's is `done`, else makes what was coded so far
+    /// decodable: either way it all goes to `encoder`.
+    pub(crate) fn end_or_flush(
+        &mut self,
+        done: bool,
+        encoder: &mut Http1Body,
+        sink: &mut BodySink<'_>,
+    ) {
+        if done {
+            if !std::mem::replace(&mut self.ended, true) {
+                self.filter.finish(&mut self.out);
+            }
+        } else {
+            self.filter.flush(&mut self.out);
+        }
+        self.pass(encoder, sink);
+    }
+
+    fn pass(&mut self, encoder: &mut Http1Body, sink: &mut BodySink<'_>) -> u64 {
+        let n = self.out.len();
+        if n > 0 {
+            encoder.piece(Piece::Bytes(&self.out), sink);
+            self.out.clear();
+        }
+        n as u64
+    }
+}
+
+/// Moves response body bytes from the backend's input through `encoder` (after `filter`, if
+/// the body is coded on the way) to `sink`. Returns the body bytes moved (what the filter
+/// passed on, for a coded body) and whether the body is complete; `Err` for a malformed
+/// chunked body.
 pub(crate) fn relay_body(
     relay: &BodyRelay,
     remaining: &mut u64,
     decoder: &mut Option<Box<ChunkedDecoder>>,
     input: &mut Input,
-    encoder: &mut Http1Body,
+    (encoder, mut filter): (&mut Http1Body, Option<&mut Coded>),
     sink: &mut BodySink<'_>,
 ) -> Result<(u64, bool), ()> {
+    let mut pass = |piece: &[u8], encoder: &mut Http1Body, sink: &mut BodySink<'_>| match filter
+        .as_deref_mut()
+    {
+        Some(coded) => coded.push(piece, encoder, sink),
+        None => {
+            encoder.piece(Piece::Bytes(piece), sink);
+            piece.len() as u64
+        }
+    };
     match relay {
         BodyRelay::None => Ok((0, true)),
         BodyRelay::Length(_) => {
             let n = (*remaining).min(input.len() as u64) as usize;
+            let mut moved = 0;
             if n > 0 {
-                encoder.piece(Piece::Bytes(&input.data()[..n]), sink);
+                moved = pass(&input.data()[..n], encoder, sink);
                 input.consume(n);
                 *remaining -= n as u64;
             }
-            Ok((n as u64, *remaining == 0))
+            Ok((moved, *remaining == 0))
         }
         BodyRelay::UntilClose => {
             let n = input.len();
+            let mut moved = 0;
             if n > 0 {
-                encoder.piece(Piece::Bytes(input.data()), sink);
+                moved = pass(input.data(), encoder, sink);
                 input.consume(n);
             }
-            Ok((n as u64, false))
+            Ok((moved, false))
         }
         BodyRelay::Chunked => {
             // Passed as it came, chunk lines and trailers included: the decoder only finds
@@ -319,10 +383,7 @@ pub(crate) fn relay_body(
             let mut moved = 0u64;
             let data = input.data();
             let (used, done) = decoder
-                .feed(data, |piece| {
-                    moved += piece.len() as u64;
-                    encoder.piece(Piece::Bytes(piece), sink);
-                })
+                .feed(data, |piece| moved += pass(piece, encoder, sink))
                 .map_err(|_| ())?;
             input.consume(used);
             Ok((moved, done))

@@ -119,6 +119,8 @@ pub struct Start {
     pub also: Option<std::sync::Arc<[u8]>>,
     /// Rules the relayed head goes through (a module's header rules).
     pub edit: Option<std::sync::Arc<dyn fastpath_http::HeadEdit>>,
+    /// Decides whether the response's body is coded on the way (a module's compression).
+    pub recode: Option<Box<dyn fastpath_http::RecodeOffer>>,
     /// Where the response may be kept, for a request the cache can answer.
     pub cache: Option<CacheSlot>,
     /// A bridge's joint is carried by this (the kernel path), else by pipes.

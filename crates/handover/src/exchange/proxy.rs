@@ -19,10 +19,13 @@ use std::time::{Duration, Instant};
 
 use fastpath_drivers::{ConnRef, Io, Linked, Next, PoolKey, Spliced};
 use fastpath_http::{
-    BodyForwarding, BodyFraming, BodyRelay, ChunkedDecoder, Http1Body, ResponseParser, Version,
+    BodyForwarding, BodyFraming, BodyRelay, ChunkedDecoder, Framing, Http1Body, Recode,
+    RecodeOffer, Recoding, ResponseParser, Version,
 };
 
-use super::body::{forward_body, relay_body, BodyBuffer, BodySink, OutputSink, Spill, Streaming};
+use super::body::{
+    forward_body, relay_body, BodyBuffer, BodySink, Coded, OutputSink, Spill, Streaming,
+};
 use super::{
     pool_key, why_closed, CacheSlot, Progress, Start, BACKEND_FAILED, BACKEND_TIMEOUT, CLIENT_GONE,
 };
@@ -83,6 +86,8 @@ enum Reading {
         decoder: Option<Box<ChunkedDecoder>>,
         /// Frames what is relayed for the client.
         encoder: Http1Body,
+        /// Codes the body on the way, its output gathered in `coded` between pieces.
+        filter: Option<Box<Coded>>,
     },
     /// The rest of the body, `len` bytes, moves from the backend through a kernel pipe.
     Spliced { len: u64 },
@@ -147,6 +152,8 @@ pub struct ProxyExchange {
     also: Option<std::sync::Arc<[u8]>>,
     /// Rules the relayed head goes through (a module's).
     edit: Option<std::sync::Arc<dyn fastpath_http::HeadEdit>>,
+    /// Asked at the head whether the body is coded on the way.
+    recode: Option<Box<dyn RecodeOffer>>,
     /// Status relayed, for the access log.
     pub status: u16,
     /// Body bytes relayed, for the access log.
@@ -262,6 +269,7 @@ impl ProxyExchange {
             client_close: start.client_close,
             also: start.also,
             edit: start.edit,
+            recode: start.recode,
             status: 0,
             relayed: 0,
             spill,
@@ -593,14 +601,21 @@ impl ProxyExchange {
         }
         self.reusable = head.keep_alive;
         let framing = head.framing;
+        let recode = match &self.recode {
+            Some(offer) => offer.consider(&head),
+            None => Recode::Unchanged,
+        };
+        let recoding = recode.head();
         if let Some(slot) = self.cache.as_mut() {
             // Read once, for the lifetime, the key and the copy kept.
             let fields = ResponseFields::read(head.headers());
             if let Some(ttl) = fields.lifetime("GET", false, status) {
                 slot.expires = Some(slot.since + ttl);
-                slot.vary = fields.varies_on_accept_encoding();
+                // A response coded for this client's Accept-Encoding, or one that would
+                // have been for another's, is kept per Accept-Encoding.
+                slot.vary = fields.varies_on_accept_encoding() || recoding != Recoding::Unchanged;
                 // The cache keeps its own copy of the head, from the parsed one.
-                slot.capture = Capture::new(&head, self.client_version, &fields);
+                slot.capture = Capture::new(&head, self.client_version, &fields, recoding);
             }
             if slot.capture.is_none() {
                 // Nothing will be kept: requests waiting for this fetch go to the backend
@@ -619,12 +634,12 @@ impl ProxyExchange {
         }
         let (relay, encoder) = fastpath_http::start_relayed_response(
             &head,
-            self.client_version,
-            self.client_close,
+            (self.client_version, self.client_close),
             (
                 self.also.as_deref().unwrap_or_default(),
                 self.edit.as_deref(),
             ),
+            recoding,
             &mut OutputSink {
                 output: linked.own_output,
                 pool: linked.pool,
@@ -639,14 +654,19 @@ impl ProxyExchange {
         };
         let decoder = matches!(relay, BodyRelay::Chunked | BodyRelay::Dechunk)
             .then(|| Box::new(ChunkedDecoder::new()));
-        if matches!(relay, BodyRelay::Dechunk | BodyRelay::UntilClose) {
+        if encoder.framing() == Framing::Close {
             self.client_close = true;
         }
+        let filter = match recode {
+            Recode::Coded(filter) if relay != BodyRelay::None => Some(Box::new(Coded::new(filter))),
+            _ => None,
+        };
         self.reading = Reading::Body {
             relay,
             remaining,
             decoder,
             encoder,
+            filter,
         };
         Ok(true)
     }
@@ -682,6 +702,7 @@ impl ProxyExchange {
             remaining,
             decoder,
             encoder,
+            filter,
         } = &mut self.reading
         else {
             unreachable!("the body is received after the head");
@@ -708,23 +729,47 @@ impl ProxyExchange {
                 .as_deref_mut()
                 .map(|spill| (spill, memory, max_file, dir)),
         };
-        let done = match relay_body(&relay, remaining, decoder, linked.input, encoder, &mut sink) {
+        let relayed = relay_body(
+            &relay,
+            remaining,
+            decoder,
+            linked.input,
+            (encoder, filter.as_deref_mut()),
+            &mut sink,
+        );
+        // A body delimited by the close is whole when the backend closes.
+        let ended_by_close = ended && relay == BodyRelay::UntilClose;
+        let done = match relayed {
             Ok((moved, done)) => {
                 self.relayed += moved;
-                done
+                done || ended_by_close
             }
             Err(()) => return Outcome::Drop(Progress::Broken(BACKEND_FAILED)),
         };
+        if let Some(coded) = filter.as_deref_mut() {
+            // What was coded so far goes now: at the end, or as the backend pauses (a body
+            // that streams must reach the client as it is made).
+            let before = encoder.written();
+            coded.end_or_flush(done, encoder, &mut sink);
+            self.relayed += encoder.written() - before;
+        }
         if done {
-            encoder.end(&mut OutputSink {
-                output: linked.own_output,
-                pool: linked.pool,
-            });
+            // Through the body's sink: a coded body's last chunk is kept and spilled with
+            // the rest of it.
+            encoder.end(&mut sink);
+            if ended_by_close {
+                // The backend's connection is gone; the client's goes on only when the
+                // body went framed (chunked, as coded on the way).
+                return Outcome::Drop(Progress::Finished {
+                    close: self.client_close,
+                });
+            }
             return self.finish(linked);
         }
         // The rest of a long body framed by length moves through a kernel pipe, unless it is
         // being kept for the cache.
         if !capturing
+            && filter.is_none()
             && can_splice
             && matches!(relay, BodyRelay::Length(_))
             && *remaining >= SPLICE_MIN_BODY
@@ -736,13 +781,8 @@ impl ProxyExchange {
             return Outcome::Wait(Next::Read, Deadline::Set(cx.now + idle));
         }
         if ended {
-            // A body delimited by the close is complete now; any other is cut.
-            return if relay == BodyRelay::UntilClose {
-                self.client_close = true;
-                Outcome::Drop(Progress::Finished { close: true })
-            } else {
-                Outcome::Drop(Progress::Broken(BACKEND_FAILED))
-            };
+            // Any body but one delimited by the close is cut.
+            return Outcome::Drop(Progress::Broken(BACKEND_FAILED));
         }
         Outcome::Wait(Next::Read, Deadline::Set(cx.now + idle))
     }

@@ -9,7 +9,7 @@ use crate::module::{
 
 mod access;
 mod basic_auth;
-mod compress;
+pub(crate) mod compress;
 mod error_pages;
 mod headers;
 mod listing;
