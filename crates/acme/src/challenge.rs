@@ -34,6 +34,11 @@ impl ChallengeKind {
 }
 
 /// The certificate a tls-alpn-01 validation must be shown, with its key.
+///
+/// With rustls, make its `CertifiedKey` with `CertifiedKey::new` and the provider's
+/// `load_private_key`: `CertifiedKey::from_der` checks the pair by parsing the certificate
+/// with webpki, which refuses the critical acmeIdentifier extension every such certificate
+/// has.
 #[derive(Clone)]
 pub struct AlpnCertificate {
     /// The self-signed certificate, DER.

@@ -882,6 +882,168 @@ mod tests {
         assert!(dechunk(huge.as_bytes(), 64).unwrap_err().contains("over"));
     }
 
+    /// A TLS server on 127.0.0.1 for the client's tests: each accepted connection is handed
+    /// to `serve` with its number, as a plaintext stream; the roots that trust it.
+    fn tls_server(
+        serve: impl Fn(usize, &mut dyn ReadWrite) + Send + Sync + 'static,
+    ) -> (u16, TrustRoots, tempfile::TempDir) {
+        use fastpath_testkit::{KeyKind, TestPki};
+        let dir = tempfile::tempdir().unwrap();
+        let pki = TestPki::new(dir.path());
+        let (chain, key) = pki.leaf("server", &["127.0.0.1"], KeyKind::EcdsaP256);
+        let chain: Vec<_> = CertificateDer::pem_file_iter(&chain)
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&key).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let config = Arc::new(config);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let serve = Arc::new(serve);
+        std::thread::spawn(move || {
+            for (n, sock) in listener.incoming().enumerate() {
+                let Ok(sock) = sock else { continue };
+                let (config, serve) = (config.clone(), serve.clone());
+                std::thread::spawn(move || {
+                    let conn = rustls::ServerConnection::new(config).unwrap();
+                    let mut tls = StreamOwned::new(conn, sock);
+                    serve(n, &mut tls);
+                });
+            }
+        });
+        let roots = TrustRoots::only(pki.ca());
+        (port, roots, dir)
+    }
+
+    trait ReadWrite: Read + Write {}
+    impl<T: Read + Write> ReadWrite for T {}
+
+    /// Reads one request head (and a body of `Content-Length`), `false` at the end.
+    fn read_request(stream: &mut dyn ReadWrite) -> bool {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => return false,
+            }
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let length = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .map(|v| v.trim().parse::<usize>().unwrap())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).is_ok()
+    }
+
+    fn quick() -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(2),
+            io: Duration::from_millis(400),
+            request: Duration::from_millis(700),
+        }
+    }
+
+    #[test]
+    fn a_connection_the_server_closed_is_reopened_and_bodies_come_whole() {
+        let (port, roots, _dir) = tls_server(|n, stream| match n {
+            // The first connection answers twice, chunked then by length, then closes as
+            // an idle connection would.
+            0 => {
+                assert!(read_request(stream));
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nReplay-Nonce: n1\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+                );
+                assert!(read_request(stream));
+                let _ = stream.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok");
+                let _ = stream.flush();
+            }
+            // The second, after the client found the first closed.
+            _ => {
+                while read_request(stream) {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nagain",
+                    );
+                }
+            }
+        });
+        let mut https = Https::new(&roots, quick()).unwrap();
+        let url = format!("https://127.0.0.1:{port}/x");
+        let first = https.request(Method::Get, &url, None).unwrap();
+        assert_eq!(
+            (first.status, &first.body[..], first.nonce()),
+            (200, &b"abc"[..], Some("n1"))
+        );
+        let second = https.request(Method::Post, &url, Some(b"{}")).unwrap();
+        assert_eq!((second.status, &second.body[..]), (201, &b"ok"[..]));
+        // The server has closed the first connection: the third request goes on a new one.
+        std::thread::sleep(Duration::from_millis(100));
+        let third = https.request(Method::Get, &url, None).unwrap();
+        assert_eq!((third.status, &third.body[..]), (200, &b"again"[..]));
+        // `Connection: close` was heeded: nothing is kept.
+        assert!(https.connection.is_none());
+    }
+
+    #[test]
+    fn a_server_that_never_answers_times_out_and_a_huge_body_is_refused() {
+        let (port, roots, _dir) = tls_server(|n, stream| {
+            if read_request(stream) && n == 1 {
+                let _ = stream.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                        MAX_BODY + 1
+                    )
+                    .as_bytes(),
+                );
+            }
+            // Otherwise silent, connection held open.
+            std::thread::sleep(Duration::from_secs(3));
+        });
+        let mut https = Https::new(&roots, quick()).unwrap();
+        let url = format!("https://127.0.0.1:{port}/");
+        let started = Instant::now();
+        match https.request(Method::Get, &url, None) {
+            Err(Error::Io { source, .. }) => {
+                assert_eq!(source.kind(), io::ErrorKind::TimedOut, "{source}")
+            }
+            other => panic!("not a timeout: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        match https.request(Method::Get, &url, None) {
+            Err(Error::Protocol(what)) => assert!(what.contains("over"), "{what}"),
+            other => panic!("a huge body read: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_server_not_trusted_is_refused_in_the_handshake() {
+        let (port, _roots, _dir) = tls_server(|_, stream| {
+            let _ = read_request(stream);
+        });
+        let other = tempfile::tempdir().unwrap();
+        let pki = fastpath_testkit::TestPki::new(other.path());
+        let mut https = Https::new(&TrustRoots::only(pki.ca()), quick()).unwrap();
+        match https.request(Method::Get, &format!("https://127.0.0.1:{port}/"), None) {
+            Err(Error::Io { context, .. }) => {
+                assert!(context.contains("TLS handshake"), "{context}")
+            }
+            other => panic!("an untrusted server answered: {other:?}"),
+        }
+    }
+
     #[test]
     fn a_nonce_must_be_base64url() {
         let mut response = Response {
