@@ -1045,6 +1045,24 @@ mod tests {
     }
 
     #[test]
+    fn the_system_roots_and_a_private_root_are_trusted_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = fastpath_testkit::TestPki::new(dir.path());
+        let private = TrustRoots::only(pki.ca()).store().unwrap();
+        assert_eq!(private.len(), 1);
+        let system = TrustRoots::system().store().unwrap();
+        let both = TrustRoots {
+            system: true,
+            extra: vec![pki.ca().to_owned()],
+        };
+        assert_eq!(both.store().unwrap().len(), system.len() + 1);
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        assert!(TrustRoots::only(&empty).store().is_err());
+        assert!(TrustRoots::default().store().is_err());
+    }
+
+    #[test]
     fn a_nonce_must_be_base64url() {
         let mut response = Response {
             status: 200,

@@ -211,6 +211,18 @@ fn revokes_a_certificate_then_obtains_another() {
     .certificate;
     assert_ne!(second.leaf_der, first.leaf_der);
     pebble.verify_chain(&second.chain_pem, "v.example.test");
+    // Revoked by the certificate's own key (the `jwk` form), as when the account is lost.
+    let key_pem = std::fs::read_to_string(second.key_path()).unwrap();
+    let cert_key = fastpath_acme::AccountKey::from_pkcs8_pem(&key_pem).unwrap();
+    account
+        .client()
+        .revoke_with_certificate_key(&second.leaf_der, &cert_key, None)
+        .unwrap();
+    let again = account.revoke(&second.leaf_der, None).unwrap_err();
+    assert!(
+        again.problem().is_some_and(|p| p.is("alreadyRevoked")),
+        "{again}"
+    );
 }
 
 #[test]
