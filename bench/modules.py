@@ -13,7 +13,12 @@ One run, on this machine's two cores:
         and level), and `[[module]] basic_auth` on /private/;
       - fastpath with the content cache off (`[cache] enabled = false`): every request
         compresses anew;
-  * the cases: the page with `Accept-Encoding: gzip` (16 connections); the 1 KiB private
+  * a backend for both, a third nginx on CPU 1 serving the same page under /app/ without
+    compression: nginx proxies /app/ to it (`proxy_pass` over kept connections) and gzips
+    what comes back, fastpath relays it through `[[route]]` and compresses it as it passes;
+    neither keeps the backend's response (it has no freshness to cache by);
+  * the cases: the page with `Accept-Encoding: gzip` (16 connections); the same page from
+    the backend, gzip on the fly (16 connections); the 1 KiB private
     file with `Authorization: Basic` against a bcrypt entry (htpasswd -B -C 5) and against
     a {SHA} entry (16 connections);
   * in interleaved rounds (--rounds, the servers' order turned each round, medians
@@ -46,6 +51,15 @@ from h2 import parse_h2load  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTS = {"fastpath": 18361, "fastpath, cache off": 18362, "nginx": 18363}
+BACKEND_PORT = 18364
+
+BACKEND = """daemon off; master_process off; worker_processes 1; pid {work}/backend.pid;
+error_log {work}/backend.err warn; worker_rlimit_nofile 20000;
+events {{ worker_connections 8192; }}
+http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  open_file_cache max=100; types {{ text/html html; }}
+  server {{ listen 127.0.0.1:{port} backlog=4096; root {root}; }} }}
+"""
 USERS = {"bcrypt": ("alice", "wonderland", "-B"), "sha": ("bob", "builder", "-s")}
 
 NGINX = """daemon off; master_process off; worker_processes 1; pid {work}/nginx.pid;
@@ -55,7 +69,10 @@ http {{ access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
   open_file_cache max=100; default_type application/octet-stream;
   types {{ text/html html; }}
   gzip on; gzip_comp_level 6; gzip_types text/html; gzip_min_length 256; gzip_vary on;
+  upstream backend {{ server 127.0.0.1:{backend}; keepalive 32; }}
   server {{ listen 127.0.0.1:{port} backlog=4096; root {root};
+    location /app/ {{ proxy_pass http://backend; proxy_http_version 1.1;
+      proxy_set_header Connection ""; }}
     location /private/ {{ auth_basic "Staff"; auth_basic_user_file {work}/htpasswd; }} }} }}
 """
 
@@ -79,10 +96,18 @@ name = "basic_auth"
 prefix = "/private/"
 realm = "Staff"
 user_file = "{work}/htpasswd"
+[[backend]]
+name = "app"
+addresses = "127.0.0.1:{backend}"
+[[route]]
+backend = "app"
+prefix = "/app/"
 """
 
 CASES = [
     ("gzip", "100 KiB page, gzip on the fly", "/page.html", ["-H", "Accept-Encoding: gzip"]),
+    ("proxied", "100 KiB page from a backend, gzip on the fly", "/app/page.html",
+     ["-H", "Accept-Encoding: gzip"]),
     ("bcrypt", "1 KiB, basic auth (bcrypt)", "/private/1k.html", None),
     ("sha", "1 KiB, basic auth ({SHA})", "/private/1k.html", None),
 ]
@@ -132,8 +157,8 @@ def measure(pid, port, path, options, duration):
             "busy": cpu_busy(core_before, core_after, 0) or 0.0, "problems": r["problems"]}
 
 
-def check_gzip(name, port, expected):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/page.html",
+def check_gzip(name, port, expected, path="/page.html"):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
                                  headers={"Accept-Encoding": "gzip"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         body = resp.read()
@@ -158,9 +183,11 @@ def main():
     work = tempfile.mkdtemp(prefix="fastpath-modules.")
     root = os.path.join(work, "www")
     os.makedirs(os.path.join(root, "private"))
+    os.makedirs(os.path.join(root, "app"))
     the_page = page()
-    with open(os.path.join(root, "page.html"), "wb") as f:
-        f.write(the_page)
+    for name in ("page.html", "app/page.html"):
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(the_page)
     with open(os.path.join(root, "private", "1k.html"), "wb") as f:
         f.write(b"<p>" + b"s" * 1014 + b"</p>\n")
     lines = []
@@ -170,23 +197,34 @@ def main():
     with open(os.path.join(work, "htpasswd"), "w") as f:
         f.write("\n".join(lines) + "\n")
     servers = {}
+    backend = None
     try:
+        with open(os.path.join(work, "backend.conf"), "w") as f:
+            f.write(BACKEND.format(work=work, port=BACKEND_PORT, root=root))
+        backend = subprocess.Popen(
+            ["taskset", "-c", "1", "nginx", "-c", os.path.join(work, "backend.conf"), "-p", work],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for name in ("fastpath", "fastpath, cache off"):
             conf = os.path.join(work, f"{PORTS[name]}.toml")
             with open(conf, "w") as f:
                 f.write(FASTPATH.format(port=PORTS[name], root=root, work=work,
+                                        backend=BACKEND_PORT,
                                         cache="true" if name == "fastpath" else "false"))
             servers[name] = subprocess.Popen(
                 ["taskset", "-c", "0", binary, "serve", "--config", conf] + root_flag(binary),
                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, f"{name}.err"), "w"))
         with open(os.path.join(work, "nginx.conf"), "w") as f:
-            f.write(NGINX.format(work=work, port=PORTS["nginx"], root=root))
+            f.write(NGINX.format(work=work, port=PORTS["nginx"], root=root,
+                                 backend=BACKEND_PORT))
         servers["nginx"] = subprocess.Popen(
             ["taskset", "-c", "0", "nginx", "-c", os.path.join(work, "nginx.conf"), "-p", work],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for name in servers:
             wait_port(PORTS[name])
+        wait_port(BACKEND_PORT)
         sizes = {name: check_gzip(name, PORTS[name], the_page) for name in servers}
+        for name in servers:
+            check_gzip(name, PORTS[name], the_page, "/app/page.html")
         load_start = loadavg()
         results = {}
         order = list(servers)
@@ -194,6 +232,7 @@ def main():
             for key, label, path, options in CASES:
                 opts = options if options is not None else auth_header(key)
                 for name in order:
+                    # The content cache is for static files: off, only their case differs.
                     if key != "gzip" and name == "fastpath, cache off":
                         continue
                     r = measure(servers[name].pid, PORTS[name], path, opts, a.duration)
@@ -205,9 +244,10 @@ def main():
             order = order[1:] + order[:1]
         load_end = loadavg()
     finally:
-        for p in servers.values():
+        every = list(servers.values()) + ([backend] if backend else [])
+        for p in every:
             p.terminate()
-        for p in servers.values():
+        for p in every:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
