@@ -12,31 +12,10 @@ use std::time::{Duration, SystemTime};
 use crate::util::*;
 use fastpath_testkit::{read_response, Listening};
 
-/// The generated server, built once: the project goes under the target directory, so later
-/// runs rebuild only what changed.
+/// The generated server, built once, beside the other examples.
 fn http10() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        // BIN is TARGET/PROFILE/fastpath.
-        let target = Path::new(BIN).parent().unwrap().parent().unwrap();
-        let dir = target.join("nest-examples").join("http10");
-        let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/nest/http10.nest");
-        let out = Command::new(BIN)
-            .args(["nest", "build"])
-            .arg(&spec)
-            .arg("-o")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run fastpath nest build");
-        assert!(
-            out.status.success(),
-            "fastpath nest build failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir.join("target/release/http10")
-    })
+    BUILT.get_or_init(|| crate::nest_examples::example("http10"))
 }
 
 /// A running http10 server on one model; SIGTERM and wait on drop (its log shown if the
