@@ -262,6 +262,24 @@ fn decode(coding: &str, body: &[u8]) -> Vec<u8> {
     out.stdout
 }
 
+/// `r` is a 200 whose body is `page` compressed with `coding`, saying that it varies
+/// (`what` names the case in a failure).
+fn assert_compressed(r: &Response, coding: &str, page: &[u8], what: &str) {
+    r.assert_status(200);
+    r.assert_header("content-encoding", coding);
+    r.assert_header("vary", "Accept-Encoding");
+    assert!(
+        r.body.len() < page.len() / 2,
+        "{what}: {} bytes",
+        r.body.len()
+    );
+    assert_eq!(
+        decode(coding, &r.body),
+        page,
+        "{what}: the body decoded differs"
+    );
+}
+
 /// A page of 100 KiB that compresses as pages do.
 fn page() -> Vec<u8> {
     let mut page = b"<!DOCTYPE html>\n<html><body>\n".to_vec();
@@ -306,19 +324,7 @@ httptest!(compress_on_the_fly_by_the_clients_preference, h2, |model| {
         ("*", "br"),
     ] {
         let r = srv.get_with("/page.html", &[("Accept-Encoding", accept)]);
-        r.assert_status(200);
-        r.assert_header("content-encoding", coding);
-        r.assert_header("vary", "Accept-Encoding");
-        assert!(
-            r.body.len() < page.len() / 2,
-            "{accept}: {} bytes",
-            r.body.len()
-        );
-        assert_eq!(
-            decode(coding, &r.body),
-            page,
-            "{accept}: the body decoded differs"
-        );
+        assert_compressed(&r, coding, &page, accept);
         let etag = r.expect_header("etag").to_owned();
         assert!(etag.ends_with(&format!("-{coding}\"")), "{etag}");
         etags.push(etag);
@@ -700,21 +706,9 @@ httptest!(compress_a_backends_responses_as_they_pass, h2, |model| {
     for path in ["/app/length", "/app/chunked", "/app/close"] {
         for coding in ["gzip", "br", "zstd"] {
             let r = srv.get_with(path, &[("Accept-Encoding", coding)]);
-            r.assert_status(200);
-            r.assert_header("content-encoding", coding);
-            r.assert_header("vary", "Accept-Encoding");
+            assert_compressed(&r, coding, &page, path);
             r.assert_no_header("content-length");
             r.assert_no_header("accept-ranges");
-            assert!(
-                r.body.len() < page.len() / 2,
-                "{path} {coding}: {} bytes",
-                r.body.len()
-            );
-            assert_eq!(
-                decode(coding, &r.body),
-                page,
-                "{path} {coding}: decoded differs"
-            );
         }
     }
     // The strong tag is made weak: the bytes are not the backend's.
