@@ -17,7 +17,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 mod bridge;
+mod probe;
 pub use bridge::{bridge_path, BridgePath, Joined as BridgeJoined};
+pub use probe::{
+    describe, kernel_wins_from, probe_echo, EchoProbe, KERNEL_MARGIN, PROBE_SIZES, PROBE_TIME,
+};
 
 /// Whether a service uses the kernel path (`kernel_path` in its configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

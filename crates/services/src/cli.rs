@@ -17,7 +17,7 @@ use fastpath_sockets::thrift::{Limits, Transport};
 use fastpath_sockets::{serve, units, DriverConfig, ListenAddr, ModelKind, ServiceOptions};
 use toml_edit::{Document, Item, Value};
 
-use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder, AUTO_KERNEL_FROM};
+use crate::{Echo, EchoConfig, ForwardConfig, ForwardStats, Forwarder};
 
 /// What both services take.
 #[derive(Args, Debug, Clone, Default)]
@@ -493,12 +493,9 @@ fn echo_setup(args: &EchoArgs, starting: bool) -> Result<EchoSetup, String> {
     // What the kernel may hold for a client beyond its send buffer: as much as user space
     // queues for one.
     let max_held = config.output_limit.min(u32::MAX as usize) as u32;
-    // auto: only where it wins (the buffer sizes measured in BENCHMARKS.md).
-    let (from, scope) = match mode {
-        KernelMode::Auto => (
-            AUTO_KERNEL_FROM,
-            format!("buffers of {AUTO_KERNEL_FROM} bytes and more, where it wins"),
-        ),
+    let (mut from, scope) = match mode {
+        // Narrowed below to where the probe finds that the kernel wins.
+        KernelMode::Auto => (u32::MAX, "the buffer sizes where it wins".to_string()),
         _ => (0, "every connection".to_string()),
     };
     let (kernel, kernel_line) = if setup.tls.is_some() {
@@ -523,7 +520,15 @@ fn echo_setup(args: &EchoArgs, starting: bool) -> Result<EchoSetup, String> {
                 .to_string(),
         )
     } else {
-        fastpath_kernel::echo_outcome(mode, sockets, max_held, &scope)?
+        let (kernel, line) = fastpath_kernel::echo_outcome(mode, sockets, max_held, &scope)?;
+        match kernel {
+            Some(path) if mode == KernelMode::Auto => {
+                let (chosen, line) = auto_echo_from(&path);
+                from = chosen.unwrap_or(u32::MAX);
+                (chosen.map(|_| path), line)
+            }
+            kernel => (kernel, line),
+        }
     };
     Ok(EchoSetup {
         setup,
@@ -532,6 +537,43 @@ fn echo_setup(args: &EchoArgs, starting: bool) -> Result<EchoSetup, String> {
         from,
         kernel_line,
     })
+}
+
+/// Where `kernel_path = "auto"` hands connections to the kernel, by a probe of both paths
+/// on this machine: the smallest announced buffer from which the kernel's echo moved at
+/// least as many messages as user space's (`None`: nowhere), and the log line that says so
+/// with the figures.
+fn auto_echo_from(path: &fastpath_kernel::EchoPath) -> (Option<u32>, String) {
+    let sizes = fastpath_kernel::PROBE_SIZES;
+    match fastpath_kernel::probe_echo(path, &sizes, fastpath_kernel::PROBE_TIME) {
+        Ok(results) => {
+            let figures = format!(
+                "the kernel's echo against user space's messages per second, {:.1} × needed: {}",
+                fastpath_kernel::KERNEL_MARGIN,
+                fastpath_kernel::describe(&results)
+            );
+            match fastpath_kernel::kernel_wins_from(&results) {
+                Some(from) => (
+                    Some(from),
+                    format!(
+                        "kernel path: on for buffers of {from} bytes and more (kernel_path = \
+                         \"auto\": measured at start, {figures})"
+                    ),
+                ),
+                None => (
+                    None,
+                    format!(
+                        "kernel path: off (kernel_path = \"auto\": measured at start, \
+                         {figures})"
+                    ),
+                ),
+            }
+        }
+        Err(e) => (
+            None,
+            format!("kernel path: off (kernel_path = \"auto\": the probe of it failed: {e})"),
+        ),
+    }
 }
 
 /// Runs `fastpath echo`.

@@ -58,12 +58,6 @@ pub struct Echo {
     kernel_from: u32,
 }
 
-/// The smallest announced buffer whose connection `kernel_path = "auto"` hands to the
-/// kernel: below it the in-kernel echo loses to user space on this kind of machine
-/// (BENCHMARKS.md, "Kernel path": 0.74-0.85x the messages/s at 32 B-1 KiB, 1.2-1.9x from
-/// 2 KiB on).
-pub const AUTO_KERNEL_FROM: u32 = 2048;
-
 impl Echo {
     /// A worker with `config`, in user space.
     pub fn new(config: EchoConfig) -> Self {

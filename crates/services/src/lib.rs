@@ -25,5 +25,5 @@ pub mod cli;
 mod echo;
 mod forward;
 
-pub use echo::{Echo, EchoConfig, EchoConn, AUTO_KERNEL_FROM};
+pub use echo::{Echo, EchoConfig, EchoConn};
 pub use forward::{ForwardConfig, ForwardConn, ForwardStats, Forwarder};
