@@ -601,7 +601,33 @@ impl Config {
             } else {
                 vec![b"http/1.1".to_vec()]
             },
+            auto: self
+                .acme_hosts()
+                .map(|host| {
+                    let dir = self.acme_certificate_dir(host);
+                    fastpath_tls::CertificateFiles {
+                        names: host.names.clone(),
+                        chain: dir.join(fastpath_acme::CERT_FILE),
+                        key: dir.join(fastpath_acme::KEY_FILE),
+                    }
+                })
+                .collect(),
+            acme_challenges: (self.acme_hosts().next().is_some()
+                && self.acme.challenge == fastpath_acme::ChallengeKind::TlsAlpn01)
+                .then(|| self.acme.challenges_dir()),
         })
+    }
+
+    /// The hosts with `tls = "auto"`.
+    pub fn acme_hosts(&self) -> impl Iterator<Item = &HostConfig> {
+        self.hosts.iter().filter(|h| h.tls_auto)
+    }
+
+    /// Where the ACME client stores `host`'s certificate: the store's directory of its
+    /// first name.
+    pub fn acme_certificate_dir(&self, host: &HostConfig) -> PathBuf {
+        let first = host.names.first().map_or("", String::as_str);
+        self.acme.state_dir.join(first)
     }
 
     /// The files TLS is read from, watched for changes that reload the server: every

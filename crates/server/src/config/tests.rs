@@ -2231,6 +2231,22 @@ tls = "auto"
     assert!(c.acme.agree_terms);
     let settings = c.tls_settings().unwrap();
     assert!(settings.certificates.is_empty());
+    let dir = c.acme.state_dir.join("a.example.test");
+    assert_eq!(
+        settings.auto,
+        vec![fastpath_tls::CertificateFiles {
+            names: vec!["a.example.test".into(), "www.a.example.test".into()],
+            chain: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        }]
+    );
+    assert_eq!(
+        settings.acme_challenges,
+        Some(c.acme.state_dir.join("challenges"))
+    );
+    // The auto certificates' files are the ACME client's to replace: not watched for a
+    // reload.
+    assert!(c.tls_files().is_empty());
 }
 
 #[test]
