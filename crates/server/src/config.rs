@@ -749,6 +749,21 @@ impl Config {
                 ));
             }
         }
+        let directory = self.acme.directory.as_deref().unwrap_or("the ACME server");
+        for files in &settings.auto {
+            let names = files.names.join(", ");
+            let chain = files.chain.display();
+            notes.push(match fastpath_tls::inspect(files) {
+                Ok(report) => format!(
+                    "TLS: {names}: certificate from ACME on disk ({chain}), valid until {},                      renewed by the server before then",
+                    httpdate::fmt_http_date(report.not_after)
+                ),
+                Err(_) if !files.chain.exists() => {
+                    format!("TLS: {names}: certificate to be obtained from {directory}")
+                }
+                Err(e) => format!("TLS: {names}: the certificate on disk cannot be used ({e})"),
+            });
+        }
         notes.push(match &settings.tickets {
             fastpath_tls::TicketKeys::Rotating { every } => format!(
                 "TLS: session ticket keys made at start, shared by every process and kept \
