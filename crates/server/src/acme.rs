@@ -215,7 +215,7 @@ impl Keeper {
         });
         let covers = |c: &StoredCertificate| names.iter().all(|n| c.names.contains(n));
         let cert = match current {
-            Some(cert) if covers(&cert) && !cert.renewal_due(SystemTime::now()) => {
+            Some(cert) if covers(&cert) && renew_at(&cert) > SystemTime::now() => {
                 self.ask_renewal_window(i, &store, cert)
             }
             current => {
@@ -239,14 +239,13 @@ impl Keeper {
                         "obtained"
                     },
                     httpdate::fmt_http_date(cert.not_after),
-                    httpdate::fmt_http_date(cert.renew_at())
+                    httpdate::fmt_http_date(renew_at(&cert))
                 );
                 self.hosts[i].ari_asked = Some(Instant::now());
                 cert
             }
         };
-        let until = cert
-            .renew_at()
+        let until = renew_at(&cert)
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO);
         Ok(Instant::now() + until.min(MAX_WAIT))
@@ -283,6 +282,26 @@ impl Keeper {
             }
         }
     }
+}
+
+/// When to renew `cert`: two thirds into its lifetime, or, when the CA suggested a
+/// renewal window (ARI), a point in the first half of it. RFC 9773 asks for a random point,
+/// so that the CA's clients do not all come at once; here the point follows from the
+/// certificate itself, so that a restart does not move it. Not the window's start: a CA may
+/// start it at issuance (Pebble does for short-lived certificates), which would renew each
+/// new certificate at once.
+fn renew_at(cert: &StoredCertificate) -> SystemTime {
+    use std::hash::{Hash, Hasher};
+    let Some(window) = &cert.renewal_window else {
+        return cert.renew_at();
+    };
+    let Ok(width) = window.end.duration_since(window.start) else {
+        return window.start;
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    cert.leaf_der.hash(&mut hasher);
+    let fraction = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    window.start + width.mul_f64(fraction / 2.0)
 }
 
 /// How long to wait after the `failures`th failure in a row: the CA's Retry-After when it
@@ -406,6 +425,48 @@ mod tests {
             retry_after: Some(Duration::from_secs(7200)),
         };
         assert_eq!(retry_wait(&limited, 1), Duration::from_secs(7200));
+    }
+
+    #[test]
+    fn renewal_is_at_two_thirds_or_in_the_first_half_of_the_cas_window() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut cert = StoredCertificate {
+            dir: PathBuf::from("/nowhere"),
+            names: vec!["a.example.test".into()],
+            chain_pem: String::new(),
+            leaf_der: vec![1, 2, 3],
+            not_before: start,
+            not_after: start + Duration::from_secs(90),
+            ari_id: None,
+            renewal_window: None,
+        };
+        assert_eq!(renew_at(&cert), start + Duration::from_secs(60));
+        // A window from issuance to expiry, as Pebble gives a short-lived certificate.
+        let window = |from: u64, to: u64| fastpath_acme::RenewalInfo {
+            start: start + Duration::from_secs(from),
+            end: start + Duration::from_secs(to),
+            explanation_url: None,
+            retry_after: None,
+        };
+        cert.renewal_window = Some(window(0, 90));
+        let mut points = Vec::new();
+        for leaf in 0..50u8 {
+            cert.leaf_der = vec![leaf; 8];
+            let at = renew_at(&cert);
+            assert!(
+                at >= start && at <= start + Duration::from_secs(45),
+                "{at:?}"
+            );
+            // The same certificate, the same point.
+            assert_eq!(renew_at(&cert), at);
+            points.push(at);
+        }
+        points.sort();
+        points.dedup();
+        assert!(points.len() > 40, "spread over the window: {points:?}");
+        // A window in the past (the CA wants it replaced now) is due at once.
+        cert.renewal_window = Some(window(0, 1));
+        assert!(renew_at(&cert) <= start + Duration::from_secs(1));
     }
 
     #[test]
