@@ -262,6 +262,33 @@ impl Pebble {
         std::fs::write(path, body).expect("write Pebble's root");
     }
 
+    /// The leaf certificate (DER) a TLS server on 127.0.0.1:`port` shows for `name`, its
+    /// chain verified against Pebble's issuing root; why not, as text.
+    pub fn served_leaf(&self, port: u16, name: &str) -> Result<Vec<u8>, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.issuing_root()).map_err(|e| e.to_string())?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let server_name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
+        let mut conn = rustls::ClientConnection::new(Arc::new(config), server_name)
+            .map_err(|e| e.to_string())?;
+        let mut sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        sock.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut sock).map_err(|e| e.to_string())?;
+        }
+        let leaf = conn
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .ok_or("no certificate")?;
+        Ok(leaf.to_vec())
+    }
+
     /// Pebble's issuing root, from its management interface.
     pub fn issuing_root(&self) -> CertificateDer<'static> {
         let body = https_get(&self.ca_pem, self.management_port, "/roots/0");
