@@ -106,12 +106,10 @@ impl AutoCertificate {
         if found.is_some() && found != current.seen {
             match load(&self.files, provider) {
                 Ok(key) => {
-                    if current.key.is_some() {
-                        tracing::info!(
-                            "TLS: serving the renewed certificate {}",
-                            self.files.chain.display()
-                        );
-                    }
+                    // Debug only: each new `prefork` child starts from its parent's copy,
+                    // taken before any renewal, and reads the file again on its first
+                    // handshake.
+                    tracing::debug!("TLS: serving {}", self.files.chain.display());
                     current.key = Some(key);
                     current.seen = found;
                 }
