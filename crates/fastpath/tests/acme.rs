@@ -326,3 +326,58 @@ fn check_says_what_each_auto_host_gets() {
         "{after}"
     );
 }
+
+/// Started as root with `user`: the ACME process drops to the user like the serving
+/// processes, which read the files it writes (the key too, private to that user).
+fn obtains_as_the_configured_user(model: Model, test: &str) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        fastpath_testkit::skip(
+            test,
+            fastpath_testkit::Missing::Environment,
+            "needs root: it checks the switch from root to another user",
+        );
+        return;
+    }
+    let Some(tools) = Tools::find(test) else {
+        return;
+    };
+    let auto = Auto::new();
+    let pebble = Pebble::start(&tools, auto.options());
+    // Temporary directories are private to root: the user reaches the state directory and
+    // Pebble's root through the site's.
+    std::fs::set_permissions(auto.site.base(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ca = auto.site.base().join("pebble-https-ca.pem");
+    std::fs::copy(&pebble.ca_pem, &ca).unwrap();
+    std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let text = format!(
+        "user = \"nobody\"\n{}",
+        auto.config(&pebble.directory_url, &ca, "")
+    );
+    let srv = auto
+        .site
+        .server(model)
+        .without_run_as_root()
+        .config(&text)
+        .configured_listen()
+        .start();
+    if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
+        return;
+    }
+    let key = std::fs::metadata(auto.state().join(NAME).join("key.pem")).unwrap();
+    let nobody = std::fs::metadata(auto.state()).unwrap().uid();
+    assert_ne!(nobody, 0, "the state directory is the user's");
+    assert_eq!(key.uid(), nobody);
+    assert_eq!(key.permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn obtains_as_the_configured_user_on_epoll() {
+    obtains_as_the_configured_user("epoll", "acme as a user epoll");
+}
+
+#[test]
+fn obtains_as_the_configured_user_on_prefork() {
+    obtains_as_the_configured_user("prefork", "acme as a user prefork");
+}

@@ -71,6 +71,13 @@ pub(crate) fn start(
             .mode(0o755)
             .create(dir)
             .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+        // The ACME process writes here after dropping privileges: the directories are
+        // given to the user it drops to (their files are its own already).
+        if let Some((uid, gid)) = switch.map(|s| s.owner()) {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("chown {}: {e}", dir.display()))
+            })?;
+        }
     }
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the caller has one thread; the child only runs `child_main` and exits.
