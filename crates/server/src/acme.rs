@@ -40,11 +40,15 @@ pub(crate) struct AcmeProcess {
 
 impl Drop for AcmeProcess {
     fn drop(&mut self) {
-        // SAFETY: signals and collects our own child.
+        // SAFETY: signals and collects our own child. `prefork`'s parent collects every
+        // child that ends, this one too: a pid that is no longer our child (ECHILD) may be
+        // another process's by now, and is left alone.
         unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
             let mut status = 0;
-            libc::waitpid(self.pid, &mut status, 0);
+            if libc::waitpid(self.pid, &mut status, libc::WNOHANG) == 0 {
+                libc::kill(self.pid, libc::SIGKILL);
+                libc::waitpid(self.pid, &mut status, 0);
+            }
         }
     }
 }
@@ -113,7 +117,13 @@ pub(crate) fn start(
         // parent's destructors).
         unsafe { libc::_exit(1) }
     }
-    Keeper::new(&config.acme, directory, hosts).run()
+    // A panic must not unwind into `serve`: this process would then go on as a second
+    // server.
+    let keeper = Keeper::new(&config.acme, directory, hosts);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keeper.run()));
+    tracing::error!("ACME: the process keeping the certificates failed; restart the server");
+    // SAFETY: as above.
+    unsafe { libc::_exit(1) }
 }
 
 /// One auto host's certificate, and when to look at it again.
