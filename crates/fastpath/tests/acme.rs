@@ -381,3 +381,66 @@ fn obtains_as_the_configured_user_on_epoll() {
 fn obtains_as_the_configured_user_on_prefork() {
     obtains_as_the_configured_user("prefork", "acme as a user prefork");
 }
+
+/// A reload's new server serves the certificate on disk, and its ACME process orders no
+/// other: the old one's ended with the old server.
+#[test]
+fn a_reload_serves_the_certificate_obtained_without_ordering_again() {
+    let Some(tools) = Tools::find("acme reload") else {
+        return;
+    };
+    let auto = Auto::new();
+    let pebble = Pebble::start(&tools, auto.options());
+    let pid_file = auto.site.base().join("fastpath.pid");
+    let text = format!(
+        "pid_file = {pid_file:?}\n{}",
+        auto.config(&pebble.directory_url, &pebble.ca_pem, "")
+    );
+    let srv = auto
+        .site
+        .server("epoll")
+        .config(&text)
+        .configured_listen()
+        .start();
+    if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
+        return;
+    }
+    let first = pebble.served_leaf(auto.tls, NAME).unwrap();
+    let acme_pid: u32 = {
+        let err = srv.stderr();
+        let at = err
+            .find(", kept by process ")
+            .expect("the ACME process's pid")
+            + 18;
+        err[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    crate::reload::replace(&pid_file, libc::SIGHUP);
+    // The old server's ACME process ended with it.
+    let gone = wait_for(Duration::from_secs(5), || {
+        (!std::path::Path::new(&format!("/proc/{acme_pid}")).exists()).then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "ACME process {acme_pid} outlived its server"
+    );
+    assert_eq!(pebble.served_leaf(auto.tls, NAME).unwrap(), first);
+    // Time for the new ACME process to look at the certificate and find it good.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        srv.stderr().matches("ACME: certificate for").count(),
+        1,
+        "{}",
+        srv.report()
+    );
+    assert_eq!(
+        srv.stderr().matches(", kept by process").count(),
+        2,
+        "{}",
+        srv.report()
+    );
+}
