@@ -1,8 +1,6 @@
 //! The client against Pebble, Let's Encrypt's test ACME server: whole orders over http-01
 //! and tls-alpn-01 validated for real, renewal with ARI, revocation, and what goes wrong.
 
-mod pebble;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -10,7 +8,7 @@ use fastpath_acme::{
     obtain, obtain_order, renew, Account, CertificateStore, ChallengeBoard, ChallengeKind, Client,
     Error, OrderSpec, Published, Status,
 };
-use pebble::{Options, Pebble, Tools};
+use fastpath_testkit::pebble::{Options, Pebble, Tools};
 
 fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()

@@ -8,6 +8,7 @@ mod macros;
 
 mod util;
 
+mod acme;
 mod bad_input;
 mod basic;
 mod bench_streams;

@@ -94,6 +94,62 @@ pub struct Config {
     pub http2_only: Vec<usize>,
     /// Modules (`[[module]]`), in file order, each configured by its module.
     pub modules: Vec<crate::module::ModuleUse>,
+    /// Certificates obtained from an ACME server for the hosts with `tls = "auto"`
+    /// (`[acme]`).
+    pub acme: AcmeConfig,
+}
+
+/// The `[acme]` table: where the hosts with `tls = "auto"` get their certificates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcmeConfig {
+    /// The ACME server's directory URL (`directory`); required when a host is auto.
+    pub directory: Option<String>,
+    /// The account's contact URLs (`contact`), `mailto:` added to a bare address.
+    pub contact: Vec<String>,
+    /// The account key's file (`account_key`); `None`: `STATE_DIR/account.key`.
+    pub account_key: Option<PathBuf>,
+    /// Where certificates, keys and challenges are kept (`state_dir`).
+    pub state_dir: PathBuf,
+    /// A PEM file of the roots the ACME server's own HTTPS is checked with, for a private
+    /// CA (`ca_root`); `None`: the system's bundle.
+    pub ca_root: Option<PathBuf>,
+    /// The challenge type answered (`challenge`).
+    pub challenge: fastpath_acme::ChallengeKind,
+    /// Agree to the CA's terms of service when the account is made (`agree_terms`).
+    pub agree_terms: bool,
+}
+
+impl Default for AcmeConfig {
+    fn default() -> Self {
+        AcmeConfig {
+            directory: None,
+            contact: Vec::new(),
+            account_key: None,
+            state_dir: PathBuf::from(ACME_STATE_DIR),
+            ca_root: None,
+            challenge: fastpath_acme::ChallengeKind::Http01,
+            agree_terms: true,
+        }
+    }
+}
+
+/// Where `[acme] state_dir` is unless set.
+pub const ACME_STATE_DIR: &str = "/var/lib/fastpath/acme";
+
+impl AcmeConfig {
+    /// The account key's file.
+    pub fn account_key_path(&self) -> PathBuf {
+        self.account_key
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("account.key"))
+    }
+
+    /// Where answers to challenges are written for every serving process to read:
+    /// `STATE_DIR/challenges` (http-01 key authorizations by token, tls-alpn-01
+    /// certificates by name under `tls-alpn-01/`).
+    pub fn challenges_dir(&self) -> PathBuf {
+        self.state_dir.join("challenges")
+    }
 }
 
 /// The `[http2]` table.
@@ -337,6 +393,8 @@ pub struct HostConfig {
     /// The `Strict-Transport-Security` value its responses over TLS carry (`hsts`);
     /// inherited from the top level unless a `[[host]]` sets its own.
     pub hsts: Option<String>,
+    /// Its certificate is obtained and renewed from the ACME server (`tls = "auto"`).
+    pub tls_auto: bool,
 }
 
 /// One problem found in a configuration file.
@@ -401,6 +459,7 @@ impl Default for Config {
             https_redirects: Vec::new(),
             http2_only: Vec::new(),
             modules: Vec::new(),
+            acme: AcmeConfig::default(),
             user: None,
             group: None,
             run_as_root: false,
@@ -459,6 +518,7 @@ impl Default for HostConfig {
             tls_certificate: None,
             tls_key: None,
             hsts: None,
+            tls_auto: false,
         }
     }
 }
@@ -541,7 +601,33 @@ impl Config {
             } else {
                 vec![b"http/1.1".to_vec()]
             },
+            auto: self
+                .acme_hosts()
+                .map(|host| {
+                    let dir = self.acme_certificate_dir(host);
+                    fastpath_tls::CertificateFiles {
+                        names: host.names.clone(),
+                        chain: dir.join(fastpath_acme::CERT_FILE),
+                        key: dir.join(fastpath_acme::KEY_FILE),
+                    }
+                })
+                .collect(),
+            acme_challenges: (self.acme_hosts().next().is_some()
+                && self.acme.challenge == fastpath_acme::ChallengeKind::TlsAlpn01)
+                .then(|| self.acme.challenges_dir()),
         })
+    }
+
+    /// The hosts with `tls = "auto"`.
+    pub fn acme_hosts(&self) -> impl Iterator<Item = &HostConfig> {
+        self.hosts.iter().filter(|h| h.tls_auto)
+    }
+
+    /// Where the ACME client stores `host`'s certificate: the store's directory of its
+    /// first name.
+    pub fn acme_certificate_dir(&self, host: &HostConfig) -> PathBuf {
+        let first = host.names.first().map_or("", String::as_str);
+        self.acme.state_dir.join(first)
     }
 
     /// The files TLS is read from, watched for changes that reload the server: every
@@ -662,6 +748,21 @@ impl Config {
                     report.covers.join(", ")
                 ));
             }
+        }
+        let directory = self.acme.directory.as_deref().unwrap_or("the ACME server");
+        for files in &settings.auto {
+            let names = files.names.join(", ");
+            let chain = files.chain.display();
+            notes.push(match fastpath_tls::inspect(files) {
+                Ok(report) => format!(
+                    "TLS: {names}: certificate from ACME on disk ({chain}), valid until {},                      renewed by the server before then",
+                    httpdate::fmt_http_date(report.not_after)
+                ),
+                Err(_) if !files.chain.exists() => {
+                    format!("TLS: {names}: certificate to be obtained from {directory}")
+                }
+                Err(e) => format!("TLS: {names}: the certificate on disk cannot be used ({e})"),
+            });
         }
         notes.push(match &settings.tickets {
             fastpath_tls::TicketKeys::Rotating { every } => format!(

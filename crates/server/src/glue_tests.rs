@@ -875,3 +875,43 @@ mod h2 {
         assert_eq!(client.goaway, None);
     }
 }
+
+#[test]
+fn acme_http01_challenges_are_answered_from_the_state_directory_before_routing() {
+    let mut glue = Glue::with_route(
+        "listen = [{ address = \"127.0.0.1:8080\" }, { address = \"127.0.0.1:8443\", tls = true }]\n\
+         [acme]\ndirectory = \"https://ca.example.test/dir\"\nstate_dir = \"acme\"\n\
+         [[host]]\nnames = [\"a.example.test\"]\ntls = \"auto\"\n",
+        "",
+        // Every path is the backend's: the challenge must be answered before routing.
+        "prefix = \"/\"",
+    );
+    let challenges = glue.path("acme/challenges");
+    std::fs::create_dir_all(&challenges).unwrap();
+    std::fs::write(challenges.join("tok-EN_1"), "tok-EN_1.thumb").unwrap();
+    std::fs::write(glue.path("secret"), "not a token's").unwrap();
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: a.example.test\r\n\r\n");
+    let (_, r) = glue.exchange(&get("/.well-known/acme-challenge/tok-EN_1"));
+    assert_eq!(r[0].status, 200);
+    assert_eq!(r[0].text(), "tok-EN_1.thumb");
+    assert_eq!(
+        r[0].header("content-type"),
+        Some("application/octet-stream")
+    );
+    for missing in [
+        "/.well-known/acme-challenge/other",
+        "/.well-known/acme-challenge/",
+        "/.well-known/acme-challenge/..%2F..%2Fsecret",
+        "/.well-known/acme-challenge/../../secret",
+    ] {
+        let (_, r) = glue.exchange(&get(missing));
+        assert_eq!(r[0].status, 404, "{missing}");
+    }
+    let (_, r) = glue.exchange(
+        "POST /.well-known/acme-challenge/tok-EN_1 HTTP/1.1\r\nHost: a.example.test\r\n\
+         Content-Length: 0\r\n\r\n",
+    );
+    assert_eq!(r[0].status, 405);
+    // No backend was asked for any of them.
+    assert!(glue.worker.opened().is_empty());
+}

@@ -80,6 +80,9 @@ pub(crate) struct HandlerSettings {
     pub send_timeout: Duration,
     /// HTTP/2 connections' settings; `None` when HTTP/2 is off.
     pub h2: Option<fastpath_http::h2::ServerSettings>,
+    /// Where the ACME client writes the http-01 key authorizations, by token, when it
+    /// answers http-01.
+    pub acme_challenges: Option<std::path::PathBuf>,
 }
 
 impl HandlerSettings {
@@ -100,6 +103,9 @@ impl HandlerSettings {
                 .unwrap_or(libc::c_int::MAX),
             health_check: config.health_check.as_deref().map(Box::from),
             send_timeout: config.timeouts.send,
+            acme_challenges: (config.acme_hosts().next().is_some()
+                && config.acme.challenge == fastpath_acme::ChallengeKind::Http01)
+                .then(|| config.acme.challenges_dir()),
             h2: config.http2.enabled.then(|| {
                 h2::server_settings(
                     &limits,
@@ -657,6 +663,34 @@ impl HttpHandler {
         })
     }
 
+    /// The answer to an ACME http-01 validation (`/.well-known/acme-challenge/TOKEN`): the
+    /// key authorization the ACME client wrote for the token, else 404. `None` for any
+    /// other request, or when no host gets its certificate over http-01.
+    fn acme_challenge(&self, request: &Request<'_>) -> Option<Route> {
+        let dir = self.settings.acme_challenges.as_deref()?;
+        let token = request.target.strip_prefix(fastpath_acme::HTTP01_PREFIX)?;
+        if !matches!(request.kind, Method::Get | Method::Head) {
+            return Some(Route::MethodNotAllowed);
+        }
+        // A token is base64url (RFC 8555 section 8.3): nothing else names a file.
+        let token_ok = !token.is_empty()
+            && token.len() <= 256
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !token_ok {
+            return Some(Route::Error(404));
+        }
+        match std::fs::read(dir.join(token)) {
+            Ok(key_authorization) => {
+                let mut response = crate::module::Response::new(200);
+                response.body = Some(("application/octet-stream".to_owned(), key_authorization));
+                Some(Route::Module(Box::new(response)))
+            }
+            Err(_) => Some(Route::Error(404)),
+        }
+    }
+
     /// `route`, or, if it is an error a page was named for (`error_pages`), that page with
     /// its status: a module's answer keeps its fields (a 401's challenge), the page
     /// becoming its body when the page's file is held in memory.
@@ -740,6 +774,9 @@ impl HttpHandler {
                 405 => Route::MethodNotAllowed,
                 status => Route::Error(status),
             }
+        } else if let Some(answer) = self.acme_challenge(request) {
+            // Before redirects, hosts and modules: the CA asks the plain listener for it.
+            answer
         } else if self.is_health_check(request.target) {
             match request.kind {
                 Method::Get | Method::Head => Route::Health,

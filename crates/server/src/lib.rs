@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 mod access_log;
+mod acme;
 mod clock;
 pub mod config;
 mod error_log;
@@ -397,6 +398,9 @@ pub fn serve_with(
     let layered = transports(config, &served, inherited.handed.ticket_keys.take())?;
     let metrics = start_metrics(config, &served, layout.handlers, layered.handshakes)?;
     check_roots_and_access_log(config)?;
+    // Forked while this process has one thread, before the workers, the reload watcher
+    // and the kernel path; ended when `serve` returns.
+    let _acme = acme::start(config, switch.as_ref()).map_err(ServeError::Run)?;
     // Loaded while the process is still root, once: the workers and prefork's children
     // share its maps (they go when the last process holding them exits).
     let kernel_bridge = kernel_bridge::load(config).map_err(ServeError::Kernel)?;

@@ -261,6 +261,11 @@ impl Switch {
         &self.who
     }
 
+    /// The user and group dropped to.
+    pub(crate) fn owner(&self) -> (libc::uid_t, libc::gid_t) {
+        (self.uid, self.gid)
+    }
+
     /// Drops to the user for good: supplementary groups, then the group (real, effective and
     /// saved), then the user; then checks that becoming root again fails. glibc's set*id
     /// change every thread of the process, so the threads already started (the access-log

@@ -22,6 +22,8 @@
 mod cargo_build;
 mod http;
 mod listening;
+#[cfg(feature = "pebble")]
+pub mod pebble;
 mod pki;
 mod ports;
 mod superserver;

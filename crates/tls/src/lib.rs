@@ -41,12 +41,14 @@
 
 #![deny(missing_docs)]
 
+mod acme;
 mod certs;
 mod error;
 mod session;
 mod setup;
 mod tickets;
 
+pub use acme::{ACME_TLS_ALPN, ALPN_CHALLENGES};
 pub use certs::{inspect, CertificateFiles, CertificateReport};
 pub use error::TlsError;
 pub use session::TlsSession;

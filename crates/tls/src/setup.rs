@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use fastpath_drivers::{Layers, Opened, Transport, TransportSetup, Transports};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig};
 use rustls::sign::CertifiedKey;
 
+use crate::acme::{challenge_certificate, AutoCertificate, ACME_TLS_ALPN};
 use crate::certs::{covered_names, load, provider, CertificateFiles};
 use crate::error::TlsError;
 use crate::session::TlsSession;
@@ -56,6 +57,13 @@ pub struct TlsSettings {
     pub handshake_timeout: Duration,
     /// Where the session ticket keys come from.
     pub tickets: TicketKeys,
+    /// Certificates the ACME client keeps, each for its names: read when the listener is
+    /// set up if they are there yet, and again whenever their chain's file changes.
+    pub auto: Vec<CertificateFiles>,
+    /// The ACME client's challenges directory when it answers tls-alpn-01: a ClientHello
+    /// offering ALPN `acme-tls/1` gets the challenge certificate published there for its
+    /// server name (and `acme-tls/1` is offered last).
+    pub acme_challenges: Option<PathBuf>,
 }
 
 impl Default for TlsSettings {
@@ -68,6 +76,8 @@ impl Default for TlsSettings {
             alpn: vec![b"http/1.1".to_vec()],
             handshake_timeout: Duration::from_secs(10),
             tickets: TicketKeys::default(),
+            auto: Vec::new(),
+            acme_challenges: None,
         }
     }
 }
@@ -174,7 +184,7 @@ impl TlsSetup {
     /// that sessions resume across a reload.
     pub fn inheriting(settings: &TlsSettings, handed: Option<OwnedFd>) -> Result<Self, TlsError> {
         let provider = provider();
-        if settings.certificates.is_empty() {
+        if settings.certificates.is_empty() && settings.auto.is_empty() {
             return Err(TlsError::general("a TLS listener needs a certificate"));
         }
         let mut resolver = SniResolver {
@@ -182,7 +192,20 @@ impl TlsSetup {
             wildcard: HashMap::new(),
             default: None,
             unknown_name: settings.unknown_name,
+            provider: Arc::new(provider.clone()),
+            acme_challenges: settings.acme_challenges.clone(),
         };
+        // The names of a host whose certificate the ACME client keeps are its own, whatever
+        // its certificate covers (there may be none yet).
+        for files in &settings.auto {
+            let cell = Arc::new(AutoCertificate::new(files.clone(), &provider));
+            for name in &files.names {
+                resolver
+                    .exact
+                    .entry(name.to_ascii_lowercase())
+                    .or_insert_with(|| Slot::Auto(Arc::clone(&cell)));
+            }
+        }
         let loaded = settings
             .certificates
             .iter()
@@ -215,10 +238,12 @@ impl TlsSetup {
                 Some(parent) => resolver.wildcard.entry(parent.to_owned()),
                 None => resolver.exact.entry(name),
             }
-            .or_insert_with(|| Arc::clone(certified));
+            .or_insert_with(|| Slot::Fixed(Arc::clone(certified)));
         }
         resolver.default = loaded.get(settings.default_certificate).cloned();
-        if resolver.default.is_none() {
+        // With only certificates the ACME client keeps, a client that names no host of
+        // theirs has none to get.
+        if resolver.default.is_none() && !settings.certificates.is_empty() {
             return Err(TlsError::general(
                 "the default certificate is not among them",
             ));
@@ -233,6 +258,10 @@ impl TlsSetup {
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
         config.alpn_protocols = settings.alpn.clone();
+        if settings.acme_challenges.is_some() {
+            // Last: rustls picks by the server's order, and only a validation offers it.
+            config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+        }
         // Stateless tickets for TLS 1.3 and 1.2 resumption, with keys every serving process
         // shares; without them, sessions resume from the process's own cache (rustls's
         // default). 0-RTT stays off (replayable).
@@ -311,15 +340,37 @@ impl TransportSetup for TlsSetup {
     }
 }
 
+/// A name's certificate: read at start, or kept by the ACME client.
+#[derive(Debug, Clone)]
+enum Slot {
+    Fixed(Arc<CertifiedKey>),
+    Auto(Arc<AutoCertificate>),
+}
+
 /// Chooses the certificate by the ClientHello's server name: exact names first, then
-/// wildcards one label up, then the default (or none, as configured).
+/// wildcards one label up, then the default (or none, as configured). A tls-alpn-01
+/// validation gets its challenge certificate instead.
 #[derive(Debug)]
 struct SniResolver {
-    exact: HashMap<String, Arc<CertifiedKey>>,
+    exact: HashMap<String, Slot>,
     /// By the parent domain of `*.parent`.
-    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    wildcard: HashMap<String, Slot>,
     default: Option<Arc<CertifiedKey>>,
     unknown_name: UnknownName,
+    /// Loads the keys of the certificates read while serving.
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    acme_challenges: Option<PathBuf>,
+}
+
+impl SniResolver {
+    fn serve(&self, slot: &Slot) -> Option<Arc<CertifiedKey>> {
+        match slot {
+            Slot::Fixed(key) => Some(Arc::clone(key)),
+            // None before the ACME client has one: the handshake fails (no certificate)
+            // rather than showing another host's.
+            Slot::Auto(cell) => cell.get(&self.provider),
+        }
+    }
 }
 
 impl ResolvesServerCert for SniResolver {
@@ -329,12 +380,21 @@ impl ResolvesServerCert for SniResolver {
         };
         let name = name.to_ascii_lowercase();
         let name = name.strip_suffix('.').unwrap_or(&name);
+        if let Some(dir) = &self.acme_challenges {
+            let validation = hello
+                .alpn()
+                .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN));
+            if validation {
+                // Only the challenge's certificate, never the host's (RFC 8737 section 3).
+                return challenge_certificate(dir, name, &self.provider);
+            }
+        }
         if let Some(found) = self.exact.get(name) {
-            return Some(Arc::clone(found));
+            return self.serve(found);
         }
         if let Some((_, parent)) = name.split_once('.') {
             if let Some(found) = self.wildcard.get(parent) {
-                return Some(Arc::clone(found));
+                return self.serve(found);
             }
         }
         match self.unknown_name {

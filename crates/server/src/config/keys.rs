@@ -49,8 +49,8 @@ use super::check::{
     TableSpec,
 };
 use super::{
-    CacheConfig, Config, HandoverConfig, HostConfig, Http2Config, Limits, LogConfig, LogTarget,
-    MetricsConfig, Timeouts, TlsConfig, MAX_WORKERS,
+    AcmeConfig, CacheConfig, Config, HandoverConfig, HostConfig, Http2Config, Limits, LogConfig,
+    LogTarget, MetricsConfig, Timeouts, TlsConfig, MAX_WORKERS,
 };
 use fastpath_tls::{TlsVersions, UnknownName};
 use Kind::*;
@@ -131,6 +131,8 @@ pub(super) const TOP: TableSpec<Config> = TableSpec { place: "at the top level",
     key("tls", "", Table(|ck, s, c| ck.read_table(s, &TLS, &mut c.tls))),
     // HTTP/2.
     key("http2", "", Table(|ck, s, c| ck.read_table(s, &HTTP2, &mut c.http2))),
+    // Where the hosts with `tls = "auto"` get their certificates.
+    key("acme", "", Table(|ck, s, c| ck.read_table(s, &ACME, &mut c.acme))),
 
     // ---- Privileges: who the serving processes run as when started as root.
     // The user, a name or a numeric id.
@@ -272,6 +274,59 @@ pub(super) const HOST: TableSpec<HostConfig> = TableSpec { place: "in [[host]]",
     key("tls_key", "none", Custom(|ck, f, h| ck.path(f, &mut h.tls_key))),
     // As at the top level.
     key("hsts", "top-level `hsts`", Custom(|ck, f, h| ck.hsts(f, &mut h.hsts))),
+    // "auto": the certificate is obtained and renewed from the ACME server of [acme].
+    key("tls", "none", Text(|h, s| match s {
+        "auto" => {
+            h.tls_auto = true;
+            Ok(())
+        }
+        _ => Err(format!("[[host]] `tls` \"{}\" is not \"auto\"", s.escape_debug())),
+    })),
+]};
+
+#[rustfmt::skip]
+pub(super) const ACME: TableSpec<AcmeConfig> = TableSpec { place: "in [acme]", keys: &[
+    // The ACME server's directory URL; needed when a [[host]] has `tls = "auto"`.
+    key("directory", "none", Text(|a, s| {
+        if !s.starts_with("https://") {
+            return Err(format!("[acme] `directory` \"{}\" must be an https:// URL", s.escape_debug()));
+        }
+        a.directory = Some(s.to_owned());
+        Ok(())
+    })),
+    // The account's contacts: e-mail addresses ("mailto:" is added to a bare one).
+    key("contact", "none", List(|a, s| {
+        if s.is_empty() || s.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(format!("[acme] `contact` \"{}\" is not an address", s.escape_debug()));
+        }
+        a.contact.push(if s.contains(':') { s.to_owned() } else { format!("mailto:{s}") });
+        Ok(())
+    })),
+    // Where certificates, their keys and the answers to challenges are kept.
+    key("state_dir", "\"/var/lib/fastpath/acme\"", Custom(|ck, f, a| {
+        let mut dir = None;
+        ck.path(f, &mut dir);
+        if let Some(dir) = dir {
+            a.state_dir = dir;
+        }
+    })),
+    // The account key (PKCS#8 PEM, made if missing); after `state_dir`, where it is by default.
+    key("account_key", "`state_dir`/account.key", Custom(|ck, f, a| ck.path(f, &mut a.account_key))),
+    // The roots (PEM) the ACME server's HTTPS is checked with, for a private CA; unset:
+    // the system's CA bundle.
+    key("ca_root", "the system's roots", Custom(|ck, f, a| ck.path(f, &mut a.ca_root))),
+    // "http-01" (on a plain listener, port 80 for a public CA) or "tls-alpn-01" (on a TLS
+    // listener, port 443).
+    key("challenge", "\"http-01\"", Text(|a, s| {
+        a.challenge = match s {
+            "http-01" => fastpath_acme::ChallengeKind::Http01,
+            "tls-alpn-01" => fastpath_acme::ChallengeKind::TlsAlpn01,
+            _ => return Err(format!("[acme] `challenge` \"{}\" is not \"http-01\" or \"tls-alpn-01\"", s.escape_debug())),
+        };
+        Ok(())
+    })),
+    // Agree to the CA's terms of service when the account is made.
+    key("agree_terms", "true", Bool(|a, b| a.agree_terms = b)),
 ]};
 
 #[rustfmt::skip]
@@ -492,6 +547,7 @@ impl<'a> Checker<'a> {
         self.user_and_group(top.table, &c);
         self.tls_pair(top.table, &c.default_host);
         self.tls_listeners(top.table, &c);
+        self.acme_hosts(top.table, &c);
         if Field::get(top.table, "root").is_none() {
             // The default root is the config file's directory, which
             // normally exists; a position-less error covers the odd case.
@@ -840,6 +896,53 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// A host with `tls = "auto"` has neither certificate files nor wildcard names, and the
+    /// configuration has an ACME server and a TLS listener to serve what it obtains on.
+    fn acme_hosts(&mut self, top: &'a dyn toml_edit::TableLike, c: &Config) {
+        // The `tls` key's place, where the host is a `[[host]]` table (an inline one's
+        // errors have none).
+        let tables = Field::get(top, "host").and_then(|f| f.item.as_array_of_tables());
+        let mut any = None;
+        for (i, host) in c.hosts.iter().enumerate() {
+            if !host.tls_auto {
+                continue;
+            }
+            let span = tables
+                .and_then(|t| t.get(i))
+                .and_then(|t| Field::get(t, "tls"))
+                .and_then(|f| f.value_span());
+            any = any.or(Some(span.clone()));
+            if host.tls_certificate.is_some() || host.tls_key.is_some() {
+                let message = "a [[host]] with `tls = \"auto\"` has no `tls_certificate` or \
+                               `tls_key`: its certificate comes from the ACME server"
+                    .to_owned();
+                self.error(span.clone(), message);
+            }
+            if let Some(name) = host.names.iter().find(|n| n.starts_with("*.")) {
+                let message = format!(
+                    "`tls = \"auto\"` cannot cover the wildcard `{name}`: it needs the dns-01 \
+                     challenge, which fastpath does not answer"
+                );
+                self.error(span, message);
+            }
+        }
+        let Some(span) = any else {
+            return;
+        };
+        if c.acme.directory.is_none() {
+            let message = "a [[host]] with `tls = \"auto\"` needs `[acme] directory`, the \
+                           ACME server's directory URL"
+                .to_owned();
+            self.error(span.clone(), message);
+        }
+        if c.tls.listen.is_empty() {
+            let message = "a [[host]] with `tls = \"auto\"` needs a `[[listen]]` with \
+                           `tls = true` to serve its certificate on"
+                .to_owned();
+            self.error(span, message);
+        }
+    }
+
     /// A TLS listener needs a certificate to serve.
     fn tls_listeners(&mut self, top: &'a dyn toml_edit::TableLike, c: &Config) {
         if c.tls.listen.is_empty() {
@@ -847,7 +950,7 @@ impl<'a> Checker<'a> {
         }
         let any = std::iter::once(&c.default_host)
             .chain(&c.hosts)
-            .any(|h| h.tls_certificate.is_some() && h.tls_key.is_some());
+            .any(|h| h.tls_auto || (h.tls_certificate.is_some() && h.tls_key.is_some()));
         if !any {
             let span = Field::get(top, "listen")
                 .map(|f| f.value_span())
@@ -855,7 +958,8 @@ impl<'a> Checker<'a> {
             self.error(
                 span,
                 "a `[[listen]]` with `tls = true` needs a certificate: set `tls_certificate` \
-                 and `tls_key` at the top level or in a [[host]]"
+                 and `tls_key` at the top level or in a [[host]], or `tls = \"auto\"` in a \
+                 [[host]]"
                     .to_owned(),
             );
         }

@@ -183,6 +183,7 @@ names = "static.test"
         tls_certificate: None,
         tls_key: None,
         hsts: None,
+        tls_auto: false,
     };
     assert_eq!(c.default_host, top);
     assert_eq!(
@@ -198,6 +199,7 @@ names = "static.test"
                 tls_certificate: None,
                 tls_key: None,
                 hsts: None,
+                tls_auto: false,
             },
             // Everything but the names inherited from the top level.
             HostConfig {
@@ -1726,6 +1728,7 @@ fn every_table() -> Vec<(&'static str, Vec<KeyDoc>)> {
         keys(&keys::LISTEN),
         keys(&keys::TLS),
         keys(&keys::HTTP2),
+        keys(&keys::ACME),
         keys(&keys::MODULE),
     ]
 }
@@ -2192,4 +2195,105 @@ fn a_module_tells_its_errors_where_they_are() {
         9,
         "`order` \"soon\" is not one of",
     );
+}
+
+#[test]
+fn acme_hosts_get_their_certificates_from_the_acme_table() {
+    let c = ok(r#"
+listen = [{ address = "127.0.0.1:8080" }, { address = "127.0.0.1:8443", tls = true }]
+[acme]
+directory = "https://ca.example.test/dir"
+contact = ["admin@example.test", "mailto:ops@example.test"]
+state_dir = "state"
+ca_root = "ca.pem"
+challenge = "tls-alpn-01"
+[[host]]
+names = ["a.example.test", "www.a.example.test"]
+tls = "auto"
+"#);
+    assert!(c.hosts[0].tls_auto);
+    assert!(!c.default_host.tls_auto);
+    assert_eq!(
+        c.acme.directory.as_deref(),
+        Some("https://ca.example.test/dir")
+    );
+    assert_eq!(
+        c.acme.contact,
+        vec!["mailto:admin@example.test", "mailto:ops@example.test"]
+    );
+    assert!(c.acme.state_dir.ends_with("state") && c.acme.state_dir.is_absolute());
+    assert_eq!(
+        c.acme.account_key_path(),
+        c.acme.state_dir.join("account.key")
+    );
+    assert!(c.acme.ca_root.as_ref().unwrap().ends_with("ca.pem"));
+    assert_eq!(c.acme.challenge, fastpath_acme::ChallengeKind::TlsAlpn01);
+    assert!(c.acme.agree_terms);
+    let settings = c.tls_settings().unwrap();
+    assert!(settings.certificates.is_empty());
+    let dir = c.acme.state_dir.join("a.example.test");
+    assert_eq!(
+        settings.auto,
+        vec![fastpath_tls::CertificateFiles {
+            names: vec!["a.example.test".into(), "www.a.example.test".into()],
+            chain: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        }]
+    );
+    assert_eq!(
+        settings.acme_challenges,
+        Some(c.acme.state_dir.join("challenges"))
+    );
+    // The auto certificates' files are the ACME client's to replace: not watched for a
+    // reload.
+    assert!(c.tls_files().is_empty());
+}
+
+#[test]
+fn acme_mistakes_are_errors_at_their_place() {
+    let tls = "listen = [{ address = \"127.0.0.1:8443\", tls = true }]\n";
+    let acme = "[acme]\ndirectory = \"https://ca.example.test/dir\"\n";
+    // No directory.
+    assert_error(
+        &format!("{tls}[[host]]\nnames = [\"a.test\"]\ntls = \"auto\"\n"),
+        4,
+        7,
+        "needs `[acme] directory`",
+    );
+    // No TLS listener.
+    assert_error(
+        &format!("{acme}[[host]]\nnames = [\"a.test\"]\ntls = \"auto\"\n"),
+        5,
+        7,
+        "needs a `[[listen]]` with `tls = true`",
+    );
+    // A wildcard.
+    assert_error(
+        &format!("{tls}{acme}[[host]]\nnames = [\"*.a.test\"]\ntls = \"auto\"\n"),
+        6,
+        7,
+        "wildcard",
+    );
+    let found = errors(&format!(
+        "{tls}{acme}[[host]]\nnames = [\"a.test\"]\ntls = \"manual\"\n"
+    ));
+    assert!(
+        found
+            .iter()
+            .any(|e| e.starts_with("6:7: ") && e.contains("is not \"auto\"")),
+        "{found:?}"
+    );
+    assert_error(
+        "[acme]\ndirectory = \"http://ca.example.test/dir\"\n",
+        2,
+        13,
+        "must be an https:// URL",
+    );
+    assert_error(
+        "[acme]\nchallenge = \"dns-01\"\n",
+        2,
+        13,
+        "is not \"http-01\" or \"tls-alpn-01\"",
+    );
+    assert_error("[acme]\ncontact = \"a b\"\n", 2, 11, "is not an address");
 }

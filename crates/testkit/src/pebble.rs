@@ -1,6 +1,7 @@
 //! Pebble, Let's Encrypt's test ACME server, and pebble-challtestsrv as its DNS, started per
 //! test on free ports; and the test's own answers to Pebble's validations, fed from a
-//! [`ChallengeBoard`].
+//! [`ChallengeBoard`], unless the test has Pebble validate against a server of its own
+//! ([`Options::validation_ports`]).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -11,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::{free_port, skip, KeyKind, Missing, TestPki};
 use fastpath_acme::{
     Account, ChallengeBoard, ChallengeKind, Client, ClientConfig, Published, Timeouts, TrustRoots,
     ACME_TLS_ALPN,
 };
-use fastpath_testkit::{free_port, skip, KeyKind, Missing, TestPki};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 
@@ -48,6 +49,12 @@ pub struct Options {
     pub port: Option<u16>,
     /// The certificate profiles, name and validity in seconds.
     pub profiles: Vec<(&'static str, u64)>,
+    /// The ports Pebble validates http-01 and tls-alpn-01 on, for a server of the test's
+    /// own (on 127.0.0.1); `None`: the test's responders fed from [`Pebble::board`].
+    pub validation_ports: Option<(u16, u16)>,
+    /// The CA of Pebble's own HTTPS certificate, when the test needs its root before Pebble
+    /// starts; `None`: one made in Pebble's directory.
+    pub pki: Option<TestPki>,
 }
 
 impl Default for Options {
@@ -56,6 +63,8 @@ impl Default for Options {
             nonce_reject: 0,
             port: None,
             profiles: vec![("default", 90 * 86_400)],
+            validation_ports: None,
+            pki: None,
         }
     }
 }
@@ -128,19 +137,25 @@ impl Pebble {
     pub fn start(tools: &Tools, options: Options) -> Pebble {
         let dir = tempfile::tempdir().expect("temporary directory");
         // The ACME listener's certificate, from a CA of the test's own.
-        let pki = TestPki::new(dir.path());
+        let pki = options.pki.unwrap_or_else(|| TestPki::new(dir.path()));
         let (cert, key) = pki.leaf("pebble", &["127.0.0.1", "localhost"], KeyKind::EcdsaP256);
 
         // The answers to Pebble's validations, on ports the test holds from the start.
         let board = Arc::new(TestBoard::default());
-        let http = TcpListener::bind("127.0.0.1:0").expect("bind the http-01 responder");
-        let tls = TcpListener::bind("127.0.0.1:0").expect("bind the tls-alpn-01 responder");
-        let (http_port, tls_port) = (
-            http.local_addr().unwrap().port(),
-            tls.local_addr().unwrap().port(),
-        );
-        serve_http01(http, board.clone());
-        serve_tls_alpn01(tls, board.clone());
+        let (http_port, tls_port) = match options.validation_ports {
+            Some(ports) => ports,
+            None => {
+                let http = TcpListener::bind("127.0.0.1:0").expect("bind the http-01 responder");
+                let tls = TcpListener::bind("127.0.0.1:0").expect("bind the tls-alpn-01 responder");
+                let ports = (
+                    http.local_addr().unwrap().port(),
+                    tls.local_addr().unwrap().port(),
+                );
+                serve_http01(http, board.clone());
+                serve_tls_alpn01(tls, board.clone());
+                ports
+            }
+        };
 
         let dns_port = free_port();
         let dns_log = dir.path().join("challtestsrv.log");
@@ -239,6 +254,39 @@ impl Pebble {
         let key = self.dir.path().join("account.key");
         let contact = vec!["mailto:admin@example.test".to_string()];
         Account::open(self.client(), &key, &contact, true).expect("an account")
+    }
+
+    /// Writes Pebble's issuing root to `path` as PEM (for curl's `--cacert`).
+    pub fn write_issuing_root(&self, path: &Path) {
+        let body = https_get(&self.ca_pem, self.management_port, "/roots/0");
+        std::fs::write(path, body).expect("write Pebble's root");
+    }
+
+    /// The leaf certificate (DER) a TLS server on 127.0.0.1:`port` shows for `name`, its
+    /// chain verified against Pebble's issuing root; why not, as text.
+    pub fn served_leaf(&self, port: u16, name: &str) -> Result<Vec<u8>, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.issuing_root()).map_err(|e| e.to_string())?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let server_name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
+        let mut conn = rustls::ClientConnection::new(Arc::new(config), server_name)
+            .map_err(|e| e.to_string())?;
+        let mut sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        sock.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut sock).map_err(|e| e.to_string())?;
+        }
+        let leaf = conn
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .ok_or("no certificate")?;
+        Ok(leaf.to_vec())
     }
 
     /// Pebble's issuing root, from its management interface.

@@ -1,0 +1,531 @@
+//! Certificates for the hosts with `tls = "auto"`: one process of their own obtains and
+//! renews them with the ACME client (`fastpath-acme`), and every serving process reads
+//! the results from the state directory (`fastpath-tls` for the certificates and the
+//! tls-alpn-01 answers, the HTTP handler for the http-01 ones).
+//!
+//! Why a process, forked by `serve` before any worker: `prefork`'s parent must stay
+//! single-threaded (it forks), and the serving processes must never wait on a CA. The
+//! files are the only link: each is replaced atomically, so a reader sees the old version
+//! or the new one. The process runs as the serving processes do (it drops privileges the
+//! same way), so that they can read what it writes, and it dies with the server
+//! (`PR_SET_PDEATHSIG`).
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use fastpath_acme::{
+    Account, CertificateStore, ChallengeBoard, ChallengeKind, Client, ClientConfig, Error,
+    Published, StoredCertificate, TrustRoots,
+};
+
+use crate::config::{AcmeConfig, Config};
+
+/// The first wait after a failure the CA or the network may get over soon (unreachable,
+/// a server error); doubled after each failure in a row.
+const RETRY_SOON: Duration = Duration::from_secs(2);
+/// The first wait after the CA refused (a failed validation, a bad contact): CAs limit
+/// failed validations (Let's Encrypt: 5 an hour per name), so these are not hurried.
+const RETRY_REFUSED: Duration = Duration::from_secs(60);
+/// The longest wait between tries, and between looks at a certificate that is not due.
+const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// How often the CA's renewal window (ARI) is asked for, unless it says otherwise.
+const ARI_EVERY: Duration = Duration::from_secs(6 * 3600);
+
+/// The ACME process, ended (and collected) when dropped.
+pub(crate) struct AcmeProcess {
+    pid: libc::pid_t,
+}
+
+impl Drop for AcmeProcess {
+    fn drop(&mut self) {
+        // SAFETY: signals and collects our own child. `prefork`'s parent collects every
+        // child that ends, this one too: a pid that is no longer our child (ECHILD) may be
+        // another process's by now, and is left alone.
+        unsafe {
+            let mut status = 0;
+            if libc::waitpid(self.pid, &mut status, libc::WNOHANG) == 0 {
+                libc::kill(self.pid, libc::SIGKILL);
+                libc::waitpid(self.pid, &mut status, 0);
+            }
+        }
+    }
+}
+
+/// Forks the process that keeps the auto hosts' certificates, if there are any; it drops
+/// privileges with `switch` before anything else. Call while the process has one thread.
+pub(crate) fn start(
+    config: &Config,
+    switch: Option<&crate::privileges::Switch>,
+) -> std::io::Result<Option<AcmeProcess>> {
+    let hosts: Vec<Vec<String>> = config.acme_hosts().map(|h| h.names.clone()).collect();
+    if hosts.is_empty() {
+        return Ok(None);
+    }
+    let Some(directory) = config.acme.directory.clone() else {
+        return Ok(None);
+    };
+    // Made before the fork so that the serving processes find them, and with a mode that
+    // lets them read what the ACME process writes.
+    let challenges = config.acme.challenges_dir();
+    for dir in [&config.acme.state_dir, &challenges] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+        // The ACME process writes here after dropping privileges: the directories are
+        // given to the user it drops to (their files are its own already).
+        if let Some((uid, gid)) = switch.map(|s| s.owner()) {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("chown {}: {e}", dir.display()))
+            })?;
+        }
+    }
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the caller has one thread; the child only runs `child_main` and exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid > 0 {
+        tracing::info!(
+            "ACME: certificates for {} from {directory}, kept by process {pid}",
+            hosts
+                .iter()
+                .map(|names| names.join(" "))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(Some(AcmeProcess { pid }));
+    }
+    // SAFETY: in the child: dies with its parent; the server's signal handlers are not
+    // its own.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() != parent {
+            libc::_exit(0);
+        }
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+    if let Err(e) = switch.map(|s| s.apply()).transpose() {
+        tracing::error!("ACME: {e}; no certificate will be obtained");
+        // SAFETY: ends the child without running what it inherited (buffered output, the
+        // parent's destructors).
+        unsafe { libc::_exit(1) }
+    }
+    // A panic must not unwind into `serve`: this process would then go on as a second
+    // server.
+    let keeper = Keeper::new(&config.acme, directory, hosts);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keeper.run()));
+    tracing::error!("ACME: the process keeping the certificates failed; restart the server");
+    // SAFETY: as above.
+    unsafe { libc::_exit(1) }
+}
+
+/// One auto host's certificate, and when to look at it again.
+struct Host {
+    names: Vec<String>,
+    next: Instant,
+    failures: u32,
+    ari_asked: Option<Instant>,
+}
+
+struct Keeper {
+    settings: AcmeConfig,
+    directory: String,
+    hosts: Vec<Host>,
+    account: Option<Account>,
+    board: FileBoard,
+}
+
+impl Keeper {
+    fn new(settings: &AcmeConfig, directory: String, hosts: Vec<Vec<String>>) -> Keeper {
+        let now = Instant::now();
+        Keeper {
+            board: FileBoard {
+                dir: settings.challenges_dir(),
+            },
+            settings: settings.clone(),
+            directory,
+            hosts: hosts
+                .into_iter()
+                .map(|names| Host {
+                    names,
+                    next: now,
+                    failures: 0,
+                    ari_asked: None,
+                })
+                .collect(),
+            account: None,
+        }
+    }
+
+    fn run(mut self) -> ! {
+        loop {
+            let now = Instant::now();
+            let mut wake = now + MAX_WAIT;
+            for i in 0..self.hosts.len() {
+                if self.hosts[i].next <= now {
+                    let outcome = self.tend(i);
+                    let host = &mut self.hosts[i];
+                    match outcome {
+                        Ok(next) => {
+                            host.failures = 0;
+                            host.next = next;
+                        }
+                        Err(e) => {
+                            host.failures += 1;
+                            let wait = retry_wait(&e, host.failures);
+                            tracing::warn!(
+                                "ACME: {}: {e}; trying again in {}s",
+                                host.names.join(", "),
+                                wait.as_secs()
+                            );
+                            if matches!(e, Error::Io { .. }) {
+                                // The directory is read again: the CA may have moved.
+                                self.account = None;
+                            }
+                            host.next = Instant::now() + wait;
+                        }
+                    }
+                }
+                wake = wake.min(self.hosts[i].next);
+            }
+            std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    /// The account, opened (or made) on first use.
+    fn account(&mut self) -> Result<&Account, Error> {
+        if self.account.is_none() {
+            let mut config = ClientConfig::new(self.directory.clone());
+            config.roots = match &self.settings.ca_root {
+                Some(root) => TrustRoots::only(root),
+                None => TrustRoots::system(),
+            };
+            let client = Client::new(config)?;
+            let account = Account::open(
+                client,
+                &self.settings.account_key_path(),
+                &self.settings.contact,
+                self.settings.agree_terms,
+            )?;
+            tracing::info!("ACME: account {}", account.url());
+            self.account = Some(account);
+        }
+        Ok(self.account.as_ref().expect("just opened"))
+    }
+
+    /// Obtains or renews host `i`'s certificate if it is missing, does not cover the
+    /// host's names, or is due; returns when to look again.
+    fn tend(&mut self, i: usize) -> Result<Instant, Error> {
+        let store = CertificateStore::new(&self.settings.state_dir)?;
+        let names = self.hosts[i].names.clone();
+        let kind = self.settings.challenge;
+        let current = store.load(&names[0]).unwrap_or_else(|e| {
+            tracing::warn!("ACME: {e}; a new certificate is obtained in its place");
+            None
+        });
+        let covers = |c: &StoredCertificate| names.iter().all(|n| c.names.contains(n));
+        let cert = match current {
+            Some(cert) if covers(&cert) && renew_at(&cert) > SystemTime::now() => {
+                self.ask_renewal_window(i, &store, cert)
+            }
+            current => {
+                let board = FileBoard {
+                    dir: self.board.dir.clone(),
+                };
+                let account = self.account()?;
+                let issued = match &current {
+                    Some(old) if covers(old) => {
+                        fastpath_acme::renew(account, old, kind, &board, &store)?
+                    }
+                    _ => fastpath_acme::obtain(account, &names, kind, &board, &store)?,
+                };
+                let cert = issued.certificate;
+                tracing::info!(
+                    "ACME: certificate for {} {}, valid until {}, to be renewed from {}",
+                    names.join(", "),
+                    if current.is_some() {
+                        "renewed"
+                    } else {
+                        "obtained"
+                    },
+                    httpdate::fmt_http_date(cert.not_after),
+                    httpdate::fmt_http_date(renew_at(&cert))
+                );
+                self.hosts[i].ari_asked = Some(Instant::now());
+                cert
+            }
+        };
+        let until = renew_at(&cert)
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        Ok(Instant::now() + until.min(MAX_WAIT))
+    }
+
+    /// A certificate that is not due: its renewal window asked of the CA now and then
+    /// (ARI), which may bring the renewal forward. A failure here is no failure of the
+    /// certificate: it is asked again next time.
+    fn ask_renewal_window(
+        &mut self,
+        i: usize,
+        store: &CertificateStore,
+        cert: StoredCertificate,
+    ) -> StoredCertificate {
+        if self.hosts[i]
+            .ari_asked
+            .is_some_and(|at| at.elapsed() < ARI_EVERY)
+        {
+            return cert;
+        }
+        self.hosts[i].ari_asked = Some(Instant::now());
+        let asked = self
+            .account()
+            .and_then(|account| fastpath_acme::refresh_renewal_info(account, store, &cert));
+        match asked {
+            Ok(Some(window)) => StoredCertificate {
+                renewal_window: Some(window),
+                ..cert
+            },
+            Ok(None) => cert,
+            Err(e) => {
+                tracing::info!("ACME: renewal window for {}: {e}", cert.names.join(", "));
+                cert
+            }
+        }
+    }
+}
+
+/// When to renew `cert`: two thirds into its lifetime, or, when the CA suggested a
+/// renewal window (ARI), a point in the first half of it. RFC 9773 asks for a random point,
+/// so that the CA's clients do not all come at once; here the point follows from the
+/// certificate itself, so that a restart does not move it. Not the window's start: a CA may
+/// start it at issuance (Pebble does for short-lived certificates), which would renew each
+/// new certificate at once.
+fn renew_at(cert: &StoredCertificate) -> SystemTime {
+    use std::hash::{Hash, Hasher};
+    let Some(window) = &cert.renewal_window else {
+        return cert.renew_at();
+    };
+    let Ok(width) = window.end.duration_since(window.start) else {
+        return window.start;
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    cert.leaf_der.hash(&mut hasher);
+    let fraction = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    window.start + width.mul_f64(fraction / 2.0)
+}
+
+/// How long to wait after the `failures`th failure in a row: the CA's Retry-After when it
+/// gave one, else a wait that doubles from [`RETRY_SOON`] or [`RETRY_REFUSED`], at most
+/// [`MAX_WAIT`].
+fn retry_wait(e: &Error, failures: u32) -> Duration {
+    if let Error::RateLimited {
+        retry_after: Some(after),
+        ..
+    } = e
+    {
+        return *after;
+    }
+    let first = match e {
+        Error::Io { .. } | Error::Timeout(_) | Error::Protocol(_) => RETRY_SOON,
+        Error::Problem(p) if p.status.is_some_and(|s| s >= 500) => RETRY_SOON,
+        _ => RETRY_REFUSED,
+    };
+    first
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(MAX_WAIT)
+}
+
+/// Challenges shown through files of the state directory, which every serving process
+/// reads: `CHALLENGES/TOKEN` holds an http-01 key authorization,
+/// `CHALLENGES/tls-alpn-01/NAME.pem` a tls-alpn-01 certificate and its key.
+struct FileBoard {
+    dir: PathBuf,
+}
+
+impl FileBoard {
+    fn path(&self, c: &Published) -> PathBuf {
+        match c.kind {
+            ChallengeKind::Http01 => self.dir.join(&c.token),
+            ChallengeKind::TlsAlpn01 => self
+                .dir
+                .join(fastpath_tls::ALPN_CHALLENGES)
+                .join(format!("{}.pem", c.name)),
+        }
+    }
+}
+
+impl ChallengeBoard for FileBoard {
+    fn publish(&self, c: &Published) {
+        let contents = match (&c.kind, &c.alpn_certificate) {
+            (ChallengeKind::Http01, _) => c.key_authorization.clone().into_bytes(),
+            (ChallengeKind::TlsAlpn01, Some(alpn)) => {
+                let mut pem = pem("CERTIFICATE", &alpn.certificate_der);
+                pem.push_str(&self::pem("PRIVATE KEY", &alpn.key_pkcs8_der));
+                pem.into_bytes()
+            }
+            (ChallengeKind::TlsAlpn01, None) => return,
+        };
+        let path = self.path(c);
+        // The validation then fails, and says why; the order is tried again later.
+        if let Err(e) = write_atomic(&path, &contents) {
+            tracing::warn!("ACME: cannot publish {}: {e}", path.display());
+        }
+    }
+
+    fn withdraw(&self, c: &Published) {
+        let _ = std::fs::remove_file(self.path(c));
+    }
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in text.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// Writes `path` whole or not at all (a reader never sees half of it). The tls-alpn-01
+/// file holds a key, but one that proves nothing once the validation is over; it is
+/// readable by the serving processes' user, the only one the directory lets in.
+fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(contents)?;
+    file.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_double_from_soon_or_refused_and_follow_retry_after() {
+        let io = Error::Io {
+            context: "connect".into(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert_eq!(retry_wait(&io, 1), RETRY_SOON);
+        assert_eq!(retry_wait(&io, 3), RETRY_SOON * 4);
+        assert_eq!(retry_wait(&io, 40), MAX_WAIT);
+        let invalid = Error::Invalid {
+            what: "the authorization for a.test".into(),
+            problem: None,
+        };
+        assert_eq!(retry_wait(&invalid, 1), RETRY_REFUSED);
+        assert_eq!(retry_wait(&invalid, 2), RETRY_REFUSED * 2);
+        let problem = fastpath_acme::Problem::parse(
+            br#"{"type":"urn:ietf:params:acme:error:rateLimited","detail":"slow down"}"#,
+            429,
+        )
+        .unwrap();
+        let limited = Error::RateLimited {
+            problem: Box::new(problem),
+            retry_after: Some(Duration::from_secs(7200)),
+        };
+        assert_eq!(retry_wait(&limited, 1), Duration::from_secs(7200));
+    }
+
+    #[test]
+    fn renewal_is_at_two_thirds_or_in_the_first_half_of_the_cas_window() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut cert = StoredCertificate {
+            dir: PathBuf::from("/nowhere"),
+            names: vec!["a.example.test".into()],
+            chain_pem: String::new(),
+            leaf_der: vec![1, 2, 3],
+            not_before: start,
+            not_after: start + Duration::from_secs(90),
+            ari_id: None,
+            renewal_window: None,
+        };
+        assert_eq!(renew_at(&cert), start + Duration::from_secs(60));
+        // A window from issuance to expiry, as Pebble gives a short-lived certificate.
+        let window = |from: u64, to: u64| fastpath_acme::RenewalInfo {
+            start: start + Duration::from_secs(from),
+            end: start + Duration::from_secs(to),
+            explanation_url: None,
+            retry_after: None,
+        };
+        cert.renewal_window = Some(window(0, 90));
+        let mut points = Vec::new();
+        for leaf in 0..50u8 {
+            cert.leaf_der = vec![leaf; 8];
+            let at = renew_at(&cert);
+            assert!(
+                at >= start && at <= start + Duration::from_secs(45),
+                "{at:?}"
+            );
+            // The same certificate, the same point.
+            assert_eq!(renew_at(&cert), at);
+            points.push(at);
+        }
+        points.sort();
+        points.dedup();
+        assert!(points.len() > 40, "spread over the window: {points:?}");
+        // A window in the past (the CA wants it replaced now) is due at once.
+        cert.renewal_window = Some(window(0, 1));
+        assert!(renew_at(&cert) <= start + Duration::from_secs(1));
+    }
+
+    #[test]
+    fn challenges_are_files_the_handler_and_tls_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let board = FileBoard {
+            dir: dir.path().join("challenges"),
+        };
+        let http = Published {
+            name: "a.example.test".into(),
+            kind: ChallengeKind::Http01,
+            token: "tok_1".into(),
+            key_authorization: "tok_1.thumb".into(),
+            alpn_certificate: None,
+        };
+        board.publish(&http);
+        let file = dir.path().join("challenges/tok_1");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "tok_1.thumb");
+        board.withdraw(&http);
+        assert!(!file.exists());
+        let alpn = Published {
+            kind: ChallengeKind::TlsAlpn01,
+            alpn_certificate: Some(
+                fastpath_acme::tls_alpn01_certificate("a.example.test", "tok_1.thumb").unwrap(),
+            ),
+            ..http
+        };
+        board.publish(&alpn);
+        let file = dir.path().join("challenges/tls-alpn-01/a.example.test.pem");
+        let text = std::fs::read_to_string(&file).unwrap();
+        use rustls_pki_types::pem::PemObject;
+        let cert = rustls_pki_types::CertificateDer::from_pem_slice(text.as_bytes()).unwrap();
+        assert_eq!(
+            cert.as_ref(),
+            &alpn.alpn_certificate.as_ref().unwrap().certificate_der[..]
+        );
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(text.as_bytes()).unwrap();
+        assert_eq!(
+            key.secret_der(),
+            &alpn.alpn_certificate.as_ref().unwrap().key_pkcs8_der[..]
+        );
+        board.withdraw(&alpn);
+        assert!(!file.exists());
+    }
+}
