@@ -47,6 +47,16 @@ pub struct AlpnCertificate {
     pub key_pkcs8_der: Vec<u8>,
 }
 
+impl AlpnCertificate {
+    /// The certificate and then its key, PEM: one file a server that serves the challenge
+    /// from disk reads both from.
+    pub fn to_pem(&self) -> String {
+        let mut out = crate::jws::pem("CERTIFICATE", &self.certificate_der);
+        out.push_str(&crate::jws::pem("PRIVATE KEY", &self.key_pkcs8_der));
+        out
+    }
+}
+
 impl std::fmt::Debug for AlpnCertificate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AlpnCertificate")

@@ -365,11 +365,7 @@ impl ChallengeBoard for FileBoard {
     fn publish(&self, c: &Published) {
         let contents = match (&c.kind, &c.alpn_certificate) {
             (ChallengeKind::Http01, _) => c.key_authorization.clone().into_bytes(),
-            (ChallengeKind::TlsAlpn01, Some(alpn)) => {
-                let mut pem = pem("CERTIFICATE", &alpn.certificate_der);
-                pem.push_str(&self::pem("PRIVATE KEY", &alpn.key_pkcs8_der));
-                pem.into_bytes()
-            }
+            (ChallengeKind::TlsAlpn01, Some(alpn)) => alpn.to_pem().into_bytes(),
             (ChallengeKind::TlsAlpn01, None) => return,
         };
         let path = self.path(c);
@@ -382,18 +378,6 @@ impl ChallengeBoard for FileBoard {
     fn withdraw(&self, c: &Published) {
         let _ = std::fs::remove_file(self.path(c));
     }
-}
-
-fn pem(label: &str, der: &[u8]) -> String {
-    use base64::Engine;
-    let text = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in text.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
 }
 
 /// Writes `path` whole or not at all (a reader never sees half of it). The tls-alpn-01
