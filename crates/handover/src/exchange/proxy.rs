@@ -86,7 +86,7 @@ enum Reading {
         decoder: Option<Box<ChunkedDecoder>>,
         /// Frames what is relayed for the client.
         encoder: Http1Body,
-        /// Codes the body on the way, its output gathered in `coded` between pieces.
+        /// Codes the body on the way (the compress module's filter), when it is.
         filter: Option<Box<Coded>>,
     },
     /// The rest of the body, `len` bytes, moves from the backend through a kernel pipe.
