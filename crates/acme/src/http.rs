@@ -688,66 +688,35 @@ enum ChunkError {
     Bad(String),
 }
 
-/// Decodes a chunked body whose first bytes are in `buf`; `read` appends more bytes to it
-/// (0 at the end of the stream).
+/// Decodes a chunked body whose first bytes are in `buf` with the server's own decoder
+/// (`fastpath_http::ChunkedDecoder`); `read` appends more bytes to it (0 at the end of the
+/// stream). What follows the body is left in `buf`.
 fn read_chunked(
     buf: &mut Vec<u8>,
     mut read: impl FnMut(&mut Vec<u8>) -> io::Result<usize>,
 ) -> Result<Vec<u8>, ChunkError> {
+    let mut decoder = fastpath_http::ChunkedDecoder::new();
     let mut body = Vec::new();
-    let mut more = |buf: &mut Vec<u8>| -> Result<(), ChunkError> {
-        match read(buf) {
-            Ok(0) => Err(ChunkError::Bad(
-                "connection closed in a chunked body".into(),
-            )),
-            Ok(_) => Ok(()),
-            Err(e) => Err(ChunkError::Io(e)),
-        }
-    };
     loop {
-        let line_end = loop {
-            if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
-                break at;
-            }
-            if buf.len() > 1024 {
-                return Err(ChunkError::Bad("chunk size line too long".into()));
-            }
-            more(buf)?;
-        };
-        let line = std::str::from_utf8(&buf[..line_end])
-            .map_err(|_| ChunkError::Bad("chunk size not text".into()))?;
-        let size_text = line.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| ChunkError::Bad(format!("bad chunk size {size_text:?}")))?;
-        buf.drain(..line_end + 2);
-        if size == 0 {
-            // Trailer fields up to the empty line.
-            loop {
-                if buf.starts_with(b"\r\n") {
-                    buf.drain(..2);
-                    return Ok(body);
-                }
-                if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
-                    buf.drain(..at + 2);
-                    continue;
-                }
-                if buf.len() > MAX_HEAD {
-                    return Err(ChunkError::Bad("trailer too long".into()));
-                }
-                more(buf)?;
-            }
-        }
-        if body.len() + size > MAX_BODY {
+        let (used, done) = decoder
+            .feed(buf, |piece| body.extend_from_slice(piece))
+            .map_err(|e| ChunkError::Bad(format!("bad chunked body: {e}")))?;
+        buf.drain(..used);
+        if body.len() as u64 + decoder.chunk_left() > MAX_BODY as u64 {
             return Err(ChunkError::Bad(format!("body over {MAX_BODY} bytes")));
         }
-        while buf.len() < size + 2 {
-            more(buf)?;
+        if done {
+            return Ok(body);
         }
-        if &buf[size..size + 2] != b"\r\n" {
-            return Err(ChunkError::Bad("chunk not ended by CRLF".into()));
+        match read(buf) {
+            Ok(0) => {
+                return Err(ChunkError::Bad(
+                    "connection closed in a chunked body".into(),
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(ChunkError::Io(e)),
         }
-        body.extend_from_slice(&buf[..size]);
-        buf.drain(..size + 2);
     }
 }
 

@@ -196,6 +196,15 @@ impl ChunkedDecoder {
         }
     }
 
+    /// Data bytes the chunk being read still owes, once its size line is read: a reader
+    /// with a bound on the body refuses a chunk too large before its bytes arrive.
+    pub fn chunk_left(&self) -> u64 {
+        match self.state {
+            State::Data { left } => left,
+            _ => 0,
+        }
+    }
+
     /// Whether the last-chunk and trailer section have been consumed.
     pub fn is_finished(&self) -> bool {
         self.state == State::Done
