@@ -20,6 +20,8 @@ pub struct CertificateFacts {
     pub not_after: SystemTime,
     /// The ARI identifier, when the certificate has an authority key identifier.
     pub ari_id: Option<String>,
+    /// The serial number, in hexadecimal (as CAs and `openssl x509 -serial` show it).
+    pub serial: String,
 }
 
 fn unix(secs: i64) -> SystemTime {
@@ -55,6 +57,12 @@ pub fn certificate_facts(der: &[u8]) -> Result<CertificateFacts, Error> {
         not_before: unix(cert.validity().not_before.timestamp()),
         not_after: unix(cert.validity().not_after.timestamp()),
         ari_id,
+        serial: cert
+            .tbs_certificate
+            .raw_serial()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
     })
 }
 

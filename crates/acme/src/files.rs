@@ -51,7 +51,7 @@ fn sync_dir(path: &Path) -> io::Result<()> {
 
 /// Replaces `path` by a file holding `bytes`, of mode `mode`, atomically: written to a
 /// temporary file in the same directory, then renamed over it.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let temp = write_temporary(path, bytes, mode)?;
     if let Err(e) = fs::rename(&temp, path) {
         let _ = fs::remove_file(&temp);

@@ -83,6 +83,7 @@ pub use client::{
     Status,
 };
 pub use error::{Error, Identifier, Problem, ACME_ERROR_PREFIX};
+pub use files::write_atomic;
 pub use http::{parse_retry_after, Timeouts, TrustRoots, MAX_BODY};
 pub use jws::{ec_thumbprint, key_authorization, AccountKey};
 pub use store::{CertificateStore, StoredCertificate, CERT_FILE, KEY_FILE, RENEWAL_FILE};

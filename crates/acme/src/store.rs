@@ -170,6 +170,26 @@ impl CertificateStore {
             .map_err(|e| Error::Local(format!("{}: {e}", path.display())))
     }
 
+    /// Takes `cert` out of service: its chain is renamed to `cert.pem.LABEL-SECONDS` in its
+    /// directory (kept for the record, never read again), and its renewal window removed.
+    /// What keeps the certificates then finds none and obtains a new one, with a new key;
+    /// the serving processes go on with the one they have until then. Returns the new
+    /// path.
+    pub fn set_aside(&self, cert: &StoredCertificate, label: &str) -> Result<PathBuf, Error> {
+        let local = |e: std::io::Error| Error::Local(format!("{}: {e}", cert.dir.display()));
+        let seconds = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let aside = cert.dir.join(format!("{CERT_FILE}.{label}-{seconds}"));
+        fs::rename(cert.cert_path(), &aside).map_err(local)?;
+        match fs::remove_file(cert.dir.join(RENEWAL_FILE)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(local(e)),
+            _ => {}
+        }
+        Ok(aside)
+    }
+
     /// The certificate stored under `first_name`, if any.
     pub fn load(&self, first_name: &str) -> Result<Option<StoredCertificate>, Error> {
         self.load_dir(&self.dir_for(first_name)?)
@@ -281,6 +301,24 @@ mod tests {
             .collect();
         entries.sort();
         assert_eq!(entries, vec!["cert.pem", "key.pem"]);
+    }
+
+    #[test]
+    fn a_certificate_set_aside_is_kept_but_no_longer_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertificateStore::new(dir.path()).unwrap();
+        let (chain, key) = self_signed(&["a.example.test"], 90);
+        let saved = store
+            .save(&["a.example.test".into()], &chain, &key)
+            .unwrap();
+        let aside = store.set_aside(&saved, "revoked").unwrap();
+        assert!(store.load("a.example.test").unwrap().is_none());
+        assert_eq!(fs::read_to_string(&aside).unwrap(), chain);
+        let name = aside.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("cert.pem.revoked-"), "{name}");
+        // Twice is an error that names the directory, not a panic.
+        let again = store.set_aside(&saved, "revoked").unwrap_err();
+        assert!(again.to_string().contains("a.example.test"), "{again}");
     }
 
     #[test]

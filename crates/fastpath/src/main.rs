@@ -94,6 +94,40 @@ enum Command {
     Forward(fastpath_services::cli::ForwardArgs),
     /// NEST: check a server specification, or compile it to a server (docs/nest.md).
     Nest(fastpath_nest::cli::NestArgs),
+    /// Certificates of the hosts with `tls = "auto"` (docs/operations.md).
+    #[command(subcommand)]
+    Acme(AcmeCommand),
+}
+
+#[derive(Subcommand)]
+enum AcmeCommand {
+    /// Revoke a host's certificate at the CA and set it aside: the running server obtains a
+    /// new one, with a new key, within seconds, and serves the old one until then.
+    Revoke {
+        /// One of the host's names.
+        name: String,
+        /// The server's configuration file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Why (RFC 5280): unspecified, keyCompromise, affiliationChanged, superseded or
+        /// cessationOfOperation.
+        #[arg(long, value_parser = parse_revocation_reason)]
+        reason: Option<u8>,
+    },
+}
+
+fn parse_revocation_reason(text: &str) -> Result<u8, String> {
+    fastpath_server::REVOCATION_REASONS
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(text))
+        .map(|&(_, code)| code)
+        .ok_or_else(|| {
+            let names: Vec<&str> = fastpath_server::REVOCATION_REASONS
+                .iter()
+                .map(|(name, _)| *name)
+                .collect();
+            format!("one of {}", names.join(", "))
+        })
 }
 
 fn main() -> ExitCode {
@@ -114,6 +148,11 @@ fn main() -> ExitCode {
         Command::Echo(args) => with_log(|| fastpath_services::cli::echo(args)),
         Command::Forward(args) => with_log(|| fastpath_services::cli::forward(args)),
         Command::Nest(args) => fastpath_nest::cli::main(args),
+        Command::Acme(AcmeCommand::Revoke {
+            name,
+            config,
+            reason,
+        }) => with_log(|| revoke(&config, &name, reason)),
         Command::Serve {
             dir,
             listen,
@@ -150,6 +189,27 @@ fn with_log(service: impl FnOnce() -> ExitCode) -> ExitCode {
     service()
 }
 
+/// `fastpath acme revoke`.
+fn revoke(path: &Path, name: &str, reason: Option<u8>) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(config) => config,
+        Err(errors) => {
+            print_config_errors(path, &errors);
+            return ExitCode::FAILURE;
+        }
+    };
+    match fastpath_server::revoke_certificate(&config, name, reason) {
+        Ok(done) => {
+            println!("{done}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("fastpath: {name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `fastpath reload`: finds the server by its pid file and signals it.
 fn reload(pid_file: Option<PathBuf>, config: Option<PathBuf>, upgrade: bool) -> ExitCode {
     let path = match (pid_file, config) {
@@ -184,7 +244,7 @@ fn reload(pid_file: Option<PathBuf>, config: Option<PathBuf>, upgrade: bool) -> 
         Ok(text) => text,
         Err(e) => {
             eprintln!(
-                "fastpath: cannot read the pid file {}: {e} (is the server running, with                  this pid file?)",
+                "fastpath: cannot read the pid file {}: {e} (is the server running, with this pid file?)",
                 path.display()
             );
             return ExitCode::FAILURE;

@@ -151,15 +151,9 @@ httptest!(obtains_and_serves_over_http01, |model| {
     obtains_and_serves(model, "http-01", "acme http-01")
 });
 
-#[test]
-fn obtains_and_serves_over_tls_alpn01_on_epoll() {
-    obtains_and_serves("epoll", "tls-alpn-01", "acme tls-alpn-01 epoll");
-}
-
-#[test]
-fn obtains_and_serves_over_tls_alpn01_on_prefork() {
-    obtains_and_serves("prefork", "tls-alpn-01", "acme tls-alpn-01 prefork");
-}
+httptest!(obtains_and_serves_over_tls_alpn01, |model| {
+    obtains_and_serves(model, "tls-alpn-01", "acme tls-alpn-01")
+});
 
 /// A short-lived certificate is renewed at two thirds of its life (or as ARI says), and
 /// the new one is served without a restart and without a failed handshake in between.
@@ -201,93 +195,91 @@ fn renews(model: Model, test: &str) {
     assert!(out.status.success(), "{out:?}");
 }
 
-#[test]
-fn renews_a_short_lived_certificate_without_restart_on_epoll() {
-    renews("epoll", "acme renewal epoll");
-}
+httptest!(renews_a_short_lived_certificate_without_restart, |model| {
+    renews(model, "acme renewal")
+});
 
-#[test]
-fn renews_a_short_lived_certificate_without_restart_on_prefork() {
-    renews("prefork", "acme renewal prefork");
-}
+httptest!(
+    waits_for_an_acme_server_that_is_down_then_obtains,
+    |model| {
+        let Some(tools) = Tools::find("acme server down") else {
+            return;
+        };
+        let auto = Auto::new();
+        let pki_dir = tempfile::tempdir().unwrap();
+        let pki = TestPki::new(pki_dir.path());
+        let ca = pki.ca().to_owned();
+        let port = free_port();
+        let directory = format!("https://127.0.0.1:{port}/dir");
+        let srv = auto
+            .site
+            .server(model)
+            .config(&auto.config(&directory, &ca, ""))
+            .configured_listen()
+            .start();
+        // The server serves plain HTTP, and says why it has no certificate yet.
+        assert!(
+            srv.wait_stderr(Duration::from_secs(10), "trying again in"),
+            "{}",
+            srv.report()
+        );
+        assert!(
+            srv.stderr().contains(&format!("127.0.0.1:{port}")),
+            "{}",
+            srv.report()
+        );
+        let plain = Conn::open(format!("127.0.0.1:{}", auto.http).parse().unwrap()).exchange(req(
+            "GET",
+            "/hello.txt",
+            &[("Host", NAME)],
+        ));
+        assert_eq!(plain.status, 200);
+        let pebble = Pebble::start(
+            &tools,
+            Options {
+                port: Some(port),
+                pki: Some(pki),
+                ..auto.options()
+            },
+        );
+        served_over_https(&auto, &pebble, &srv, OBTAIN);
+    }
+);
 
-#[test]
-fn waits_for_an_acme_server_that_is_down_then_obtains() {
-    let Some(tools) = Tools::find("acme server down") else {
-        return;
-    };
-    let auto = Auto::new();
-    let pki_dir = tempfile::tempdir().unwrap();
-    let pki = TestPki::new(pki_dir.path());
-    let ca = pki.ca().to_owned();
-    let port = free_port();
-    let directory = format!("https://127.0.0.1:{port}/dir");
-    let srv = auto
-        .site
-        .server("epoll")
-        .config(&auto.config(&directory, &ca, ""))
-        .configured_listen()
-        .start();
-    // The server serves plain HTTP, and says why it has no certificate yet.
-    assert!(
-        srv.wait_stderr(Duration::from_secs(10), "trying again in"),
-        "{}",
-        srv.report()
-    );
-    assert!(
-        srv.stderr().contains(&format!("127.0.0.1:{port}")),
-        "{}",
-        srv.report()
-    );
-    let plain = Conn::open(format!("127.0.0.1:{}", auto.http).parse().unwrap()).exchange(req(
-        "GET",
-        "/hello.txt",
-        &[("Host", NAME)],
-    ));
-    assert_eq!(plain.status, 200);
-    let pebble = Pebble::start(
-        &tools,
-        Options {
-            port: Some(port),
-            pki: Some(pki),
-            ..auto.options()
-        },
-    );
-    served_over_https(&auto, &pebble, &srv, OBTAIN);
-}
-
-#[test]
-fn a_contact_the_ca_refuses_is_logged_with_its_problem_and_the_server_stays() {
-    let Some(tools) = Tools::find("acme invalid contact") else {
-        return;
-    };
-    let auto = Auto::new();
-    let pebble = Pebble::start(&tools, auto.options());
-    let mut srv = auto.serve("epoll", &pebble, "contact = \"mailto:admin@@example.test\"");
-    assert!(
-        srv.wait_stderr(
-            Duration::from_secs(10),
-            "urn:ietf:params:acme:error:invalidContact"
-        ),
-        "{}",
-        srv.report()
-    );
-    assert!(
-        srv.stderr().contains("trying again in 60s"),
-        "{}",
-        srv.report()
-    );
-    assert!(srv.is_running());
-    // Plain HTTP goes on; TLS for the name has no certificate to show.
-    let plain = Conn::open(format!("127.0.0.1:{}", auto.http).parse().unwrap()).exchange(req(
-        "GET",
-        "/hello.txt",
-        &[("Host", NAME)],
-    ));
-    assert_eq!(plain.status, 200);
-    assert!(pebble.served_leaf(auto.tls, NAME).is_err());
-    assert!(srv.is_running());
-}
+httptest!(
+    a_contact_the_ca_refuses_is_logged_with_its_problem_and_the_server_stays,
+    |model| {
+        let Some(tools) = Tools::find("acme invalid contact") else {
+            return;
+        };
+        let auto = Auto::new();
+        let pebble = Pebble::start(&tools, auto.options());
+        let mut srv = auto.serve(model, &pebble, "contact = \"mailto:admin@@example.test\"");
+        assert!(
+            srv.wait_stderr(
+                Duration::from_secs(10),
+                "urn:ietf:params:acme:error:invalidContact"
+            ),
+            "{}",
+            srv.report()
+        );
+        assert!(
+            srv.stderr().contains("trying again in 60s"),
+            "{}",
+            srv.report()
+        );
+        assert!(srv.is_running());
+        // Plain HTTP goes on; TLS for the name has no certificate to show.
+        let plain = Conn::open(format!("127.0.0.1:{}", auto.http).parse().unwrap()).exchange(req(
+            "GET",
+            "/hello.txt",
+            &[("Host", NAME)],
+        ));
+        assert_eq!(plain.status, 200);
+        assert!(pebble.served_leaf(auto.tls, NAME).is_err());
+        assert!(srv.is_running());
+    }
+);
 
 #[test]
 fn check_says_what_each_auto_host_gets() {
@@ -443,4 +435,221 @@ fn a_reload_serves_the_certificate_obtained_without_ordering_again() {
         "{}",
         srv.report()
     );
+}
+
+/// The pid in the first `MARK PID` line of `srv`'s error log.
+fn pid_after(srv: &Server, mark: &str) -> u32 {
+    let err = srv.stderr();
+    let at = err
+        .find(mark)
+        .unwrap_or_else(|| panic!("{mark:?} in\n{}", srv.report()))
+        + mark.len();
+    err[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Waits until the certificate served for NAME is no longer `old`, every handshake in
+/// between succeeding (with the old certificate or the new).
+fn replaced(auto: &Auto, pebble: &Pebble, srv: &Server, old: &[u8], within: Duration) -> Vec<u8> {
+    let new = wait_for(within, || {
+        let leaf = pebble
+            .served_leaf(auto.tls, NAME)
+            .unwrap_or_else(|e| panic!("a handshake failed: {e}\n{}", srv.report()));
+        std::thread::sleep(Duration::from_millis(100));
+        (leaf != old).then_some(leaf)
+    });
+    new.unwrap_or_else(|| {
+        panic!(
+            "not replaced in {within:?}\n{}\npebble:\n{}",
+            srv.report(),
+            pebble.log()
+        )
+    })
+}
+
+/// `fastpath acme revoke`: the certificate is revoked at the CA and set aside, and the
+/// running server obtains another, with a new key, serving the revoked one until then.
+fn revoked_by_the_operator_is_replaced(model: Model, test: &str) {
+    let Some(tools) = Tools::find(test) else {
+        return;
+    };
+    let auto = Auto::new();
+    let pebble = Pebble::start(&tools, auto.options());
+    let srv = auto.serve(model, &pebble, "");
+    // Where `serve` wrote the configuration.
+    let config = auto.site.base().join("fastpath.toml");
+    if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
+        return;
+    }
+    let first = pebble.served_leaf(auto.tls, NAME).unwrap();
+    let key_file = auto.state().join(NAME).join("key.pem");
+    let first_key = std::fs::read(&key_file).unwrap();
+    let revoke = |name: &str| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args([
+            "acme",
+            "revoke",
+            name,
+            "--reason",
+            "keyCompromise",
+            "--config",
+        ])
+        .arg(&config);
+        run(cmd)
+    };
+    let out = revoke(OTHER_NAME);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(said.contains("is revoked; kept as"), "{said}");
+    assert_eq!(pebble.certificate_status(&first), "Revoked");
+    let second = replaced(&auto, &pebble, &srv, &first, OBTAIN);
+    assert_eq!(pebble.certificate_status(&second), "Valid");
+    assert_ne!(std::fs::read(&key_file).unwrap(), first_key, "a new key");
+    let out = curl_auto(&auto, &pebble, NAME).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The revoked chain is kept beside the new one.
+    let kept = std::fs::read_dir(auto.state().join(NAME))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("cert.pem.revoked-")
+        })
+        .count();
+    assert_eq!(kept, 1);
+    // A name no auto host has, and a reason the CA does not take, are refused and said.
+    let out = revoke("other.example.test");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("no host with tls = \"auto\" is named other.example.test"),
+        "{said}"
+    );
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["acme", "revoke", NAME, "--reason", "bored", "--config"])
+        .arg(&config);
+    let out = run(cmd);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("keyCompromise"),
+        "{out:?}"
+    );
+    assert_eq!(pebble.certificate_status(&second), "Valid");
+}
+
+httptest!(
+    revoked_by_the_operator_is_replaced_with_a_new_key,
+    |model| { revoked_by_the_operator_is_replaced(model, "acme revoke") }
+);
+
+/// A certificate the CA revoked (here with its key, by someone else) is replaced when the
+/// CA's renewal window (ARI) says so: asked at start, so after a reload at the latest.
+fn revoked_by_the_ca_is_replaced_after_a_reload(model: Model) {
+    let Some(tools) = Tools::find("acme revoked by the CA") else {
+        return;
+    };
+    let auto = Auto::new();
+    let pebble = Pebble::start(&tools, auto.options());
+    let pid_file = auto.site.base().join("fastpath.pid");
+    let text = format!(
+        "pid_file = {pid_file:?}\n{}",
+        auto.config(&pebble.directory_url, &pebble.ca_pem, "")
+    );
+    let srv = auto
+        .site
+        .server(model)
+        .config(&text)
+        .configured_listen()
+        .start();
+    if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
+        return;
+    }
+    let first = pebble.served_leaf(auto.tls, NAME).unwrap();
+    let key = std::fs::read_to_string(auto.state().join(NAME).join("key.pem")).unwrap();
+    pebble.revoke_with_key(&first, &key);
+    assert_eq!(pebble.certificate_status(&first), "Revoked");
+    crate::reload::replace(&pid_file, libc::SIGHUP);
+    let second = replaced(&auto, &pebble, &srv, &first, OBTAIN);
+    assert_eq!(pebble.certificate_status(&second), "Valid");
+    assert!(
+        srv.wait_stderr(Duration::from_secs(5), "the CA asks for the certificate of"),
+        "{}",
+        srv.report()
+    );
+}
+
+#[test]
+fn revoked_by_the_ca_is_replaced_after_a_reload_on_epoll() {
+    revoked_by_the_ca_is_replaced_after_a_reload("epoll");
+}
+
+#[test]
+fn revoked_by_the_ca_is_replaced_after_a_reload_on_prefork() {
+    revoked_by_the_ca_is_replaced_after_a_reload("prefork");
+}
+
+/// The process that keeps the certificates is started again when it dies, and goes on
+/// renewing; the server never stops serving.
+fn a_killed_acme_process_is_started_again(model: Model, test: &str) {
+    let Some(tools) = Tools::find(test) else {
+        return;
+    };
+    let auto = Auto::new();
+    let pebble = Pebble::start(
+        &tools,
+        Options {
+            profiles: vec![("default", 12)],
+            ..auto.options()
+        },
+    );
+    let mut srv = auto.serve(model, &pebble, "");
+    if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
+        return;
+    }
+    let first = pebble.served_leaf(auto.tls, NAME).unwrap();
+    let guardian = pid_after(&srv, ", kept by process ");
+    let keeper = pid_after(&srv, "ACME: process ");
+    // SAFETY: signals a process this test's server started.
+    assert_eq!(
+        unsafe { libc::kill(keeper as libc::pid_t, libc::SIGKILL) },
+        0
+    );
+    assert!(
+        srv.wait_stderr(
+            Duration::from_secs(5),
+            "the process keeping the certificates was killed by signal 9; started again in 1s"
+        ),
+        "{}",
+        srv.report()
+    );
+    assert!(
+        srv.wait_stderr(
+            Duration::from_secs(5),
+            &format!("ACME: process {}", keeper + 1)
+        ) || srv
+            .stderr()
+            .matches("obtains and renews the certificates")
+            .count()
+            == 2,
+        "{}",
+        srv.report()
+    );
+    replaced(&auto, &pebble, &srv, &first, OBTAIN);
+    assert!(std::path::Path::new(&format!("/proc/{guardian}")).exists());
+    assert!(srv.is_running());
+}
+
+#[test]
+fn a_killed_acme_process_is_started_again_on_epoll() {
+    a_killed_acme_process_is_started_again("epoll", "acme restart epoll");
+}
+
+#[test]
+fn a_killed_acme_process_is_started_again_on_prefork() {
+    a_killed_acme_process_is_started_again("prefork", "acme restart prefork");
 }

@@ -10,8 +10,7 @@
 //! same way), so that they can read what it writes, and it dies with the server
 //! (`PR_SET_PDEATHSIG`).
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -19,6 +18,8 @@ use fastpath_acme::{
     Account, CertificateStore, ChallengeBoard, ChallengeKind, Client, ClientConfig, Error,
     Published, StoredCertificate, TrustRoots,
 };
+
+use fastpath_tls::FileStamp;
 
 use crate::config::{AcmeConfig, Config};
 
@@ -30,8 +31,22 @@ const RETRY_SOON: Duration = Duration::from_secs(2);
 const RETRY_REFUSED: Duration = Duration::from_secs(60);
 /// The longest wait between tries, and between looks at a certificate that is not due.
 const MAX_WAIT: Duration = Duration::from_secs(3600);
-/// How often the CA's renewal window (ARI) is asked for, unless it says otherwise.
+/// How often the CA's renewal window (ARI) is asked for, unless it says otherwise
+/// (`Retry-After`, taken within [`ARI_LEAST`] and [`ARI_MOST`] as RFC 9773 advises).
 const ARI_EVERY: Duration = Duration::from_secs(6 * 3600);
+const ARI_LEAST: Duration = Duration::from_secs(60);
+const ARI_MOST: Duration = Duration::from_secs(24 * 3600);
+/// When asking for the window failed: asked again this much later.
+const ARI_AFTER_FAILURE: Duration = Duration::from_secs(3600);
+/// How often the certificates' files are looked at, so that one set aside (`fastpath acme
+/// revoke`) or removed by hand is replaced within this long.
+const WATCH: Duration = Duration::from_secs(2);
+/// The first wait before the keeping process is started again after it failed; doubled
+/// after each failure soon after its start, up to [`RESTART_MOST`].
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+const RESTART_MOST: Duration = Duration::from_secs(300);
+/// A keeping process that ran this long before failing starts its successor's waits over.
+const RESTART_FORGIVEN: Duration = Duration::from_secs(600);
 
 /// The ACME process, ended (and collected) when dropped.
 pub(crate) struct AcmeProcess {
@@ -117,21 +132,95 @@ pub(crate) fn start(
         // parent's destructors).
         unsafe { libc::_exit(1) }
     }
-    // A panic must not unwind into `serve`: this process would then go on as a second
-    // server.
-    let keeper = Keeper::new(&config.acme, directory, hosts);
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keeper.run()));
-    tracing::error!("ACME: the process keeping the certificates failed; restart the server");
-    // SAFETY: as above.
-    unsafe { libc::_exit(1) }
+    guard(|| {
+        // A panic must not unwind into `serve`: this process would then go on as a second
+        // server.
+        let keeper = Keeper::new(&config.acme, directory.clone(), hosts.clone());
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| keeper.run()));
+    })
+}
+
+/// Runs `keep` in a child process of its own, and again whenever that process ends (it
+/// only ends by failing: a panic, a signal, the out-of-memory killer), after a wait that
+/// doubles from [`RESTART_FIRST`] to [`RESTART_MOST`] while it keeps failing soon after
+/// its start. The state is all in files, so a new keeper takes over where the last one
+/// was; the serving processes never notice. This process does nothing else, and dies with
+/// the server; the keeper dies with it.
+fn guard(keep: impl Fn()) -> ! {
+    let guardian = std::process::id() as libc::pid_t;
+    let mut failures = 0u32;
+    loop {
+        let started = Instant::now();
+        // SAFETY: this process has one thread; the child runs `keep` and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the child: dies with the guardian, and ends without running what
+            // it inherited.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != guardian {
+                    libc::_exit(0);
+                }
+            }
+            keep();
+            tracing::error!("ACME: the process keeping the certificates failed");
+            // SAFETY: as above.
+            unsafe { libc::_exit(1) }
+        }
+        let how = if pid < 0 {
+            format!("could not start: {}", std::io::Error::last_os_error())
+        } else {
+            tracing::info!("ACME: process {pid} obtains and renews the certificates");
+            ended(pid)
+        };
+        if started.elapsed() >= RESTART_FORGIVEN {
+            failures = 0;
+        }
+        failures += 1;
+        let wait = RESTART_FIRST
+            .saturating_mul(1 << (failures - 1).min(16))
+            .min(RESTART_MOST);
+        tracing::error!(
+            "ACME: the process keeping the certificates {how}; started again in {}s",
+            wait.as_secs()
+        );
+        std::thread::sleep(wait);
+    }
+}
+
+/// Waits for child `pid` to end, and says how it did.
+fn ended(pid: libc::pid_t) -> String {
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return format!("was lost: {e}");
+        }
+    }
+    if libc::WIFSIGNALED(status) {
+        format!("was killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("exited with status {}", libc::WEXITSTATUS(status))
+    }
 }
 
 /// One auto host's certificate, and when to look at it again.
 struct Host {
     names: Vec<String>,
+    /// When to look at the certificate: when it is due, or when to try again after a
+    /// failure.
     next: Instant,
     failures: u32,
-    ari_asked: Option<Instant>,
+    /// When to ask the CA for the certificate's renewal window (ARI) again.
+    ari_next: Option<Instant>,
+    /// The chain's file as last looked at: a change made by someone else (a revocation
+    /// that set it aside, a file removed by hand) is looked at at once.
+    seen: Option<fastpath_tls::FileStamp>,
 }
 
 struct Keeper {
@@ -157,21 +246,37 @@ impl Keeper {
                     names,
                     next: now,
                     failures: 0,
-                    ari_asked: None,
+                    ari_next: None,
+                    seen: None,
                 })
                 .collect(),
             account: None,
         }
     }
 
+    /// The chain file of host `i`.
+    fn chain_path(&self, i: usize) -> PathBuf {
+        self.settings
+            .state_dir
+            .join(self.hosts[i].names[0].to_ascii_lowercase())
+            .join(fastpath_acme::CERT_FILE)
+    }
+
     fn run(mut self) -> ! {
         loop {
             let now = Instant::now();
-            let mut wake = now + MAX_WAIT;
+            let mut wake = now + WATCH;
             for i in 0..self.hosts.len() {
-                if self.hosts[i].next <= now {
+                let host = &self.hosts[i];
+                let due = host.next <= now || host.ari_next.is_some_and(|at| at <= now);
+                // A change by someone else counts only while the CA is not refusing or
+                // failing: the backoff holds whatever happens to the files.
+                let changed = host.failures == 0 && FileStamp::of(&self.chain_path(i)) != host.seen;
+                if due || changed {
                     let outcome = self.tend(i);
+                    let seen = FileStamp::of(&self.chain_path(i));
                     let host = &mut self.hosts[i];
+                    host.seen = seen;
                     match outcome {
                         Ok(next) => {
                             host.failures = 0;
@@ -193,7 +298,11 @@ impl Keeper {
                         }
                     }
                 }
-                wake = wake.min(self.hosts[i].next);
+                let host = &self.hosts[i];
+                wake = wake.min(host.next);
+                if let Some(at) = host.ari_next {
+                    wake = wake.min(at);
+                }
             }
             std::thread::sleep(wake.saturating_duration_since(Instant::now()));
         }
@@ -202,39 +311,30 @@ impl Keeper {
     /// The account, opened (or made) on first use.
     fn account(&mut self) -> Result<&Account, Error> {
         if self.account.is_none() {
-            let mut config = ClientConfig::new(self.directory.clone());
-            config.roots = match &self.settings.ca_root {
-                Some(root) => TrustRoots::only(root),
-                None => TrustRoots::system(),
-            };
-            let client = Client::new(config)?;
-            let account = Account::open(
-                client,
-                &self.settings.account_key_path(),
-                &self.settings.contact,
-                self.settings.agree_terms,
-            )?;
-            tracing::info!("ACME: account {}", account.url());
-            self.account = Some(account);
+            self.account = Some(open_account(&self.settings, &self.directory)?);
         }
         Ok(self.account.as_ref().expect("just opened"))
     }
 
     /// Obtains or renews host `i`'s certificate if it is missing, does not cover the
-    /// host's names, or is due; returns when to look again.
+    /// host's names, or is due (by its lifetime, or by the renewal window the CA suggests
+    /// when asked now and then); returns when to look again.
     fn tend(&mut self, i: usize) -> Result<Instant, Error> {
         let store = CertificateStore::new(&self.settings.state_dir)?;
         let names = self.hosts[i].names.clone();
         let kind = self.settings.challenge;
-        let current = store.load(&names[0]).unwrap_or_else(|e| {
+        let mut current = store.load(&names[0]).unwrap_or_else(|e| {
             tracing::warn!("ACME: {e}; a new certificate is obtained in its place");
             None
         });
         let covers = |c: &StoredCertificate| names.iter().all(|n| c.names.contains(n));
-        let cert = match current {
-            Some(cert) if covers(&cert) && renew_at(&cert) > SystemTime::now() => {
-                self.ask_renewal_window(i, &store, cert)
+        if let Some(cert) = current.as_mut().filter(|c| covers(c)) {
+            if self.hosts[i].ari_next.is_none_or(|at| at <= Instant::now()) {
+                self.ask_renewal_window(i, &store, cert);
             }
+        }
+        let cert = match current {
+            Some(cert) if covers(&cert) && renew_at(&cert) > SystemTime::now() => cert,
             current => {
                 let board = FileBoard {
                     dir: self.board.dir.clone(),
@@ -258,7 +358,8 @@ impl Keeper {
                     httpdate::fmt_http_date(cert.not_after),
                     httpdate::fmt_http_date(renew_at(&cert))
                 );
-                self.hosts[i].ari_asked = Some(Instant::now());
+                // The window was asked for with the issuance (when the CA has ARI).
+                self.hosts[i].ari_next = Some(Instant::now() + ari_interval(&cert));
                 cert
             }
         };
@@ -268,37 +369,132 @@ impl Keeper {
         Ok(Instant::now() + until.min(MAX_WAIT))
     }
 
-    /// A certificate that is not due: its renewal window asked of the CA now and then
-    /// (ARI), which may bring the renewal forward. A failure here is no failure of the
-    /// certificate: it is asked again next time.
+    /// Asks the CA for `cert`'s renewal window (ARI), which may bring its renewal forward:
+    /// at once when the CA revoked it. A failure here is no failure of the certificate:
+    /// the window is asked for again later.
     fn ask_renewal_window(
         &mut self,
         i: usize,
         store: &CertificateStore,
-        cert: StoredCertificate,
-    ) -> StoredCertificate {
-        if self.hosts[i]
-            .ari_asked
-            .is_some_and(|at| at.elapsed() < ARI_EVERY)
-        {
-            return cert;
-        }
-        self.hosts[i].ari_asked = Some(Instant::now());
+        cert: &mut StoredCertificate,
+    ) {
         let asked = self
             .account()
-            .and_then(|account| fastpath_acme::refresh_renewal_info(account, store, &cert));
-        match asked {
-            Ok(Some(window)) => StoredCertificate {
-                renewal_window: Some(window),
-                ..cert
-            },
-            Ok(None) => cert,
+            .and_then(|account| fastpath_acme::refresh_renewal_info(account, store, cert));
+        let next = match asked {
+            Ok(Some(window)) => {
+                cert.renewal_window = Some(window);
+                if renew_at(cert) <= SystemTime::now() {
+                    let window = cert.renewal_window.as_ref().expect("just set");
+                    tracing::warn!(
+                        "ACME: the CA asks for the certificate of {} to be replaced from {}{}; renewing it now",
+                        cert.names.join(", "),
+                        httpdate::fmt_http_date(window.start),
+                        window
+                            .explanation_url
+                            .as_ref()
+                            .map(|url| format!(" (see {url})"))
+                            .unwrap_or_default()
+                    );
+                }
+                ari_interval(cert)
+            }
+            Ok(None) => ARI_EVERY,
             Err(e) => {
                 tracing::info!("ACME: renewal window for {}: {e}", cert.names.join(", "));
-                cert
+                ARI_AFTER_FAILURE
             }
-        }
+        };
+        self.hosts[i].ari_next = Some(Instant::now() + next);
     }
+}
+
+/// The revocation reasons a CA takes (RFC 5280 section 5.3.1, as Let's Encrypt accepts
+/// them), by the names `fastpath acme revoke --reason` takes.
+pub const REVOCATION_REASONS: [(&str, u8); 5] = [
+    ("unspecified", 0),
+    ("keyCompromise", 1),
+    ("affiliationChanged", 3),
+    ("superseded", 4),
+    ("cessationOfOperation", 5),
+];
+
+/// `fastpath acme revoke`: revokes the certificate kept for the auto host named `name`
+/// (with `reason`, one of [`REVOCATION_REASONS`]' codes) and sets it aside, so that the
+/// running server's ACME process obtains a new one, with a new key, within seconds (a
+/// stopped server does so when it starts). The serving processes go on with the revoked
+/// certificate until the new one is there: a handshake never finds none. Returns what was
+/// done, for the operator.
+pub fn revoke_certificate(
+    config: &Config,
+    name: &str,
+    reason: Option<u8>,
+) -> Result<String, String> {
+    let wanted = name.trim_end_matches('.').to_ascii_lowercase();
+    let host = config
+        .acme_hosts()
+        .find(|h| h.names.iter().any(|n| n.eq_ignore_ascii_case(&wanted)))
+        .ok_or_else(|| format!("no host with tls = \"auto\" is named {name}"))?;
+    let directory = config
+        .acme
+        .directory
+        .as_deref()
+        .ok_or("[acme] has no directory")?;
+    let store = CertificateStore::new(&config.acme.state_dir).map_err(|e| e.to_string())?;
+    let cert = store
+        .load(&host.names[0])
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "no certificate is kept for {} under {}",
+                host.names.join(", "),
+                config.acme.state_dir.display()
+            )
+        })?;
+    let account = open_account(&config.acme, directory).map_err(|e| e.to_string())?;
+    let revoked = match account.revoke(&cert.leaf_der, reason) {
+        Ok(()) => "revoked",
+        Err(e) if e.problem().is_some_and(|p| p.is("alreadyRevoked")) => "already revoked",
+        Err(e) => return Err(format!("the CA did not revoke it: {e}")),
+    };
+    let aside = store
+        .set_aside(&cert, "revoked")
+        .map_err(|e| format!("{revoked} at the CA, but not set aside: {e}"))?;
+    Ok(format!(
+        "the certificate for {} (valid until {}) is {revoked}; kept as {}; a running server \
+         obtains a new one within {}s",
+        cert.names.join(", "),
+        httpdate::fmt_http_date(cert.not_after),
+        aside.display(),
+        WATCH.as_secs()
+    ))
+}
+
+/// Opens the ACME account `settings` describe at `directory` (made on first use).
+fn open_account(settings: &AcmeConfig, directory: &str) -> Result<Account, Error> {
+    let mut config = ClientConfig::new(directory.to_owned());
+    config.roots = match &settings.ca_root {
+        Some(root) => TrustRoots::only(root),
+        None => TrustRoots::system(),
+    };
+    let client = Client::new(config)?;
+    let account = Account::open(
+        client,
+        &settings.account_key_path(),
+        &settings.contact,
+        settings.agree_terms,
+    )?;
+    tracing::info!("ACME: account {}", account.url());
+    Ok(account)
+}
+
+/// How long until `cert`'s renewal window is asked for again: the CA's `Retry-After`
+/// within [`ARI_LEAST`] and [`ARI_MOST`], else [`ARI_EVERY`].
+fn ari_interval(cert: &StoredCertificate) -> Duration {
+    cert.renewal_window
+        .as_ref()
+        .and_then(|window| window.retry_after)
+        .map_or(ARI_EVERY, |after| after.clamp(ARI_LEAST, ARI_MOST))
 }
 
 /// When to renew `cert`: two thirds into its lifetime, or, when the CA suggested a
@@ -380,21 +576,17 @@ impl ChallengeBoard for FileBoard {
     }
 }
 
-/// Writes `path` whole or not at all (a reader never sees half of it). The tls-alpn-01
-/// file holds a key, but one that proves nothing once the validation is over; it is
-/// readable by the serving processes' user, the only one the directory lets in.
+/// Writes `path` whole or not at all (a reader never sees half of it), making its
+/// directory if needed. The tls-alpn-01 file holds a key, but one that proves nothing once
+/// the validation is over; it is readable by the serving processes' user, the only one the
+/// directory lets in.
 fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    file.write_all(contents)?;
-    file.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    fastpath_acme::write_atomic(path, contents, 0o600)
 }
 
 #[cfg(test)]

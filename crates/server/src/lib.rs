@@ -53,6 +53,7 @@ use fastpath_drivers::{Model as DriverModel, ModelKind};
 use fastpath_handover::{BackendConfig, BackendState, Routes, SharedCache};
 
 pub use access_log::AccessLog;
+pub use acme::{revoke_certificate, REVOCATION_REASONS};
 pub use error_log::init_error_log;
 
 use crate::config::{Config, HostConfig};

@@ -289,6 +289,31 @@ impl Pebble {
         Ok(leaf.to_vec())
     }
 
+    /// What Pebble says of the certificate `leaf_der` (DER): "Valid" or "Revoked", from
+    /// its management interface.
+    pub fn certificate_status(&self, leaf_der: &[u8]) -> String {
+        let serial = fastpath_acme::certificate_facts(leaf_der)
+            .expect("a certificate")
+            .serial;
+        let body = https_get(
+            &self.ca_pem,
+            self.management_port,
+            &format!("/cert-status-by-serial/{serial}"),
+        );
+        let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        json["Status"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Revokes `leaf_der` with a request signed by its own key (`key_pem`, PKCS#8), as
+    /// anyone holding the key may: how a certificate is revoked by someone other than the
+    /// account that ordered it.
+    pub fn revoke_with_key(&self, leaf_der: &[u8], key_pem: &str) {
+        let key = fastpath_acme::AccountKey::from_pkcs8_pem(key_pem).expect("a PKCS#8 key");
+        self.client()
+            .revoke_with_certificate_key(leaf_der, &key, Some(1))
+            .expect("revoked");
+    }
+
     /// Pebble's issuing root, from its management interface.
     pub fn issuing_root(&self) -> CertificateDer<'static> {
         let body = https_get(&self.ca_pem, self.management_port, "/roots/0");

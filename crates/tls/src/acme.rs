@@ -27,29 +27,32 @@ pub const ALPN_CHALLENGES: &str = "tls-alpn-01";
 /// within this long, and the file is looked at no more than this often per process.
 const RECHECK: Duration = Duration::from_secs(1);
 
-/// What identifies a version of the chain file: replaced atomically (renamed over), a new
-/// file has a new inode.
+/// What identifies a version of a file that is replaced atomically (renamed over): a new
+/// file has a new inode. Also how the ACME process notices a certificate changed by hand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
+pub struct FileStamp {
     ino: u64,
     mtime_ns: i128,
     len: u64,
 }
 
-fn stamp(path: &Path) -> Option<Stamp> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some(Stamp {
-        ino: meta.ino(),
-        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        len: meta.len(),
-    })
+impl FileStamp {
+    /// The stamp of the file at `path` now; `None` when there is none.
+    pub fn of(path: &Path) -> Option<FileStamp> {
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            ino: meta.ino(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            len: meta.len(),
+        })
+    }
 }
 
 #[derive(Debug, Default)]
 struct Current {
     key: Option<Arc<CertifiedKey>>,
     /// The chain file the key was read from.
-    seen: Option<Stamp>,
+    seen: Option<FileStamp>,
     checked: Option<Instant>,
 }
 
@@ -102,7 +105,7 @@ impl AutoCertificate {
             return current.key.clone();
         }
         current.checked = Some(now);
-        let found = stamp(&self.files.chain);
+        let found = FileStamp::of(&self.files.chain);
         if found.is_some() && found != current.seen {
             match load(&self.files, provider) {
                 Ok(key) => {

@@ -48,7 +48,7 @@ mod session;
 mod setup;
 mod tickets;
 
-pub use acme::{ACME_TLS_ALPN, ALPN_CHALLENGES};
+pub use acme::{FileStamp, ACME_TLS_ALPN, ALPN_CHALLENGES};
 pub use certs::{inspect, CertificateFiles, CertificateReport};
 pub use error::TlsError;
 pub use session::TlsSession;
