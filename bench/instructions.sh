@@ -18,7 +18,8 @@
 # valgrind), keep-alive both ways. With --h2, the file is asked for over HTTP/2 (h2c, prior
 # knowledge) by h2load: 4 connections of 100 concurrent streams, 4,000 requests for each
 # second. Needs valgrind (apt-get install valgrind), nginx for --proxy, h2load
-# (nghttp2-client) for --h2.
+# (nghttp2-client) for --h2. With CALLGRIND_OUT=FILE in the environment, the callgrind
+# output of the first binary's longer run is kept there, for callgrind_annotate.
 set -euo pipefail
 
 MODE=keepalive
@@ -115,6 +116,7 @@ per_request() {
     local binary=$1
     read -r r1 i1 < <(run "$binary" 2 18771)
     read -r r2 i2 < <(run "$binary" 5 18772)
+    cp "$WORK/cg.out" "$WORK/cg.out.kept"
     python3 -c "print(round(($i2 - $i1) / ($r2 - $r1)))"
 }
 
@@ -129,6 +131,7 @@ if [[ $METRICS == yes ]]; then
 fi
 first=$(per_request "$1")
 echo "$1: $first instructions per request ($MODE)"
+[[ -n "${CALLGRIND_OUT:-}" ]] && cp "$WORK/cg.out.kept" "$CALLGRIND_OUT"
 if [[ $# -ge 2 ]]; then
     second=$(per_request "$2")
     echo "$2: $second instructions per request ($MODE)"

@@ -106,6 +106,7 @@ mod loops;
 mod model;
 mod outgoing;
 mod pools;
+mod probe;
 pub mod signals;
 mod slab;
 mod splice;
@@ -136,6 +137,9 @@ pub use outgoing::UpstreamAddr;
 pub use pools::percore::{allowed_cpus, PercoreConfig};
 pub use pools::prefork::{self, PreforkConfig};
 pub use pools::threads::ThreadsConfig;
+pub use probe::{
+    choose_model, probe_models, ModelProbe, LARGE_BODY, MODEL_MARGIN, PROBE_TIME, SMALL_BODY,
+};
 pub use splice::Carrier;
 pub use sys::ignore_sigpipe;
 pub use transport::{

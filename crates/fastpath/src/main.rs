@@ -307,6 +307,10 @@ fn check(path: &Path) -> ExitCode {
             for note in notes.chain(config.tls_notes()) {
                 report.push_str(&format!("{shown}: note: {note}\n"));
             }
+            if config.model == fastpath_server::config::Model::Auto {
+                let (_, note) = fastpath_server::auto_model();
+                report.push_str(&format!("{shown}: note: {note}\n"));
+            }
             if let Some(kernel) = fastpath_server::kernel_report(&config) {
                 report.push_str(&format!("{shown}: note: {kernel}\n"));
             }

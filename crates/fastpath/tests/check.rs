@@ -468,3 +468,35 @@ fn a_reader_that_went_away_is_not_a_crash() {
     assert!(status.success(), "{status}\n{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `model = "auto"` (the default) is what a start-up probe measured cheapest here, and
+/// `fastpath check` says which, with the figures behind it; a named model is not probed.
+#[test]
+fn check_says_what_auto_runs_here_and_why() {
+    let site = Site::new();
+    let out = check(&site.config("root = \"root\"\n"));
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let note = said
+        .lines()
+        .find(|l| l.contains("note: model \"auto\" runs"))
+        .unwrap_or_else(|| panic!("{}", show(&out)));
+    assert!(
+        note.contains("runs \"epoll\" here") || note.contains("runs \"uring\" here"),
+        "{note}"
+    );
+    // The figures: CPU per request of each loop measured, for both responses.
+    assert!(
+        note.contains("1 KiB from memory and 64 KiB from a file: epoll "),
+        "{note}"
+    );
+    let measured_uring = note.contains("; uring ");
+    let uring_missing = note.contains("io_uring unavailable");
+    assert!(measured_uring != uring_missing, "{note}");
+    let out = check(&site.config("root = \"root\"\nmodel = \"epoll\"\n"));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("model \"auto\""),
+        "{}",
+        show(&out)
+    );
+}

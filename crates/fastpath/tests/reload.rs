@@ -731,3 +731,39 @@ httptest!(
         );
     }
 );
+
+/// `model = "auto"` runs what a start-up probe measured cheapest, says so, and a reload keeps
+/// that choice instead of measuring again while the old server is serving.
+#[test]
+fn auto_keeps_the_model_it_measured_across_a_reload() {
+    let site = Site::new();
+    site.file("a.txt", "one");
+    let pid_file = site.base().join("fastpath.pid");
+    let srv = site
+        .server("auto")
+        .config("root = \"root\"\n")
+        .arg("--pid-file")
+        .arg(pid_file.to_str().unwrap())
+        .start();
+    let _stop = StopAtEnd(pid_file.clone());
+    srv.get("/a.txt").assert_ok(200, "one");
+    assert!(
+        srv.wait_stderr(Duration::from_secs(5), "in a start-up probe"),
+        "{}",
+        srv.report()
+    );
+    let err = srv.stderr();
+    let at = err.find("model \"auto\" runs \"").unwrap() + "model \"auto\" runs \"".len();
+    let chosen = err[at..].split('"').next().unwrap().to_owned();
+    assert!(chosen == "epoll" || chosen == "uring", "{err}");
+    replace(&pid_file, libc::SIGHUP);
+    srv.get("/a.txt").assert_ok(200, "one");
+    let kept =
+        format!("model \"auto\" runs \"{chosen}\", as measured by the server this one replaces");
+    assert!(
+        srv.wait_stderr(Duration::from_secs(5), &kept),
+        "{}",
+        srv.report()
+    );
+    assert_eq!(srv.stderr().matches("in a start-up probe").count(), 1);
+}

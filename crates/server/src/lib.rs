@@ -56,7 +56,7 @@ pub use access_log::AccessLog;
 pub use acme::{revoke_certificate, REVOCATION_REASONS};
 pub use error_log::init_error_log;
 
-use crate::config::{Config, HostConfig};
+use crate::config::{Config, HostConfig, Model};
 use crate::handler::{HandlerSettings, HttpHandler, ListenerFacts};
 use crate::listening::ListenerSource;
 use crate::metrics::Metrics;
@@ -336,6 +336,46 @@ pub fn kernel_report(config: &Config) -> Option<String> {
     kernel_bridge::report(config)
 }
 
+/// What `model = "auto"` runs on this machine: the event loop a start-up probe found to
+/// serve at the least CPU per request (`fastpath_drivers::probe_models`), with epoll kept
+/// unless another is ahead by [`fastpath_drivers::MODEL_MARGIN`]; and the figures behind the
+/// choice, for the log and `fastpath check`.
+pub fn auto_model() -> (fastpath_drivers::ModelKind, String) {
+    use fastpath_drivers::{ModelKind, LARGE_BODY, MODEL_MARGIN, SMALL_BODY};
+    let kinds = [ModelKind::Epoll, ModelKind::Uring];
+    match fastpath_drivers::probe_models(&kinds, fastpath_drivers::PROBE_TIME) {
+        Ok(probes) => {
+            let kind = fastpath_drivers::choose_model(&probes, ModelKind::Epoll, MODEL_MARGIN);
+            let figures: Vec<String> = probes
+                .iter()
+                .map(|p| format!("{} {:.1} and {:.1}", p.kind.name(), p.small_us, p.large_us))
+                .collect();
+            let unmeasured = if probes.iter().any(|p| p.kind == ModelKind::Uring) {
+                String::new()
+            } else {
+                let why = fastpath_drivers::uring_available()
+                    .err()
+                    .map_or_else(|| "not measured".to_owned(), |e| e.to_string());
+                format!("; io_uring unavailable ({why})")
+            };
+            let note = format!(
+                "model \"auto\" runs \"{}\" here: the one with the least CPU per request in a \
+                 start-up probe, another than epoll only when {MODEL_MARGIN}× ahead (µs per \
+                 request for {} KiB from memory and {} KiB from a file: {}){unmeasured}",
+                kind.name(),
+                SMALL_BODY / 1024,
+                LARGE_BODY / 1024,
+                figures.join("; ")
+            );
+            (kind, note)
+        }
+        Err(e) => (
+            ModelKind::Epoll,
+            format!("model \"auto\" runs \"epoll\": the start-up probe failed ({e})"),
+        ),
+    }
+}
+
 /// What this process was started with, read from the environment by
 /// [`Inherited::from_env`]: what systemd passed it (see [`systemd`]), and what the server it
 /// replaces handed over on a reload or an upgrade (docs/operations.md).
@@ -381,6 +421,31 @@ pub fn serve_with(
     mut inherited: Inherited,
 ) -> Result<(), ServeError> {
     fastpath_drivers::ignore_sigpipe();
+    // Measured here, while no worker runs: the probe's loops have the machine to themselves
+    // (and its threads are gone again before anything forks).
+    let resolved;
+    let mut auto_measured = None;
+    let config = if config.model == Model::Auto {
+        let (kind, note) = match inherited.handed.auto_model.take() {
+            Some(kind) => (
+                kind,
+                format!(
+                    "model \"auto\" runs \"{}\", as measured by the server this one replaces",
+                    kind.name()
+                ),
+            ),
+            None => auto_model(),
+        };
+        tracing::info!("{note}");
+        auto_measured = Some(kind);
+        resolved = Config {
+            model: Model::Named(kind),
+            ..config.clone()
+        };
+        &resolved
+    } else {
+        config
+    };
     // Decided before anything is bound or opened, so a refusal leaves nothing behind.
     let switch = privileges::plan(config.user.as_ref(), config.group, config.run_as_root)
         .map_err(ServeError::Privileges)?;
@@ -427,7 +492,10 @@ pub fn serve_with(
     let handover = served.handover().map_err(ServeError::Bind)?;
     let notify = Notify::start(&mut inherited.systemd);
     let _pid_file = write_pid_file(config)?;
-    let pass_on = std::mem::take(&mut inherited.systemd.pass_on);
+    let mut pass_on = std::mem::take(&mut inherited.systemd.pass_on);
+    if let Some(kind) = auto_measured {
+        pass_on.push((reload::AUTO_MODEL_VAR, kind.name().into()));
+    }
     let handover = Handover {
         sockets: handover,
         pass_on,

@@ -38,6 +38,9 @@ use crate::systemd::Notify;
 const LISTENERS_VAR: &str = "FASTPATH_LISTENERS";
 const READY_VAR: &str = "FASTPATH_READY_FD";
 const TICKET_KEYS_VAR: &str = "FASTPATH_TICKET_KEYS_FD";
+/// The event loop the replaced server's `model = "auto"` measured, kept by its successor
+/// rather than measured again while the old one serves (a restart measures again).
+pub(crate) const AUTO_MODEL_VAR: &str = "FASTPATH_AUTO_MODEL";
 /// The name handed-over sockets of systemd's carry: they are served whatever `listen` says.
 pub(crate) const SYSTEMD_NAME: &str = "systemd";
 /// How long a new server has to say it is ready before the old one gives up on it.
@@ -53,6 +56,8 @@ pub(crate) struct Handed {
     /// The memory file of the TLS session ticket keys, so that sessions resume across the
     /// reload.
     pub(crate) ticket_keys: Option<OwnedFd>,
+    /// What the replaced server's `model = "auto"` runs.
+    pub(crate) auto_model: Option<fastpath_drivers::ModelKind>,
 }
 
 /// Reads and removes a variable.
@@ -77,12 +82,13 @@ fn open_fd(text: &str) -> Option<OwnedFd> {
 }
 
 impl Handed {
-    /// Reads `FASTPATH_LISTENERS`, `FASTPATH_READY_FD` and `FASTPATH_TICKET_KEYS_FD` and
-    /// unsets them. Like `Systemd::from_env`, before the process has other threads.
+    /// Reads `FASTPATH_LISTENERS`, `FASTPATH_READY_FD`, `FASTPATH_TICKET_KEYS_FD` and
+    /// `FASTPATH_AUTO_MODEL` and unsets them. Like `Systemd::from_env`, before the process has other threads.
     pub(crate) fn from_env() -> Handed {
         let listeners = take_var(LISTENERS_VAR);
         let ready = take_var(READY_VAR);
         let ticket_keys = take_var(TICKET_KEYS_VAR);
+        let auto_model = take_var(AUTO_MODEL_VAR);
         let mut handed = Handed::default();
         if let Some(list) = listeners.as_ref().and_then(|l| l.to_str()) {
             for entry in list.split(',').filter(|e| !e.is_empty()) {
@@ -97,6 +103,9 @@ impl Handed {
         }
         handed.ready = ready.as_ref().and_then(|r| open_fd(r.to_str()?));
         handed.ticket_keys = ticket_keys.as_ref().and_then(|t| open_fd(t.to_str()?));
+        handed.auto_model = auto_model
+            .as_ref()
+            .and_then(|m| fastpath_drivers::ModelKind::from_name(m.to_str()?));
         handed
     }
 

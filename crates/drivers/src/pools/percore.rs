@@ -50,7 +50,7 @@ pub fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
-fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+pub(crate) fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; `cpu` is below CPU_SETSIZE.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     unsafe { libc::CPU_SET(cpu, &mut set) };
