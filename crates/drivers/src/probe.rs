@@ -16,9 +16,10 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use fastpath_drivers::{choose_model, probe_models, ModelKind, MODEL_MARGIN};
+//! use fastpath_drivers::{choose_model, probe_models, ModelKind, HTTP_LOADS, MODEL_MARGIN};
 //!
-//! let probes = probe_models(&[ModelKind::Epoll, ModelKind::Uring], Duration::from_millis(60))?;
+//! let kinds = [ModelKind::Epoll, ModelKind::Uring];
+//! let probes = probe_models(&kinds, &HTTP_LOADS, Duration::from_millis(60))?;
 //! let kind = choose_model(&probes, ModelKind::Epoll, MODEL_MARGIN);
 //! # Ok::<(), std::io::Error>(())
 //! ```
@@ -55,30 +56,62 @@ const CONNECTIONS: usize = 16;
 /// Requests answered before a turn's clock starts (connections accepted, buffers grown).
 const WARM_UP: usize = 64;
 
-/// What the probe measured for one loop: server CPU time per request, microseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One kind of traffic a probe measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeLoad {
+    /// A GET answered with [`SMALL_BODY`] bytes copied from memory.
+    SmallFile,
+    /// A GET answered with [`LARGE_BODY`] bytes sent from a file.
+    LargeFile,
+    /// A message of this many bytes echoed back (the services).
+    Echo(usize),
+}
+
+impl ProbeLoad {
+    /// What the traffic is, for the log.
+    pub fn describe(self) -> String {
+        match self {
+            ProbeLoad::SmallFile => format!("{} KiB from memory", SMALL_BODY / 1024),
+            ProbeLoad::LargeFile => format!("{} KiB from a file", LARGE_BODY / 1024),
+            ProbeLoad::Echo(size) => format!("{size} B echoed"),
+        }
+    }
+}
+
+/// What a web server's `auto` measures: both ends of a site.
+pub const HTTP_LOADS: [ProbeLoad; 2] = [ProbeLoad::SmallFile, ProbeLoad::LargeFile];
+/// What a service's `auto` measures: a short message and a longer one.
+pub const ECHO_LOADS: [ProbeLoad; 2] = [ProbeLoad::Echo(64), ProbeLoad::Echo(1024)];
+
+/// What the probe measured for one loop: server CPU time per request (or message),
+/// microseconds, for each load in the order asked.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelProbe {
     /// The loop measured.
     pub kind: ModelKind,
-    /// Per request for the small response (copied from memory).
-    pub small_us: f64,
-    /// Per request for the large response (sent from a file).
-    pub large_us: f64,
+    /// Each load with its figure.
+    pub figures: Vec<(ProbeLoad, f64)>,
 }
 
 impl ModelProbe {
-    /// One figure for both responses, their geometric mean: each counts the same whatever
+    /// One figure for all the loads, their geometric mean: each counts the same whatever
     /// its size.
     pub fn score(&self) -> f64 {
-        (self.small_us * self.large_us).sqrt()
+        let logs: f64 = self.figures.iter().map(|(_, us)| us.ln()).sum();
+        (logs / self.figures.len().max(1) as f64).exp()
     }
 }
 
 /// Measures each loop of `kinds` that can run here (epoll, and io_uring when the kernel
 /// allows it; the pools of threads and processes are never `auto`'s choice, and are
-/// skipped), `each` per loop and response in all. An error when a loop could not serve.
-pub fn probe_models(kinds: &[ModelKind], each: Duration) -> io::Result<Vec<ModelProbe>> {
-    let small = Arc::new(Responses::new()?);
+/// skipped) on each of `loads`, `each` per loop and load in all. An error when a loop
+/// could not serve.
+pub fn probe_models(
+    kinds: &[ModelKind],
+    loads: &[ProbeLoad],
+    each: Duration,
+) -> io::Result<Vec<ModelProbe>> {
+    let responses = Arc::new(Responses::new()?);
     // The loops on one CPU and the client on another, as in the benchmarks: where the two
     // sides run would otherwise change from turn to turn, and the cost of a request with it.
     let cpus = crate::allowed_cpus();
@@ -93,30 +126,54 @@ pub fn probe_models(kinds: &[ModelKind], each: Duration) -> io::Result<Vec<Model
             ModelKind::Uring if crate::uring_available().is_ok() => Model::Uring,
             _ => continue,
         };
-        servers.push((kind, ProbeServer::start(model, small.clone(), server_cpu)?));
+        servers.push((
+            kind,
+            ProbeServer::start(model, responses.clone(), server_cpu)?,
+        ));
     }
     let turn = each / ROUNDS;
-    let mut figures = vec![(Vec::new(), Vec::new()); servers.len()];
+    let mut turns = vec![vec![Vec::new(); loads.len()]; servers.len()];
     for _ in 0..ROUNDS {
         for (i, (_, server)) in servers.iter().enumerate() {
-            figures[i]
-                .0
-                .push(server.turn(&small, false, turn, client_cpu)?);
-            figures[i]
-                .1
-                .push(server.turn(&small, true, turn, client_cpu)?);
+            for (j, &load) in loads.iter().enumerate() {
+                turns[i][j].push(server.turn(&responses, load, turn, client_cpu)?);
+            }
         }
     }
     let mut probes = Vec::with_capacity(servers.len());
-    for ((kind, server), (smalls, larges)) in servers.into_iter().zip(figures) {
+    for ((kind, server), per_load) in servers.into_iter().zip(turns) {
         server.stop()?;
         probes.push(ModelProbe {
             kind,
-            small_us: median(smalls),
-            large_us: median(larges),
+            figures: loads
+                .iter()
+                .copied()
+                .zip(per_load.into_iter().map(median))
+                .collect(),
         });
     }
     Ok(probes)
+}
+
+/// The figures of `probes`, for the log and `fastpath check`: "µs of CPU per request for
+/// LOADS: epoll A and B; uring C and D".
+pub fn describe_probes(probes: &[ModelProbe]) -> String {
+    let Some(first) = probes.first() else {
+        return "nothing measured".to_owned();
+    };
+    let loads: Vec<String> = first.figures.iter().map(|(l, _)| l.describe()).collect();
+    let each: Vec<String> = probes
+        .iter()
+        .map(|p| {
+            let us: Vec<String> = p.figures.iter().map(|(_, us)| format!("{us:.1}")).collect();
+            format!("{} {}", p.kind.name(), us.join(" and "))
+        })
+        .collect();
+    format!(
+        "µs of CPU per request for {}: {}",
+        loads.join(" and "),
+        each.join("; ")
+    )
 }
 
 /// The loop to run: the one with the lowest [`ModelProbe::score`] when it is at least
@@ -172,18 +229,25 @@ impl Responses {
         })
     }
 
-    /// Bytes of one whole response.
-    fn len(&self, large: bool) -> usize {
-        if large {
-            self.large_head.len() + LARGE_BODY
-        } else {
-            self.small.len()
+    /// What the client sends for `load`, and how many bytes come back.
+    fn exchange(&self, load: ProbeLoad) -> (Vec<u8>, usize) {
+        match load {
+            ProbeLoad::SmallFile => (
+                b"GET /s HTTP/1.1\r\nHost: probe\r\n\r\n".to_vec(),
+                self.small.len(),
+            ),
+            ProbeLoad::LargeFile => (
+                b"GET /l HTTP/1.1\r\nHost: probe\r\n\r\n".to_vec(),
+                self.large_head.len() + LARGE_BODY,
+            ),
+            ProbeLoad::Echo(size) => (vec![b'e'; size.max(1)], size.max(1)),
         }
     }
 }
 
-/// The probe's HTTP handler: each request (`GET /s` or `GET /l`, ended by an empty line)
-/// gets its canned response.
+/// The probe's handler: a connection whose first byte is `G` is HTTP, each request
+/// (`GET /s` or `GET /l`, ended by an empty line) getting its canned response; any other
+/// connection has every byte echoed.
 struct Canned {
     responses: Arc<Responses>,
 }
@@ -197,6 +261,11 @@ impl Handler for Canned {
     }
 
     fn on_ready(&mut self, _: &mut (), io: &mut Io<'_>) -> Next {
+        if io.input().data().first().is_some_and(|&b| b != b'G') {
+            let data = io.input().data().to_vec();
+            io.input_mut().consume(data.len());
+            io.write(&data);
+        }
         while let Some(end) = io.input().data().windows(4).position(|w| w == b"\r\n\r\n") {
             let large = io.input().data().get(5) == Some(&b'l');
             io.input_mut().consume(end + 4);
@@ -265,22 +334,17 @@ impl ProbeServer {
         Ok(ProbeServer { addr, stop, thread })
     }
 
-    /// One turn: the connections kept busy with `large` or small requests for `length`;
-    /// the server's CPU time per request, microseconds.
+    /// One turn: the connections kept busy with `load` for `length`; the server's CPU
+    /// time per request, microseconds.
     fn turn(
         &self,
         responses: &Responses,
-        large: bool,
+        load: ProbeLoad,
         length: Duration,
         cpu: Option<usize>,
     ) -> io::Result<f64> {
         let addr = self.addr;
-        let request: &[u8] = if large {
-            b"GET /l HTTP/1.1\r\nHost: probe\r\n\r\n"
-        } else {
-            b"GET /s HTTP/1.1\r\nHost: probe\r\n\r\n"
-        };
-        let expected = responses.len(large);
+        let (request, expected) = responses.exchange(load);
         // The client runs on a thread of its own, so that its CPU time is its thread's.
         std::thread::scope(|scope| {
             scope
@@ -288,7 +352,7 @@ impl ProbeServer {
                     if let Some(cpu) = cpu {
                         crate::pools::percore::pin_to_cpu(cpu)?;
                     }
-                    client_turn(addr, request, expected, length)
+                    client_turn(addr, &request, expected, length)
                 })
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("the probe's client panicked")))
@@ -361,52 +425,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_loop_serves_both_responses_and_is_measured() {
-        let probes = probe_models(
-            &[ModelKind::Epoll, ModelKind::Uring],
-            Duration::from_millis(30),
-        )
-        .unwrap();
-        assert!(probes.iter().any(|p| p.kind == ModelKind::Epoll));
-        assert_eq!(
-            probes.iter().any(|p| p.kind == ModelKind::Uring),
-            crate::uring_available().is_ok()
-        );
+    fn each_loop_serves_every_load_and_is_measured() {
+        let loads = [
+            ProbeLoad::SmallFile,
+            ProbeLoad::LargeFile,
+            ProbeLoad::Echo(512),
+        ];
+        let kinds = [ModelKind::Epoll, ModelKind::Uring, ModelKind::Threads];
+        let probes = probe_models(&kinds, &loads, Duration::from_millis(30)).unwrap();
+        let measured: Vec<ModelKind> = probes.iter().map(|p| p.kind).collect();
+        if crate::uring_available().is_ok() {
+            assert_eq!(measured, [ModelKind::Epoll, ModelKind::Uring]);
+        } else {
+            assert_eq!(measured, [ModelKind::Epoll]);
+        }
         for probe in &probes {
-            assert!(probe.small_us > 0.0 && probe.large_us > 0.0, "{probe:?}");
+            let us: Vec<f64> = probe.figures.iter().map(|&(_, us)| us).collect();
+            assert!(us.iter().all(|&us| us > 0.0), "{probe:?}");
             // A 64 KiB response costs more than a 1 KiB one on any loop.
-            assert!(probe.large_us > probe.small_us, "{probe:?}");
+            assert!(us[1] > us[0], "{probe:?}");
         }
     }
 
     #[test]
     fn another_loop_is_chosen_only_when_ahead_by_the_margin() {
-        let probe = |kind, small_us, large_us| ModelProbe {
+        let probe = |kind, small, large| ModelProbe {
             kind,
-            small_us,
-            large_us,
+            figures: vec![(ProbeLoad::SmallFile, small), (ProbeLoad::LargeFile, large)],
         };
         let epoll = probe(ModelKind::Epoll, 4.0, 20.0);
         let close = probe(ModelKind::Uring, 3.8, 19.0);
-        assert_eq!(
-            choose_model(&[epoll, close], ModelKind::Epoll, MODEL_MARGIN),
-            ModelKind::Epoll
-        );
+        let choose = |probes: &[ModelProbe]| choose_model(probes, ModelKind::Epoll, MODEL_MARGIN);
+        assert_eq!(choose(&[epoll.clone(), close]), ModelKind::Epoll);
         let ahead = probe(ModelKind::Uring, 3.0, 19.0);
-        assert_eq!(
-            choose_model(&[epoll, ahead], ModelKind::Epoll, MODEL_MARGIN),
-            ModelKind::Uring
-        );
+        assert_eq!(choose(&[epoll.clone(), ahead.clone()]), ModelKind::Uring);
         // Ahead on small responses, behind on large ones: the geometric mean decides.
         let mixed = probe(ModelKind::Uring, 2.0, 36.0);
-        assert_eq!(
-            choose_model(&[epoll, mixed], ModelKind::Epoll, MODEL_MARGIN),
-            ModelKind::Epoll
-        );
+        assert_eq!(choose(&[epoll, mixed]), ModelKind::Epoll);
         // Nothing measured for the default: the default.
-        assert_eq!(
-            choose_model(&[ahead], ModelKind::Epoll, MODEL_MARGIN),
-            ModelKind::Epoll
-        );
+        assert_eq!(choose(&[ahead]), ModelKind::Epoll);
     }
 }

@@ -487,7 +487,7 @@ fn check_says_what_auto_runs_here_and_why() {
     );
     // The figures: CPU per request of each loop measured, for both responses.
     assert!(
-        note.contains("1 KiB from memory and 64 KiB from a file: epoll "),
+        note.contains("per request for 1 KiB from memory and 64 KiB from a file: epoll "),
         "{note}"
     );
     let measured_uring = note.contains("; uring ");

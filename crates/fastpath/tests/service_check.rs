@@ -368,3 +368,33 @@ fn service_check_notes_a_start_as_root_without_run_as_root() {
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(stdout(&out).contains(note), root, "{}", show(&out));
 }
+
+/// A service's `model = "auto"` is the loop a start-up probe measured cheapest per message
+/// here, and the check says which with the figures (epoll alone where io_uring cannot run).
+#[test]
+fn service_check_says_what_auto_measured() {
+    let site = Site::new();
+    let path = site
+        .config("workers = 2\nkernel_path = \"off\"\nrun_as_root = true\nto = [\"127.0.0.1:9\"]\n");
+    let out = check("forward", &path);
+    assert!(out.status.success(), "{}", show(&out));
+    let said = stdout(&out);
+    let note = said
+        .lines()
+        .find(|l| l.contains("note: model: "))
+        .unwrap_or_else(|| panic!("{}", show(&out)));
+    if note.contains("io_uring cannot run here") {
+        assert!(note.contains("model: epoll (2 workers;"), "{note}");
+        return;
+    }
+    assert!(
+        note.contains("model: epoll (2 workers; model = \"auto\": the least CPU per message")
+            || note
+                .contains("model: uring (2 workers; model = \"auto\": the least CPU per message"),
+        "{note}"
+    );
+    assert!(
+        note.contains("for 64 B echoed and 1024 B echoed: epoll ") && note.contains("; uring "),
+        "{note}"
+    );
+}

@@ -341,31 +341,20 @@ pub fn kernel_report(config: &Config) -> Option<String> {
 /// unless another is ahead by [`fastpath_drivers::MODEL_MARGIN`]; and the figures behind the
 /// choice, for the log and `fastpath check`.
 pub fn auto_model() -> (fastpath_drivers::ModelKind, String) {
-    use fastpath_drivers::{ModelKind, LARGE_BODY, MODEL_MARGIN, SMALL_BODY};
+    use fastpath_drivers::{ModelKind, HTTP_LOADS, MODEL_MARGIN};
     let kinds = [ModelKind::Epoll, ModelKind::Uring];
-    match fastpath_drivers::probe_models(&kinds, fastpath_drivers::PROBE_TIME) {
+    match fastpath_drivers::probe_models(&kinds, &HTTP_LOADS, fastpath_drivers::PROBE_TIME) {
         Ok(probes) => {
             let kind = fastpath_drivers::choose_model(&probes, ModelKind::Epoll, MODEL_MARGIN);
-            let figures: Vec<String> = probes
-                .iter()
-                .map(|p| format!("{} {:.1} and {:.1}", p.kind.name(), p.small_us, p.large_us))
-                .collect();
-            let unmeasured = if probes.iter().any(|p| p.kind == ModelKind::Uring) {
-                String::new()
-            } else {
-                let why = fastpath_drivers::uring_available()
-                    .err()
-                    .map_or_else(|| "not measured".to_owned(), |e| e.to_string());
-                format!("; io_uring unavailable ({why})")
+            let unmeasured = match fastpath_drivers::uring_available() {
+                Err(why) => format!("; io_uring unavailable ({why})"),
+                Ok(()) => String::new(),
             };
             let note = format!(
                 "model \"auto\" runs \"{}\" here: the one with the least CPU per request in a \
-                 start-up probe, another than epoll only when {MODEL_MARGIN}× ahead (µs per \
-                 request for {} KiB from memory and {} KiB from a file: {}){unmeasured}",
+                 start-up probe, another than epoll only when {MODEL_MARGIN}× ahead ({}){unmeasured}",
                 kind.name(),
-                SMALL_BODY / 1024,
-                LARGE_BODY / 1024,
-                figures.join("; ")
+                fastpath_drivers::describe_probes(&probes)
             );
             (kind, note)
         }

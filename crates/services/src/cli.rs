@@ -286,6 +286,30 @@ fn model_kind(name: &str) -> Result<Option<ModelKind>, String> {
     })
 }
 
+/// What `model = "auto"` runs where io_uring can: the loop a probe at start measured to
+/// echo messages at the least CPU each (`fastpath_sockets::probe_models`; a service's work
+/// is a read and a write per message, as an echo's), epoll unless io_uring is
+/// [`fastpath_sockets::MODEL_MARGIN`] times ahead; and the note that says so.
+fn measured_model() -> (ModelKind, String) {
+    use fastpath_sockets::{ECHO_LOADS, MODEL_MARGIN, PROBE_TIME};
+    let kinds = [ModelKind::Epoll, ModelKind::Uring];
+    match fastpath_sockets::probe_models(&kinds, &ECHO_LOADS, PROBE_TIME) {
+        Ok(probes) => {
+            let kind = fastpath_sockets::choose_model(&probes, ModelKind::Epoll, MODEL_MARGIN);
+            let note = format!(
+                "; model = \"auto\": the least CPU per message in a start-up probe, io_uring \
+                 only when {MODEL_MARGIN}× ahead ({})",
+                fastpath_sockets::describe_probes(&probes)
+            );
+            (kind, note)
+        }
+        Err(e) => (
+            ModelKind::Epoll,
+            format!("; model = \"auto\": the start-up probe failed ({e})"),
+        ),
+    }
+}
+
 /// The forwarder's transport by its name.
 fn transport(name: &str) -> Result<Transport, String> {
     match name {
@@ -359,11 +383,10 @@ fn options(
     // fastpath_sockets::serve), and why they differ or how the model was chosen.
     let (configured, runs, why) = match model_kind(model.as_deref().unwrap_or("auto"))? {
         None => match &uring {
-            Ok(()) => (
-                ModelKind::Uring,
-                ModelKind::Uring,
-                "; model = \"auto\": io_uring runs here".to_string(),
-            ),
+            Ok(()) => {
+                let (kind, why) = measured_model();
+                (kind, kind, why)
+            }
             Err(why) => (
                 ModelKind::Epoll,
                 ModelKind::Epoll,

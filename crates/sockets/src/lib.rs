@@ -103,6 +103,12 @@ pub use fastpath_drivers::{
     UpstreamAddr, Worker, TICK,
 };
 
+/// Which event loop `model = "auto"` runs, measured at start.
+pub use fastpath_drivers::{
+    choose_model, describe_probes, probe_models, ModelProbe, ProbeLoad, ECHO_LOADS, MODEL_MARGIN,
+    PROBE_TIME,
+};
+
 /// Sizes and durations as configurations write them.
 pub use fastpath_drivers::units;
 
