@@ -492,12 +492,46 @@ httptest!(kernel_path_off_splices, |model| {
     );
 });
 
-httptest!(kernel_path_auto_splices_for_now, |model| {
-    splices_and_says(
-        model,
-        "",
-        "kernel path: off for bridged connections (kernel_path = \"auto\" splices",
+// `kernel_path = "auto"` bridges in the kernel only where a probe at start found it ahead
+// of splice, says which with the figures, and bridges either way.
+httptest!(kernel_path_auto_takes_what_the_probe_found, |model| {
+    let addr = custom_backend(Arc::new(()), echo_slowly);
+    let (srv, _site) = serve_to(model, addr, "");
+    let mut conn = bridged(&srv);
+    round_trip(&mut conn, b"bridged");
+    assert!(
+        srv.wait_stderr(Duration::from_secs(1), "bridged connections: "),
+        "{}",
+        srv.stderr()
     );
+    let err = srv.stderr();
+    let line = err
+        .lines()
+        .find(|l| l.contains("bridged connections: "))
+        .unwrap();
+    if !crate::kernel_path::bpf_capable() {
+        assert!(
+            line.contains("splice (kernel_path = \"auto\"; the kernel path cannot be had here"),
+            "{line}"
+        );
+        return;
+    }
+    assert!(
+        line.contains("kernel_path = \"auto\": measured at start, the kernel's round trips per second against splice's, 1.1 × needed at every size: 1024 B "),
+        "{line}"
+    );
+    if line.contains("bridged connections: splice") {
+        assert!(
+            bpf_objects(srv.pid()).is_empty(),
+            "splice, yet BPF objects are loaded"
+        );
+    } else {
+        assert!(
+            line.contains("bridged connections: in the kernel"),
+            "{line}"
+        );
+        assert!(!bpf_objects(srv.pid()).is_empty(), "{line}");
+    }
 });
 
 #[test]
@@ -510,7 +544,13 @@ fn check_says_what_bridged_connections_get() {
     for (extra, note) in [
         (
             "",
-            "bridged connections: splice (kernel_path = \"auto\" splices",
+            if crate::kernel_path::bpf_capable() {
+                "kernel_path = \"auto\": measured at start, the kernel's round trips per second \
+                 against splice's"
+            } else {
+                "bridged connections: splice (kernel_path = \"auto\"; the kernel path cannot be \
+                 had here"
+            },
         ),
         (
             "[handover]\nkernel_path = \"off\"",

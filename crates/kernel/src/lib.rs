@@ -17,8 +17,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 mod bridge;
+mod bridge_probe;
 mod probe;
 pub use bridge::{bridge_path, BridgePath, Joined as BridgeJoined};
+pub use bridge_probe::{
+    describe_bridge, kernel_bridges_best, probe_bridge, BridgeProbe, BRIDGE_PROBE_SIZES,
+    BRIDGE_PROBE_TIME,
+};
 pub use probe::{
     describe, kernel_wins_from, probe_echo, EchoProbe, KERNEL_MARGIN, PROBE_SIZES, PROBE_TIME,
 };

@@ -80,7 +80,7 @@ pub fn probe_echo(path: &EchoPath, sizes: &[u32], each: Duration) -> io::Result<
     Ok(results)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }

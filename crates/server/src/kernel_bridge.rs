@@ -14,9 +14,52 @@ use fastpath_kernel::{BridgeJoined, BridgePath, Mode, TakeOverError};
 
 use crate::config::Config;
 
-/// Why `kernel_path = "auto"` splices, for the start line and `fastpath check`.
-const AUTO_SPLICES: &str = "kernel_path = \"auto\" splices until the kernel path has run \
-     longer; \"on\" joins in the kernel";
+/// What `kernel_path = "auto"` gives bridged connections here: the kernel path, loaded, when
+/// a probe at start found it relaying [`fastpath_kernel::KERNEL_MARGIN`] times splice's round
+/// trips or more at every size it tried, else splice; and the line that says so, with the
+/// figures (the start-up log and `fastpath check`).
+fn auto_decision(config: &Config) -> (Option<BridgePath>, String) {
+    let h = &config.handover;
+    let path = match BridgePath::load(h.kernel_bridges, h.kernel_hold) {
+        Ok(path) => path,
+        Err(why) => {
+            return (
+                None,
+                format!(
+                    "splice (kernel_path = \"auto\"; the kernel path cannot be had here: {why})"
+                ),
+            )
+        }
+    };
+    match fastpath_kernel::probe_bridge(
+        &path,
+        &fastpath_kernel::BRIDGE_PROBE_SIZES,
+        fastpath_kernel::BRIDGE_PROBE_TIME,
+    ) {
+        Ok(results) => {
+            let figures = format!(
+                "measured at start, the kernel's round trips per second against splice's, {} × \
+                 needed at every size: {}",
+                fastpath_kernel::KERNEL_MARGIN,
+                fastpath_kernel::describe_bridge(&results)
+            );
+            if fastpath_kernel::kernel_bridges_best(&results) {
+                let line = format!(
+                    "in the kernel (BPF sockmap, {} at once, then splice; kernel_path = \"auto\": \
+                     {figures})",
+                    h.kernel_bridges
+                );
+                (Some(path), line)
+            } else {
+                (None, format!("splice (kernel_path = \"auto\": {figures})"))
+            }
+        }
+        Err(e) => (
+            None,
+            format!("splice (kernel_path = \"auto\"; the start-up probe failed: {e})"),
+        ),
+    }
+}
 
 /// One bridged connection's way through the kernel.
 pub(crate) struct KernelBridge {
@@ -77,12 +120,10 @@ pub(crate) fn load(config: &Config) -> Result<Option<Arc<BridgePath>>, String> {
         return Ok(None);
     }
     let h = &config.handover;
-    // The kernel path costs less CPU per request than splice and gives more replies per
-    // second (BENCHMARKS.md, "Hand-over: the bridge in the kernel"), but `auto` splices until
-    // it has run longer: see docs/configuration.md.
     if h.kernel_path == Mode::Auto {
-        tracing::info!("kernel path: off for bridged connections ({AUTO_SPLICES})");
-        return Ok(None);
+        let (path, line) = auto_decision(config);
+        tracing::info!("bridged connections: {line}");
+        return Ok(path.map(Arc::new));
     }
     fastpath_kernel::bridge_path(
         h.kernel_path,
@@ -104,7 +145,7 @@ pub(crate) fn report(config: &Config) -> Option<String> {
         return Some("bridged connections: splice (kernel_path = \"off\")".to_string());
     }
     if mode == Mode::Auto {
-        return Some(format!("bridged connections: splice ({AUTO_SPLICES})"));
+        return Some(format!("bridged connections: {}", auto_decision(config).1));
     }
     Some(match BridgePath::load(1, h.kernel_hold) {
         Ok(_) => format!(
