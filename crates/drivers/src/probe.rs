@@ -140,6 +140,10 @@ pub fn probe_models(
             }
         }
     }
+    // Every loop told to stop before any is waited for: their grace periods overlap.
+    for (_, server) in &servers {
+        server.stop.store(true, Ordering::SeqCst);
+    }
     let mut probes = Vec::with_capacity(servers.len());
     for ((kind, server), per_load) in servers.into_iter().zip(turns) {
         server.stop()?;
