@@ -107,6 +107,7 @@ fn obtains_and_serves(model: Model, challenge: &str, test: &str) {
     };
     let auto = Auto::new();
     let pebble = Pebble::start(&tools, auto.options());
+    let started = std::time::Instant::now();
     let srv = auto.serve(model, &pebble, &format!("challenge = \"{challenge}\""));
     // Plain HTTP is served from the start.
     let plain = Conn::open(format!("127.0.0.1:{}", auto.http).parse().unwrap()).exchange(req(
@@ -118,6 +119,11 @@ fn obtains_and_serves(model: Model, challenge: &str, test: &str) {
     if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
         return;
     }
+    // Shown with --nocapture: how long a first certificate takes from the start.
+    eprintln!(
+        "{model} {challenge}: served over HTTPS {:.2} s after the start",
+        started.elapsed().as_secs_f64()
+    );
     // Both names, with the same certificate, verified against Pebble's root.
     let out = curl_auto(&auto, &pebble, OTHER_NAME).unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -175,14 +181,17 @@ fn renews(model: Model, test: &str) {
     }
     let first = pebble.served_leaf(auto.tls, NAME).unwrap();
     let pid = srv.pid();
+    let mut handshakes = 0;
     let renewed = wait_for(Duration::from_secs(30), || {
         // Every handshake meanwhile succeeds, with the old certificate or the new.
         let leaf = pebble
             .served_leaf(auto.tls, NAME)
             .unwrap_or_else(|e| panic!("a handshake failed: {e}\n{}", srv.report()));
+        handshakes += 1;
         std::thread::sleep(Duration::from_millis(100));
         (leaf != first).then_some(())
     });
+    eprintln!("{model}: renewed after {handshakes} handshakes, none failed");
     assert!(
         renewed.is_some(),
         "not renewed\n{}\npebble:\n{}",
