@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::util::*;
 use fastpath_testkit::read_response;
@@ -767,3 +767,324 @@ fn auto_keeps_the_model_it_measured_across_a_reload() {
     );
     assert_eq!(srv.stderr().matches("in a start-up probe").count(), 1);
 }
+/// Whether process `pid` is blocked waiting for epoll events (an idle prefork child).
+fn in_epoll_wait(pid: u32) -> bool {
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let Some(nr) = text
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<libc::c_long>().ok())
+    else {
+        return false;
+    };
+    #[cfg(target_arch = "x86_64")]
+    if nr == libc::SYS_epoll_wait {
+        return true;
+    }
+    nr == libc::SYS_epoll_pwait || nr == libc::SYS_epoll_pwait2
+}
+
+/// Whether a SIGTERM sent to process `pid` waits to be delivered: it has not run since.
+fn sigterm_pending(pid: u32) -> bool {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("ShdPnd:")
+                .or_else(|| l.strip_prefix("SigPnd:"))
+        })
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0)
+}
+
+/// A CPU cgroup that can hold its processes: while held they may run 1 ms a second, which
+/// busy loops of its own (one on each CPU) take, so that a process in it that is woken (by a
+/// client, by a signal) does not get back to its own code until it is released, as on a
+/// loaded machine, only for longer. Released, it lets them run as they want.
+struct Throttle {
+    dir: PathBuf,
+    /// cgroup v1's `cpu` hierarchy (`cpu.cfs_quota_us`), or else v2's `cpu.max`.
+    v1: bool,
+    /// Stopped while the group is released.
+    hogs: Vec<std::process::Child>,
+}
+
+impl Throttle {
+    /// `None` where no CPU controller can be used (not root, no such cgroup file system).
+    fn new() -> Option<Throttle> {
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "fastpath-test-{}-{}",
+            std::process::id(),
+            MADE.fetch_add(1, Ordering::Relaxed)
+        );
+        let v1 = Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists();
+        let dir = if v1 {
+            Path::new("/sys/fs/cgroup/cpu").join(name)
+        } else {
+            let controllers = fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control");
+            if !controllers.is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu")) {
+                return None;
+            }
+            Path::new("/sys/fs/cgroup").join(name)
+        };
+        fs::create_dir(&dir).ok()?;
+        let mut throttle = Throttle {
+            dir,
+            v1,
+            hogs: Vec::new(),
+        };
+        if v1 && fs::write(throttle.dir.join("cpu.cfs_period_us"), "1000000").is_err() {
+            return None;
+        }
+        throttle.release();
+        for cpu in allowed_cpus() {
+            let mut hog = Command::new("sh");
+            hog.args(["-c", "while :; do :; done"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: sched_setaffinity is async-signal-safe, and the set lives on the stack.
+            unsafe {
+                hog.pre_exec(move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+                    Ok(())
+                });
+            }
+            let hog = hog.spawn().ok()?;
+            kill(hog.id(), libc::SIGSTOP);
+            let added = throttle.add(hog.id());
+            throttle.hogs.push(hog);
+            if !added {
+                return None;
+            }
+        }
+        Some(throttle)
+    }
+
+    /// Moves process `pid` (all its threads) into the group.
+    fn add(&self, pid: u32) -> bool {
+        fs::write(self.dir.join("cgroup.procs"), pid.to_string()).is_ok()
+    }
+
+    /// Moves every process but `kept` (and the busy loops) out of the group, to the
+    /// hierarchy's root.
+    fn take_out_all_but(&self, kept: u32) {
+        let root = self.dir.parent().unwrap().join("cgroup.procs");
+        for pid in fs::read_to_string(self.dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|pid| pid.parse::<u32>().ok())
+            .filter(|&pid| pid != kept && !self.hogs.iter().any(|hog| hog.id() == pid))
+        {
+            let _ = fs::write(&root, pid.to_string());
+        }
+    }
+
+    fn hold(&self) {
+        for hog in &self.hogs {
+            kill(hog.id(), libc::SIGCONT);
+        }
+        let limit = if self.v1 {
+            fs::write(self.dir.join("cpu.cfs_quota_us"), "1000")
+        } else {
+            fs::write(self.dir.join("cpu.max"), "1000 1000000")
+        };
+        limit.expect("cannot limit the cgroup");
+    }
+
+    fn release(&self) {
+        for hog in &self.hogs {
+            kill(hog.id(), libc::SIGSTOP);
+        }
+        let _ = if self.v1 {
+            fs::write(self.dir.join("cpu.cfs_quota_us"), "-1")
+        } else {
+            fs::write(self.dir.join("cpu.max"), "max 1000000")
+        };
+    }
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        for hog in &mut self.hogs {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+        self.release();
+        self.take_out_all_but(0);
+        wait_for(Duration::from_secs(5), || fs::remove_dir(&self.dir).ok());
+    }
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed set is an empty one, which sched_getaffinity fills.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the set is as large as said.
+    unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: reads the set.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+// A client that comes just as the old server is to stop is answered, by the old server or the
+// new one. Here the old server is held back (as a loaded machine may do it) from the moment
+// it has started the new one until the client has come. On prefork the kernel gives the
+// client's wake-up to one of the old children, which are first in the listening socket's
+// queue of waiters; that child then sees the stop as it runs again. A child that left without
+// accepting left the client waiting until another came, as no child of the new server was
+// woken for it.
+httptest!(
+    a_client_that_comes_as_the_old_server_stops_is_answered,
+    |model| {
+        let name = "reload::a_client_that_comes_as_the_old_server_stops_is_answered";
+        // SAFETY: cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            skip(
+                name,
+                Missing::Environment,
+                "needs root: it holds the old server back in a CPU cgroup",
+            );
+            return;
+        }
+        // The old server (prefork: its parent), and prefork's old children apart, to be released
+        // one after the other.
+        let (Some(server_group), Some(children_group)) = (Throttle::new(), Throttle::new()) else {
+            skip(
+                name,
+                Missing::Environment,
+                "no cgroup CPU controller to use",
+            );
+            return;
+        };
+        let prefork = model == "prefork";
+        let site = Site::new();
+        site.file("a.txt", "static");
+        let pid_file = site.base().join("fastpath.pid");
+        let mut config = "root = \"root\"\n".to_owned();
+        if prefork {
+            // Two children that stay two: the new server starts no child later, which would find
+            // the client waiting as it begins to listen.
+            config.push_str("[prefork]\nstart = 2\nmin_spare = 1\nmax_spare = 2\n");
+        }
+        let srv = site
+            .server(model)
+            .config(&config)
+            .arg("--pid-file")
+            .arg(pid_file.to_str().unwrap())
+            .start();
+        let _stop = StopAtEnd(pid_file.clone());
+        srv.get("/a.txt").assert_ok(200, "static");
+        let idle_children = |parent: u32| {
+            wait_for(Duration::from_secs(5), || {
+                let children = children(parent);
+                (children.len() >= 2 && children.iter().all(|&c| in_epoll_wait(c)))
+                    .then_some(children)
+            })
+            .unwrap_or_else(|| panic!("no idle children of {parent}\n{}", srv.report()))
+        };
+        // Rounds in which the client was taken by an old child while it was held.
+        let mut taken_by_an_old_child = 0;
+        for round in 0..6 {
+            let old: u32 = fs::read_to_string(&pid_file)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(server_group.add(old));
+            let old_children = if prefork {
+                idle_children(old)
+            } else {
+                Vec::new()
+            };
+            for &child in &old_children {
+                assert!(children_group.add(child));
+            }
+            kill(old, libc::SIGHUP);
+            // Held once it has started the new server: it cannot hear that the new one is ready,
+            // and so does not stop yet (unless it was quicker than this loop).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if children(old).iter().any(|c| !old_children.contains(c)) {
+                    server_group.hold();
+                    break;
+                }
+                if pid_other_than(&pid_file, old).is_some() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the old server started no new one"
+                );
+                thread::sleep(Duration::from_millis(1));
+            }
+            // The new server was started in the old one's group: it is taken out, with what it
+            // started already.
+            server_group.take_out_all_but(old);
+            let new = pid_other_than(&pid_file, old).expect("no new server");
+            // The old children are held too, while they wait for clients behind the new ones.
+            let mut waiting = false;
+            if prefork {
+                idle_children(new);
+                waiting = old_children
+                    .iter()
+                    .all(|&c| in_epoll_wait(c) && !sigterm_pending(c));
+                children_group.hold();
+            }
+            let mut client = TcpStream::connect(srv.addr()).unwrap();
+            client
+                .write_all(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            thread::sleep(Duration::from_millis(100));
+            // Unanswered yet: a held child took the wake-up (the new server's would have
+            // answered at once).
+            client.set_nonblocking(true).unwrap();
+            let unanswered = matches!(
+                client.peek(&mut [0u8; 1]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock
+            );
+            client.set_nonblocking(false).unwrap();
+            if waiting && unanswered {
+                taken_by_an_old_child += 1;
+            }
+            // The old server hears the new one is ready and tells its children to stop, which
+            // they see as they run again. (A held process still runs a moment when a period
+            // of its group begins: a child may have seen the signal already.)
+            server_group.release();
+            if prefork {
+                wait_for(Duration::from_secs(2), || {
+                    old_children
+                        .iter()
+                        .all(|&c| sigterm_pending(c) || !alive(c))
+                        .then_some(())
+                });
+            }
+            children_group.release();
+            client
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = Vec::new();
+            let got = read_ok(&mut client, &mut buf);
+            assert!(
+                got.as_ref().is_ok_and(|(body, _)| body == b"static"),
+                "round {round}: the client that came as the old server stopped got {got:?}\n{}",
+                srv.report()
+            );
+            assert!(wait_gone(old), "the old server {old} did not stop");
+            if !prefork || taken_by_an_old_child == 2 {
+                break;
+            }
+        }
+        if prefork && taken_by_an_old_child == 0 {
+            eprintln!("{name}: no round had the client taken by an old child; nothing was shown");
+        }
+    }
+);

@@ -63,7 +63,7 @@
 mod bufring;
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -603,13 +603,8 @@ impl<'a, H: Handler> Worker<'a, H> {
         // listener would reset them: they are taken in now, with plain accepts beside the
         // multishot one (both take from the same queue), until the queue is empty.
         for index in 0..self.listeners.len() {
-            while let Some(fd) = self.listeners[index].fd.as_ref().map(AsRawFd::as_raw_fd) {
-                let Ok((fd, _)) = fastpath_sys::accept(fd) else {
-                    break;
-                };
-                if self.core.admit(&fd, &self.handler, index) {
-                    self.open(fd, index);
-                }
+            if let Some(fd) = self.listeners[index].fd.as_ref().map(AsRawFd::as_raw_fd) {
+                self.take_backlog(index, fd);
             }
         }
         for (index, listener) in self.listeners.iter_mut().enumerate() {
@@ -641,17 +636,40 @@ impl<'a, H: Handler> Worker<'a, H> {
         self.sqes.push(entry);
     }
 
+    /// Accepts the clients waiting on listener `index` (its socket `fd`) until none is left.
+    fn take_backlog(&mut self, index: usize, fd: RawFd) {
+        while let Ok((fd, _)) = fastpath_sys::accept(fd) {
+            if self.core.admit(&fd, &self.handler, index) {
+                self.open(fd, index);
+            }
+        }
+    }
+
     fn on_accept(&mut self, index: usize, result: i32, flags: u32) {
         let Some(listener) = self.listeners.get_mut(index) else {
             return;
         };
         let more = cqueue::more(flags);
+        let mut closing = None;
         if !more {
             listener.armed = false;
             if self.core.draining {
-                listener.fd = None;
+                closing = listener.fd.take();
             }
         }
+        self.accepted(index, result, more);
+        // (A stop at once takes no one in: the listener just closes.)
+        if let Some(fd) = closing.filter(|_| !self.stopping) {
+            // The armed accept may have taken the wake-up of a client it never accepted: the
+            // cancel of a graceful stop ends it even after the kernel woke it (an exclusive
+            // wake-up, which no other waiter on the socket then gets; on a reload, the new
+            // server's). Now that it no longer waits, the backlog is taken in once more.
+            self.take_backlog(index, fd.as_raw_fd());
+        }
+    }
+
+    /// What an accept completed with: a connection, or why none.
+    fn accepted(&mut self, index: usize, result: i32, more: bool) {
         if result >= 0 {
             // SAFETY: the accept completed with a fresh descriptor that nothing else owns.
             let fd = unsafe { OwnedFd::from_raw_fd(result) };

@@ -211,21 +211,33 @@ impl Child<'_> {
             LoopOptions::default(),
         )?;
         let mut events = vec![Event::default(); self.listeners.len()];
+        // The listeners the last wait reported that this child has not accepted from yet.
+        let mut owed: Vec<usize> = Vec::with_capacity(self.listeners.len());
         let mut served = 0u64;
         let mut result = Ok(());
-        // At a graceful stop an idle child leaves at once and a busy one once its connection
-        // is done (`serve_connection` lets it finish within the grace period).
-        'serving: while !self.stop.load(Ordering::Relaxed) && !signals::draining() {
-            let current = word.load(Ordering::Acquire);
-            if current == state::RETIRE
-                || (current != state::IDLE
-                    && word
-                        .compare_exchange(current, state::IDLE, Ordering::AcqRel, Ordering::Acquire)
-                        .is_err())
+        'serving: loop {
+            // At a graceful stop an idle child leaves at once and a busy one once its
+            // connection is done (`serve_connection` lets it finish within the grace period).
+            let done = self.prefork.max_connections_per_child > 0
+                && served >= self.prefork.max_connections_per_child;
+            if done || self.stop.load(Ordering::Relaxed) || signals::draining() || !turn_idle(word)
             {
-                // Retired by the parent while idle.
+                // A wait that reported a listener may have taken the one wake-up of a new
+                // client (EPOLLEXCLUSIVE wakes one waiting child), and no other child hears of
+                // that client until another one comes: on a reload, none of the new server's
+                // does. So before it goes, the child takes one connection from each listener
+                // it was told of, and serves them in turn (at a stop, closes them).
+                for listener in owed.drain(..) {
+                    if let Err(e) = self.serve_one(&mut worker, listener, &refusals) {
+                        result = Err(e);
+                        break;
+                    }
+                }
                 break;
             }
+            // Staying on: the next wait reports again a listener still readable (the
+            // registration is level-triggered).
+            owed.clear();
             let n = match epoll.wait(&mut events, IDLE_WAIT.as_millis() as i32) {
                 Ok(n) => n,
                 Err(e) => {
@@ -233,57 +245,86 @@ impl Child<'_> {
                     break;
                 }
             };
-            if n == 0 || self.stop.load(Ordering::Relaxed) || signals::draining() {
+            if n == 0 {
                 // Keep the clock and the logs current while idle, and look at the word again.
                 worker.tick();
                 continue;
             }
-            if word
-                .compare_exchange(
-                    state::IDLE,
-                    state::BUSY,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_err()
-            {
-                break;
-            }
-            for event in &events[..n] {
-                let listener = event.token() as usize;
-                let Some((fd, peer)) = accept(self.listeners[listener].as_raw_fd()) else {
-                    continue;
-                };
-                // This child is busy from now until the connection closes: if it was the last
-                // one free, the pool must grow now, not at the parent's next round.
-                if !self.scoreboard.any_available(self.slot) {
-                    // SAFETY: signalling the parent, whose pid was taken before the fork.
-                    unsafe { libc::kill(self.parent, WAKE_SIGNAL) };
+            // Busy from here, whatever was asked meanwhile: a retirement is called off (the
+            // parent retires another idle child on a later round), a stop waits for the
+            // connections owed.
+            word.store(state::BUSY, Ordering::SeqCst);
+            owed.extend(events[..n].iter().map(|event| event.token() as usize));
+            // One connection at a time, from the first listener that has one: the child is
+            // idle again before it takes another.
+            while !owed.is_empty() {
+                match self.serve_one(&mut worker, owed.remove(0), &refusals) {
+                    Ok(Taken::Nothing) => {}
+                    Ok(Taken::Refused) => break,
+                    Ok(Taken::Served) => {
+                        served += 1;
+                        break;
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break 'serving;
+                    }
                 }
-                let address = address_index(listener, self.addresses);
-                let refusal = refusals.get(address).map_or(&[][..], Vec::as_slice);
-                if !common::admit_with(active, self.config.max_connections, &fd, refusal) {
-                    break;
-                }
-                worker.tick();
-                if let Err(e) = worker.serve_connection(fd, Opened::new(peer, address), &NoGate) {
-                    result = Err(e);
-                    break 'serving;
-                }
-                worker.tick();
-                served += 1;
-                if self.prefork.max_connections_per_child > 0
-                    && served >= self.prefork.max_connections_per_child
-                {
-                    break 'serving;
-                }
-                // One connection at a time: back to idle before taking another.
-                break;
             }
         }
         worker.finish();
         result
     }
+
+    /// Accepts a connection from listener `listener` if one waits, and serves it to the end
+    /// (or refuses it, at the connection limit).
+    fn serve_one<H: Handler>(
+        &self,
+        worker: &mut Worker<'_, H>,
+        listener: usize,
+        refusals: &[Vec<u8>],
+    ) -> io::Result<Taken> {
+        let Some((fd, peer)) = accept(self.listeners[listener].as_raw_fd()) else {
+            return Ok(Taken::Nothing);
+        };
+        // This child is busy from now until the connection closes: if it was the last one
+        // free, the pool must grow now, not at the parent's next round.
+        if !self.scoreboard.any_available(self.slot) {
+            // SAFETY: signalling the parent, whose pid was taken before the fork.
+            unsafe { libc::kill(self.parent, WAKE_SIGNAL) };
+        }
+        let address = address_index(listener, self.addresses);
+        let refusal = refusals.get(address).map_or(&[][..], Vec::as_slice);
+        let active = self.scoreboard.active();
+        if !common::admit_with(active, self.config.max_connections, &fd, refusal) {
+            return Ok(Taken::Refused);
+        }
+        worker.tick();
+        worker.serve_connection(fd, Opened::new(peer, address), &NoGate)?;
+        worker.tick();
+        Ok(Taken::Served)
+    }
+}
+
+/// What [`Child::serve_one`] found on a listener.
+enum Taken {
+    /// No connection waited (another child took it).
+    Nothing,
+    /// One, refused at the connection limit.
+    Refused,
+    /// One, served to its end.
+    Served,
+}
+
+/// Marks a child idle before it waits; false when the parent has retired it (only ever while
+/// it was idle).
+fn turn_idle(word: &AtomicU32) -> bool {
+    let current = word.load(Ordering::Acquire);
+    current == state::IDLE
+        || (current != state::RETIRE
+            && word
+                .compare_exchange(current, state::IDLE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok())
 }
 
 /// Accepts one connection if one is waiting (another child may have taken it).
