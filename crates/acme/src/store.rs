@@ -275,6 +275,16 @@ mod tests {
         Duration::from_secs(days as u64 * 86_400)
     }
 
+    /// A store under `dir` holding one 90-day certificate for a.example.test, and its chain.
+    fn one_saved(dir: &Path) -> (CertificateStore, StoredCertificate, String) {
+        let store = CertificateStore::new(dir).unwrap();
+        let (chain, key) = self_signed(&["a.example.test"], 90);
+        let saved = store
+            .save(&["a.example.test".into()], &chain, &key)
+            .unwrap();
+        (store, saved, chain)
+    }
+
     #[test]
     fn a_saved_certificate_is_read_back_with_its_files_modes() {
         let dir = tempfile::tempdir().unwrap();
@@ -306,11 +316,7 @@ mod tests {
     #[test]
     fn a_certificate_set_aside_is_kept_but_no_longer_loaded() {
         let dir = tempfile::tempdir().unwrap();
-        let store = CertificateStore::new(dir.path()).unwrap();
-        let (chain, key) = self_signed(&["a.example.test"], 90);
-        let saved = store
-            .save(&["a.example.test".into()], &chain, &key)
-            .unwrap();
+        let (store, saved, chain) = one_saved(dir.path());
         let aside = store.set_aside(&saved, "revoked").unwrap();
         assert!(store.load("a.example.test").unwrap().is_none());
         assert_eq!(fs::read_to_string(&aside).unwrap(), chain);
@@ -324,11 +330,7 @@ mod tests {
     #[test]
     fn renewal_is_due_at_two_thirds_or_at_the_window_start() {
         let dir = tempfile::tempdir().unwrap();
-        let store = CertificateStore::new(dir.path()).unwrap();
-        let (chain, key) = self_signed(&["a.example.test"], 90);
-        let saved = store
-            .save(&["a.example.test".into()], &chain, &key)
-            .unwrap();
+        let (store, saved, _) = one_saved(dir.path());
         let two_thirds = saved.not_before + rcgen_days(60);
         assert_eq!(saved.renew_at(), two_thirds);
         assert!(!saved.renewal_due(two_thirds - Duration::from_secs(1)));

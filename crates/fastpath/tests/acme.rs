@@ -68,6 +68,22 @@ impl Auto {
             .start()
     }
 
+    /// [`Auto::serve`] with a pid file, for reloads; its path.
+    fn serve_with_pid_file(&self, model: Model, pebble: &Pebble) -> (Server, PathBuf) {
+        let pid_file = self.site.base().join("fastpath.pid");
+        let text = format!(
+            "pid_file = {pid_file:?}\n{}",
+            self.config(&pebble.directory_url, &pebble.ca_pem, "")
+        );
+        let srv = self
+            .site
+            .server(model)
+            .config(&text)
+            .configured_listen()
+            .start();
+        (srv, pid_file)
+    }
+
     fn state(&self) -> PathBuf {
         self.site.base().join("acme")
     }
@@ -392,34 +408,12 @@ fn a_reload_serves_the_certificate_obtained_without_ordering_again() {
     };
     let auto = Auto::new();
     let pebble = Pebble::start(&tools, auto.options());
-    let pid_file = auto.site.base().join("fastpath.pid");
-    let text = format!(
-        "pid_file = {pid_file:?}\n{}",
-        auto.config(&pebble.directory_url, &pebble.ca_pem, "")
-    );
-    let srv = auto
-        .site
-        .server("epoll")
-        .config(&text)
-        .configured_listen()
-        .start();
+    let (srv, pid_file) = auto.serve_with_pid_file("epoll", &pebble);
     if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
         return;
     }
     let first = pebble.served_leaf(auto.tls, NAME).unwrap();
-    let acme_pid: u32 = {
-        let err = srv.stderr();
-        let at = err
-            .find(", kept by process ")
-            .expect("the ACME process's pid")
-            + 18;
-        err[at..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let acme_pid = pid_after(&srv, ", kept by process ");
     crate::reload::replace(&pid_file, libc::SIGHUP);
     // The old server's ACME process ended with it.
     let gone = wait_for(Duration::from_secs(5), || {
@@ -564,17 +558,7 @@ fn revoked_by_the_ca_is_replaced_after_a_reload(model: Model) {
     };
     let auto = Auto::new();
     let pebble = Pebble::start(&tools, auto.options());
-    let pid_file = auto.site.base().join("fastpath.pid");
-    let text = format!(
-        "pid_file = {pid_file:?}\n{}",
-        auto.config(&pebble.directory_url, &pebble.ca_pem, "")
-    );
-    let srv = auto
-        .site
-        .server(model)
-        .config(&text)
-        .configured_listen()
-        .start();
+    let (srv, pid_file) = auto.serve_with_pid_file(model, &pebble);
     if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
         return;
     }

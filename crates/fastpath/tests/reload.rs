@@ -888,26 +888,25 @@ impl Throttle {
     }
 
     fn hold(&self) {
-        for hog in &self.hogs {
-            kill(hog.id(), libc::SIGCONT);
-        }
-        let limit = if self.v1 {
-            fs::write(self.dir.join("cpu.cfs_quota_us"), "1000")
-        } else {
-            fs::write(self.dir.join("cpu.max"), "1000 1000000")
-        };
-        limit.expect("cannot limit the cgroup");
+        self.limit(true).expect("cannot limit the cgroup");
     }
 
     fn release(&self) {
+        let _ = self.limit(false);
+    }
+
+    /// Held: the busy loops run and the group gets 1 ms a second; else they stop and the
+    /// group runs unlimited.
+    fn limit(&self, held: bool) -> io::Result<()> {
         for hog in &self.hogs {
-            kill(hog.id(), libc::SIGSTOP);
+            kill(hog.id(), if held { libc::SIGCONT } else { libc::SIGSTOP });
         }
-        let _ = if self.v1 {
-            fs::write(self.dir.join("cpu.cfs_quota_us"), "-1")
-        } else {
-            fs::write(self.dir.join("cpu.max"), "max 1000000")
-        };
+        match (self.v1, held) {
+            (true, true) => fs::write(self.dir.join("cpu.cfs_quota_us"), "1000"),
+            (true, false) => fs::write(self.dir.join("cpu.cfs_quota_us"), "-1"),
+            (false, true) => fs::write(self.dir.join("cpu.max"), "1000 1000000"),
+            (false, false) => fs::write(self.dir.join("cpu.max"), "max 1000000"),
+        }
     }
 }
 
