@@ -84,6 +84,17 @@ impl Auto {
         (srv, pid_file)
     }
 
+    /// Pebble issuing certificates of 12 seconds, to see renewals.
+    fn short_lived_pebble(&self, tools: &Tools) -> Pebble {
+        Pebble::start(
+            tools,
+            Options {
+                profiles: vec![("default", 12)],
+                ..self.options()
+            },
+        )
+    }
+
     fn state(&self) -> PathBuf {
         self.site.base().join("acme")
     }
@@ -184,13 +195,7 @@ fn renews(model: Model, test: &str) {
         return;
     };
     let auto = Auto::new();
-    let pebble = Pebble::start(
-        &tools,
-        Options {
-            profiles: vec![("default", 12)],
-            ..auto.options()
-        },
-    );
+    let pebble = auto.short_lived_pebble(&tools);
     let srv = auto.serve(model, &pebble, "");
     if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
         return;
@@ -593,13 +598,7 @@ fn a_killed_acme_process_is_started_again(model: Model, test: &str) {
         return;
     };
     let auto = Auto::new();
-    let pebble = Pebble::start(
-        &tools,
-        Options {
-            profiles: vec![("default", 12)],
-            ..auto.options()
-        },
-    );
+    let pebble = auto.short_lived_pebble(&tools);
     let mut srv = auto.serve(model, &pebble, "");
     if !served_over_https(&auto, &pebble, &srv, OBTAIN) {
         return;
