@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use fastpath_http::h2::conn::{Connection, Event, ServerSettings};
-//! use fastpath_http::h2::{write_headers, write_settings, Encoder, Field, PREFACE};
+//! use fastpath_http::h2::{write_headers, write_settings, Encoder, Field, Http1Head, PREFACE};
 //!
 //! let mut conn = Connection::new(ServerSettings::default());
 //! let mut out = Vec::new();
@@ -38,7 +38,7 @@
 //!
 //! let mut heads = Vec::new();
 //! let used = conn.receive(&input, &mut out, &mut |event| {
-//!     if let Event::Request { stream, head, .. } = event {
+//!     if let Event::Request { stream, head: Http1Head::Text(head), .. } = event {
 //!         heads.push((stream, head.to_vec()));
 //!     }
 //! });
@@ -76,8 +76,9 @@ use super::frame::{
     MAX_WINDOW_SIZE, PREFACE,
 };
 use super::hpack::{DecodeLimits, Decoder, Encoder, Field, DEFAULT_TABLE_SIZE};
-use super::request::{check_trailer_field, RequestBody, RequestHead};
+use super::request::{check_trailer_field, Http1Head, RequestBody, RequestHead};
 use super::window::Window;
+use crate::Limits;
 
 /// Default [`ServerSettings::max_concurrent_streams`]: what RFC 9113 §6.5.2
 /// recommends as the least, and what most servers advertise.
@@ -172,6 +173,9 @@ pub struct ServerSettings {
     /// Streams accepted on one connection; after the last, a graceful GOAWAY
     /// (NO_ERROR) and newer streams are ignored.
     pub max_requests: u64,
+    /// Requests are given parsed ([`Http1Head::Parsed`]) for an HTTP/1 parser held to
+    /// these limits, save those it is to judge as text; `None`: always as text.
+    pub parsed_heads: Option<Limits>,
 }
 
 impl Default for ServerSettings {
@@ -183,6 +187,7 @@ impl Default for ServerSettings {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             header_limits: DecodeLimits::default(),
             max_requests: DEFAULT_MAX_REQUESTS,
+            parsed_heads: None,
         }
     }
 }
@@ -444,14 +449,16 @@ impl<'a> SfParser<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event<'a> {
     /// A new request: its header block checked by
-    /// [`RequestHead`] and written as an HTTP/1.1 head (`head`, with no
-    /// Connection fields). `body` says how the DATA frames are to be passed
-    /// on; [`RequestBody::None`] when HEADERS had END_STREAM.
+    /// [`RequestHead`] and written as an HTTP/1.1 head (with no Connection
+    /// fields), or laid out as one parsed (see
+    /// [`ServerSettings::parsed_heads`]). `body` says how the DATA frames
+    /// are to be passed on; [`RequestBody::None`] when HEADERS had
+    /// END_STREAM.
     Request {
         /// The stream.
         stream: u32,
-        /// The HTTP/1.1 head.
-        head: &'a [u8],
+        /// The HTTP/1.1 head, as text or parsed.
+        head: Http1Head<'a>,
         /// How the body that follows is delimited.
         body: RequestBody,
         /// From the `priority` field and any PRIORITY_UPDATE sent before
@@ -567,6 +574,7 @@ struct State {
     max_frame_size: u32,
     header_limits: DecodeLimits,
     max_requests: u64,
+    parsed_heads: Option<Limits>,
 
     streams: Vec<Stream>,
     recent: VecDeque<(u32, Closed)>,
@@ -655,6 +663,7 @@ impl Connection {
                 max_frame_size,
                 header_limits: limits,
                 max_requests: settings.max_requests,
+                parsed_heads: settings.parsed_heads,
                 streams: Vec::new(),
                 recent: VecDeque::with_capacity(RECENTLY_CLOSED),
                 pending_priorities: VecDeque::new(),
@@ -1626,12 +1635,32 @@ impl State {
         if !too_large && (malformed || self_dependent) {
             return self.stream_error(id, ErrorCode::ProtocolError, out, on_event);
         }
+        // Parsed for the HTTP/1 path where it can be, as text where not.
+        let mut parsed = false;
         let body = if too_large {
             None
         } else {
-            self.head.clear();
-            match self.request.finish(end_stream, &mut self.head) {
-                Ok(body) => Some(body),
+            let finished = match &self.parsed_heads {
+                Some(limits) => self
+                    .request
+                    .finish_parsed(end_stream, limits)
+                    .map(|(body, head)| (body, head.is_some())),
+                None => Ok((RequestBody::None, false)),
+            };
+            match finished {
+                Ok((body, true)) => {
+                    parsed = true;
+                    Some(body)
+                }
+                Ok(_) => {
+                    self.head.clear();
+                    match self.request.finish(end_stream, &mut self.head) {
+                        Ok(body) => Some(body),
+                        Err(_) => {
+                            return self.stream_error(id, ErrorCode::ProtocolError, out, on_event)
+                        }
+                    }
+                }
                 Err(_) => return self.stream_error(id, ErrorCode::ProtocolError, out, on_event),
             }
         };
@@ -1669,7 +1698,10 @@ impl State {
         match body {
             Some(body) => on_event(Event::Request {
                 stream: id,
-                head: &self.head,
+                head: match self.request.parsed() {
+                    Some(head) if parsed => Http1Head::Parsed(head),
+                    _ => Http1Head::Text(&self.head),
+                },
                 body,
                 priority,
             }),
