@@ -11,7 +11,7 @@ use crate::fields::{fold_content_length, ConnectionOptions, FieldSpan, Fields};
 use crate::head::{HeadScanner, ScanErrors, StartLine};
 use crate::limits::Limits;
 use crate::method::Method;
-use crate::syntax::{ascii_str, is_tchar, is_token, list_elements, trim_ows};
+use crate::syntax::{is_tchar, is_token, list_elements, trim_ows};
 use crate::target::is_valid_host;
 use crate::version::Version;
 
@@ -274,18 +274,18 @@ impl Parser {
             return Ok(None);
         };
         let line = self.head.start_line();
-        let method = ascii_str(&buf[line.method.0..line.method.1]);
+        let method = checked_ascii(&buf[line.method.0..line.method.1]);
         Ok(Some(Request {
             method,
             kind: Method::of(method),
             noted: info.noted,
-            target: ascii_str(&buf[line.target.0..line.target.1]),
+            target: checked_ascii(&buf[line.target.0..line.target.1]),
             version: line.version,
             head_len: self.head.head_len(),
             framing: info.framing,
             keep_alive: info.keep_alive,
             expect_continue: info.expect_continue,
-            host: info.host.map(|(s, e)| ascii_str(&buf[s..e])),
+            host: info.host.map(|(s, e)| checked_ascii(&buf[s..e])),
             buf,
             fields: self.head.fields(),
         }))
@@ -471,6 +471,16 @@ impl StartLine for RequestLine {
             noted,
         })
     }
+}
+
+/// The method, target or Host of a head found whole: ASCII, as the checks that found it
+/// make sure (a token; bytes 0x21 to 0x7e; `is_valid_host`), so it is not checked again.
+#[inline]
+fn checked_ascii(bytes: &[u8]) -> &str {
+    debug_assert!(bytes.is_ascii());
+    // SAFETY: ASCII is UTF-8; see above. Checking these three again cost about as much as
+    // the rest of a parsed HTTP/2 request's hand-over to the HTTP/1 path.
+    unsafe { std::str::from_utf8_unchecked(bytes) }
 }
 
 /// Transfer-codings we can at least frame (we never decode request bodies).

@@ -533,6 +533,54 @@ enum Closed {
     Ended,
 }
 
+/// The streams closed lately, each once, the oldest replaced first. The ids are kept apart
+/// from their kinds, in a fixed array, so that looking one up (each time a stream ends) is
+/// a few vector compares rather than a walk of a queue of pairs.
+#[derive(Debug)]
+struct Recent {
+    /// [`Recent::EMPTY`] where none is yet.
+    ids: [u32; RECENTLY_CLOSED],
+    kinds: [Closed; RECENTLY_CLOSED],
+    /// Where the next goes: the oldest, once every place is taken.
+    next: usize,
+}
+
+impl Recent {
+    /// No stream's id: they have 31 bits.
+    const EMPTY: u32 = u32::MAX;
+
+    fn new() -> Recent {
+        Recent {
+            ids: [Recent::EMPTY; RECENTLY_CLOSED],
+            kinds: [Closed::Ended; RECENTLY_CLOSED],
+            next: 0,
+        }
+    }
+
+    fn find(&self, id: u32) -> Option<usize> {
+        if id == Recent::EMPTY {
+            return None;
+        }
+        // Whether it is there at all, without an early exit, which would keep the
+        // compiler from comparing many at once; most ids looked up are not.
+        let there = self.ids.iter().fold(false, |there, &i| there | (i == id));
+        if !there {
+            return None;
+        }
+        self.ids.iter().position(|&i| i == id)
+    }
+
+    fn remember(&mut self, id: u32, kind: Closed) {
+        if let Some(at) = self.find(id) {
+            self.kinds[at] = kind;
+            return;
+        }
+        self.ids[self.next] = id;
+        self.kinds[self.next] = kind;
+        self.next = (self.next + 1) % RECENTLY_CLOSED;
+    }
+}
+
 /// A stream that is open or half-closed either way.
 #[derive(Debug, Clone)]
 struct Stream {
@@ -577,7 +625,7 @@ struct State {
     parsed_heads: Option<Limits>,
 
     streams: Vec<Stream>,
-    recent: VecDeque<(u32, Closed)>,
+    recent: Recent,
     pending_priorities: VecDeque<(u32, Priority)>,
     /// The highest stream a client's HEADERS named: every odd stream above
     /// it is idle, every one at or below open or closed.
@@ -665,7 +713,7 @@ impl Connection {
                 max_requests: settings.max_requests,
                 parsed_heads: settings.parsed_heads,
                 streams: Vec::new(),
-                recent: VecDeque::with_capacity(RECENTLY_CLOSED),
+                recent: Recent::new(),
                 pending_priorities: VecDeque::new(),
                 highest: 0,
                 last_accepted: 0,
@@ -1077,22 +1125,11 @@ impl State {
     }
 
     fn closed_kind(&self, id: u32) -> Option<Closed> {
-        self.recent
-            .iter()
-            .rev()
-            .find(|&&(i, _)| i == id)
-            .map(|&(_, kind)| kind)
+        self.recent.find(id).map(|at| self.recent.kinds[at])
     }
 
     fn remember(&mut self, id: u32, kind: Closed) {
-        if let Some(entry) = self.recent.iter_mut().find(|(i, _)| *i == id) {
-            entry.1 = kind;
-            return;
-        }
-        if self.recent.len() == RECENTLY_CLOSED {
-            self.recent.pop_front();
-        }
-        self.recent.push_back((id, kind));
+        self.recent.remember(id, kind);
     }
 
     /// Takes a stream out of the table, its unconsumed body given back to
