@@ -15,6 +15,21 @@ pub(crate) struct FieldSpan {
 }
 
 impl FieldSpan {
+    /// A field whose name and (trimmed) value are at these ranges of a buffer.
+    #[inline]
+    pub(crate) fn new(name: std::ops::Range<usize>, value: std::ops::Range<usize>) -> Self {
+        FieldSpan {
+            name: (name.start, name.end),
+            value: (value.start, value.end),
+        }
+    }
+
+    /// The bytes of its name and value together.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.name.1 - self.name.0 + self.value.1 - self.value.0
+    }
+
     /// The name as sent, from the buffer the field was parsed from.
     #[inline]
     pub(crate) fn name_in<'b>(&self, buf: &'b [u8]) -> &'b [u8] {

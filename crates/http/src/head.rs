@@ -136,6 +136,24 @@ impl<L: StartLine> HeadScanner<L> {
         }
     }
 
+    /// Holds a head found otherwise (an HTTP/2 stream's) as if scanned: `head_len` bytes
+    /// of the next buffer, with these fields and results.
+    pub(crate) fn set_complete(
+        &mut self,
+        start_line: L,
+        fields: &[FieldSpan],
+        head_len: usize,
+        info: L::Info,
+    ) {
+        self.reset();
+        self.fields.extend_from_slice(fields);
+        self.start_line = start_line;
+        self.head_len = head_len;
+        self.line_start = head_len;
+        self.scan = head_len;
+        self.phase = Phase::Complete(info);
+    }
+
     /// Looks for a complete head at the start of `buf`, with the contract
     /// documented on [`crate::Parser::parse`]: `Ok(None)` until the head is
     /// complete, resuming where the previous call stopped, and the same

@@ -11,7 +11,7 @@ use crate::fields::{fold_content_length, ConnectionOptions, FieldSpan, Fields};
 use crate::head::{HeadScanner, ScanErrors, StartLine};
 use crate::limits::Limits;
 use crate::method::Method;
-use crate::syntax::{ascii_str, is_tchar, is_token, list_elements, trim_ows};
+use crate::syntax::{is_tchar, is_token, list_elements, trim_ows};
 use crate::target::is_valid_host;
 use crate::version::Version;
 
@@ -27,7 +27,7 @@ pub enum BodyFraming {
 }
 
 /// Head-wide results computed once the head is complete.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HeadInfo {
     framing: BodyFraming,
     keep_alive: bool,
@@ -64,7 +64,40 @@ pub enum Noted {
     Range,
 }
 
+impl HeadInfo {
+    /// What analysing an HTTP/2 request's head written with `Connection: close` and no
+    /// `Expect` finds: the request's framing, `Host`'s value and the noted fields.
+    pub(crate) fn parsed(framing: BodyFraming, host: (usize, usize), noted: NotedAt) -> Self {
+        HeadInfo {
+            framing,
+            keep_alive: false,
+            expect_continue: false,
+            host: Some(host),
+            noted,
+        }
+    }
+}
+
 impl Noted {
+    /// The noted field a lower-case name (an HTTP/2 one) names, as the analysis of a head
+    /// finds it.
+    #[inline]
+    pub(crate) fn of_lowercase(name: &[u8]) -> Option<Noted> {
+        match name.len() {
+            5 if name == b"range" => Some(Noted::Range),
+            7 if name == b"referer" => Some(Noted::Referer),
+            8 if name == b"if-match" => Some(Noted::IfMatch),
+            8 if name == b"if-range" => Some(Noted::IfRange),
+            10 if name == b"user-agent" => Some(Noted::UserAgent),
+            13 if name == b"authorization" => Some(Noted::Authorization),
+            13 if name == b"if-none-match" => Some(Noted::IfNoneMatch),
+            15 if name == b"accept-encoding" => Some(Noted::AcceptEncoding),
+            17 if name == b"if-modified-since" => Some(Noted::IfModifiedSince),
+            19 if name == b"if-unmodified-since" => Some(Noted::IfUnmodifiedSince),
+            _ => None,
+        }
+    }
+
     /// Every noted field, in declaration order.
     pub const ALL: [Noted; 10] = [
         Noted::Referer,
@@ -83,11 +116,11 @@ impl Noted {
 /// Where each [`Noted`] field is among the head's fields: its index plus one, 0 when the
 /// head has none (a head's fields number far fewer than `u32::MAX`: its size is limited).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct NotedAt([u32; Noted::ALL.len()]);
+pub(crate) struct NotedAt([u32; Noted::ALL.len()]);
 
 impl NotedAt {
     /// Notes the field at `index` as `field`, unless an earlier one was.
-    fn note(&mut self, field: Noted, index: usize) {
+    pub(crate) fn note(&mut self, field: Noted, index: usize) {
         let slot = &mut self.0[field as usize];
         if *slot == 0 {
             *slot = index as u32 + 1;
@@ -212,6 +245,23 @@ impl Parser {
         self.head.reset();
     }
 
+    /// Takes a head an HTTP/2 stream's fields were laid out as
+    /// ([`crate::h2::RequestHead::finish_parsed`]), its bytes first in the buffer the next
+    /// [`Parser::parse`] is given: that parse gives the request at once, as parsing the
+    /// head's text would have.
+    pub fn take_parsed(&mut self, head: &crate::h2::ParsedRequest) {
+        let Some(info) = head.info else {
+            return;
+        };
+        let line = RequestLine {
+            method: (head.method.start, head.method.end),
+            target: (head.target.start, head.target.end),
+            version: Version::Http11,
+        };
+        self.head
+            .set_complete(line, &head.fields, head.bytes().len(), info);
+    }
+
     /// Looks for a complete request head at the start of `buf`.
     ///
     /// `Ok(None)` means more bytes are needed and no limit is exceeded yet.
@@ -224,18 +274,18 @@ impl Parser {
             return Ok(None);
         };
         let line = self.head.start_line();
-        let method = ascii_str(&buf[line.method.0..line.method.1]);
+        let method = checked_ascii(&buf[line.method.0..line.method.1]);
         Ok(Some(Request {
             method,
             kind: Method::of(method),
             noted: info.noted,
-            target: ascii_str(&buf[line.target.0..line.target.1]),
+            target: checked_ascii(&buf[line.target.0..line.target.1]),
             version: line.version,
             head_len: self.head.head_len(),
             framing: info.framing,
             keep_alive: info.keep_alive,
             expect_continue: info.expect_continue,
-            host: info.host.map(|(s, e)| ascii_str(&buf[s..e])),
+            host: info.host.map(|(s, e)| checked_ascii(&buf[s..e])),
             buf,
             fields: self.head.fields(),
         }))
@@ -421,6 +471,16 @@ impl StartLine for RequestLine {
             noted,
         })
     }
+}
+
+/// The method, target or Host of a head found whole: ASCII, as the checks that found it
+/// make sure (a token; bytes 0x21 to 0x7e; `is_valid_host`), so it is not checked again.
+#[inline]
+fn checked_ascii(bytes: &[u8]) -> &str {
+    debug_assert!(bytes.is_ascii());
+    // SAFETY: ASCII is UTF-8; see above. Checking these three again cost about as much as
+    // the rest of a parsed HTTP/2 request's hand-over to the HTTP/1 path.
+    unsafe { std::str::from_utf8_unchecked(bytes) }
 }
 
 /// Transfer-codings we can at least frame (we never decode request bodies).

@@ -14,12 +14,13 @@ use std::collections::BTreeMap;
 use super::hash;
 use crate::h2::{
     Assembled, Connection, DecodeLimits, Decoder, ErrorCode, Event, Field, Frame, FrameReader,
-    HeaderBlockAssembler, HeaderBlockLimits, Priority, RequestBody, ServerSettings,
+    HeaderBlockAssembler, HeaderBlockLimits, Http1Head, Priority, RequestBody, ServerSettings,
     DEFAULT_INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE_LIMIT, PREFACE,
 };
 
 /// Small limits, so that inputs reach them: four streams at once, 1000-byte
-/// stream windows, 512-byte header lists, sixteen requests.
+/// stream windows, 512-byte header lists, sixteen requests, heads parsed for
+/// an HTTP/1 parser of 256 bytes and 8 fields.
 pub const H2_CONNECTION_SETTINGS: ServerSettings = ServerSettings {
     max_concurrent_streams: 4,
     initial_window_size: 1000,
@@ -30,6 +31,12 @@ pub const H2_CONNECTION_SETTINGS: ServerSettings = ServerSettings {
         max_fields: 16,
     },
     max_requests: 16,
+    // Small too, so that heads are given both parsed and as text.
+    parsed_heads: Some(crate::Limits {
+        max_request_line: 64,
+        max_header_bytes: 256,
+        max_headers: 8,
+    }),
 };
 
 /// An event, owned, for comparisons.
@@ -51,7 +58,15 @@ fn own(e: Event<'_>) -> Owned {
             head,
             body,
             priority,
-        } => Owned::Request(stream, head.to_vec(), body, priority),
+        } => Owned::Request(
+            stream,
+            match head {
+                Http1Head::Text(text) => text.to_vec(),
+                Http1Head::Parsed(parsed) => parsed.bytes().to_vec(),
+            },
+            body,
+            priority,
+        ),
         Event::Data {
             stream,
             data,

@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use fastpath_http::h2::conn::{Connection, Event, ServerSettings};
-//! use fastpath_http::h2::{write_headers, write_settings, Encoder, Field, PREFACE};
+//! use fastpath_http::h2::{write_headers, write_settings, Encoder, Field, Http1Head, PREFACE};
 //!
 //! let mut conn = Connection::new(ServerSettings::default());
 //! let mut out = Vec::new();
@@ -38,7 +38,7 @@
 //!
 //! let mut heads = Vec::new();
 //! let used = conn.receive(&input, &mut out, &mut |event| {
-//!     if let Event::Request { stream, head, .. } = event {
+//!     if let Event::Request { stream, head: Http1Head::Text(head), .. } = event {
 //!         heads.push((stream, head.to_vec()));
 //!     }
 //! });
@@ -76,8 +76,9 @@ use super::frame::{
     MAX_WINDOW_SIZE, PREFACE,
 };
 use super::hpack::{DecodeLimits, Decoder, Encoder, Field, DEFAULT_TABLE_SIZE};
-use super::request::{check_trailer_field, RequestBody, RequestHead};
+use super::request::{check_trailer_field, Http1Head, RequestBody, RequestHead};
 use super::window::Window;
+use crate::Limits;
 
 /// Default [`ServerSettings::max_concurrent_streams`]: what RFC 9113 §6.5.2
 /// recommends as the least, and what most servers advertise.
@@ -172,6 +173,9 @@ pub struct ServerSettings {
     /// Streams accepted on one connection; after the last, a graceful GOAWAY
     /// (NO_ERROR) and newer streams are ignored.
     pub max_requests: u64,
+    /// Requests are given parsed ([`Http1Head::Parsed`]) for an HTTP/1 parser held to
+    /// these limits, save those it is to judge as text; `None`: always as text.
+    pub parsed_heads: Option<Limits>,
 }
 
 impl Default for ServerSettings {
@@ -183,6 +187,7 @@ impl Default for ServerSettings {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             header_limits: DecodeLimits::default(),
             max_requests: DEFAULT_MAX_REQUESTS,
+            parsed_heads: None,
         }
     }
 }
@@ -444,14 +449,16 @@ impl<'a> SfParser<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event<'a> {
     /// A new request: its header block checked by
-    /// [`RequestHead`] and written as an HTTP/1.1 head (`head`, with no
-    /// Connection fields). `body` says how the DATA frames are to be passed
-    /// on; [`RequestBody::None`] when HEADERS had END_STREAM.
+    /// [`RequestHead`] and written as an HTTP/1.1 head (with no Connection
+    /// fields), or laid out as one parsed (see
+    /// [`ServerSettings::parsed_heads`]). `body` says how the DATA frames
+    /// are to be passed on; [`RequestBody::None`] when HEADERS had
+    /// END_STREAM.
     Request {
         /// The stream.
         stream: u32,
-        /// The HTTP/1.1 head.
-        head: &'a [u8],
+        /// The HTTP/1.1 head, as text or parsed.
+        head: Http1Head<'a>,
         /// How the body that follows is delimited.
         body: RequestBody,
         /// From the `priority` field and any PRIORITY_UPDATE sent before
@@ -526,6 +533,54 @@ enum Closed {
     Ended,
 }
 
+/// The streams closed lately, each once, the oldest replaced first. The ids are kept apart
+/// from their kinds, in a fixed array, so that looking one up (each time a stream ends) is
+/// a few vector compares rather than a walk of a queue of pairs.
+#[derive(Debug)]
+struct Recent {
+    /// [`Recent::EMPTY`] where none is yet.
+    ids: [u32; RECENTLY_CLOSED],
+    kinds: [Closed; RECENTLY_CLOSED],
+    /// Where the next goes: the oldest, once every place is taken.
+    next: usize,
+}
+
+impl Recent {
+    /// No stream's id: they have 31 bits.
+    const EMPTY: u32 = u32::MAX;
+
+    fn new() -> Recent {
+        Recent {
+            ids: [Recent::EMPTY; RECENTLY_CLOSED],
+            kinds: [Closed::Ended; RECENTLY_CLOSED],
+            next: 0,
+        }
+    }
+
+    fn find(&self, id: u32) -> Option<usize> {
+        if id == Recent::EMPTY {
+            return None;
+        }
+        // Whether it is there at all, without an early exit, which would keep the
+        // compiler from comparing many at once; most ids looked up are not.
+        let there = self.ids.iter().fold(false, |there, &i| there | (i == id));
+        if !there {
+            return None;
+        }
+        self.ids.iter().position(|&i| i == id)
+    }
+
+    fn remember(&mut self, id: u32, kind: Closed) {
+        if let Some(at) = self.find(id) {
+            self.kinds[at] = kind;
+            return;
+        }
+        self.ids[self.next] = id;
+        self.kinds[self.next] = kind;
+        self.next = (self.next + 1) % RECENTLY_CLOSED;
+    }
+}
+
 /// A stream that is open or half-closed either way.
 #[derive(Debug, Clone)]
 struct Stream {
@@ -567,9 +622,10 @@ struct State {
     max_frame_size: u32,
     header_limits: DecodeLimits,
     max_requests: u64,
+    parsed_heads: Option<Limits>,
 
     streams: Vec<Stream>,
-    recent: VecDeque<(u32, Closed)>,
+    recent: Recent,
     pending_priorities: VecDeque<(u32, Priority)>,
     /// The highest stream a client's HEADERS named: every odd stream above
     /// it is idle, every one at or below open or closed.
@@ -655,8 +711,9 @@ impl Connection {
                 max_frame_size,
                 header_limits: limits,
                 max_requests: settings.max_requests,
+                parsed_heads: settings.parsed_heads,
                 streams: Vec::new(),
-                recent: VecDeque::with_capacity(RECENTLY_CLOSED),
+                recent: Recent::new(),
                 pending_priorities: VecDeque::new(),
                 highest: 0,
                 last_accepted: 0,
@@ -1068,22 +1125,11 @@ impl State {
     }
 
     fn closed_kind(&self, id: u32) -> Option<Closed> {
-        self.recent
-            .iter()
-            .rev()
-            .find(|&&(i, _)| i == id)
-            .map(|&(_, kind)| kind)
+        self.recent.find(id).map(|at| self.recent.kinds[at])
     }
 
     fn remember(&mut self, id: u32, kind: Closed) {
-        if let Some(entry) = self.recent.iter_mut().find(|(i, _)| *i == id) {
-            entry.1 = kind;
-            return;
-        }
-        if self.recent.len() == RECENTLY_CLOSED {
-            self.recent.pop_front();
-        }
-        self.recent.push_back((id, kind));
+        self.recent.remember(id, kind);
     }
 
     /// Takes a stream out of the table, its unconsumed body given back to
@@ -1626,12 +1672,32 @@ impl State {
         if !too_large && (malformed || self_dependent) {
             return self.stream_error(id, ErrorCode::ProtocolError, out, on_event);
         }
+        // Parsed for the HTTP/1 path where it can be, as text where not.
+        let mut parsed = false;
         let body = if too_large {
             None
         } else {
-            self.head.clear();
-            match self.request.finish(end_stream, &mut self.head) {
-                Ok(body) => Some(body),
+            let finished = match &self.parsed_heads {
+                Some(limits) => self
+                    .request
+                    .finish_parsed(end_stream, limits)
+                    .map(|(body, head)| (body, head.is_some())),
+                None => Ok((RequestBody::None, false)),
+            };
+            match finished {
+                Ok((body, true)) => {
+                    parsed = true;
+                    Some(body)
+                }
+                Ok(_) => {
+                    self.head.clear();
+                    match self.request.finish(end_stream, &mut self.head) {
+                        Ok(body) => Some(body),
+                        Err(_) => {
+                            return self.stream_error(id, ErrorCode::ProtocolError, out, on_event)
+                        }
+                    }
+                }
                 Err(_) => return self.stream_error(id, ErrorCode::ProtocolError, out, on_event),
             }
         };
@@ -1669,7 +1735,10 @@ impl State {
         match body {
             Some(body) => on_event(Event::Request {
                 stream: id,
-                head: &self.head,
+                head: match self.request.parsed() {
+                    Some(head) if parsed => Http1Head::Parsed(head),
+                    _ => Http1Head::Text(&self.head),
+                },
                 body,
                 priority,
             }),

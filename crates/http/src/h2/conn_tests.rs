@@ -228,7 +228,10 @@ fn own(event: Event<'_>) -> Ev {
             priority,
         } => Ev::Request {
             stream,
-            head: String::from_utf8(head.to_vec()).expect("an ASCII head"),
+            head: match head {
+                Http1Head::Text(text) => String::from_utf8(text.to_vec()).expect("an ASCII head"),
+                Http1Head::Parsed(parsed) => panic!("a parsed head: {parsed:?}"),
+            },
             body,
             priority,
         },

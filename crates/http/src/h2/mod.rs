@@ -55,5 +55,7 @@ pub use hpack::{
     encode_without_table, DecodeLimits, Decoder, Encoder, Field, HpackError, Representation,
     DEFAULT_MAX_FIELDS, DEFAULT_MAX_HEADER_LIST_SIZE, DEFAULT_TABLE_SIZE, MAX_ENCODER_TABLE_SIZE,
 };
-pub use request::{check_trailer_field, MalformedRequest, RequestBody, RequestHead};
+pub use request::{
+    check_trailer_field, Http1Head, MalformedRequest, ParsedRequest, RequestBody, RequestHead,
+};
 pub use window::Window;

@@ -35,7 +35,10 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::syntax::is_tchar;
+use crate::fields::FieldSpan;
+use crate::limits::Limits;
+use crate::request::{BodyFraming, HeadInfo, Noted, NotedAt};
+use crate::syntax::{is_field_value_byte, is_tchar, trim_ows};
 use crate::target::is_valid_host;
 
 /// Why a request's header block is malformed (RFC 9113 §8.1.1): the stream is reset with
@@ -127,17 +130,73 @@ struct Pseudo {
 /// A request's header block as its fields arrive, checked field by field; one per stream.
 #[derive(Debug, Default)]
 pub struct RequestHead {
-    /// The pseudo-header fields' values, then `Host`'s, back to back.
+    /// The pseudo-header fields' values, `host`'s, and the regular fields' names and
+    /// values, back to back; [`RequestHead::finish_parsed`] adds what the HTTP/1 head has
+    /// beyond them.
     values: Vec<u8>,
     pseudo: Pseudo,
     host: Option<Range<usize>>,
-    /// Regular fields, as HTTP/1.1 field lines (`name: value\r\n`), cookies apart.
-    lines: Vec<u8>,
+    /// The regular fields but `host`, `cookie` and `content-length`, in order, in `values`.
+    regular: Vec<FieldSpan>,
     /// The `cookie` fields' values joined with `; ` (§8.2.3).
     cookie: Vec<u8>,
     content_length: Option<u64>,
     regular_seen: bool,
+    /// A value with a byte HTTP/1 refuses in a field (a control character, DEL): the
+    /// HTTP/1 parser is to judge the head as text.
+    unclean: bool,
+    /// An `expect` field, whose answers the HTTP/1 parser gives.
+    expect: bool,
+    /// The head as the HTTP/1 path takes it, once [`RequestHead::finish_parsed`] made it.
+    parsed: ParsedRequest,
 }
+
+/// A request's head laid out as the HTTP/1 parser would have parsed the text
+/// [`RequestHead::finish`] writes (with `Connection: close` at its end), without the text
+/// or the parse: its [`ParsedRequest::bytes`] go first in the stream's input, and
+/// [`crate::Parser::take_parsed`] gives the [`crate::Request`] over them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ParsedRequest {
+    /// The fields' names and values the spans point into.
+    bytes: Vec<u8>,
+    /// The fields in the text's order: `Host`, the regular fields, `cookie`, the
+    /// framing, `Connection`.
+    pub(crate) fields: Vec<FieldSpan>,
+    pub(crate) method: Range<usize>,
+    pub(crate) target: Range<usize>,
+    pub(crate) info: Option<HeadInfo>,
+}
+
+impl ParsedRequest {
+    /// What goes first in the stream's input: the head's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The request's method.
+    pub fn method(&self) -> &[u8] {
+        &self.bytes[self.method.clone()]
+    }
+}
+
+/// A request's head as the stream's HTTP/1 side is given it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http1Head<'a> {
+    /// The HTTP/1.1 head, with no Connection fields and ending with its empty line.
+    Text(&'a [u8]),
+    /// The same head, parsed already.
+    Parsed(&'a ParsedRequest),
+}
+
+/// The names the HTTP/1 head adds, which the parsed head's spans point to.
+const ADDED_NAMES: &[u8] = b"HostConnectionclosecookieContent-LengthTransfer-Encodingchunked";
+const HOST_AT: Range<usize> = 0..4;
+const CONNECTION_AT: Range<usize> = 4..14;
+const CLOSE_AT: Range<usize> = 14..19;
+const COOKIE_AT: Range<usize> = 19..25;
+const CONTENT_LENGTH_AT: Range<usize> = 25..39;
+const TRANSFER_ENCODING_AT: Range<usize> = 39..56;
+const CHUNKED_AT: Range<usize> = 56..63;
 
 /// The connection-specific fields (RFC 9113 §8.2.2), which an HTTP/2 message must not have.
 const CONNECTION_SPECIFIC: [&str; 5] = [
@@ -155,15 +214,17 @@ impl RequestHead {
         self.values.clear();
         self.pseudo = Pseudo::default();
         self.host = None;
-        self.lines.clear();
+        self.regular.clear();
         self.cookie.clear();
         self.content_length = None;
         self.regular_seen = false;
+        self.unclean = false;
+        self.expect = false;
     }
 
     /// Takes one field of the block, in order.
     pub fn field(&mut self, name: &[u8], value: &[u8]) -> Result<(), MalformedRequest> {
-        check_value(value)?;
+        self.unclean |= !check_value(value)?;
         if let Some(pseudo) = name.strip_prefix(b":") {
             return self.pseudo_header(pseudo, value);
         }
@@ -202,12 +263,12 @@ impl RequestHead {
                 // Written once, by finish.
                 return Ok(());
             }
+            b"expect" => self.expect = true,
             _ => {}
         }
-        self.lines.extend_from_slice(name);
-        self.lines.extend_from_slice(b": ");
-        self.lines.extend_from_slice(value);
-        self.lines.extend_from_slice(b"\r\n");
+        let name = self.keep(name);
+        let value = self.keep(value);
+        self.regular.push(FieldSpan::new(name, value));
         Ok(())
     }
 
@@ -239,15 +300,9 @@ impl RequestHead {
         range.as_ref().map(|r| &self.values[r.clone()])
     }
 
-    /// Checks the whole block and appends the HTTP/1.1 head it stands for to `out`:
-    /// `METHOD PATH HTTP/1.1`, `Host` (from `:authority`, else the `host` field), the
-    /// regular fields in order, the cookies joined, and the body's framing. `end_stream`:
-    /// the header block ended the stream (no body).
-    pub fn finish(
-        &self,
-        end_stream: bool,
-        out: &mut Vec<u8>,
-    ) -> Result<RequestBody, MalformedRequest> {
+    /// Checks the whole block: the framing of its body, and the range in `values` of the
+    /// authority the head names (from `:authority`, else the `host` field).
+    fn check(&self, end_stream: bool) -> Result<(RequestBody, Range<usize>), MalformedRequest> {
         let method = self
             .value(&self.pseudo.method)
             .ok_or(MalformedRequest::Missing(":method"))?;
@@ -293,17 +348,39 @@ impl RequestHead {
         };
         // Neither: there is no host to route by, as for an HTTP/1.1 request without Host
         // (RFC 9112 §3.2), which is refused the same way.
-        let authority = authority
-            .or(host)
+        let authority = self
+            .pseudo
+            .authority
+            .clone()
+            .or(self.host.clone())
             .ok_or(MalformedRequest::Missing(":authority"))?;
-        out.extend_from_slice(method);
+        Ok((framing, authority))
+    }
+
+    /// Checks the whole block and appends the HTTP/1.1 head it stands for to `out`:
+    /// `METHOD PATH HTTP/1.1`, `Host` (from `:authority`, else the `host` field), the
+    /// regular fields in order, the cookies joined, and the body's framing. `end_stream`:
+    /// the header block ended the stream (no body).
+    pub fn finish(
+        &self,
+        end_stream: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<RequestBody, MalformedRequest> {
+        let (framing, authority) = self.check(end_stream)?;
+        let values = &self.values;
+        out.extend_from_slice(self.value(&self.pseudo.method).unwrap_or_default());
         out.push(b' ');
-        out.extend_from_slice(path);
+        out.extend_from_slice(self.value(&self.pseudo.path).unwrap_or_default());
         out.extend_from_slice(b" HTTP/1.1\r\n");
         out.extend_from_slice(b"Host: ");
-        out.extend_from_slice(authority);
+        out.extend_from_slice(&values[authority]);
         out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(&self.lines);
+        for field in &self.regular {
+            out.extend_from_slice(field.name_in(values));
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(field.value_in(values));
+            out.extend_from_slice(b"\r\n");
+        }
         if !self.cookie.is_empty() {
             out.extend_from_slice(b"cookie: ");
             out.extend_from_slice(&self.cookie);
@@ -322,6 +399,142 @@ impl RequestHead {
         }
         out.extend_from_slice(b"\r\n");
         Ok(framing)
+    }
+
+    /// Checks the whole block as [`RequestHead::finish`] does, and lays out the head it
+    /// would write, with `Connection: close` added, as the HTTP/1 parser held to `limits`
+    /// parses it: `Some` with that head, `None` where the parser is to judge the text (a
+    /// head over its limits, a byte it refuses, an `expect` field), so that such requests
+    /// get the answers they get over HTTP/1.
+    pub fn finish_parsed(
+        &mut self,
+        end_stream: bool,
+        limits: &Limits,
+    ) -> Result<(RequestBody, Option<&ParsedRequest>), MalformedRequest> {
+        let (framing, authority) = self.check(end_stream)?;
+        let method = self.pseudo.method.clone().unwrap_or_default();
+        let target = self.pseudo.path.clone().unwrap_or_default();
+        let line = method.len() + 1 + target.len() + b" HTTP/1.1".len();
+        // The text's length and its fields, counted as the parser would find them.
+        let mut text = line + 2 + b"Host: \r\n".len() + authority.len();
+        let mut fields = 2 + self.regular.len();
+        for field in &self.regular {
+            text += field.len() + b": \r\n".len();
+        }
+        if !self.cookie.is_empty() {
+            text += b"cookie: \r\n".len() + self.cookie.len();
+            fields += 1;
+        }
+        let mut digits = itoa_buffer();
+        let length = match framing {
+            RequestBody::None if self.content_length == Some(0) => Some(format_u64(0, &mut digits)),
+            RequestBody::None => None,
+            RequestBody::Length(n) => Some(format_u64(n, &mut digits)),
+            RequestBody::Chunked => {
+                text += b"Transfer-Encoding: chunked\r\n".len();
+                fields += 1;
+                None
+            }
+        };
+        if let Some(digits) = length {
+            text += b"Content-Length: \r\n".len() + digits.len();
+            fields += 1;
+        }
+        text += b"Connection: close\r\n\r\n".len();
+        let values = &self.values;
+        let target_clean = values[target.clone()]
+            .iter()
+            .all(|b| (0x21..=0x7e).contains(b));
+        if self.unclean
+            || self.expect
+            || !target_clean
+            || line > limits.max_request_line
+            || text > limits.max_header_bytes
+            || fields > limits.max_headers
+        {
+            return Ok((framing, None));
+        }
+        let mut noted = NotedAt::default();
+        for (index, field) in self.regular.iter().enumerate() {
+            if let Some(which) = Noted::of_lowercase(field.name_in(values)) {
+                noted.note(which, index + 1);
+            }
+        }
+        let parsed = &mut self.parsed;
+        std::mem::swap(&mut self.values, &mut parsed.bytes);
+        let bytes = &mut parsed.bytes;
+        let at = |range: Range<usize>, base: usize| range.start + base..range.end + base;
+        let base = bytes.len();
+        bytes.extend_from_slice(ADDED_NAMES);
+        parsed.fields.clear();
+        parsed
+            .fields
+            .push(FieldSpan::new(at(HOST_AT, base), authority.clone()));
+        parsed.fields.extend_from_slice(&self.regular);
+        if !self.cookie.is_empty() {
+            // Trimmed as the parser trims a value: an empty last cookie leaves `; `.
+            let start = bytes.len();
+            bytes.extend_from_slice(trim_ows(&self.cookie));
+            parsed
+                .fields
+                .push(FieldSpan::new(at(COOKIE_AT, base), start..bytes.len()));
+        }
+        if let Some(digits) = length {
+            let start = bytes.len();
+            bytes.extend_from_slice(digits);
+            parsed.fields.push(FieldSpan::new(
+                at(CONTENT_LENGTH_AT, base),
+                start..bytes.len(),
+            ));
+        }
+        if framing == RequestBody::Chunked {
+            parsed.fields.push(FieldSpan::new(
+                at(TRANSFER_ENCODING_AT, base),
+                at(CHUNKED_AT, base),
+            ));
+        }
+        parsed
+            .fields
+            .push(FieldSpan::new(at(CONNECTION_AT, base), at(CLOSE_AT, base)));
+        let host = parsed.fields[0].value_span();
+        parsed.method = method;
+        parsed.target = target;
+        parsed.info = Some(HeadInfo::parsed(
+            match (framing, length) {
+                (RequestBody::Length(n), _) => BodyFraming::Length(n),
+                (RequestBody::Chunked, _) => BodyFraming::Chunked,
+                (RequestBody::None, Some(_)) => BodyFraming::Length(0),
+                (RequestBody::None, None) => BodyFraming::None,
+            },
+            host,
+            noted,
+        ));
+        Ok((framing, Some(&self.parsed)))
+    }
+}
+
+impl RequestHead {
+    /// The head [`RequestHead::finish_parsed`] last laid out.
+    pub fn parsed(&self) -> Option<&ParsedRequest> {
+        self.parsed.info.is_some().then_some(&self.parsed)
+    }
+}
+
+/// Room for a `u64` in decimal.
+fn itoa_buffer() -> [u8; 20] {
+    [0; 20]
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
     }
 }
 
@@ -358,15 +571,22 @@ fn check_name(name: &[u8]) -> Result<(), MalformedRequest> {
     Ok(())
 }
 
-/// A field value: no NUL, CR or LF, and no white space at either end (§8.2.1).
-fn check_value(value: &[u8]) -> Result<(), MalformedRequest> {
-    let bad_byte = value.iter().any(|&b| matches!(b, 0 | b'\r' | b'\n'));
+/// A field value: no NUL, CR or LF, and no white space at either end (§8.2.1). `Ok(false)`
+/// for one HTTP/1 refuses nonetheless (another control character, DEL).
+fn check_value(value: &[u8]) -> Result<bool, MalformedRequest> {
     let padded =
         matches!(value.first(), Some(b' ' | b'\t')) || matches!(value.last(), Some(b' ' | b'\t'));
-    if bad_byte || padded {
+    if padded {
         return Err(MalformedRequest::BadValue);
     }
-    Ok(())
+    // The bytes HTTP/1 refuses include NUL, CR and LF: one pass over a clean value.
+    if value.iter().all(|&b| is_field_value_byte(b)) {
+        return Ok(true);
+    }
+    if value.iter().any(|&b| matches!(b, 0 | b'\r' | b'\n')) {
+        return Err(MalformedRequest::BadValue);
+    }
+    Ok(false)
 }
 
 /// A `content-length` value: digits only, at most 19 of them (fits in u64).

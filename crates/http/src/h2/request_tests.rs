@@ -329,3 +329,139 @@ fn a_cleared_head_takes_the_next_block_as_a_fresh_one() {
     assert_eq!(request.finish(true, &mut out), Ok(RequestBody::None));
     assert_eq!(out, b"GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\n\r\n");
 }
+
+/// What the HTTP/1 path reads of a request, to compare two.
+fn summary(request: &crate::Request<'_>) -> String {
+    let noted: Vec<_> = crate::Noted::ALL
+        .iter()
+        .map(|&which| request.noted(which))
+        .collect();
+    let headers: Vec<_> = request.headers().collect();
+    format!(
+        "{} {} {:?} {:?} keep-alive {} continue {} host {:?} {:?} {noted:?} {headers:?}",
+        request.method,
+        request.target,
+        request.version,
+        request.framing,
+        request.keep_alive,
+        request.expect_continue,
+        request.host,
+        request.kind,
+    )
+}
+
+#[test]
+fn a_parsed_head_is_what_the_http1_parser_makes_of_the_text() {
+    let names: [&[u8]; 16] = [
+        b"host",
+        b"cookie",
+        b"content-length",
+        b"x-a",
+        b"te",
+        b"expect",
+        b"range",
+        b"user-agent",
+        b"accept-encoding",
+        b"if-none-match",
+        b"if-modified-since",
+        b"referer",
+        b"authorization",
+        b"if-range",
+        b"if-match",
+        b"if-unmodified-since",
+    ];
+    let values: [&[u8]; 12] = [
+        b"a.test",
+        b"7",
+        b"0",
+        b"trailers",
+        b"100-continue",
+        b"v w",
+        b"",
+        b"\xff\x80",
+        b"a\x01b",
+        b"a\x7fb",
+        b"a\tb",
+        b"a-long-value-that-takes-the-head-over-small-limits-0123456789",
+    ];
+    let small = Limits {
+        max_request_line: 24,
+        max_header_bytes: 160,
+        max_headers: 5,
+    };
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let (mut parsed_ones, mut text_ones) = (0, 0);
+    for round in 0..20_000 {
+        let mut request = RequestHead::default();
+        let count = 4 + rng.next() % 7;
+        let mut fine = true;
+        for i in 0..count {
+            let (name, value) = match i {
+                0 => (
+                    &b":method"[..],
+                    rng.pick(&[b"GET", b"POST", b"HEAD", b"OPTIONS"]),
+                ),
+                1 => (&b":scheme"[..], &b"https"[..]),
+                2 => (
+                    &b":path"[..],
+                    rng.pick(&[&b"/p"[..], b"/", b"*", b"/\xc3\xa9", b"/a/long/path/x?q=1"]),
+                ),
+                3 => (
+                    &b":authority"[..],
+                    rng.pick(&[&b"a.test"[..], b"a.test:8443", b"[::1]", b""]),
+                ),
+                _ => (rng.pick(&names), rng.pick(&values)),
+            };
+            fine &= request.field(name, value).is_ok();
+        }
+        if !fine {
+            continue;
+        }
+        let end_stream = rng.next().is_multiple_of(2);
+        let limits = if round % 3 == 0 {
+            small
+        } else {
+            Limits::default()
+        };
+        let mut text = Vec::new();
+        let Ok(body) = request.finish(end_stream, &mut text) else {
+            assert!(request.finish_parsed(end_stream, &limits).is_err());
+            continue;
+        };
+        // The text as the server's glue gives it to the HTTP/1 path.
+        text.truncate(text.len() - 2);
+        text.extend_from_slice(b"Connection: close\r\n\r\n");
+        let mut parser = Parser::new(limits);
+        let from_text = parser.parse(&text).map(|r| r.map(|r| summary(&r)));
+        let (parsed_body, parsed) = request.finish_parsed(end_stream, &limits).unwrap();
+        assert_eq!(parsed_body, body);
+        let Some(parsed) = parsed else {
+            text_ones += 1;
+            continue;
+        };
+        parsed_ones += 1;
+        let from_text = from_text
+            .unwrap_or_else(|e| {
+                panic!(
+                    "parsed, where the text is refused ({e:?}): {}",
+                    String::from_utf8_lossy(&text)
+                )
+            })
+            .expect("a whole head");
+        let mut input = parsed.bytes().to_vec();
+        input.extend_from_slice(b"body");
+        let mut direct = Parser::new(limits);
+        direct.take_parsed(parsed);
+        let request = direct.parse(&input).unwrap().expect("the head given");
+        assert_eq!(request.head_len, parsed.bytes().len());
+        assert_eq!(request.method.as_bytes(), parsed.method());
+        assert_eq!(
+            summary(&request),
+            from_text,
+            "{}",
+            String::from_utf8_lossy(&text)
+        );
+    }
+    assert!(parsed_ones > 1_000, "only {parsed_ones} heads parsed");
+    assert!(text_ones > 1_000, "only {text_ones} heads as text");
+}

@@ -18,9 +18,9 @@ use std::time::Instant;
 
 use fastpath_drivers::{BufferPool, CloseReason, Input, Io, Next, Output};
 use fastpath_http::h2::{
-    Connection, ErrorCode, Event, Field, Priority, RequestBody, ServerSettings,
+    Connection, ErrorCode, Event, Field, Http1Head, Priority, RequestBody, ServerSettings,
 };
-use fastpath_http::{ChunkedDecoder, ResponseFraming, ResponseParser};
+use fastpath_http::{ChunkedDecoder, Limits, Parser, ResponseFraming, ResponseParser};
 
 use super::{HttpConn, HttpHandler, Phase, DRAIN_IDLE_WAIT, OUTPUT_HIGH_WATER};
 
@@ -140,6 +140,7 @@ pub(crate) fn server_settings(
     };
     settings.header_limits.max_header_list_size = limits.max_header_bytes;
     settings.header_limits.max_fields = limits.max_headers;
+    settings.parsed_heads = Some(*limits);
     settings
 }
 
@@ -175,7 +176,7 @@ impl H2Session {
     }
 
     /// Reads the frames in the connection's input, opening streams and feeding their bodies.
-    fn read(&mut self, io: &mut Io<'_>, origin: &HttpConn) -> bool {
+    fn read(&mut self, io: &mut Io<'_>, origin: &HttpConn, parsers: &mut Parsers<'_>) -> bool {
         let parts = io.parts();
         let H2Session {
             conn,
@@ -198,21 +199,35 @@ impl H2Session {
             } => {
                 *opened += 1;
                 let mut input = Input::default();
-                // The head ends with its empty line: `Connection: close` goes before it.
-                let fields = head.strip_suffix(b"\r\n").unwrap_or(head);
-                input.append_with(pool, |buf| {
-                    buf.extend_from_slice(fields);
-                    buf.extend_from_slice(b"Connection: close\r\n\r\n");
-                });
+                let mut http = origin.for_stream();
+                let head_request = match head {
+                    Http1Head::Text(head) => {
+                        // The head ends with its empty line: `Connection: close` goes before it.
+                        let fields = head.strip_suffix(b"\r\n").unwrap_or(head);
+                        input.append_with(pool, |buf| {
+                            buf.extend_from_slice(fields);
+                            buf.extend_from_slice(b"Connection: close\r\n\r\n");
+                        });
+                        head.starts_with(b"HEAD ")
+                    }
+                    Http1Head::Parsed(head) => {
+                        // Its bytes go first, and the parser holds what parsing them found.
+                        input.append_with(pool, |buf| buf.extend_from_slice(head.bytes()));
+                        let mut parser = parsers.take();
+                        parser.take_parsed(head);
+                        http.parser = Some(parser);
+                        head.method() == b"HEAD"
+                    }
+                };
                 streams.push(Box::new(Stream {
                     id: stream,
-                    http: origin.for_stream(),
+                    http,
                     input,
                     output: Output::default(),
                     deadline: None,
                     request_ended: body == RequestBody::None,
                     chunked: body == RequestBody::Chunked,
-                    head_request: head.starts_with(b"HEAD "),
+                    head_request,
                     held: 0,
                     discarded: 0,
                     wait_over: false,
@@ -778,6 +793,22 @@ fn hash_words(mut hash: u64, bytes: &[u8]) -> u64 {
     hash
 }
 
+/// The worker's request parsers, lent to streams whose heads come parsed.
+struct Parsers<'a> {
+    /// Boxed as the handler's pool holds them.
+    #[allow(clippy::vec_box)]
+    pool: &'a mut Vec<Box<Parser>>,
+    limits: Limits,
+}
+
+impl Parsers<'_> {
+    fn take(&mut self) -> Box<Parser> {
+        self.pool
+            .pop()
+            .unwrap_or_else(|| Box::new(Parser::new(self.limits)))
+    }
+}
+
 /// What one turn of a stream at the output did.
 enum Sent {
     Frame,
@@ -864,7 +895,11 @@ impl HttpHandler {
                 && io.output().pending() < OUTPUT_HIGH_WATER
                 && !io.input().is_empty()
             {
-                progress |= session.read(io, conn);
+                let mut parsers = Parsers {
+                    pool: &mut self.parsers,
+                    limits: self.settings.limits,
+                };
+                progress |= session.read(io, conn, &mut parsers);
             }
             session.answer_rejected(io);
             for id in std::mem::take(&mut session.ended) {
