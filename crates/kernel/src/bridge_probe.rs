@@ -19,7 +19,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::bridge::BridgePath;
-use crate::probe::median;
+use crate::probe::{connected, interleaved, KernelProbe};
 
 /// The sizes probed: a small response, a mid-size one, a large one.
 pub const BRIDGE_PROBE_SIZES: [u32; 3] = [1024, 16 * 1024, 64 * 1024];
@@ -27,76 +27,34 @@ pub const BRIDGE_PROBE_SIZES: [u32; 3] = [1024, 16 * 1024, 64 * 1024];
 /// How long each way relays each size, in all: three interleaved turns.
 pub const BRIDGE_PROBE_TIME: Duration = Duration::from_millis(90);
 
-/// Turns of each way per size, interleaved, the median kept.
-const ROUNDS: u32 = 3;
-
 /// Pairs relaying at once.
 const PAIRS: usize = 8;
 
-/// How long a message may take to arrive before the probe gives up.
-const ARRIVAL_LIMIT: Duration = Duration::from_secs(2);
-
-/// What the probe measured at one size: round trips per second.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BridgeProbe {
-    /// Bytes each way per round trip.
-    pub size: u32,
-    /// Round trips per second relayed by splice.
-    pub splice: f64,
-    /// Round trips per second relayed by the kernel.
-    pub kernel: f64,
-}
-
-impl BridgeProbe {
-    /// The kernel's round trips per second over splice's.
-    pub fn ratio(&self) -> f64 {
-        self.kernel / self.splice.max(f64::MIN_POSITIVE)
-    }
-}
-
 /// Relays round trips of each of `sizes` by splice and through `path`, for `each` per way
 /// and size in interleaved turns; an error when either way fails (the caller then splices).
+/// A [`KernelProbe`]'s user-space figure is splice's.
 pub fn probe_bridge(
     path: &BridgePath,
     sizes: &[u32],
     each: Duration,
-) -> io::Result<Vec<BridgeProbe>> {
+) -> io::Result<Vec<KernelProbe>> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
-    let turn = each / ROUNDS;
-    let mut results = Vec::with_capacity(sizes.len());
-    for &size in sizes {
-        let (mut splices, mut kernels) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            splices.push(splice_turn(&listener, size as usize, turn)?);
-            kernels.push(kernel_turn(path, &listener, size as usize, turn)?);
-        }
-        results.push(BridgeProbe {
-            size,
-            splice: median(splices),
-            kernel: median(kernels),
-        });
-    }
-    Ok(results)
+    interleaved(
+        sizes,
+        each,
+        |size, turn| splice_turn(&listener, size as usize, turn),
+        |size, turn| kernel_turn(path, &listener, size as usize, turn),
+    )
 }
 
 /// Whether the kernel should bridge: it relayed [`crate::KERNEL_MARGIN`] times splice's
 /// round trips or more at every size probed (a connection's sizes are not known when it is
 /// joined, so a loss at any size is a loss).
-pub fn kernel_bridges_best(results: &[BridgeProbe]) -> bool {
+pub fn kernel_bridges_best(results: &[KernelProbe]) -> bool {
     !results.is_empty()
         && results
             .iter()
-            .all(|r| r.kernel >= r.splice * crate::KERNEL_MARGIN)
-}
-
-/// The figures behind the choice: "1024 B 0.81×, 16384 B 1.20×, ..." (the kernel's round
-/// trips per second over splice's).
-pub fn describe_bridge(results: &[BridgeProbe]) -> String {
-    results
-        .iter()
-        .map(|r| format!("{} B {:.2}×", r.size, r.ratio()))
-        .collect::<Vec<_>>()
-        .join(", ")
+            .all(|r| r.kernel >= r.user * crate::KERNEL_MARGIN)
 }
 
 /// One relayed pair: the client's end and the server's socket for it, the backend's end
@@ -109,26 +67,18 @@ struct Pair {
 }
 
 fn pairs(listener: &TcpListener) -> io::Result<Vec<Pair>> {
-    let addr = listener.local_addr()?;
-    let mut pairs = Vec::with_capacity(PAIRS);
-    for _ in 0..PAIRS {
-        let client = TcpStream::connect(addr)?;
-        let (near, _) = listener.accept()?;
-        let far = TcpStream::connect(addr)?;
-        let (backend, _) = listener.accept()?;
-        for s in [&client, &near, &far, &backend] {
-            s.set_nodelay(true)?;
-            s.set_read_timeout(Some(ARRIVAL_LIMIT))?;
-            s.set_write_timeout(Some(ARRIVAL_LIMIT))?;
-        }
-        pairs.push(Pair {
-            client,
-            near,
-            far,
-            backend,
-        });
-    }
-    Ok(pairs)
+    (0..PAIRS)
+        .map(|_| {
+            let (client, near) = connected(listener)?;
+            let (far, backend) = connected(listener)?;
+            Ok(Pair {
+                client,
+                near,
+                far,
+                backend,
+            })
+        })
+        .collect()
 }
 
 /// Round trips per second relayed by splice through a pipe per direction.
@@ -258,10 +208,10 @@ fn splice(from: libc::c_int, to: libc::c_int, len: usize) -> io::Result<usize> {
 mod tests {
     use super::*;
 
-    fn probe(size: u32, splice: f64, kernel: f64) -> BridgeProbe {
-        BridgeProbe {
+    fn probe(size: u32, splice: f64, kernel: f64) -> KernelProbe {
+        KernelProbe {
             size,
-            splice,
+            user: splice,
             kernel,
         }
     }
@@ -275,10 +225,6 @@ mod tests {
         let within_noise = [probe(1024, 100.0, 105.0), probe(65536, 10.0, 30.0)];
         assert!(!kernel_bridges_best(&within_noise));
         assert!(!kernel_bridges_best(&[]));
-        assert_eq!(
-            describe_bridge(&[probe(1024, 100.0, 81.0), probe(16384, 10.0, 12.0)]),
-            "1024 B 0.81×, 16384 B 1.20×"
-        );
     }
 
     #[test]

@@ -20,12 +20,9 @@ mod bridge;
 mod bridge_probe;
 mod probe;
 pub use bridge::{bridge_path, BridgePath, Joined as BridgeJoined};
-pub use bridge_probe::{
-    describe_bridge, kernel_bridges_best, probe_bridge, BridgeProbe, BRIDGE_PROBE_SIZES,
-    BRIDGE_PROBE_TIME,
-};
+pub use bridge_probe::{kernel_bridges_best, probe_bridge, BRIDGE_PROBE_SIZES, BRIDGE_PROBE_TIME};
 pub use probe::{
-    describe, kernel_wins_from, probe_echo, EchoProbe, KERNEL_MARGIN, PROBE_SIZES, PROBE_TIME,
+    describe, kernel_wins_from, probe_echo, KernelProbe, KERNEL_MARGIN, PROBE_SIZES, PROBE_TIME,
 };
 
 /// Whether a service uses the kernel path (`kernel_path` in its configuration).

@@ -36,42 +36,59 @@ pub const KERNEL_MARGIN: f64 = 1.1;
 /// would under load.
 const CONNECTIONS: usize = 8;
 
-/// How long a message may take to come back before the probe gives up on a path.
+/// How long a message may take to come back (or arrive) before a probe gives up on a path.
 const ROUND_TRIP_LIMIT: Duration = Duration::from_secs(2);
 
-/// What the probe measured at one message size.
+/// What a probe of the kernel path measured at one size: how many messages (the echo) or
+/// round trips (the bridge) a second each way moved.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EchoProbe {
+pub struct KernelProbe {
     /// The message size, bytes.
     pub size: u32,
-    /// Messages per second echoed by user space.
+    /// Per second in user space: a read and a write for the echo, splice for the bridge.
     pub user: f64,
-    /// Messages per second echoed by the kernel.
+    /// Per second in the kernel.
     pub kernel: f64,
 }
 
-impl EchoProbe {
-    /// The kernel's messages per second over user space's.
+impl KernelProbe {
+    /// The kernel's figure over user space's.
     pub fn ratio(&self) -> f64 {
         self.kernel / self.user.max(f64::MIN_POSITIVE)
     }
 }
 
 /// Echoes messages of each of `sizes` through user space and through `path`, for `each`
-/// per path and size in interleaved turns; an error when either path fails to echo (the caller then keeps to
-/// user space).
-pub fn probe_echo(path: &EchoPath, sizes: &[u32], each: Duration) -> io::Result<Vec<EchoProbe>> {
+/// per path and size in interleaved turns; an error when either path fails to echo (the
+/// caller then keeps to user space).
+pub fn probe_echo(path: &EchoPath, sizes: &[u32], each: Duration) -> io::Result<Vec<KernelProbe>> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
-    let mut results = Vec::with_capacity(sizes.len());
+    interleaved(
+        sizes,
+        each,
+        |size, turn| user_turn(&listener, size, turn),
+        |size, turn| kernel_turn(path, &listener, size, turn),
+    )
+}
+
+/// Measures each of `sizes` in [`ROUNDS`] turns of user space's way and the kernel's, in
+/// alternation, `each` per way and size in all; the medians.
+pub(crate) fn interleaved(
+    sizes: &[u32],
+    each: Duration,
+    mut user: impl FnMut(u32, Duration) -> io::Result<f64>,
+    mut kernel: impl FnMut(u32, Duration) -> io::Result<f64>,
+) -> io::Result<Vec<KernelProbe>> {
     let turn = each / ROUNDS;
+    let mut results = Vec::with_capacity(sizes.len());
     for &size in sizes {
         let mut users = Vec::with_capacity(ROUNDS as usize);
         let mut kernels = Vec::with_capacity(ROUNDS as usize);
         for _ in 0..ROUNDS {
-            users.push(user_turn(&listener, size, turn)?);
-            kernels.push(kernel_turn(path, &listener, size, turn)?);
+            users.push(user(size, turn)?);
+            kernels.push(kernel(size, turn)?);
         }
-        results.push(EchoProbe {
+        results.push(KernelProbe {
             size,
             user: median(users),
             kernel: median(kernels),
@@ -80,7 +97,7 @@ pub fn probe_echo(path: &EchoPath, sizes: &[u32], each: Duration) -> io::Result<
     Ok(results)
 }
 
-pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
@@ -119,8 +136,8 @@ fn kernel_turn(
 /// The smallest probed size from which the kernel moved [`KERNEL_MARGIN`] times user space's
 /// messages or more, at that size and at every larger one: where `auto` hands connections to
 /// it. `None` when it did not at the largest.
-pub fn kernel_wins_from(results: &[EchoProbe]) -> Option<u32> {
-    let mut by_size: Vec<&EchoProbe> = results.iter().collect();
+pub fn kernel_wins_from(results: &[KernelProbe]) -> Option<u32> {
+    let mut by_size: Vec<&KernelProbe> = results.iter().collect();
     by_size.sort_by_key(|r| r.size);
     let mut from = None;
     for r in by_size.iter().rev() {
@@ -134,9 +151,8 @@ pub fn kernel_wins_from(results: &[EchoProbe]) -> Option<u32> {
 }
 
 /// The figures behind a choice, for the start-up log and `fastpath check`:
-/// "512 B 0.74×, 4096 B 0.42×, 65536 B 1.10×" (the kernel's messages per second over user
-/// space's).
-pub fn describe(results: &[EchoProbe]) -> String {
+/// "512 B 0.74×, 4096 B 0.42×, 65536 B 1.10×" (the kernel's figure over user space's).
+pub fn describe(results: &[KernelProbe]) -> String {
     results
         .iter()
         .map(|r| format!("{} B {:.2}×", r.size, r.ratio()))
@@ -152,19 +168,20 @@ fn release(path: &EchoPath, taken: &[crate::Taken]) {
 
 /// Client and server ends of fresh loopback connections.
 fn connect_pairs(listener: &TcpListener) -> io::Result<Vec<(TcpStream, TcpStream)>> {
-    let addr = listener.local_addr()?;
-    let mut pairs = Vec::with_capacity(CONNECTIONS);
-    for _ in 0..CONNECTIONS {
-        let client = TcpStream::connect(addr)?;
-        let (server, _) = listener.accept()?;
-        for s in [&client, &server] {
-            s.set_nodelay(true)?;
-            s.set_read_timeout(Some(ROUND_TRIP_LIMIT))?;
-            s.set_write_timeout(Some(ROUND_TRIP_LIMIT))?;
-        }
-        pairs.push((client, server));
+    (0..CONNECTIONS).map(|_| connected(listener)).collect()
+}
+
+/// A fresh loopback connection to `listener`, both ends: no Nagle, and reads and writes
+/// that give up after [`ROUND_TRIP_LIMIT`].
+pub(crate) fn connected(listener: &TcpListener) -> io::Result<(TcpStream, TcpStream)> {
+    let client = TcpStream::connect(listener.local_addr()?)?;
+    let (server, _) = listener.accept()?;
+    for s in [&client, &server] {
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(ROUND_TRIP_LIMIT))?;
+        s.set_write_timeout(Some(ROUND_TRIP_LIMIT))?;
     }
-    Ok(pairs)
+    Ok((client, server))
 }
 
 /// Messages per second: each round sends one message on every connection, echoes them in
@@ -215,8 +232,8 @@ fn echo_in_user_space(server: &mut TcpStream, size: usize, buf: &mut [u8]) -> io
 mod tests {
     use super::*;
 
-    fn probe(size: u32, user: f64, kernel: f64) -> EchoProbe {
-        EchoProbe { size, user, kernel }
+    fn probe(size: u32, user: f64, kernel: f64) -> KernelProbe {
+        KernelProbe { size, user, kernel }
     }
 
     #[test]

@@ -41,7 +41,7 @@ fn auto_decision(config: &Config) -> (Option<BridgePath>, String) {
                 "measured at start, the kernel's round trips per second against splice's, {} × \
                  needed at every size: {}",
                 fastpath_kernel::KERNEL_MARGIN,
-                fastpath_kernel::describe_bridge(&results)
+                fastpath_kernel::describe(&results)
             );
             if fastpath_kernel::kernel_bridges_best(&results) {
                 let line = format!(
