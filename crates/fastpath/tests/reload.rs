@@ -842,7 +842,7 @@ impl Throttle {
             return None;
         }
         throttle.release();
-        for cpu in allowed_cpus() {
+        for cpu in fastpath_drivers::allowed_cpus() {
             let mut hog = Command::new("sh");
             hog.args(["-c", "while :; do :; done"])
                 .stdin(Stdio::null())
@@ -920,18 +920,6 @@ impl Drop for Throttle {
         self.take_out_all_but(0);
         wait_for(Duration::from_secs(5), || fs::remove_dir(&self.dir).ok());
     }
-}
-
-/// The CPUs this process may run on.
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed set is an empty one, which sched_getaffinity fills.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the set is as large as said.
-    unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: reads the set.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect()
 }
 
 // A client that comes just as the old server is to stop is answered, by the old server or the
