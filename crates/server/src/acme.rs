@@ -74,7 +74,16 @@ pub(crate) fn start(
     config: &Config,
     switch: Option<&crate::privileges::Switch>,
 ) -> std::io::Result<Option<AcmeProcess>> {
-    let hosts: Vec<Vec<String>> = config.acme_hosts().map(|h| h.names.clone()).collect();
+    // Each host's names, and the chain file the serving processes read for it.
+    let hosts: Vec<(Vec<String>, PathBuf)> = config
+        .acme_hosts()
+        .map(|h| {
+            let chain = config
+                .acme_certificate_dir(h)
+                .join(fastpath_acme::CERT_FILE);
+            (h.names.clone(), chain)
+        })
+        .collect();
     if hosts.is_empty() {
         return Ok(None);
     }
@@ -109,7 +118,7 @@ pub(crate) fn start(
             "ACME: certificates for {} from {directory}, kept by process {pid}",
             hosts
                 .iter()
-                .map(|names| names.join(" "))
+                .map(|(names, _)| names.join(" "))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -218,6 +227,8 @@ struct Host {
     failures: u32,
     /// When to ask the CA for the certificate's renewal window (ARI) again.
     ari_next: Option<Instant>,
+    /// The chain's file, where the store keeps it and the serving processes read it.
+    chain: PathBuf,
     /// The chain's file as last looked at: a change made by someone else (a revocation
     /// that set it aside, a file removed by hand) is looked at at once.
     seen: Option<fastpath_tls::FileStamp>,
@@ -232,7 +243,7 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn new(settings: &AcmeConfig, directory: String, hosts: Vec<Vec<String>>) -> Keeper {
+    fn new(settings: &AcmeConfig, directory: String, hosts: Vec<(Vec<String>, PathBuf)>) -> Keeper {
         let now = Instant::now();
         Keeper {
             board: FileBoard {
@@ -242,24 +253,17 @@ impl Keeper {
             directory,
             hosts: hosts
                 .into_iter()
-                .map(|names| Host {
+                .map(|(names, chain)| Host {
                     names,
                     next: now,
                     failures: 0,
                     ari_next: None,
+                    chain,
                     seen: None,
                 })
                 .collect(),
             account: None,
         }
-    }
-
-    /// The chain file of host `i`.
-    fn chain_path(&self, i: usize) -> PathBuf {
-        self.settings
-            .state_dir
-            .join(self.hosts[i].names[0].to_ascii_lowercase())
-            .join(fastpath_acme::CERT_FILE)
     }
 
     fn run(mut self) -> ! {
@@ -271,10 +275,10 @@ impl Keeper {
                 let due = host.next <= now || host.ari_next.is_some_and(|at| at <= now);
                 // A change by someone else counts only while the CA is not refusing or
                 // failing: the backoff holds whatever happens to the files.
-                let changed = host.failures == 0 && FileStamp::of(&self.chain_path(i)) != host.seen;
+                let changed = host.failures == 0 && FileStamp::of(&host.chain) != host.seen;
                 if due || changed {
                     let outcome = self.tend(i);
-                    let seen = FileStamp::of(&self.chain_path(i));
+                    let seen = FileStamp::of(&self.hosts[i].chain);
                     let host = &mut self.hosts[i];
                     host.seen = seen;
                     match outcome {
