@@ -138,8 +138,8 @@ pub use pools::percore::{allowed_cpus, PercoreConfig};
 pub use pools::prefork::{self, PreforkConfig};
 pub use pools::threads::ThreadsConfig;
 pub use probe::{
-    choose_model, describe_probes, probe_models, ModelProbe, ProbeLoad, ECHO_LOADS, HTTP_LOADS,
-    LARGE_BODY, MODEL_MARGIN, PROBE_TIME, SMALL_BODY,
+    auto_model, choose_model, describe_probes, probe_models, ModelProbe, ProbeLoad, ECHO_LOADS,
+    HTTP_LOADS, LARGE_BODY, MODEL_MARGIN, PROBE_TIME, SMALL_BODY,
 };
 pub use splice::Carrier;
 pub use sys::ignore_sigpipe;

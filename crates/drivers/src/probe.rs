@@ -159,6 +159,15 @@ pub fn probe_models(
     Ok(probes)
 }
 
+/// What `model = "auto"` runs, measured on `loads`: epoll and io_uring (where the kernel
+/// allows it) probed for [`PROBE_TIME`] each, epoll kept unless io_uring is
+/// [`MODEL_MARGIN`] times ahead; with the figures behind the choice ([`describe_probes`]).
+pub fn auto_model(loads: &[ProbeLoad]) -> io::Result<(ModelKind, String)> {
+    let probes = probe_models(&[ModelKind::Epoll, ModelKind::Uring], loads, PROBE_TIME)?;
+    let kind = choose_model(&probes, ModelKind::Epoll, MODEL_MARGIN);
+    Ok((kind, describe_probes(&probes)))
+}
+
 /// The figures of `probes`, for the log and `fastpath check`: "µs of CPU per request for
 /// LOADS: epoll A and B; uring C and D".
 pub fn describe_probes(probes: &[ModelProbe]) -> String {

@@ -342,19 +342,17 @@ pub fn kernel_report(config: &Config) -> Option<String> {
 /// choice, for the log and `fastpath check`.
 pub fn auto_model() -> (fastpath_drivers::ModelKind, String) {
     use fastpath_drivers::{ModelKind, HTTP_LOADS, MODEL_MARGIN};
-    let kinds = [ModelKind::Epoll, ModelKind::Uring];
-    match fastpath_drivers::probe_models(&kinds, &HTTP_LOADS, fastpath_drivers::PROBE_TIME) {
-        Ok(probes) => {
-            let kind = fastpath_drivers::choose_model(&probes, ModelKind::Epoll, MODEL_MARGIN);
+    match fastpath_drivers::auto_model(&HTTP_LOADS) {
+        Ok((kind, figures)) => {
             let unmeasured = match fastpath_drivers::uring_available() {
                 Err(why) => format!("; io_uring unavailable ({why})"),
                 Ok(()) => String::new(),
             };
             let note = format!(
                 "model \"auto\" runs \"{}\" here: the one with the least CPU per request in a \
-                 start-up probe, another than epoll only when {MODEL_MARGIN}× ahead ({}){unmeasured}",
-                kind.name(),
-                fastpath_drivers::describe_probes(&probes)
+                 start-up probe, another than epoll only when {MODEL_MARGIN}× ahead \
+                 ({figures}){unmeasured}",
+                kind.name()
             );
             (kind, note)
         }

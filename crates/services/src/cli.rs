@@ -287,19 +287,16 @@ fn model_kind(name: &str) -> Result<Option<ModelKind>, String> {
 }
 
 /// What `model = "auto"` runs where io_uring can: the loop a probe at start measured to
-/// echo messages at the least CPU each (`fastpath_sockets::probe_models`; a service's work
+/// echo messages at the least CPU each (`fastpath_sockets::auto_model`; a service's work
 /// is a read and a write per message, as an echo's), epoll unless io_uring is
 /// [`fastpath_sockets::MODEL_MARGIN`] times ahead; and the note that says so.
 fn measured_model() -> (ModelKind, String) {
-    use fastpath_sockets::{ECHO_LOADS, MODEL_MARGIN, PROBE_TIME};
-    let kinds = [ModelKind::Epoll, ModelKind::Uring];
-    match fastpath_sockets::probe_models(&kinds, &ECHO_LOADS, PROBE_TIME) {
-        Ok(probes) => {
-            let kind = fastpath_sockets::choose_model(&probes, ModelKind::Epoll, MODEL_MARGIN);
+    use fastpath_sockets::{ECHO_LOADS, MODEL_MARGIN};
+    match fastpath_sockets::auto_model(&ECHO_LOADS) {
+        Ok((kind, figures)) => {
             let note = format!(
                 "; model = \"auto\": the least CPU per message in a start-up probe, io_uring \
-                 only when {MODEL_MARGIN}× ahead ({})",
-                fastpath_sockets::describe_probes(&probes)
+                 only when {MODEL_MARGIN}× ahead ({figures})"
             );
             (kind, note)
         }

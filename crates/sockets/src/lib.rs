@@ -104,10 +104,7 @@ pub use fastpath_drivers::{
 };
 
 /// Which event loop `model = "auto"` runs, measured at start.
-pub use fastpath_drivers::{
-    choose_model, describe_probes, probe_models, ModelProbe, ProbeLoad, ECHO_LOADS, MODEL_MARGIN,
-    PROBE_TIME,
-};
+pub use fastpath_drivers::{auto_model, ProbeLoad, ECHO_LOADS, MODEL_MARGIN};
 
 /// Sizes and durations as configurations write them.
 pub use fastpath_drivers::units;
