@@ -79,21 +79,34 @@ impl HeadInfo {
 }
 
 impl Noted {
-    /// The noted field a lower-case name (an HTTP/2 one) names, as the analysis of a head
-    /// finds it.
+    /// The noted field `name` (in any case) names, if any.
+    #[inline]
+    pub(crate) fn of(name: &[u8]) -> Option<Noted> {
+        Noted::named(name, |a, b| a.eq_ignore_ascii_case(b))
+    }
+
+    /// [`Noted::of`] for a name known to be lower case (an HTTP/2 one), compared as it is.
     #[inline]
     pub(crate) fn of_lowercase(name: &[u8]) -> Option<Noted> {
+        Noted::named(name, |a, b| a == b)
+    }
+
+    /// The one table both look names up in, with `same` as the comparison.
+    #[inline(always)]
+    fn named(name: &[u8], same: impl Fn(&[u8], &[u8]) -> bool) -> Option<Noted> {
+        // Dispatch on length first: most fields match none of these.
+        let is = |known: &[u8]| same(name, known);
         match name.len() {
-            5 if name == b"range" => Some(Noted::Range),
-            7 if name == b"referer" => Some(Noted::Referer),
-            8 if name == b"if-match" => Some(Noted::IfMatch),
-            8 if name == b"if-range" => Some(Noted::IfRange),
-            10 if name == b"user-agent" => Some(Noted::UserAgent),
-            13 if name == b"authorization" => Some(Noted::Authorization),
-            13 if name == b"if-none-match" => Some(Noted::IfNoneMatch),
-            15 if name == b"accept-encoding" => Some(Noted::AcceptEncoding),
-            17 if name == b"if-modified-since" => Some(Noted::IfModifiedSince),
-            19 if name == b"if-unmodified-since" => Some(Noted::IfUnmodifiedSince),
+            5 if is(b"range") => Some(Noted::Range),
+            7 if is(b"referer") => Some(Noted::Referer),
+            8 if is(b"if-match") => Some(Noted::IfMatch),
+            8 if is(b"if-range") => Some(Noted::IfRange),
+            10 if is(b"user-agent") => Some(Noted::UserAgent),
+            13 if is(b"authorization") => Some(Noted::Authorization),
+            13 if is(b"if-none-match") => Some(Noted::IfNoneMatch),
+            15 if is(b"accept-encoding") => Some(Noted::AcceptEncoding),
+            17 if is(b"if-modified-since") => Some(Noted::IfModifiedSince),
+            19 if is(b"if-unmodified-since") => Some(Noted::IfUnmodifiedSince),
             _ => None,
         }
     }
@@ -363,30 +376,11 @@ impl StartLine for RequestLine {
         for (index, f) in fields.iter().enumerate() {
             let name = f.name_in(buf);
             let value = f.value_in(buf);
-            // Dispatch on length first: most fields match none of these.
+            if let Some(which) = Noted::of(name) {
+                noted.note(which, index);
+                continue;
+            }
             match name.len() {
-                5 if name.eq_ignore_ascii_case(b"range") => noted.note(Noted::Range, index),
-                7 if name.eq_ignore_ascii_case(b"referer") => noted.note(Noted::Referer, index),
-                8 if name.eq_ignore_ascii_case(b"if-match") => noted.note(Noted::IfMatch, index),
-                8 if name.eq_ignore_ascii_case(b"if-range") => noted.note(Noted::IfRange, index),
-                10 if name.eq_ignore_ascii_case(b"user-agent") => {
-                    noted.note(Noted::UserAgent, index)
-                }
-                13 if name.eq_ignore_ascii_case(b"authorization") => {
-                    noted.note(Noted::Authorization, index)
-                }
-                13 if name.eq_ignore_ascii_case(b"if-none-match") => {
-                    noted.note(Noted::IfNoneMatch, index)
-                }
-                15 if name.eq_ignore_ascii_case(b"accept-encoding") => {
-                    noted.note(Noted::AcceptEncoding, index)
-                }
-                17 if name.eq_ignore_ascii_case(b"if-modified-since") => {
-                    noted.note(Noted::IfModifiedSince, index)
-                }
-                19 if name.eq_ignore_ascii_case(b"if-unmodified-since") => {
-                    noted.note(Noted::IfUnmodifiedSince, index)
-                }
                 4 if name.eq_ignore_ascii_case(b"host") => {
                     host_count += 1;
                     if host_count > 1 {
