@@ -83,7 +83,8 @@ fn open_fd(text: &str) -> Option<OwnedFd> {
 
 impl Handed {
     /// Reads `FASTPATH_LISTENERS`, `FASTPATH_READY_FD`, `FASTPATH_TICKET_KEYS_FD` and
-    /// `FASTPATH_AUTO_MODEL` and unsets them. Like `Systemd::from_env`, before the process has other threads.
+    /// `FASTPATH_AUTO_MODEL` and unsets them. Like `Systemd::from_env`, before the process has
+    /// other threads.
     pub(crate) fn from_env() -> Handed {
         let listeners = take_var(LISTENERS_VAR);
         let ready = take_var(READY_VAR);
