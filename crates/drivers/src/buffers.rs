@@ -587,7 +587,7 @@ impl Output {
     }
 
     /// True when the next bytes to send belong to a file range.
-    pub(crate) fn front_is_file(&self) -> bool {
+    pub fn front_is_file(&self) -> bool {
         matches!(self.segments.front(), Some(Segment::File { .. }))
     }
 

@@ -119,7 +119,7 @@ mod transport_tests;
 pub mod units;
 mod worker_core;
 
-pub use buffers::{BufferPool, Input, Output, BUFFER_SIZE};
+pub use buffers::{BufferPool, FlushError, Input, Output, BUFFER_SIZE};
 pub use contract::{
     CloseReason, ConnRef, Handler, Io, IoParts, Next, Opened, Origin, Worker, TICK,
 };

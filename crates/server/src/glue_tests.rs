@@ -624,8 +624,8 @@ fn malformed_fields_get_400_and_an_unknown_expectation_417() {
 mod h2 {
     use super::*;
     use fastpath_http::h2::{
-        write_headers, write_rst_stream, write_settings, DecodeLimits, Decoder, Encoder, ErrorCode,
-        Field, Frame, FrameReader, PREFACE,
+        write_headers, write_rst_stream, write_settings, write_window_update, DecodeLimits,
+        Decoder, Encoder, ErrorCode, Field, Frame, FrameReader, PREFACE,
     };
 
     /// What the client saw of one stream.
@@ -846,6 +846,59 @@ mod h2 {
                     && l.contains("backend-failed")),
             "{log:?}"
         );
+    }
+
+    #[test]
+    fn a_file_read_into_frames_is_sent_whole_and_one_that_shrinks_resets_its_stream_alone() {
+        let mut glue = Glue::new("", "");
+        let body: Vec<u8> = (0..100 * 1024).map(|i| (i % 251) as u8).collect();
+        std::fs::write(glue.path("site/big.bin"), &body).unwrap();
+        let mut client = Client::open(&mut glue);
+        client.get(&mut glue, 1, "/big.bin");
+        client.read(&mut glue);
+        // The first window's worth, in frames of the default maximum size, read from the file.
+        let window = 65_535;
+        assert_eq!(client.streams[&1].body, body[..window]);
+        let mut more = Vec::new();
+        write_window_update(0, 1 << 20, &mut more);
+        write_window_update(1, 1 << 20, &mut more);
+        glue.worker.send(client.conn, &more);
+        client.read(&mut glue);
+        let whole = &client.streams[&1];
+        assert!(
+            whole.ended && whole.body == body,
+            "{} bytes",
+            whole.body.len()
+        );
+
+        // The same file cut short while its stream waits for a window: the frame that would
+        // have run past the file's new end is never sent, the stream is reset and the
+        // connection goes on, its framing and windows intact.
+        client.get(&mut glue, 3, "/big.bin");
+        client.read(&mut glue);
+        let before = client.streams[&3].body.len();
+        assert!(
+            before > 0 && before < body.len(),
+            "{before} bytes before the cut"
+        );
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(glue.path("site/big.bin"))
+            .unwrap()
+            .set_len(before as u64 + 1000)
+            .unwrap();
+        let mut more = Vec::new();
+        write_window_update(3, 1 << 20, &mut more);
+        glue.worker.send(client.conn, &more);
+        client.read(&mut glue);
+        let cut = &client.streams[&3];
+        assert_eq!(cut.reset, Some(ErrorCode::InternalError), "{cut:?}");
+        assert_eq!(cut.body, body[..before], "no torn frame was sent");
+        assert!(!cut.ended);
+        client.get(&mut glue, 5, "/a.txt");
+        client.read(&mut glue);
+        assert_eq!(client.streams[&5].body, b"hello, static\n");
+        assert!(glue.worker.is_open(client.conn));
     }
 
     #[test]

@@ -8,17 +8,20 @@
 //! head with `Connection: close`, so the path answers exactly one request and says when it
 //! is done. What the path queues is read back here: the response head, parsed once (a few
 //! hundred bytes, whose fields become HPACK), and the body's pieces moved into DATA frames
-//! as they are: a file range stays a file range (sent with sendfile), a shared cache buffer
-//! stays shared, and only a chunked body (relayed from a backend, in memory) is unframed.
+//! as they are: a shared cache buffer stays shared, a file range is read into its frame
+//! (frames of the usual 16 KiB would each cost a sendfile and a sendmsg; read, a window of
+//! them leaves in one), and only a chunked body (relayed from a backend, in memory) is
+//! unframed.
 //! Frames go out by urgency (RFC 9218), one frame per stream in turn within an urgency,
 //! while the connection's output is under its high-water mark; past it nothing more is read
 //! (a client that does not read its replies stops being read).
 
 use std::time::Instant;
 
-use fastpath_drivers::{BufferPool, CloseReason, Input, Io, Next, Output};
+use fastpath_drivers::{BufferPool, CloseReason, FlushError, Input, Io, Next, Output};
 use fastpath_http::h2::{
     Connection, ErrorCode, Event, Field, Http1Head, Priority, RequestBody, ServerSettings,
+    FRAME_HEADER_LEN,
 };
 use fastpath_http::{ChunkedDecoder, Limits, Parser, ResponseFraming, ResponseParser};
 
@@ -27,6 +30,10 @@ use super::{HttpConn, HttpHandler, Phase, DRAIN_IDLE_WAIT, OUTPUT_HIGH_WATER};
 /// How long a graceful stop waits for the client to acknowledge the GOAWAY it announced
 /// (a round trip) before it names the last stream it takes.
 const GOAWAY_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// DATA frames up to this size whose bytes come from a file are read into memory, so that
+/// many frames leave in one send (see `data_read_from_file`); larger ones, which a client
+/// allows with SETTINGS_MAX_FRAME_SIZE, stay file ranges for sendfile, one frame a call.
+const READ_FILE_FRAMES_UP_TO: u64 = 64 * 1024;
 /// Bytes of a response head looked at first; doubled while the head is longer.
 const HEAD_PEEK: usize = 1024;
 /// The fields an HTTP/1 response head may have that HTTP/2 forbids (RFC 9113 §8.2.2).
@@ -506,10 +513,28 @@ impl H2Session {
                                 Sent::Nothing
                             };
                         }
+                        let end = *remaining == n;
+                        if s.output.front_is_file() && n <= READ_FILE_FRAMES_UP_TO {
+                            if Self::data_read_from_file(
+                                conn,
+                                s.id,
+                                &mut s.output,
+                                n,
+                                end,
+                                output,
+                                pool,
+                                peeked,
+                            )
+                            .is_err()
+                            {
+                                return Self::broken(conn, s, output, pool);
+                            }
+                        } else {
+                            output
+                                .write_with(pool, |buf| conn.send_data(s.id, n as usize, end, buf));
+                            s.output.move_front(n, output, pool);
+                        }
                         *remaining -= n;
-                        let end = *remaining == 0;
-                        output.write_with(pool, |buf| conn.send_data(s.id, n as usize, end, buf));
-                        s.output.move_front(n, output, pool);
                         if end {
                             s.response = Response::Done;
                         }
@@ -574,6 +599,48 @@ impl H2Session {
                 }
             }
         }
+    }
+
+    /// One DATA frame of `n` bytes whose front is a file range, read into the connection's
+    /// buffer behind the frame's header. A file is read, not left to sendfile, because each
+    /// frame would otherwise cost two system calls (the header's sendmsg and the range's
+    /// sendfile, frame after frame): read, a whole window of frames leaves in one sendmsg.
+    /// Nothing is written when the file ends early, so the stream can be reset with the
+    /// connection's framing and windows intact.
+    #[allow(clippy::too_many_arguments)]
+    fn data_read_from_file(
+        conn: &mut Connection,
+        id: u32,
+        body: &mut Output,
+        n: u64,
+        end: bool,
+        output: &mut Output,
+        pool: &mut BufferPool,
+        header: &mut Vec<u8>,
+    ) -> Result<(), FlushError> {
+        output.write_with(pool, |buf| {
+            // The header's place is kept and the data read behind it; the header itself is
+            // written once the read succeeded, as the frame is then certain.
+            let at = buf.len();
+            buf.resize(at + FRAME_HEADER_LEN, 0);
+            if let Err(error) = body.peek_front(n as usize, buf) {
+                buf.truncate(at);
+                return Err(error);
+            }
+            header.clear();
+            conn.send_data(id, n as usize, end, header);
+            if header.len() < FRAME_HEADER_LEN {
+                // The stream was closed meanwhile: nothing of it may go out.
+                buf.truncate(at);
+            } else {
+                buf[at..at + FRAME_HEADER_LEN].copy_from_slice(&header[..FRAME_HEADER_LEN]);
+                // What ending the stream wrote after the header follows the data.
+                buf.extend_from_slice(&header[FRAME_HEADER_LEN..]);
+            }
+            Ok(())
+        })?;
+        body.skip_front(n);
+        Ok(())
     }
 
     /// Resets a stream whose response cannot go on (its spilled body's file failed).
