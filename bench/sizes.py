@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Keep-alive file-size sweep: the server's CPU time per request, and requests/s, for one
 file at a time from 1 KiB to 1 MiB, for fastpath with the in-memory copy, fastpath with
-sendfile, fastpath as configured by default, nginx, lighttpd and h2o, all in one run.
+sendfile, fastpath as configured by default, nginx, lighttpd and h2o, all in one run, and
+the floor (bench/peers/floor.c, built here with cc): a server that does one read and one write
+per request and nothing else, to tell what any server must spend on this kernel from what
+a server's own work adds.
 
 Each server runs as bench/run.sh runs it (configuration from bench/peers/, one worker,
 pinned to CPU 0); the client is wrk (`-t1 -c64`, pinned to CPU 1) or, with
@@ -65,9 +68,12 @@ COPY = "fastpath-copy"
 SENDFILE = "fastpath-sendfile"
 FASTPATH = "fastpath"
 PEERS = ["nginx", "lighttpd", "h2o"]
-ORDER = [COPY, SENDFILE, FASTPATH] + PEERS
+# bench/peers/floor.c: one read and one write per request and nothing else, the least a
+# user-space server can spend here; a yardstick, not a peer (never the "best peer").
+FLOOR = "floor"
+ORDER = [COPY, SENDFILE, FASTPATH] + PEERS + [FLOOR]
 LABEL = {COPY: "fastpath, copy", SENDFILE: "fastpath, sendfile", FASTPATH: "fastpath",
-         "nginx": "nginx", "lighttpd": "lighttpd", "h2o": "h2o"}
+         "nginx": "nginx", "lighttpd": "lighttpd", "h2o": "h2o", FLOOR: "floor"}
 # The [cache] table each fastpath variant gets (the default one none).
 CACHE_KEYS = {COPY: 'max_file_size = "2MiB"\ncopy_below = "2MiB"\n',
               SENDFILE: 'copy_below = "0"\n', FASTPATH: ""}
@@ -91,6 +97,11 @@ class Server(suite.Server):
         return ORDER.index(self.name) + 1
 
     def prepare(self):
+        if self.name == FLOOR:
+            binary = os.path.join(self.dir, "floor")
+            source = os.path.join(suite.PEERS_DIR, "floor.c")
+            subprocess.run(["cc", "-O2", "-o", binary, source], check=True)
+            return [binary, str(self.port), self.ctx.root], None, ["cc", "--version"]
         if self.name in CACHE_KEYS:
             cmd, test, version = self.prepare_fastpath(self.ctx.model, self.ctx.fastpath_bin)
             conf = cmd[cmd.index("--config") + 1]
@@ -101,6 +112,8 @@ class Server(suite.Server):
         return super().prepare()
 
     def version(self):
+        if self.name == FLOOR:
+            return f"bench/peers/floor.c, built with {suite.first_line(self.version_cmd)}"
         v = super().version()
         if self.name in CACHE_KEYS and "tree at" not in v:
             v += f" (tree at {self.ctx.commit})"
@@ -312,9 +325,12 @@ def report(ctx, results, sizes_kib, started, load_start, load_end):
              + ("`wrk -t1 -c64`" if ctx.args.client == "wrk" else "`fastpath bench -t 1 -c 64`")
              + " on CPU 1, server (one worker) on CPU 0. Server CPU µs per request "
              "(utime + stime of its process tree); lower is better.", ""]
+    to_floor = FLOOR in ran and FASTPATH in ran and bool(peers)
     lines.append("| file | " + " | ".join(LABEL[n] for n in ran)
-                 + (" | fastpath ÷ best peer |" if peers and FASTPATH in ran else " |"))
-    lines.append("|---|" + "--:|" * len(ran) + ("--:|" if peers and FASTPATH in ran else ""))
+                 + (" | fastpath ÷ best peer |" if peers and FASTPATH in ran else " |")
+                 + (" fastpath ÷ floor | best peer ÷ floor |" if to_floor else ""))
+    lines.append("|---|" + "--:|" * len(ran) + ("--:|" if peers and FASTPATH in ran else "")
+                 + ("--:|--:|" if to_floor else ""))
     for kib in sizes_kib:
         cells = []
         for n in ran:
@@ -330,6 +346,10 @@ def report(ctx, results, sizes_kib, started, load_start, load_end):
                 row += f" {mine / b:.2f}× ({LABEL[who]}) |"
             else:
                 row += " – |"
+            floor = results.get(FLOOR, {}).get("sizes", {}).get(kib, {}).get("cpu_us")
+            if to_floor:
+                row += (f" {mine / floor:.2f}× | {b / floor:.2f}× |" if best and mine and floor
+                        else " – | – |")
         lines.append(row)
     lines += ["", "Requests per second, same runs:", ""]
     lines.append("| file | " + " | ".join(LABEL[n] for n in ran) + " |")

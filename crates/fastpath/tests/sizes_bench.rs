@@ -1,5 +1,6 @@
 //! bench/sizes.py, the file-size sweep, end to end in a short form: the three fastpath
-//! servers (every file copied, every file with sendfile, the default split) on two sizes,
+//! servers (every file copied, every file with sendfile, the default split) and the floor
+//! (bench/peers/floor.c, built by the script) on two sizes,
 //! with `fastpath bench` as the client. The figures mean nothing here (a debug build on a
 //! busy machine); that the script runs, checks every file and writes its tables does.
 
@@ -32,7 +33,10 @@ fn size_sweep_short_run() {
             "--sizes",
             "4,16",
         ])
-        .args(["--servers", "fastpath-copy,fastpath-sendfile,fastpath"])
+        .args([
+            "--servers",
+            "fastpath-copy,fastpath-sendfile,fastpath,floor",
+        ])
         // The script listens on `--port-base` plus a server's place in its order (up to 8
         // ports).
         .args(["--port-base", &free_port_run(8).to_string()])
@@ -43,7 +47,7 @@ fn size_sweep_short_run() {
     let report = format!("{out}{}", String::from_utf8_lossy(&run.stderr));
     assert!(run.status.success(), "sizes.py:\n{report}");
     assert!(
-        out.contains("| file | fastpath, copy | fastpath, sendfile | fastpath |"),
+        out.contains("| file | fastpath, copy | fastpath, sendfile | fastpath | floor |"),
         "{report}"
     );
     for row in ["| 4 KiB | ", "| 16 KiB | "] {
