@@ -384,19 +384,60 @@ fn socket_is_403() {
 #[test]
 fn unreadable_file_is_403() {
     use std::os::unix::fs::PermissionsExt;
-    // SAFETY: trivial libc call.
-    if unsafe { libc::geteuid() } == 0 {
-        // Past the harness's capture, so the skip shows beside the `ok`.
-        use std::io::Write as _;
-        let _ = std::io::stderr()
-            .write_all(b"SKIPPED unreadable_file_is_403: root ignores file permissions\n");
-        return;
-    }
     let fx = Fixture::new();
     let p = fx.write("locked.txt", "x");
     fs::set_permissions(&p, fs::Permissions::from_mode(0o000)).unwrap();
-    for site in fx.both(opts()) {
-        check(&site.serve(&get("/locked.txt")), 403);
+    // Root reads any file through CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: they are dropped
+    // for a thread of the test's own (capabilities are a thread's), which then serves.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            drop_file_permission_overrides();
+            for site in fx.both(opts()) {
+                check(&site.serve(&get("/locked.txt")), 403);
+            }
+        });
+    });
+}
+
+/// Takes CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH out of the calling thread's effective
+/// capabilities, so that file permissions hold for it even as root (nothing to do for
+/// another user, who has neither).
+fn drop_file_permission_overrides() {
+    // The kernel's capability ABI (linux/capability.h, version 3: two 32-bit words).
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    const CAP_DAC_OVERRIDE: u32 = 1;
+    const CAP_DAC_READ_SEARCH: u32 = 2;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget and capset with the version-3 header and two data words, as the
+    // kernel's ABI asks; pid 0 is the calling thread.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
+            0,
+            "capget"
+        );
+        data[0].effective &= !(1 << CAP_DAC_OVERRIDE | 1 << CAP_DAC_READ_SEARCH);
+        assert_eq!(
+            libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()),
+            0,
+            "capset"
+        );
     }
 }
 
